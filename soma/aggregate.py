@@ -1,0 +1,212 @@
+"""FedAvg: the weighted mean of exports, node by node, key by key. Pure arithmetic, no I/O.
+
+The mean is kept as a running weighted mean, folded one export at a time with `lerp_`
+(mean += w * (x - mean), w = n_k / (n_0 + ... + n_k)), so that:
+- a list and an iterator take the same path, and an iterator holds one accumulator plus the
+  export being folded in, whatever the number of clients;
+- the total of the sizes need not be known before the last export arrives;
+- the average of one is that one, bit for bit.
+
+What is not a number you can halve is not halved: integer and bool tensors (BatchNorm's
+`num_batches_tracked` is a count, and the mean of two counts is not a count) keep the first
+export's value. Half-precision floats accumulate in float32 and come back in their own dtype.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import numbers
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+
+import torch
+
+from soma.errors import AggregationError
+from soma.nodes import Export
+
+State = Mapping[str, Mapping[str, torch.Tensor]]
+
+
+def _averageable(dtype: torch.dtype) -> bool:
+    """Floats and complex numbers can be halved; integer and bool counts cannot."""
+    return dtype.is_floating_point or dtype.is_complex
+
+
+def _accumulator_dtype(dtype: torch.dtype) -> torch.dtype:
+    if dtype in (torch.float16, torch.bfloat16):
+        return torch.float32
+    return dtype
+
+
+def _size_of(size: object, index: int) -> float:
+    """A client's size as a weight: a finite, non-negative real number."""
+    if isinstance(size, bool) or not isinstance(size, numbers.Real):
+        raise AggregationError(f"size of export {index} is {size!r}, not a number")
+    value = float(size)
+    if not math.isfinite(value) or value < 0:
+        raise AggregationError(f"size of export {index} is {size!r}: sizes must be >= 0 and finite")
+    return value
+
+
+Signature = dict[str, dict[str, tuple[tuple[int, ...], torch.dtype]]]
+
+
+def _signature(export: State, index: int) -> Signature:
+    """Each key's shape and dtype: what the rest must match, without holding the tensors."""
+    if not isinstance(export, Mapping):
+        raise AggregationError(f"export {index} is a {type(export).__name__}, not an export")
+    signature: Signature = {}
+    for node_id, keys in export.items():
+        if not isinstance(keys, Mapping):
+            raise AggregationError(
+                f"node {node_id!r} in export {index} is a {type(keys).__name__}, "
+                "not a map of tensors"
+            )
+        signature[node_id] = {}
+        for key, tensor in keys.items():
+            if not isinstance(tensor, torch.Tensor):
+                raise AggregationError(
+                    f"node {node_id!r} key {key!r} in export {index} is a "
+                    f"{type(tensor).__name__}, not a tensor"
+                )
+            signature[node_id][key] = (tuple(tensor.shape), tensor.dtype)
+    return signature
+
+
+def _check_like(first: Signature, other: State, index: int) -> None:
+    """Refuse an export that is not the same network as the first, naming what differs."""
+    theirs_all = _signature(other, index)
+    for node_id in theirs_all:
+        if node_id not in first:
+            raise AggregationError(f"node {node_id!r} is in export {index} but not in export 0")
+    for node_id, keys in first.items():
+        if node_id not in theirs_all:
+            raise AggregationError(f"node {node_id!r} is in export 0 but not in export {index}")
+        theirs = theirs_all[node_id]
+        for key in theirs:
+            if key not in keys:
+                raise AggregationError(
+                    f"node {node_id!r} key {key!r} is in export {index} but not in export 0"
+                )
+        for key, (shape, dtype) in keys.items():
+            if key not in theirs:
+                raise AggregationError(
+                    f"node {node_id!r} key {key!r} is in export 0 but not in export {index}"
+                )
+            their_shape, their_dtype = theirs[key]
+            if their_shape != shape:
+                raise AggregationError(
+                    f"node {node_id!r} key {key!r}: shape {shape} in export 0, "
+                    f"{their_shape} in export {index}"
+                )
+            if their_dtype != dtype:
+                raise AggregationError(
+                    f"node {node_id!r} key {key!r}: dtype {dtype} in export 0, "
+                    f"{their_dtype} in export {index}"
+                )
+
+
+def _start(first: State) -> dict[str, dict[str, torch.Tensor]]:
+    """The running mean after one export: a copy of it (floats widened), never the input."""
+    with torch.no_grad():
+        return {
+            node_id: {key: t.to(_accumulator_dtype(t.dtype), copy=True) for key, t in keys.items()}
+            for node_id, keys in first.items()
+        }
+
+
+def _fold(mean: dict[str, dict[str, torch.Tensor]], export: State, weight: float) -> None:
+    """mean += weight * (export - mean), for what can be averaged; counts keep the first's."""
+    if weight == 0.0:
+        return
+    with torch.no_grad():
+        for node_id, keys in mean.items():
+            theirs = export[node_id]
+            for key, acc in keys.items():
+                if _averageable(acc.dtype):
+                    acc.lerp_(theirs[key].to(acc.dtype), weight)
+
+
+def _finish(mean: dict[str, dict[str, torch.Tensor]], first: Signature) -> Export:
+    return {
+        node_id: {key: acc.to(first[node_id][key][1]) for key, acc in keys.items()}
+        for node_id, keys in mean.items()
+    }
+
+
+Pair = tuple[State, object]
+_MISSING = object()
+
+
+def _pairs(exports: Iterable[object], sizes: Sequence[object] | None) -> Iterator[Pair]:
+    """(export, size) pairs from exports with sizes, or from exports alone or pairs alone."""
+    if sizes is not None:
+        count = 0
+        for export, size in itertools.zip_longest(exports, sizes, fillvalue=_MISSING):
+            if export is _MISSING or size is _MISSING:
+                more = "exports" if size is _MISSING else "sizes"
+                raise AggregationError(
+                    f"the number of sizes differs from the number of exports: "
+                    f"there are more {more} than the {count} that pair up"
+                )
+            count += 1
+            yield export, size
+        return
+    for item in exports:
+        if isinstance(item, tuple):
+            if len(item) != 2:
+                raise AggregationError(f"an (export, size) pair has {len(item)} elements, not 2")
+            yield item[0], item[1]
+        else:
+            yield item, 1  # no sizes: equal weights
+
+
+def fedavg(
+    exports: Iterable[State] | Iterable[Pair], sizes: Sequence[float] | None = None
+) -> Export:
+    """The weighted mean of exports, weighted by the clients' sizes (equal when none are given).
+
+    Given a list (or tuple), everything is checked before anything is computed. Given an
+    iterator, of exports or of `(export, size)` pairs, each export is checked before it is
+    folded in, memory stays one model, and a refusal returns nothing.
+    """
+    if isinstance(exports, Sequence) and not isinstance(exports, (str, bytes)):
+        exports = list(exports)
+        if not exports:
+            raise AggregationError("nothing to average: no exports were given")
+        if sizes is not None and len(sizes) != len(exports):
+            raise AggregationError(f"{len(sizes)} sizes for {len(exports)} exports")
+        pairs = list(_pairs(exports, sizes))
+        _check_all(pairs)
+        return _running_mean(iter(pairs))
+    return _running_mean(_pairs(exports, sizes))
+
+
+def _check_all(pairs: list[tuple[State, object]]) -> None:
+    first = _signature(pairs[0][0], 0)
+    total = 0.0
+    for index, (export, size) in enumerate(pairs):
+        total += _size_of(size, index)
+        _check_like(first, export, index)
+    if total == 0:
+        raise AggregationError("the sizes add up to zero: there is nothing to weigh by")
+
+
+def _running_mean(pairs: Iterator[tuple[State, object]]) -> Export:
+    first: Signature | None = None
+    mean: dict[str, dict[str, torch.Tensor]] = {}
+    total = 0.0
+    for index, (export, size) in enumerate(pairs):
+        weight = _size_of(size, index)
+        if first is None:
+            first, mean = _signature(export, 0), _start(export)
+        else:
+            _check_like(first, export, index)
+        total += weight
+        if index > 0 and total > 0:
+            _fold(mean, export, weight / total)
+    if first is None:
+        raise AggregationError("nothing to average: no exports were given")
+    if total == 0:
+        raise AggregationError("the sizes add up to zero: there is nothing to weigh by")
+    return _finish(mean, first)

@@ -1,0 +1,134 @@
+"""What a training run exports, and putting it back: weights node by node.
+
+An export is `{node_id: {key: tensor}}`. A node is asked for its weights by the same two
+ducks everywhere in soma: `state_dict()` by name (buffers such as BatchNorm's
+`running_mean` and `num_batches_tracked` included), or else `parameters()` in order, keyed
+`"0"`, `"1"`, ... (text: a map that crosses a store has text keys). A node with neither, or
+with an empty answer, has no weights and is simply absent. Optimizer state is never part of
+it: momentum is a client's own, and averaging it is not what averaging weights means.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from soma.errors import ElsewhereError, ExportError, LoadError
+
+Export = dict[str, dict[str, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class Elsewhere:
+    """A node trained where it runs, on another machine: the copy here never learnt anything."""
+
+    node: Any
+    on: str
+
+
+def elsewhere(node: Any, on: str) -> Elsewhere:
+    """Mark `node` as trained on machine `on`, so exporting or loading it here is refused."""
+    return Elsewhere(node, on)
+
+
+def _live_weights(node_id: str, node: Any) -> dict[str, torch.Tensor]:
+    """The node's own tensors (not copies), by the state_dict duck or else the parameters duck."""
+    if isinstance(node, Elsewhere):
+        raise ElsewhereError(
+            f"node {node_id!r} is trained where it runs, on {node.on!r}: its weights are there, "
+            "and the copy here never learnt anything"
+        )
+    if callable(getattr(node, "state_dict", None)):
+        state = node.state_dict()
+        for key, value in state.items():
+            if not isinstance(key, str):
+                raise ExportError(f"node {node_id!r}: state_dict key {key!r} is not text")
+            if not isinstance(value, torch.Tensor):
+                raise ExportError(
+                    f"node {node_id!r}: state_dict entry {key!r} is a {type(value).__name__}, "
+                    "not a tensor"
+                )
+        return dict(state)
+    if callable(getattr(node, "parameters", None)):
+        return {str(i): p for i, p in enumerate(node.parameters())}
+    return {}
+
+
+def _check_node_ids(nodes: Mapping[str, Any]) -> None:
+    for node_id in nodes:
+        if not isinstance(node_id, str):
+            raise ExportError(f"node id {node_id!r} is a {type(node_id).__name__}, not text")
+
+
+def export(nodes: Mapping[str, Any]) -> Export:
+    """A snapshot of every node's weights: detached copies, never views of the live tensors."""
+    _check_node_ids(nodes)
+    live = {node_id: _live_weights(node_id, node) for node_id, node in nodes.items()}
+    with torch.no_grad():
+        return {
+            node_id: {key: tensor.detach().clone() for key, tensor in weights.items()}
+            for node_id, weights in live.items()
+            if weights
+        }
+
+
+def load(
+    nodes: Mapping[str, Any],
+    state: Mapping[str, Mapping[str, torch.Tensor]],
+    *,
+    partial: bool = False,
+) -> None:
+    """Put an export back where it came from, or refuse it having changed nothing.
+
+    Every check (nodes, keys, shapes, dtypes, completeness) happens before the first copy,
+    unlike torch's `load_state_dict`, which copies what matches before it raises.
+    `partial=True` allows leaving nodes or keys out (layers kept local, FedBN-style).
+    """
+    _check_node_ids(nodes)
+    for node_id in state:
+        if node_id not in nodes:
+            raise LoadError(f"node {node_id!r} is in the state but not in this training run")
+    live: dict[str, dict[str, torch.Tensor]] = {}
+    for node_id, node in nodes.items():
+        if node_id in state or not partial:
+            live[node_id] = _live_weights(node_id, node)
+    copies: list[tuple[torch.Tensor, torch.Tensor]] = []
+    for node_id, weights in live.items():
+        if node_id not in state and weights:
+            raise LoadError(
+                f"node {node_id!r} is left out of the state (pass partial=True to keep it local)"
+            )
+        given = state.get(node_id, {})
+        for key in given:
+            if key not in weights:
+                raise LoadError(f"node {node_id!r} has no key {key!r} (it has {sorted(weights)})")
+        for key, target in weights.items():
+            if key not in given:
+                if partial:
+                    continue
+                raise LoadError(
+                    f"node {node_id!r} key {key!r} is left out of the state "
+                    "(pass partial=True to keep it local)"
+                )
+            source = given[key]
+            if not isinstance(source, torch.Tensor):
+                raise LoadError(
+                    f"node {node_id!r} key {key!r}: a {type(source).__name__}, not a tensor"
+                )
+            if source.shape != target.shape:
+                raise LoadError(
+                    f"node {node_id!r} key {key!r}: shape {tuple(source.shape)} in the state, "
+                    f"{tuple(target.shape)} in the training run"
+                )
+            if source.dtype != target.dtype:
+                raise LoadError(
+                    f"node {node_id!r} key {key!r}: dtype {source.dtype} in the state, "
+                    f"{target.dtype} in the training run"
+                )
+            copies.append((target, source))
+    with torch.no_grad():
+        for target, source in copies:
+            target.copy_(source)
