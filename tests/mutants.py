@@ -70,3 +70,73 @@ def _fedavg_averages_the_integers() -> None:
     import soma.aggregate
 
     soma.aggregate._averageable = lambda dtype: True
+
+
+# --- store (soma/store.py) ---------------------------------------------------
+
+
+@mutant(
+    "claim_as_resolve_then_bind",
+    caught_by=[
+        "tests/test_store.py::test_race_eight_threads_for_one_name_exactly_one_wins_and_is_written_down",
+        "tests/test_store.py::test_race_eight_processes_for_one_name_exactly_one_wins_and_is_written_down",
+    ],
+)
+def _claim_as_resolve_then_bind() -> None:
+    """claim written out of resolve and bind: a race with a doc comment on it.
+
+    The sleep models the real window between the two: on a shared folder it is a
+    round trip for the lookup plus the bind's own temporary, write and fsync, which is
+    milliseconds on NFS. Widened to 0.2 s here so that racers released together by the
+    tests' start barrier all land in it on any machine, however loaded: the race tests
+    then catch this mutant every time, not when the scheduler happens to oblige.
+    """
+    import time
+
+    import soma.store
+
+    def claim(self, name: str, digest: str) -> bool:
+        if self.resolve(name) is not None:
+            return False
+        time.sleep(0.2)
+        self.bind(name, digest)
+        return True
+
+    soma.store.Store.claim = claim
+
+
+# --- the round barrier (soma/round.py) ----------------------------------------------------
+
+_ROUND_CATCHERS = ["tests/test_round.py", "-k", "not processes and not never_starts and not status"]
+
+
+@mutant("gather_binds_for_claim", caught_by=_ROUND_CATCHERS)
+def _gather_binds_for_claim() -> None:
+    import soma.round
+
+    def bind_instead(store, run, round, me):
+        store.bind(soma.round.averaging_name(run, round), store.put_value(me))
+        return True
+
+    soma.round._claim_averaging = bind_instead
+
+
+@mutant("gather_never_waits", caught_by=_ROUND_CATCHERS)
+def _gather_never_waits() -> None:
+    import soma.round
+
+    soma.round._complete = lambda here, clients: bool(here)
+
+
+@mutant("gather_never_publishes", caught_by=_ROUND_CATCHERS)
+def _gather_never_publishes() -> None:
+    import soma.round
+
+    soma.round._publish = lambda store, name, digest: None
+
+
+@mutant("gather_does_not_weigh", caught_by=_ROUND_CATCHERS)
+def _gather_does_not_weigh() -> None:
+    import soma.round
+
+    soma.round._weights = lambda sizes: None

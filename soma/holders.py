@@ -1,0 +1,107 @@
+"""Who is doing something, written down so that others can tell whether they are still alive.
+
+A claim is a name bound to a record of its holder. When the holder dies holding it, nobody
+else will try, which is what a claim is, said from the other side. So the record carries
+enough to prove a holder gone without guessing: its host and pid with the pid's start time (a
+pid is reused; a pid with the same start time is the same process), and its Slurm job id
+(a job that Slurm says has ended holds nothing).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import shutil
+import socket
+import subprocess
+import threading
+from typing import Any
+
+# sacct/squeue states in which a job may still be running its processes.
+_SLURM_ALIVE = {
+    "PENDING",
+    "RUNNING",
+    "REQUEUED",
+    "RESIZING",
+    "SUSPENDED",
+    "COMPLETING",
+    "CONFIGURING",
+    "STAGE_OUT",
+    "SIGNALING",
+    "REQUEUE_FED",
+    "REQUEUE_HOLD",
+    "SPECIAL_EXIT",
+    "STOPPED",
+}
+
+
+def _process_start(pid: int) -> int | None:
+    """The pid's start time in clock ticks since boot (field 22 of /proc/PID/stat)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            text = stat.read()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()
+    if fields[0] in ("Z", "X"):  # a zombie has already died
+        return None
+    return int(fields[19])
+
+
+def me(**extra: Any) -> dict[str, Any]:
+    """A record of this process: host, pid and its start, Slurm job and step, and when."""
+    record: dict[str, Any] = {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "pid_start": _process_start(os.getpid()),
+        "thread": threading.get_ident(),
+        "slurm_job": os.environ.get("SLURM_JOB_ID"),
+        "slurm_step": os.environ.get("SLURM_STEP_ID"),
+        "when": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    record.update(extra)
+    return record
+
+
+def describe(holder: dict[str, Any]) -> str:
+    parts = [f"host {holder.get('host')}", f"pid {holder.get('pid')}"]
+    if holder.get("slurm_job"):
+        parts.append(f"Slurm job {holder['slurm_job']}")
+    parts.append(f"since {holder.get('when')}")
+    return ", ".join(parts)
+
+
+def slurm_job_state(job_id: str) -> str | None:
+    """The job's state as Slurm reports it, or None when Slurm cannot be asked."""
+    if shutil.which("squeue"):
+        out = subprocess.run(
+            ["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, timeout=30
+        )
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.split()[0].strip()
+    if shutil.which("sacct"):
+        out = subprocess.run(
+            ["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.split()[0].split()[0].strip()
+    return None
+
+
+def gone(holder: dict[str, Any]) -> bool:
+    """True only when the holder is provably gone; when in doubt, it is alive."""
+    job = holder.get("slurm_job")
+    if job:
+        state = slurm_job_state(str(job))
+        if state is not None and state.rstrip("+") not in _SLURM_ALIVE:
+            return True
+    if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int):
+        start = _process_start(holder["pid"])
+        if start is None:
+            return True
+        recorded = holder.get("pid_start")
+        return recorded is not None and start != recorded
+    return False

@@ -1,0 +1,55 @@
+"""The control task as a Task: a fixed teacher, and each client on one corner of its inputs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from soma import control
+from soma.training import TrainingRun
+
+
+@dataclass
+class ControlTask:
+    examples: int = 256
+    epochs: int = 1
+    lr: float = 0.05
+    teacher_seed: int = 1234
+
+    def __post_init__(self) -> None:
+        self.teacher = control.teacher(self.teacher_seed)
+
+    def nodes(self, seed: int) -> dict[str, nn.Module]:
+        return control.student_nodes(seed)
+
+    def shard(self, client: int, clients: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return control.corner(client, self.examples, seed=100 + client, teacher_net=self.teacher)
+
+    def size(self, data: tuple[torch.Tensor, torch.Tensor]) -> int:
+        return len(data[0])
+
+    def train(self, nodes: Mapping[str, nn.Module], data, *, seed: int) -> dict[str, float]:
+        run = TrainingRun(
+            nodes,
+            loss=nn.functional.mse_loss,
+            lr=self.lr,
+            momentum=0.9,
+            epochs=self.epochs,
+            batch_size=32,
+            seed=seed,
+        )
+        return run.fit(data)
+
+    def evaluate(self, nodes: Mapping[str, nn.Module]) -> dict[str, float]:
+        held_out = control.union(
+            range(len(control.CORNERS)), 500, seed=9000, teacher_net=self.teacher
+        )
+        run = TrainingRun(nodes, loss=nn.functional.mse_loss)
+        return {"loss": float(run.evaluate(held_out))}
+
+
+def make(**options) -> ControlTask:
+    return ControlTask(**options)

@@ -1,0 +1,345 @@
+"""The round barrier with nobody in charge (CU15's round questionnaire)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import soma
+from soma import holders
+from soma.round import (
+    AveragerDied,
+    Backoff,
+    RoundError,
+    RoundIncomplete,
+    average_name,
+    average_round,
+    averaging_name,
+    client_name,
+    contribute,
+    gather,
+)
+from soma.store import Store
+
+torch.set_num_threads(1)
+HERE = Path(__file__).parent
+QUICK = Backoff(first=0.005, cap=0.05)
+
+
+def weights(seed: int) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "fc": {"weight": torch.randn(4, 3, generator=g), "bias": torch.randn(4, generator=g)},
+        "norm": {"num_batches_tracked": torch.tensor(seed, dtype=torch.int64)},
+    }
+
+
+def same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(
+        a[n].keys() == b[n].keys() and all(torch.equal(a[n][k], b[n][k]) for k in a[n]) for n in a
+    )
+
+
+def averagings(store: Store, run: str) -> int:
+    """How many averagings were computed, counted from the store's own records."""
+    return len([n for n in store.bound(f"{run}/round/") if "/averaged/" in n])
+
+
+def test_the_only_client_of_a_round_averages_it_itself_and_publishes_it(tmp_path) -> None:
+    store = Store(tmp_path)
+    mine = weights(1)
+    mean = gather(store, mine, run="solo", round=0, clients=1, mine=0, deadline=5, backoff=QUICK)
+    assert same(mean, mine)
+    assert store.resolve(average_name("solo", 0)) is not None
+    assert store.resolve(averaging_name("solo", 0)) is not None
+    assert averagings(store, "solo") == 1
+
+
+def test_a_client_that_arrives_after_the_average_finds_it_and_does_not_wait(tmp_path) -> None:
+    store = Store(tmp_path)
+    for k in range(2):
+        contribute(store, weights(k), run="r", round=0, clients=3, mine=k)
+
+    def third():
+        time.sleep(0.05)
+        contribute(store, weights(2), run="r", round=0, clients=3, mine=2)
+
+    threading.Thread(target=third).start()
+    first = average_round(store, run="r", round=0, clients=3, deadline=10, backoff=QUICK)
+    slept: list[float] = []
+    late = average_round(store, run="r", round=0, clients=3, deadline=0, sleep=slept.append)
+    assert late == first and slept == []
+    # and a client that gathers late leaves with the published mean at once
+    started = time.monotonic()
+    mean = gather(store, weights(9), run="r", round=0, clients=3, mine=0, deadline=0)
+    assert time.monotonic() - started < 2
+    assert same(mean, store.recall(average_name("r", 0))["export"])
+
+
+def test_two_runs_sharing_a_directory_are_two_runs_and_two_rounds_are_two_rounds(tmp_path) -> None:
+    store = Store(tmp_path)
+    a = gather(store, weights(1), run="a", round=0, clients=1, mine=0, deadline=5)
+    b = gather(store, weights(2), run="b", round=0, clients=1, mine=0, deadline=5)
+    a1 = gather(store, weights(3), run="a", round=1, clients=1, mine=0, deadline=5)
+    assert same(a, weights(1)) and same(b, weights(2)) and same(a1, weights(3))
+    assert averagings(store, "a") == 2 and averagings(store, "b") == 1
+    # a round of run "a" with two clients is not completed by run "b"'s client 1
+    contribute(store, weights(4), run="b", round=5, clients=2, mine=1)
+    contribute(store, weights(5), run="a", round=5, clients=2, mine=0)
+    with pytest.raises(RoundIncomplete, match=r"client 1 never came"):
+        average_round(store, run="a", round=5, clients=2, deadline=0.1, backoff=QUICK)
+
+
+def test_the_deadline_says_which_clients_are_missing(tmp_path) -> None:
+    store = Store(tmp_path)
+    contribute(store, weights(0), run="r", round=3, clients=4, mine=1)
+    with pytest.raises(RoundIncomplete) as missing:
+        average_round(store, run="r", round=3, clients=4, deadline=0.2, backoff=QUICK)
+    assert missing.value.missing == [0, 2, 3]
+    assert "round 3" in str(missing.value) and "clients 0, 2, 3 never came" in str(missing.value)
+
+
+def test_and_says_a_different_thing_when_complete_and_the_average_never_came(tmp_path) -> None:
+    store = Store(tmp_path)
+    for k in range(2):
+        contribute(store, weights(k), run="r", round=0, clients=2, mine=k)
+    # Somebody alive (this very process, as far as anyone can tell) claimed it and never published.
+    holder = holders.me(role="averaging")
+    holder["host"], holder["slurm_job"] = "gpu-node-07", "4242"
+    assert store.claim(averaging_name("r", 0), store.put_value(holder))
+    with pytest.raises(AveragerDied) as died:
+        average_round(store, run="r", round=0, clients=2, deadline=0.2, backoff=QUICK)
+    message = str(died.value)
+    assert "complete" in message and "never published" in message
+    assert "gpu-node-07" in message and "4242" in message and str(holder["pid"]) in message
+    assert holder["when"] in message
+    assert not isinstance(died.value, RoundIncomplete)
+
+
+def test_a_holder_that_is_provably_gone_is_taken_over_and_the_average_published_once(
+    tmp_path,
+) -> None:
+    store = Store(tmp_path)
+    for k in range(2):
+        contribute(store, weights(k), run="r", round=0, clients=2, mine=k)
+    dead = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import json; from soma import holders; print(json.dumps(holders.me()))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    corpse = json.loads(dead.stdout)
+    assert holders.gone(corpse)
+    assert store.claim(averaging_name("r", 0), store.put_value(corpse))
+    digest = average_round(store, run="r", round=0, clients=2, deadline=5, backoff=QUICK)
+    assert store.resolve(average_name("r", 0)) == digest
+    assert store.bound("r/round/0/takeover/") == ["r/round/0/takeover/1"]
+    assert averagings(store, "r") == 1
+    # a second retry finds it published and changes nothing
+    assert average_round(store, run="r", round=0, clients=2, deadline=0) == digest
+
+
+def test_the_size_travels_in_the_record_and_the_average_weighs_by_it(tmp_path) -> None:
+    store = Store(tmp_path)
+    contribute(store, weights(1), run="r", round=0, clients=2, mine=0, size=10)
+    contribute(store, weights(2), run="r", round=0, clients=2, mine=1, size=1)
+    assert store.recall(client_name("r", 0, 1))["size"] == 1
+    digest = average_round(store, run="r", round=0, clients=2, deadline=5, backoff=QUICK)
+    record = store.recall_digest(digest)
+    assert same(record["export"], soma.fedavg([weights(1), weights(2)], sizes=[10, 1]))
+    assert [(i["client"], i["size"]) for i in record["inputs"]] == [(0, 10), (1, 1)]
+    assert [i["record"] for i in record["inputs"]] == [
+        store.resolve(client_name("r", 0, k)) for k in range(2)
+    ]
+    assert record["averaged_by"]["pid"] == os.getpid()
+
+
+def test_all_of_a_rounds_clients_say_a_size_or_none_does(tmp_path) -> None:
+    store = Store(tmp_path)
+    contribute(store, weights(1), run="r", round=0, clients=3, mine=0, size=10)
+    contribute(store, weights(2), run="r", round=0, clients=3, mine=1)
+    contribute(store, weights(3), run="r", round=0, clients=3, mine=2, size=5)
+    with pytest.raises(RoundError, match=r"clients \[1\] did not"):
+        average_round(store, run="r", round=0, clients=3, deadline=1, backoff=QUICK)
+    assert store.resolve(average_name("r", 0)) is None
+
+
+def test_no_sizes_means_equal_weights(tmp_path) -> None:
+    store = Store(tmp_path)
+    for k in range(3):
+        contribute(store, weights(k), run="r", round=0, clients=3, mine=k)
+    digest = average_round(store, run="r", round=0, clients=3, deadline=5)
+    assert same(store.recall_digest(digest)["export"], soma.fedavg([weights(k) for k in range(3)]))
+
+
+def test_a_client_that_rewrites_its_export_after_the_average_changes_nothing_published(
+    tmp_path,
+) -> None:
+    store = Store(tmp_path)
+    for k in range(2):
+        contribute(store, weights(k), run="r", round=0, clients=2, mine=k)
+    digest = average_round(store, run="r", round=0, clients=2, deadline=5)
+    contribute(store, weights(99), run="r", round=0, clients=2, mine=1)
+    assert average_round(store, run="r", round=0, clients=2, deadline=0) == digest
+    assert same(store.recall_digest(digest)["export"], soma.fedavg([weights(0), weights(1)]))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"mine": 4}, "client 4"),
+        ({"mine": -1}, "client -1"),
+        ({"clients": 0}, "clients"),
+        ({"round": -1}, "round"),
+        ({"run": ""}, "run name"),
+        ({"size": -3}, "size"),
+    ],
+)
+def test_bad_arguments_are_refused_by_name(tmp_path, kwargs, match) -> None:
+    args = {"run": "r", "round": 0, "clients": 4, "mine": 0, "size": None} | kwargs
+    with pytest.raises(RoundError, match=match):
+        contribute(Store(tmp_path), weights(0), **args)
+    assert Store(tmp_path).bound() == []
+
+
+# --- real processes ----------------------------------------------------------------------
+
+
+def soma_client(store: Path, mine: int, *, rounds: int, clients: int, deadline: float = 120):
+    return subprocess.Popen(
+        [
+            sys.executable,
+            str(HERE / "round_worker.py"),
+            "client",
+            "--store",
+            str(store),
+            "--run",
+            "ctl",
+            "--rounds",
+            str(rounds),
+            "--clients",
+            str(clients),
+            "--mine",
+            str(mine),
+            "--deadline",
+            str(deadline),
+            "--option",
+            "examples=64",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_four_processes_one_folder_two_rounds(tmp_path) -> None:
+    clients = [soma_client(tmp_path, k, rounds=2, clients=4) for k in range(4)]
+    outputs = [c.communicate(timeout=300) for c in clients]
+    for c, (_, err) in zip(clients, outputs, strict=True):
+        assert c.returncode == 0, err
+    lines = [[json.loads(line) for line in out.splitlines()] for out, _ in outputs]
+    finals = {ls[1]["average"] for ls in lines}
+    assert len(finals) == 1, "all four leave with the same weights"
+    store = Store(tmp_path)
+    assert finals == {store.resolve(average_name("ctl", 1))}
+    assert averagings(store, "ctl") == 2, "exactly two averagings, which nobody arranged"
+    for r in range(2):
+        record = store.recall(average_name("ctl", r))
+        assert [i["client"] for i in record["inputs"]] == [0, 1, 2, 3]
+        expected = soma.fedavg(
+            [store.recall(client_name("ctl", r, k))["export"] for k in range(4)],
+            sizes=[i["size"] for i in record["inputs"]],
+        )
+        assert same(record["export"], expected)
+    evaluations = {json.dumps(ls[-1]["evaluation"]) for ls in lines}
+    assert len(evaluations) == 1
+
+
+def test_a_client_that_never_starts_stops_the_others_by_name(tmp_path) -> None:
+    clients = [soma_client(tmp_path, k, rounds=1, clients=4, deadline=3) for k in (0, 1, 3)]
+    for c in clients:
+        out, err = c.communicate(timeout=120)
+        assert c.returncode == 1, (out, err)
+        assert "client 2 never came" in err
+    assert Store(tmp_path).resolve(average_name("ctl", 0)) is None
+
+
+def test_soma_status_says_who_wrote_who_is_missing_and_the_average(tmp_path) -> None:
+    store = Store(tmp_path)
+    for k in (0, 2):
+        contribute(store, weights(k), run="ctl", round=0, clients=3, mine=k)
+    gather(store, weights(5), run="ctl", round=1, clients=1, mine=0, deadline=5)
+    status = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "soma.cli",
+            "status",
+            "--store",
+            str(tmp_path),
+            "--run",
+            "ctl",
+            "--clients",
+            "3",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    rows = json.loads(status.stdout)
+    assert rows[0]["written"] == [0, 2] and rows[0]["missing"] == [1] and rows[0]["average"] is None
+    assert rows[1]["average"] == store.resolve(average_name("ctl", 1))
+    assert rows[1]["averaging"]["pid"] == os.getpid()
+    human = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "soma.cli",
+            "status",
+            "--store",
+            str(tmp_path),
+            "--run",
+            "ctl",
+            "--clients",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "missing [1]" in human and "average " in human
+
+
+def test_eight_threads_that_find_the_round_complete_average_it_once(tmp_path) -> None:
+    store = Store(tmp_path)
+    for k in range(3):
+        contribute(store, weights(k), run="r", round=0, clients=3, mine=k)
+    start = threading.Barrier(8)
+    results: list[str] = []
+
+    def racer() -> None:
+        start.wait()
+        results.append(
+            average_round(store, run="r", round=0, clients=3, deadline=10, backoff=QUICK)
+        )
+
+    threads = [threading.Thread(target=racer) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(results)) == 1 and len(results) == 8
+    assert averagings(store, "r") == 1
