@@ -1,23 +1,35 @@
 """A federated round on a shared folder, with nobody in charge.
 
-A round, in the store:
+A round, in the store (`p` is `<run>/round/<r>`):
 
-    <run>/round/<r>/client/<k>       what client k learnt, its size in the record
-    <run>/round/<r>/averaging        who is doing the mean (claimed, so exactly one)
-    <run>/round/<r>/takeover/<g>     who took the averaging over from a holder proven gone
-    <run>/round/<r>/averaged/<who>   one line per averaging actually computed (an audit)
-    <run>/round/<r>/average          the mean (claimed too: published once, never rebound)
+    p/client/<k>        what client k learnt: its weights' digest and its size (a record)
+    p/averaging         who is doing the mean (claimed, so exactly one)
+    p/takeover/<g>      who took the averaging over from a holder proven gone (claimed too)
+    p/averaged/<who>    one entry per averaging actually computed: the store's own count
+    p/average           the mean's record (claimed as well: published once, never rebound)
+
+Weights are kept as values of their own (`Store.put_value(export)`, node by node), and
+records refer to them by digest, so the weights' digest is their identity: the same weights
+are the same digest in any process, and a record is a few hundred bytes of JSON that a
+waiting client reads without touching a tensor.
 
 Whoever finds the round complete claims the averaging; exactly one can win, because that is
-what a claim is. The winner streams the clients' exports out of the store into `fedavg`,
-weighted by their sizes, and publishes the average, whose record names what it came from:
-each client's record digest and size, and who averaged. That is the round's identity.
+what a claim is. The winner streams the clients' weights out of the store into `fedavg`
+(one model in memory, whatever the number of clients), weighted by their sizes, and
+publishes the average, whose record names what it came from: each client's record, weights
+and size, and who averaged. That is the round's identity.
+
+The workflow averages the exact weights its client jobs reported instead (`average_inputs`):
+its averaging lives under `p/inputs/<key>/`, where the key is the digest of those inputs, so
+a round rerun with different weights is a different averaging, and one rerun with the same
+weights finds the average it already had.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,17 +75,42 @@ def averaging_name(run: str, round: int) -> str:
     return f"{round_prefix(run, round)}/averaging"
 
 
+@dataclass(frozen=True)
+class Input:
+    """One client's part in an average: its index, its weights' digest, its size."""
+
+    client: int
+    weights: str
+    size: float | None
+    record: str | None = None
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _check_round(run: str, round: int, clients: int, mine: int | None = None) -> None:
     if not isinstance(run, str) or not run or "/round/" in f"/{run}/":
         raise RoundError(f"run name {run!r} must be non-empty text without a 'round' segment")
-    if isinstance(round, bool) or not isinstance(round, int) or round < 0:
+    if not _is_int(round) or round < 0:
         raise RoundError(f"round {round!r} must be an integer >= 0")
-    if isinstance(clients, bool) or not isinstance(clients, int) or clients < 1:
+    if not _is_int(clients) or clients < 1:
         raise RoundError(f"clients {clients!r} must be an integer >= 1")
-    if mine is not None and (
-        isinstance(mine, bool) or not isinstance(mine, int) or not 0 <= mine < clients
-    ):
+    if mine is not None and (not _is_int(mine) or not 0 <= mine < clients):
         raise RoundError(f"client {mine!r} is not one of the round's clients 0..{clients - 1}")
+
+
+def _check_size(size: object, client: int) -> None:
+    if size is not None and (
+        isinstance(size, bool) or not isinstance(size, (int, float)) or not size >= 0
+    ):
+        raise RoundError(f"client {client}: size {size!r} must be a number >= 0")
+
+
+@dataclass(frozen=True)
+class Contribution:
+    record: str  # the digest of the client's record
+    weights: str  # the digest of its weights
 
 
 def contribute(
@@ -85,22 +122,20 @@ def contribute(
     clients: int,
     mine: int,
     size: float | None = None,
-) -> str:
-    """Write what client `mine` learnt, and its size, to the round. Returns the record's digest."""
+) -> Contribution:
+    """Write what client `mine` learnt, and its size, to the round."""
     _check_round(run, round, clients, mine)
-    if size is not None and (
-        isinstance(size, bool) or not isinstance(size, (int, float)) or size < 0
-    ):
-        raise RoundError(f"client {mine}: size {size!r} must be a number >= 0")
-    record = {"client": mine, "size": size, "export": export, "by": holders.me()}
-    return store.keep(client_name(run, round, mine), record)
+    _check_size(size, mine)
+    weights = store.put_value(export)
+    record = {"client": mine, "size": size, "weights": weights, "by": holders.me()}
+    return Contribution(store.keep(client_name(run, round, mine), record), weights)
 
 
 @dataclass(frozen=True)
 class Backoff:
     """Polling a shared folder: start quick, double, stay at a small cap (about a second).
 
-    Each poll of a round costs one directory listing of `client/` plus one lookup of the
+    Each poll of a round costs one directory listing of `client/` and one lookup of the
     average (a few metadata calls on NFS; no blob is read), so a waiting client costs about
     two metadata calls a second once it has reached the cap.
     """
@@ -126,90 +161,76 @@ def present(store, run: str, round: int, clients: int) -> list[int]:
     return sorted(found)
 
 
-def _sizes(store, run: str, round: int, here: list[int]) -> tuple[list[str], list[float] | None]:
-    """Each client's record digest, and their sizes: all say a size, or none does."""
-    digests, sizes = [], []
+def read_record(store, digest: str) -> dict[str, Any]:
+    """A small JSON record (a client's, a holder's, an average's) by its digest."""
+    value = store.recall_digest(digest)
+    if not isinstance(value, dict):
+        raise RoundError(f"record {digest} is a {type(value).__name__}, not a record")
+    return value
+
+
+def _inputs_of_round(store, run: str, round: int, here: list[int]) -> list[Input]:
+    """Each present client's weights and size, as its record says."""
+    inputs = []
     for k in here:
         digest = store.resolve(client_name(run, round, k))
-        digests.append(digest)
-        sizes.append(_plain_field(store, digest, "size"))
-    said = [k for k, s in zip(here, sizes, strict=True) if s is not None]
-    if said and len(said) != len(here):
-        silent = [k for k, s in zip(here, sizes, strict=True) if s is None]
+        record = read_record(store, digest)
+        inputs.append(Input(k, record["weights"], record["size"], digest))
+    return inputs
+
+
+def _check_sizes(inputs: Sequence[Input], where: str) -> list[float] | None:
+    """All of a round's clients say a size, or none does; a mix is refused, naming who."""
+    said = [i.client for i in inputs if i.size is not None]
+    if said and len(said) != len(inputs):
+        silent = [i.client for i in inputs if i.size is None]
         raise RoundError(
-            f"round {round} of run {run!r}: clients {said} said a size and clients {silent} "
-            "did not; all of a round's clients say a size, or none does"
+            f"{where}: clients {said} said a size and clients {silent} did not; "
+            "all of a round's clients say a size, or none does"
         )
-    return digests, (sizes if said else None)
+    return [i.size for i in inputs] if said else None
 
 
-def _plain_field(store, digest: str, field: str) -> Any:
-    """A JSON field of a record, read from the record blob alone (no tensor blob is touched)."""
-    tree, _ = codecs.parse_record(store.get(digest), str(store.blob_path(digest)))
-    if not isinstance(tree, dict) or field not in tree:
-        raise RoundError(f"record {digest} is not a client's record: it has no {field!r}")
-    return tree[field]
+class _Place:
+    """Where one averaging happens: its claim, takeovers, audit and published average."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.averaging = f"{prefix}/averaging"
+        self.takeovers = f"{prefix}/takeover/"
+        self.averaged = f"{prefix}/averaged/"
+        self.average = f"{prefix}/average"
 
 
-def _holder(store, name: str) -> dict[str, Any] | None:
+def current_holder(store, run: str, round: int, *, key: str | None = None):
+    """The latest claim on the averaging (the first claim, or the last takeover), if any."""
+    return _current_holder(store, _place(run, round, key))
+
+
+def _place(run: str, round: int, key: str | None) -> _Place:
+    prefix = round_prefix(run, round)
+    return _Place(prefix if key is None else f"{prefix}/inputs/{key}")
+
+
+def _current_holder(store, place: _Place) -> tuple[str, dict[str, Any]] | None:
+    generations = [n[len(place.takeovers) :] for n in store.bound(place.takeovers)]
+    latest = max((int(g) for g in generations if g.isdigit()), default=0)
+    name = f"{place.takeovers}{latest}" if latest else place.averaging
     digest = store.resolve(name)
-    return None if digest is None else store.recall_digest(digest)
+    return None if digest is None else (name, read_record(store, digest))
 
 
-def current_holder(store, run: str, round: int) -> tuple[str, dict[str, Any]] | None:
-    """The latest claim on the averaging (the first claim, or the last takeover)."""
-    prefix = f"{round_prefix(run, round)}/takeover/"
-    takeovers = sorted(
-        int(n[len(prefix) :]) for n in store.bound(prefix) if n[len(prefix) :].isdigit()
-    )
-    name = f"{prefix}{takeovers[-1]}" if takeovers else averaging_name(run, round)
-    holder = _holder(store, name)
-    return None if holder is None else (name, holder)
-
-
-def _claim_averaging(store, run: str, round: int, me: dict[str, Any]) -> bool:
+def _claim_averaging(store, place: _Place, me: dict[str, Any]) -> bool:
     """Claim the averaging, or take it over from a holder that is provably gone."""
     who = store.put_value(me)
-    if store.claim(averaging_name(run, round), who):
+    if store.claim(place.averaging, who):
         return True
-    latest = current_holder(store, run, round)
+    latest = _current_holder(store, place)
     if latest is None or not holders.gone(latest[1]):
         return False
     name, _ = latest
-    generation = 1 if name == averaging_name(run, round) else int(name.rsplit("/", 1)[1]) + 1
-    return store.claim(f"{round_prefix(run, round)}/takeover/{generation}", who)
-
-
-def _compute_and_publish(store, run: str, round: int, here: list[int], me: dict[str, Any]) -> str:
-    digests, sizes = _sizes(store, run, round, here)
-    records = store.recall_each_digest(digests, lazy=True)
-    weights = _weights(sizes)
-    if weights is None:
-        mean = fedavg(record["export"] for record in records)
-    else:
-        mean = fedavg(
-            (record["export"], size) for record, size in zip(records, weights, strict=True)
-        )
-    who = store.put_value(me)
-    store.bind(f"{round_prefix(run, round)}/averaged/{who[:16]}", who)
-    record = {
-        "round": round,
-        "run": run,
-        "export": mean,
-        "inputs": [
-            {"client": k, "record": digest, "size": None if sizes is None else size}
-            for k, digest, size in zip(here, digests, sizes or [None] * len(here), strict=True)
-        ],
-        "averaged_by": me,
-    }
-    digest = store.put_value(record)
-    _publish(store, average_name(run, round), digest)
-    return store.resolve(average_name(run, round)) or digest
-
-
-def _complete(here: list[int], clients: int) -> bool:
-    """The round is complete when every client is there; nobody goes on without one."""
-    return len(here) == clients
+    generation = 1 if name == place.averaging else int(name.rsplit("/", 1)[1]) + 1
+    return store.claim(f"{place.takeovers}{generation}", who)
 
 
 def _weights(sizes: list[float] | None) -> list[float] | None:
@@ -222,6 +243,65 @@ def _publish(store, name: str, digest: str) -> None:
     store.claim(name, digest)
 
 
+def _compute_and_publish(
+    store, place: _Place, run: str, round: int, inputs: list[Input], me: dict[str, Any]
+) -> str:
+    sizes = _weights(_check_sizes(inputs, f"round {round} of run {run!r}"))
+    exports = store.recall_each_digest([i.weights for i in inputs], lazy=True)
+    if sizes is None:
+        mean = fedavg(exports)
+    else:
+        mean = fedavg(zip(exports, sizes, strict=True))
+    who = store.put_value(me)
+    store.bind(f"{place.averaged}{who[:16]}", who)
+    record = {
+        "run": run,
+        "round": round,
+        "weights": store.put_value(mean),
+        "inputs": [
+            {"client": i.client, "weights": i.weights, "size": i.size, "record": i.record}
+            for i in inputs
+        ],
+        "averaged_by": me,
+    }
+    digest = store.put_value(record)
+    _publish(store, place.average, digest)
+    return store.resolve(place.average) or digest
+
+
+def _complete(here: list[int], clients: int) -> bool:
+    """The round is complete when every client is there; nobody goes on without one."""
+    return len(here) == clients
+
+
+def _wait(
+    store,
+    place: _Place,
+    *,
+    run: str,
+    round: int,
+    clients: int,
+    ready: Callable[[], list[Input] | None],
+    waiting_for: Callable[[], list[int]],
+    deadline: float | None,
+    backoff: Backoff,
+    sleep: Callable[[float], None],
+) -> str:
+    started = time.monotonic()
+    delays = backoff.delays()
+    me = holders.me(role="averaging", run=run, round=round)
+    while True:
+        published = store.resolve(place.average)
+        if published is not None:
+            return published
+        inputs = ready()
+        if inputs is not None and _claim_averaging(store, place, me):
+            return _compute_and_publish(store, place, run, round, inputs, me)
+        if deadline is not None and time.monotonic() - started > deadline:
+            _raise_past_deadline(store, place, run, round, clients, waiting_for(), deadline)
+        sleep(next(delays))
+
+
 def average_round(
     store,
     *,
@@ -232,7 +312,7 @@ def average_round(
     backoff: Backoff = Backoff(),
     sleep: Callable[[float], None] = time.sleep,
 ) -> str:
-    """Make sure round `round` has an average, and return its record's digest.
+    """Make sure round `round` has an average; the digest of its record.
 
     Waits for every client; then whoever gets the claim averages and publishes, and everyone
     else waits for what was published. A holder that is provably gone (its Slurm job ended,
@@ -242,33 +322,90 @@ def average_round(
     published. Going on without somebody is a policy, and not this function's to make.
     """
     _check_round(run, round, clients)
-    started = time.monotonic()
-    delays = backoff.delays()
-    me = holders.me(role="averaging", round=round)
-    while True:
-        published = store.resolve(average_name(run, round))
-        if published is not None:
-            return published
+
+    def ready() -> list[Input] | None:
         here = present(store, run, round, clients)
-        if _complete(here, clients) and _claim_averaging(store, run, round, me):
-            return _compute_and_publish(store, run, round, here, me)
-        if deadline is not None and time.monotonic() - started > deadline:
-            _raise_past_deadline(store, run, round, clients, here, deadline)
-        sleep(next(delays))
+        return _inputs_of_round(store, run, round, here) if _complete(here, clients) else None
+
+    def missing() -> list[int]:
+        here = present(store, run, round, clients)
+        return [k for k in range(clients) if k not in here]
+
+    return _wait(
+        store,
+        _place(run, round, None),
+        run=run,
+        round=round,
+        clients=clients,
+        ready=ready,
+        waiting_for=missing,
+        deadline=deadline,
+        backoff=backoff,
+        sleep=sleep,
+    )
+
+
+def inputs_key(inputs: Sequence[Input]) -> str:
+    """The digest of what an averaging is made of: each client's index, weights and size."""
+    listed = [[i.client, i.weights, i.size] for i in sorted(inputs, key=lambda i: i.client)]
+    return hashlib.sha256(codecs.canonical_json(listed)).hexdigest()
+
+
+def average_inputs(
+    store,
+    inputs: Sequence[Input],
+    *,
+    run: str,
+    round: int,
+    deadline: float | None = 3600.0,
+    backoff: Backoff = Backoff(),
+) -> str:
+    """Average exactly these clients' weights for round `round`, once; the record's digest.
+
+    What the workflow's averaging job calls: its inputs are what its client jobs reported.
+    A second job with the same inputs (a retry, another snakemake sharing the store) finds
+    the claim taken and waits for, then reuses, the published average.
+    """
+    inputs = sorted(inputs, key=lambda i: i.client)
+    if not inputs:
+        raise RoundError(f"round {round} of run {run!r}: nothing to average")
+    _check_round(run, round, len(inputs))
+    for i in inputs:
+        _check_size(i.size, i.client)
+        if not store.blob_path(i.weights).exists():
+            raise RoundError(f"client {i.client}: weights {i.weights} are not in the store")
+    _check_sizes(inputs, f"round {round} of run {run!r}")
+    return _wait(
+        store,
+        _place(run, round, inputs_key(inputs)),
+        run=run,
+        round=round,
+        clients=len(inputs),
+        ready=lambda: list(inputs),
+        waiting_for=list,
+        deadline=deadline,
+        backoff=backoff,
+        sleep=time.sleep,
+    )
 
 
 def _raise_past_deadline(
-    store, run: str, round: int, clients: int, here: list[int], deadline: float
+    store,
+    place: _Place,
+    run: str,
+    round: int,
+    clients: int,
+    missing: list[int],
+    deadline: float,
 ) -> None:
-    missing = [k for k in range(clients) if k not in here]
     if missing:
         raise RoundIncomplete(
             f"round {round} of run {run!r} is incomplete after {deadline:g}s: "
             f"client{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} never came "
-            f"({len(here)} of {clients} wrote)",
+            f"({clients - len(missing)} of {clients} wrote)",
             missing,
         )
-    latest = current_holder(store, run, round)
+    latest = _current_holder(store, place)
     holder = latest[1] if latest else {}
     raise AveragerDied(
         f"round {round} of run {run!r} is complete, but no average after {deadline:g}s: "
@@ -276,6 +413,11 @@ def _raise_past_deadline(
         "whoever claimed it died holding it, and nobody else will try while it may be alive",
         holder,
     )
+
+
+def weights_of_average(store, digest: str) -> Export:
+    """The mean weights an average record (by digest) names."""
+    return store.recall_digest(read_record(store, digest)["weights"])
 
 
 def gather(
@@ -299,4 +441,4 @@ def gather(
     digest = average_round(
         store, run=run, round=round, clients=clients, deadline=deadline, backoff=backoff
     )
-    return store.recall_digest(digest)["export"]
+    return weights_of_average(store, digest)

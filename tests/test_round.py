@@ -26,6 +26,7 @@ from soma.round import (
     client_name,
     contribute,
     gather,
+    weights_of_average,
 )
 from soma.store import Store
 
@@ -81,7 +82,7 @@ def test_a_client_that_arrives_after_the_average_finds_it_and_does_not_wait(tmp_
     started = time.monotonic()
     mean = gather(store, weights(9), run="r", round=0, clients=3, mine=0, deadline=0)
     assert time.monotonic() - started < 2
-    assert same(mean, store.recall(average_name("r", 0))["export"])
+    assert same(mean, weights_of_average(store, store.resolve(average_name("r", 0))))
 
 
 def test_two_runs_sharing_a_directory_are_two_runs_and_two_rounds_are_two_rounds(tmp_path) -> None:
@@ -158,8 +159,11 @@ def test_the_size_travels_in_the_record_and_the_average_weighs_by_it(tmp_path) -
     assert store.recall(client_name("r", 0, 1))["size"] == 1
     digest = average_round(store, run="r", round=0, clients=2, deadline=5, backoff=QUICK)
     record = store.recall_digest(digest)
-    assert same(record["export"], soma.fedavg([weights(1), weights(2)], sizes=[10, 1]))
+    assert same(
+        weights_of_average(store, digest), soma.fedavg([weights(1), weights(2)], sizes=[10, 1])
+    )
     assert [(i["client"], i["size"]) for i in record["inputs"]] == [(0, 10), (1, 1)]
+    assert [i["weights"] for i in record["inputs"]] == [store.put_value(weights(k)) for k in (1, 2)]
     assert [i["record"] for i in record["inputs"]] == [
         store.resolve(client_name("r", 0, k)) for k in range(2)
     ]
@@ -181,7 +185,7 @@ def test_no_sizes_means_equal_weights(tmp_path) -> None:
     for k in range(3):
         contribute(store, weights(k), run="r", round=0, clients=3, mine=k)
     digest = average_round(store, run="r", round=0, clients=3, deadline=5)
-    assert same(store.recall_digest(digest)["export"], soma.fedavg([weights(k) for k in range(3)]))
+    assert same(weights_of_average(store, digest), soma.fedavg([weights(k) for k in range(3)]))
 
 
 def test_a_client_that_rewrites_its_export_after_the_average_changes_nothing_published(
@@ -193,7 +197,7 @@ def test_a_client_that_rewrites_its_export_after_the_average_changes_nothing_pub
     digest = average_round(store, run="r", round=0, clients=2, deadline=5)
     contribute(store, weights(99), run="r", round=0, clients=2, mine=1)
     assert average_round(store, run="r", round=0, clients=2, deadline=0) == digest
-    assert same(store.recall_digest(digest)["export"], soma.fedavg([weights(0), weights(1)]))
+    assert same(weights_of_average(store, digest), soma.fedavg([weights(0), weights(1)]))
 
 
 @pytest.mark.parametrize(
@@ -259,10 +263,10 @@ def test_four_processes_one_folder_two_rounds(tmp_path) -> None:
         record = store.recall(average_name("ctl", r))
         assert [i["client"] for i in record["inputs"]] == [0, 1, 2, 3]
         expected = soma.fedavg(
-            [store.recall(client_name("ctl", r, k))["export"] for k in range(4)],
+            [store.recall_digest(i["weights"]) for i in record["inputs"]],
             sizes=[i["size"] for i in record["inputs"]],
         )
-        assert same(record["export"], expected)
+        assert same(store.recall_digest(record["weights"]), expected)
     evaluations = {json.dumps(ls[-1]["evaluation"]) for ls in lines}
     assert len(evaluations) == 1
 

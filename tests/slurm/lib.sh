@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034
 # Shared settings and helpers for start.sh / stop.sh. Sourced, not executed.
 # Everything the test cluster owns lives under $STATE.
 

@@ -107,7 +107,7 @@ NODE_LINE=$(slurmd -C | head -n 1)
 getkv() { printf '%s\n' "$NODE_LINE" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
 CPUS=$(getkv CPUs); SOCKETS=$(getkv SocketsPerBoard); CORES=$(getkv CoresPerSocket)
 THREADS=$(getkv ThreadsPerCore); MEM=$(getkv RealMemory)
-[ -n "$CPUS" ] && [ -n "$MEM" ] || die "could not parse 'slurmd -C': $NODE_LINE"
+{ [ -n "$CPUS" ] && [ -n "$MEM" ]; } || die "could not parse 'slurmd -C': $NODE_LINE"
 # Leave headroom: 1 GiB or 10%, whichever is larger.
 HEAD=$(( MEM / 10 > 1024 ? MEM / 10 : 1024 ))
 REALMEM=$(( MEM > HEAD + 512 ? MEM - HEAD : MEM / 2 ))

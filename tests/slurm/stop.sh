@@ -9,7 +9,13 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 PURGE=""
 pid_gone() { ! pid_alive "$1" "$2"; }
-no_jobs() { [ -z "$(squeue -h -t PD,R,CG,S -o %i 2>/dev/null)" ]; }
+# Jobs are gone, and the node has finished tearing their steps down.
+no_jobs() {
+    [ -z "$(squeue -h -t PD,R,CG,S,CF -o %i 2>/dev/null)" ] || return 1
+    case "$(sinfo -h -N -o %T 2>/dev/null | sort -u | tr '\n' ' ')" in
+        *alloc*|*mix*|*complet*) return 1 ;;
+    esac
+}
 [ "${1:-}" = "--purge" ] && PURGE=1
 
 if [ -d "$RUN" ]; then
@@ -17,10 +23,11 @@ if [ -d "$RUN" ]; then
     if alive slurmctld && command -v squeue >/dev/null; then
         jobs=$(squeue -h -t PD,R,CG,S -o %i 2>/dev/null || true)
         if [ -n "$jobs" ]; then
-            log "cancelling jobs: $(echo $jobs)"
+            # shellcheck disable=SC2086
+            log "cancelling jobs: $(printf "%s " $jobs)"
             # shellcheck disable=SC2086
             scancel $jobs 2>/dev/null || true
-            wait_for 20 "jobs to end" no_jobs || true
+            wait_for 30 "jobs to end" no_jobs || true
         fi
     fi
 
