@@ -8,11 +8,23 @@ from soma.errors import (
     LoadError,
     SomaError,
 )
+from soma.codecs import register_codec
 from soma.nodes import Elsewhere, Export, elsewhere, export, load
+from soma.round import AveragerDied, RoundError, RoundIncomplete, average_round, gather
+from soma.store import Store
+from soma.store_errors import StoreError
 from soma.training import TrainingRun
 
 __all__ = [
     "AggregationError",
+    "AveragerDied",
+    "RoundError",
+    "RoundIncomplete",
+    "Store",
+    "StoreError",
+    "average_round",
+    "gather",
+    "register_codec",
     "Elsewhere",
     "ElsewhereError",
     "Export",

@@ -106,30 +106,61 @@ def _check_like(first: Signature, other: State, index: int) -> None:
                 )
 
 
-def _start(first: State) -> dict[str, dict[str, torch.Tensor]]:
-    """The running mean after one export: a copy of it (floats widened), never the input."""
+class _Mean(dict):
+    """The running mean, node by node; `lent` names the keys still holding the first export's
+    own tensors (not copies), which the first fold replaces rather than writes into."""
+
+    lent: set[tuple[str, str]]
+
+
+def _start(first: State, lend: bool = False) -> _Mean:
+    """The running mean after one export: a copy of it (floats widened), never the input.
+
+    With `lend`, a float tensor already in its accumulator dtype is not copied but lent: the
+    first fold then writes the mean of the first two into a new tensor, one pass where a copy
+    and an in-place fold were two, and `_finish` copies whatever is still lent. Only for
+    exports that stay as they are until the end (a list); an iterator's may be dropped or
+    refilled once folded, so there the first one is copied.
+    """
+    mean = _Mean()
+    mean.lent = set()
     with torch.no_grad():
-        return {
-            node_id: {key: t.to(_accumulator_dtype(t.dtype), copy=True) for key, t in keys.items()}
-            for node_id, keys in first.items()
-        }
+        for node_id, keys in first.items():
+            mean[node_id] = {}
+            for key, t in keys.items():
+                widened = _accumulator_dtype(t.dtype)
+                if lend and widened == t.dtype and _averageable(t.dtype):
+                    mean[node_id][key] = t
+                    mean.lent.add((node_id, key))
+                else:
+                    mean[node_id][key] = t.to(widened, copy=True)
+    return mean
 
 
-def _fold(mean: dict[str, dict[str, torch.Tensor]], export: State, weight: float) -> None:
+def _fold(mean: _Mean, export: State, weight: float) -> None:
     """mean += weight * (export - mean), for what can be averaged; counts keep the first's."""
     if weight == 0.0:
         return
+    lent = getattr(mean, "lent", set())
     with torch.no_grad():
         for node_id, keys in mean.items():
             theirs = export[node_id]
-            for key, acc in keys.items():
+            for key, acc in list(keys.items()):
                 if _averageable(acc.dtype):
-                    acc.lerp_(theirs[key].to(acc.dtype), weight)
+                    if (node_id, key) in lent:  # not ours to write into: a new tensor
+                        keys[key] = torch.lerp(acc, theirs[key].to(acc.dtype), weight)
+                    else:
+                        acc.lerp_(theirs[key].to(acc.dtype), weight)
+    lent.clear()
 
 
-def _finish(mean: dict[str, dict[str, torch.Tensor]], first: Signature) -> Export:
+def _finish(mean: _Mean, first: Signature) -> Export:
+    lent = getattr(mean, "lent", set())
     return {
-        node_id: {key: acc.to(first[node_id][key][1]) for key, acc in keys.items()}
+        node_id: {
+            key: acc.clone() if (node_id, key) in lent else acc.to(first[node_id][key][1])
+            for key, acc in keys.items()
+        }
         for node_id, keys in mean.items()
     }
 
@@ -178,7 +209,7 @@ def fedavg(
             raise AggregationError(f"{len(sizes)} sizes for {len(exports)} exports")
         pairs = list(_pairs(exports, sizes))
         _check_all(pairs)
-        return _running_mean(iter(pairs))
+        return _running_mean(iter(pairs), lend=True)
     return _running_mean(_pairs(exports, sizes))
 
 
@@ -192,14 +223,14 @@ def _check_all(pairs: list[tuple[State, object]]) -> None:
         raise AggregationError("the sizes add up to zero: there is nothing to weigh by")
 
 
-def _running_mean(pairs: Iterator[tuple[State, object]]) -> Export:
+def _running_mean(pairs: Iterator[tuple[State, object]], lend: bool = False) -> Export:
     first: Signature | None = None
-    mean: dict[str, dict[str, torch.Tensor]] = {}
+    mean = _Mean()
     total = 0.0
     for index, (export, size) in enumerate(pairs):
         weight = _size_of(size, index)
         if first is None:
-            first, mean = _signature(export, 0), _start(export)
+            first, mean = _signature(export, 0), _start(export, lend)
         else:
             _check_like(first, export, index)
         total += weight

@@ -1,0 +1,138 @@
+"""Splitting a labelled training set among clients: pure numpy, deterministic from a seed.
+
+`partition(labels, clients, scheme, ...)` returns one sorted index array per client; together
+they cover every example exactly once (disjoint, union = all), and no client is empty. The
+schemes:
+
+- `iid`: a seeded shuffle cut into `clients` nearly equal parts.
+- `dirichlet`: for each class, proportions over the clients drawn from Dirichlet(`alpha`, ...,
+  `alpha`); small `alpha` (0.1) gives each client a few dominant classes, large `alpha` (100)
+  is close to iid. A client left empty by the draw takes one example from the largest client.
+- `labels_per_client`: each client holds exactly `labels_per_client` distinct classes (a seeded
+  permutation of the classes, dealt cyclically: client k holds positions k*n, ..., k*n + n - 1
+  modulo the number of classes), and each class's examples are shared equally among the
+  clients holding it. Every class must be held by someone, so clients * labels_per_client must
+  be at least the number of classes (10 clients x 2 labels covers 10 digits exactly twice).
+
+The same (labels, clients, scheme, parameters, seed) give the same partition in every process
+(numpy's `Generator`, PCG64, with one numpy installation).
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+SCHEMES = ("iid", "dirichlet", "labels_per_client")
+
+
+class PartitionError(ValueError):
+    """A partition cannot be made as asked; the message names the option at fault."""
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check(
+    scheme: str,
+    *,
+    alpha: float = 0.5,
+    labels_per_client: int = 2,
+    classes: int | None = None,
+) -> None:
+    """Refuse bad partition options by name, before any data is touched."""
+    if scheme not in SCHEMES:
+        raise PartitionError(f"partition {scheme!r} is unknown; choose one of {', '.join(SCHEMES)}")
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
+        raise PartitionError(f"alpha must be a number > 0, not {alpha!r}")
+    if not np.isfinite(float(alpha)) or float(alpha) <= 0:
+        raise PartitionError(f"alpha must be a finite number > 0, not {alpha!r}")
+    if not _is_int(labels_per_client) or labels_per_client < 1:
+        raise PartitionError(
+            f"labels_per_client must be an integer >= 1, not {labels_per_client!r}"
+        )
+    if scheme == "labels_per_client" and classes is not None and labels_per_client > classes:
+        raise PartitionError(
+            f"labels_per_client={labels_per_client} is more than the {classes} classes there are"
+        )
+
+
+def partition(
+    labels: np.ndarray,
+    clients: int,
+    scheme: str = "iid",
+    *,
+    alpha: float = 0.5,
+    labels_per_client: int = 2,
+    seed: int = 0,
+) -> list[np.ndarray]:
+    """One sorted index array per client: disjoint, covering every example, none empty."""
+    labels = np.asarray(labels)
+    if labels.ndim != 1:
+        raise PartitionError(f"labels must be one-dimensional, not of shape {labels.shape}")
+    classes = np.unique(labels)
+    check(scheme, alpha=alpha, labels_per_client=labels_per_client, classes=len(classes))
+    if not _is_int(clients) or clients < 1:
+        raise PartitionError(f"clients must be an integer >= 1, not {clients!r}")
+    if clients > len(labels):
+        raise PartitionError(
+            f"clients={clients} is more than the {len(labels)} examples: some would be empty"
+        )
+    if not _is_int(seed) or seed < 0:
+        raise PartitionError(f"seed must be an integer >= 0, not {seed!r}")
+    rng = np.random.default_rng(seed)
+    if scheme == "iid":
+        parts = np.array_split(rng.permutation(len(labels)), clients)
+    elif scheme == "dirichlet":
+        parts = _dirichlet(labels, classes, clients, float(alpha), rng)
+    else:
+        parts = _labels_per_client(labels, classes, clients, int(labels_per_client), rng)
+    return [np.sort(np.asarray(part, dtype=np.int64)) for part in parts]
+
+
+def _dirichlet(
+    labels: np.ndarray, classes: np.ndarray, clients: int, alpha: float, rng: np.random.Generator
+) -> list[np.ndarray]:
+    pieces: list[list[np.ndarray]] = [[] for _ in range(clients)]
+    for label in classes:
+        members = rng.permutation(np.flatnonzero(labels == label))
+        shares = rng.dirichlet(np.full(clients, alpha))
+        cuts = np.floor(np.cumsum(shares)[:-1] * len(members)).astype(np.int64)
+        for client, piece in enumerate(np.split(members, cuts)):
+            pieces[client].append(piece)
+    parts = [np.concatenate(p) for p in pieces]
+    # No empty client: each empty one takes one example (chosen by the seed) from the largest.
+    for client in range(clients):
+        if len(parts[client]) == 0:
+            donor = int(np.argmax([len(p) for p in parts]))
+            taken = int(rng.integers(len(parts[donor])))
+            parts[client] = parts[donor][taken : taken + 1]
+            parts[donor] = np.delete(parts[donor], taken)
+    return parts
+
+
+def _labels_per_client(
+    labels: np.ndarray, classes: np.ndarray, clients: int, n: int, rng: np.random.Generator
+) -> list[np.ndarray]:
+    if clients * n < len(classes):
+        raise PartitionError(
+            f"labels_per_client={n} with {clients} clients holds only {clients * n} of the "
+            f"{len(classes)} classes; the rest would belong to no client "
+            f"(need clients * labels_per_client >= {len(classes)})"
+        )
+    order = rng.permutation(classes)
+    held = [[order[(client * n + j) % len(classes)] for j in range(n)] for client in range(clients)]
+    pieces: list[list[np.ndarray]] = [[] for _ in range(clients)]
+    for label in classes:
+        holders = [client for client in range(clients) if label in held[client]]
+        members = rng.permutation(np.flatnonzero(labels == label))
+        if len(members) < len(holders):
+            raise PartitionError(
+                f"class {label.item()!r} has {len(members)} examples for {len(holders)} clients "
+                f"holding it: too many clients for labels_per_client={n}"
+            )
+        for client, piece in zip(holders, np.array_split(members, len(holders)), strict=True):
+            pieces[client].append(piece)
+    return [np.concatenate(p) for p in pieces]

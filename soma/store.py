@@ -1,0 +1,709 @@
+"""A content-addressed store on a shared folder: blobs by digest, names that point at them.
+
+    store = Store("/shared/cifar-store")
+    store.keep("cifar/round/3/client/0", {"export": trainer.export(), "size": 5000})
+    trainer.load(store.recall("cifar/round/3/average")["export"])
+
+Many Slurm jobs on many machines open the same folder (NFS, Lustre, GPFS, or a local
+disk); there is no server and no lock. Every file is written once and never changed:
+blobs are named by their bytes, and a name is changed only by replacing its file.
+
+Layout (format 1)::
+
+    <dir>/blobs/ab/abcdef...      a blob: its bytes, named by their sha256 (read-only file)
+    <dir>/names/cifar/round/3     a name: a file holding one digest and a newline
+    <dir>/tmp/<host>.<pid>.<tid>.<random>.<what>
+                                  files being written; nothing else writes there
+
+Every write goes: a new file in `tmp/`, write, fsync, then `link(2)` (a blob, a claim) or
+`rename(2)` (a bind) into its final place, then fsync of that folder. A process killed at
+any instant leaves at worst a file in `tmp/` (`sweep_temporaries` removes old ones), never
+a partial file under a final name. A folder on the way to a name is made (and its parent
+fsynced) the first time it is needed.
+
+The hash is sha256 (hashlib, OpenSSL): it is the digest everybody can check with
+`sha256sum`, it runs at about the speed of a disk (~1 GB/s a core), and nobody can make two
+blobs collide. Every read verifies it: a blob whose bytes no longer hash to its name is
+refused with its path and both digests (`CorruptBlob`).
+
+Bytes — `put(data) -> digest`, `get(digest) -> bytes`. Putting what is already there is
+one stat and no write.
+
+Names — `bind(name, digest)` points a name at a blob, replacing; `resolve(name)` is its
+digest or None; `bound(prefix)` lists names, sorted; `claim(name, digest)` takes the name
+only if nobody has it. Names are relative text paths (see `soma.names` for the rules); a
+name is a file, so it cannot also be the folder of other names: with `a/b` bound, `a/b/c`
+is refused (`NameConflict`), and the other way round. `bind` and `claim` refuse a digest
+the store does not have.
+
+Claiming — `claim` is `link(2)` of a temporary holding the digest onto the name: link fails
+when the name exists, which is the whole point (`rename` would replace it, and
+resolve-then-bind is a race). Following open(2)'s recipe for NFS, where a retransmitted
+LINK can report failure for a link that happened, any error from link is answered by
+stat-ing the temporary: a link count of 2 means the claim was ours. The temporary is
+removed, win or lose.
+
+Values — `keep(name, value) -> digest` and `recall(name)`, through `soma.codecs`: tensors
+as safetensors (a tensor-shaped dict, such as one node of an export, is its own blob, so an
+unchanged node is written once, ever), structure as canonical JSON; never pickle, so
+reading never runs code. `put_value`/`recall_digest` do the same by digest without a name, and
+`put_tensors`/`get_tensors` read and write one safetensors blob.
+
+Large values: keeping streams each tensor's own memory to the file while hashing it (no
+copy of the value is built). A blob is hashed first and written only if it is new, so an
+unchanged node costs one hash and not a byte written — on a network folder, not a byte on
+the wire. Nothing is known until the last byte is hashed, so keeping a new blob costs a
+hash *then* a write. `Store(dir, write_beside_hash=True)` instead writes a tensor blob of
+4 MB or more to its temporary while hashing it, on a local filesystem in a process with
+a second CPU (its affinity: a one-CPU Slurm task never does): if the blob turns out to be
+there already, the temporary is truncated and removed before it is ever flushed (no disk
+write, but a page-cache copy spent). It is off by default because on the 2-core VM it was
+measured on it gained nothing for a new blob (the hash and the copy compete for the same
+memory bandwidth) and cost a 1 GB blob already there ~3x its hash-only time; it never
+applies on a network folder, where dirty pages may reach the server before the truncate.
+
+Reading verifies at sha256's speed (~1 GB/s a core), the tensor blobs of one value side
+by side on up to 4 CPUs. `recall(name, lazy=True)` maps the blobs (copy-on-write mmap)
+after verifying them, so the tensors are file-backed pages the kernel can drop, not
+anonymous memory, and are writable without touching the file; `recall_each(names)` yields
+values one at a time (lazily by default), so
+`fedavg((r["export"], r["size"]) for r in store.recall_each(names))` holds one model and an
+accumulator, not N models. Lazy tensors are views of the blob files: the files must stay
+while the tensors are alive (the store never deletes a blob).
+
+What a network folder costs, in metadata round trips (NFS calls) per operation:
+
+- `resolve`: one open (LOOKUP + GETATTR for close-to-open) and a small READ; no blob read.
+- `bound(prefix)`: one READDIR(PLUS) per folder under the prefix; no file is opened.
+- `put` of a blob already there: one stat. A new blob:
+  CREATE, WRITEs, COMMIT (fsync), LINK, REMOVE, and the folder fsync; plus one MKDIR the
+  first time one of the 256 fan-out folders is used. `keep` is a put per tensor blob, one
+  for the record, and a `bind`.
+- `bind`: stat of the blob, CREATE+WRITE+COMMIT of the temporary, RENAME, folder fsync.
+- `claim`: the same with LINK instead of RENAME, a GETATTR only if LINK reports an error,
+  and the REMOVE of the temporary.
+- `get`/`recall`: OPEN, READs of the whole blob (verified), CLOSE.
+
+What it needs from the folder: link(2) and rename(2) atomic (NFSv3/v4, Lustre, GPFS are);
+close-to-open consistency, so a name written and closed on one machine reads right after
+an open on another (the NFS default; never mount with `nocto`). Caching: blobs never
+change, so caching them is always right; names do, and a client caches lookups and folder
+contents for up to `acdirmax` (60 s by default), so a machine polling `resolve`/`bound` for
+names made elsewhere should mount with `lookupcache=positive` (a name that appears is seen
+at the next poll) and a short `acdirmin`/`acdirmax` (e.g. `actimeo=1`); `noac` works but
+makes every write synchronous. A lazy recall over NFS maps the file: if a blob were deleted
+on the server while mapped, touching an evicted page would be SIGBUS.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import mmap
+import os
+import queue
+import secrets
+import stat
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+from soma import codecs, tensorfile
+from soma.codecs import register_codec, unregister_codec
+from soma.names import check_name, split_prefix
+from soma.store_errors import (
+    BadBlob,
+    BadDigest,
+    BadName,
+    CorruptBlob,
+    CorruptName,
+    NameConflict,
+    NoCodec,
+    NotText,
+    StoreError,
+    UnknownDigest,
+    UnknownName,
+)
+
+__all__ = [
+    "Store",
+    "check_digest",
+    "register_codec",
+    "unregister_codec",
+    "StoreError",
+    "BadName",
+    "NameConflict",
+    "BadDigest",
+    "UnknownDigest",
+    "UnknownName",
+    "CorruptBlob",
+    "CorruptName",
+    "BadBlob",
+    "NoCodec",
+    "NotText",
+]
+
+_HEX = frozenset("0123456789abcdef")
+# With write_beside_hash, a tensor blob at least this large is written while it is hashed.
+_SPECULATE_FROM = 4 << 20
+
+
+# Filesystems where a temporary that is truncated and removed before it is flushed never
+# costs a disk write; on anything else (NFS, Lustre, GPFS, CIFS, FUSE...) dirty pages may
+# reach the server early, so write_beside_hash does not apply there.
+_LOCAL_FILESYSTEMS = frozenset(
+    {"ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "f2fs", "tmpfs", "ramfs", "overlay"}
+)
+
+
+def _filesystem(path: Path) -> str:
+    """The type of the filesystem `path` is on (Linux /proc/self/mountinfo; '' if unknown)."""
+    try:
+        with open("/proc/self/mountinfo") as f:
+            mounts = [line.split() for line in f]
+    except OSError:  # pragma: no cover - not Linux
+        return ""
+    target, best, kind = os.path.realpath(path), -1, ""
+    for fields in mounts:
+        point = fields[4].encode().decode("unicode_escape")  # \040 is a space in mountinfo
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) > best and "-" in fields:
+            best, kind = len(point), fields[fields.index("-") + 1]
+    return kind
+
+
+def _cpus() -> int:
+    """The CPUs this process may run on (a Slurm task's cgroup/affinity, not the machine's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def check_digest(digest: object) -> str:
+    if not isinstance(digest, str) or len(digest) != 64 or not set(digest) <= _HEX:
+        raise BadDigest(f"not a digest (64 lowercase hex characters): {digest!r}")
+    return digest
+
+
+class _Beside(threading.Thread):
+    """Runs `fn` on each chunk fed to it, in its own thread, in order.
+
+    hashlib and os.write/readinto release the GIL on large buffers, so the chunk's other
+    use in the feeding thread runs at the same time. After an error it keeps draining
+    (so the feeder never blocks) and `finish` raises it; `stop()` skips what is queued.
+    """
+
+    _END = object()
+
+    def __init__(self, fn: Callable[[memoryview], object], depth: int = 8) -> None:
+        super().__init__(daemon=True)
+        self._fn = fn
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._stopped = threading.Event()
+        self.error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is self._END:
+                return
+            if self.error is None and not self._stopped.is_set():
+                try:
+                    self._fn(item)
+                except BaseException as exc:  # noqa: BLE001 - re-raised by finish()
+                    self.error = exc
+
+    def feed(self, chunk: memoryview) -> None:
+        self._queue.put(chunk)
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def finish(self) -> None:
+        self._queue.put(self._END)
+        self.join()
+        if self.error is not None:
+            raise self.error
+
+
+def _write_all(fd: int, data: memoryview) -> None:
+    while len(data):
+        written = os.write(fd, data)
+        data = data[written:]
+
+
+class Store:
+    """A content-addressed store in `directory` (made if missing). See the module docs.
+
+    `write_beside_hash`: on a local filesystem with a second CPU, write a new large tensor
+    blob while it is hashed instead of after (see "Large values" in the module docs).
+    """
+
+    def __init__(
+        self, directory: str | os.PathLike[str], *, write_beside_hash: bool = False
+    ) -> None:
+        self.directory = Path(os.path.abspath(os.fspath(directory)))
+        self._blobs = self.directory / "blobs"
+        self._names = self.directory / "names"
+        self._tmp = self.directory / "tmp"
+        for folder in (self.directory, self._blobs, self._names, self._tmp):
+            folder.mkdir(parents=True, exist_ok=True)
+        self._host = "".join(c if c.isalnum() or c in "-_" else "_" for c in os.uname().nodename)
+        # see "Large values" in the module docs; only ever on a local filesystem
+        self._beside = write_beside_hash and _filesystem(self.directory) in _LOCAL_FILESYSTEMS
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.directory)!r})"
+
+    # --- bytes -----------------------------------------------------------------------
+
+    def put(self, data: bytes | bytearray | memoryview) -> str:
+        """Keep `data` as a blob; its sha256 hex digest. Already there: no write at all."""
+        view = memoryview(data).cast("B")
+        digest = hashlib.sha256(view).hexdigest()
+        if not self.blob_path(digest).exists():
+            fd, tmp = self._temp("blob")
+            try:
+                _write_all(fd, view)
+            except BaseException:
+                self._abandon(fd, tmp)
+                raise
+            self._install(fd, tmp, digest)
+        return digest
+
+    def get(self, digest: str) -> bytes:
+        """The bytes of blob `digest`, verified against it."""
+        path = self._existing(digest)
+        with open(path, "rb") as f:
+            data = f.read()
+        self._verify(path, digest, hashlib.sha256(data).hexdigest())
+        return data
+
+    def blob_path(self, digest: str) -> Path:
+        """Where blob `digest` is (or would be)."""
+        digest = check_digest(digest)
+        return self._blobs / digest[:2] / digest
+
+    # --- names -----------------------------------------------------------------------
+
+    def bind(self, name: str, digest: str) -> None:
+        """Point `name` at blob `digest`, replacing what it pointed at, atomically."""
+        check_name(name)
+        self._existing(digest, f"cannot bind {name!r}: ")
+        tmp = self._small_temp(digest, "bind")
+        target = self._names / name
+        try:
+            self._placing(name, lambda: os.rename(tmp, target))
+        finally:
+            _unlink_quietly(tmp)
+        self._fsync_dir(target.parent)
+
+    def claim(self, name: str, digest: str) -> bool:
+        """Point `name` at `digest` if nobody has it: True if this call took it, else False.
+
+        link(2) of a temporary onto the name, never rename and never resolve-then-bind;
+        on any error from link the temporary's link count says whether it happened (NFS).
+        """
+        check_name(name)
+        self._existing(digest, f"cannot claim {name!r}: ")
+        tmp = self._small_temp(digest, "claim")
+        target = self._names / name
+
+        def link() -> bool:
+            try:
+                os.link(tmp, target)
+                return True
+            except OSError as exc:
+                if os.stat(tmp).st_nlink == 2:
+                    return True
+                if exc.errno == errno.EEXIST and target.is_dir():
+                    raise IsADirectoryError(errno.EISDIR, "is a folder", str(target)) from None
+                if exc.errno == errno.EEXIST:
+                    return False
+                raise
+
+        try:
+            won = self._placing(name, link)
+        finally:
+            _unlink_quietly(tmp)
+        if won:
+            self._fsync_dir(target.parent)
+        return won
+
+    def resolve(self, name: str) -> str | None:
+        """The digest `name` points at, or None. One small file read; never a blob."""
+        check_name(name)
+        path = self._names / name
+        for attempt in range(3):
+            try:
+                with open(path, "rb") as f:
+                    data = f.read(128)
+                break
+            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+                return None
+            except OSError as exc:  # a file replaced on another NFS client: look it up again
+                if exc.errno != errno.ESTALE or attempt == 2:
+                    raise
+        text = data.decode("ascii", errors="replace").strip()
+        try:
+            return check_digest(text)
+        except BadDigest:
+            raise CorruptName(f"name file {path} does not hold a digest: {data[:80]!r}") from None
+
+    def bound(self, prefix: str = "") -> list[str]:
+        """The names starting with `prefix` (a plain text prefix), sorted.
+
+        `bound("cifar/round/3/")` lists that round; `bound("cifar/round/3")` also has
+        round 30. Reads folders only (one listing per folder under the prefix).
+        """
+        whole, partial = split_prefix(prefix)
+        found: list[str] = []
+
+        def walk(folder: Path, above: str, first: bool) -> None:
+            try:
+                entries = os.scandir(folder)
+            except (FileNotFoundError, NotADirectoryError):
+                return
+            with entries:
+                for entry in entries:
+                    if entry.name.startswith(".") or (first and not entry.name.startswith(partial)):
+                        continue
+                    if entry.is_dir(follow_symlinks=False):
+                        walk(Path(entry.path), f"{above}{entry.name}/", False)
+                    else:
+                        found.append(f"{above}{entry.name}")
+
+        walk(self._names.joinpath(*whole), "".join(f"{s}/" for s in whole), True)
+        return sorted(found)
+
+    # --- values ----------------------------------------------------------------------
+
+    def keep(self, name: str, value: object) -> str:
+        """Keep `value` (see soma.codecs) and bind `name` to it; the record's digest."""
+        check_name(name)
+        digest = self.put_value(value)
+        self.bind(name, digest)
+        return digest
+
+    def recall(self, name: str, *, lazy: bool = False) -> object:
+        """The value `name` was kept with. `lazy`: tensors map the verified blob files."""
+        digest = self.resolve(name)
+        if digest is None:
+            raise UnknownName(f"no name {name!r} in {self}")
+        return self.recall_digest(digest, lazy=lazy)
+
+    def recall_each(self, names: Iterable[str], *, lazy: bool = True) -> Iterator[object]:
+        """The values of `names`, one at a time, each recalled only when asked for.
+
+        Lazy by default: with the previous value dropped, a loop over N exports holds the
+        one being used (as file-backed pages), never N.
+        """
+        for name in names:
+            yield self.recall(name, lazy=lazy)
+
+    def recall_each_digest(self, digests: Iterable[str], *, lazy: bool = True) -> Iterator[object]:
+        """`recall_each` by record digest instead of by name."""
+        for digest in digests:
+            yield self.recall_digest(digest, lazy=lazy)
+
+    def put_value(self, value: object) -> str:
+        """Keep `value` without a name; the digest of its record."""
+        encoded = codecs.encode(value)  # all of it checked before anything is written
+        for ref, tensors in encoded.maps:
+            ref["$tensors"] = self._put_plan(tensorfile.plan(tensors))
+        loose = self._put_plan(tensorfile.plan(encoded.loose_map())) if encoded.loose else None
+        return self.put(codecs.record_bytes(encoded.tree, loose))
+
+    def recall_digest(self, digest: str, *, lazy: bool = False) -> object:
+        """The value whose record is blob `digest`."""
+        where = str(self.blob_path(digest))
+        tree, loose_digest = codecs.parse_record(self.get(digest), where)
+        wanted = list(dict.fromkeys(codecs.references(tree)))
+        for d in wanted + ([loose_digest] if loose_digest else []):
+            try:
+                check_digest(d)
+            except BadDigest:
+                raise BadBlob(f"blob {where} refers to {d!r}, which is not a digest") from None
+        first = dict(zip(wanted, self._read_many(wanted, lazy), strict=True))
+        loose: list[dict[str, torch.Tensor]] = []
+
+        def tensors(d: str) -> dict[str, torch.Tensor]:
+            # a blob met twice (two equal nodes) is read twice: two values, not one aliased
+            return first.pop(d) if d in first else self.get_tensors(d, lazy=lazy)
+
+        def loose_tensors() -> dict[str, torch.Tensor]:
+            if not loose:
+                if loose_digest is None:
+                    raise BadBlob(f"blob {where} has loose tensors but no 'tensors' blob")
+                loose.append(self.get_tensors(loose_digest, lazy=lazy))
+            return loose[0]
+
+        return codecs.decode(tree, where, tensors, loose_tensors)
+
+    def put_tensors(self, tensors: dict[str, torch.Tensor]) -> str:
+        """Keep one map of text to tensors as one safetensors blob; its digest."""
+        return self._put_plan(tensorfile.plan(codecs.check_tensor_map(tensors, "tensors")))
+
+    def get_tensors(self, digest: str, *, lazy: bool = False) -> dict[str, torch.Tensor]:
+        """The tensors of safetensors blob `digest`, verified, then checked before use.
+
+        Eager: one read into memory the tensors share. Lazy: a copy-on-write mmap of the
+        file, so the pages are the file's until a tensor is written to.
+        """
+        path = self._existing(digest)
+        base = self._read_verified(path, digest, lazy)
+        entries = tensorfile.read_header(memoryview(base.numpy()), str(path))
+        return tensorfile.tensors_from(base, entries, str(path))
+
+    # --- housekeeping ----------------------------------------------------------------
+
+    def sweep_temporaries(self, older_than: float = 24 * 3600.0) -> int:
+        """Remove temporaries untouched for `older_than` seconds (left by killed writers)."""
+        removed, cutoff = 0, time.time() - older_than
+        with os.scandir(self._tmp) as entries:
+            for entry in entries:
+                try:
+                    if entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                        os.unlink(entry.path)
+                        removed += 1
+                except FileNotFoundError:
+                    pass
+        return removed
+
+    # --- inside ----------------------------------------------------------------------
+
+    def _existing(self, digest: str, context: str = "") -> Path:
+        path = self.blob_path(digest)
+        if not path.exists():
+            raise UnknownDigest(f"{context}no blob {digest} in {self}")
+        return path
+
+    @staticmethod
+    def _verify(path: Path, expected: str, actual: str) -> None:
+        if actual != expected:
+            raise CorruptBlob(str(path), expected, actual)
+
+    def _temp(self, what: str) -> tuple[int, str]:
+        name = f"{self._host}.{os.getpid()}.{threading.get_ident()}.{secrets.token_hex(6)}.{what}"
+        path = os.path.join(self._tmp, name)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+        try:
+            return os.open(path, flags, 0o666), path
+        except FileNotFoundError:  # tmp/ removed by hand: make it again
+            self._tmp.mkdir(exist_ok=True)
+            return os.open(path, flags, 0o666), path
+
+    def _seal(self, fd: int) -> None:
+        """fsync and make read-only (as the umask allowed it readable), then close."""
+        try:
+            os.fsync(fd)
+            os.fchmod(fd, stat.S_IMODE(os.fstat(fd).st_mode) & ~0o222)
+        finally:
+            os.close(fd)
+
+    def _small_temp(self, digest: str, what: str) -> str:
+        fd, tmp = self._temp(what)
+        try:
+            _write_all(fd, memoryview(f"{digest}\n".encode("ascii")))
+        except BaseException:
+            self._abandon(fd, tmp)
+            raise
+        self._seal(fd)
+        return tmp
+
+    @staticmethod
+    def _abandon(fd: int, tmp: str) -> None:
+        """Drop a temporary without ever flushing it: truncate (the dirty pages go), close."""
+        try:
+            os.ftruncate(fd, 0)
+        finally:
+            os.close(fd)
+            _unlink_quietly(tmp)
+
+    def _install(self, fd: int, tmp: str, digest: str) -> None:
+        """Seal the temporary and link it in as blob `digest` (someone else's is as good)."""
+        try:
+            self._seal(fd)
+            final = self.blob_path(digest)
+            for attempt in (0, 1):
+                try:
+                    os.link(tmp, final)
+                    break
+                except FileExistsError:
+                    return  # the same bytes, put by somebody else
+                except FileNotFoundError:
+                    if attempt:
+                        raise
+                    self._mkdir(final.parent)
+                except OSError:
+                    if os.stat(tmp).st_nlink == 2:  # NFS: the link happened
+                        break
+                    raise
+            self._fsync_dir(final.parent)
+        finally:
+            _unlink_quietly(tmp)
+
+    def _put_plan(self, plan: tensorfile.TensorPlan) -> str:
+        """Write a planned safetensors blob: hash and write side by side (large), or hash
+        first and write only if new (small)."""
+        if plan.nbytes < _SPECULATE_FROM or not self._beside or _cpus() < 2:
+            h = hashlib.sha256()
+            for chunk in plan.chunks():
+                h.update(chunk)
+            digest = h.hexdigest()
+            if self.blob_path(digest).exists():
+                return digest
+            fd, tmp = self._temp("blob")
+            try:
+                for chunk in plan.chunks():
+                    _write_all(fd, chunk)
+            except BaseException:
+                self._abandon(fd, tmp)
+                raise
+            self._install(fd, tmp, digest)
+            return digest
+        fd, tmp = self._temp("blob")
+        writer = _Beside(lambda chunk: _write_all(fd, chunk))
+        h = hashlib.sha256()
+        try:
+            for chunk in plan.chunks():
+                writer.feed(chunk)
+                h.update(chunk)
+        except BaseException:
+            writer.stop()
+            try:
+                writer.finish()
+            finally:
+                self._abandon(fd, tmp)
+            raise
+        digest = h.hexdigest()
+        there = self.blob_path(digest).exists()
+        if there:
+            writer.stop()  # what is still queued is never written
+        try:
+            writer.finish()
+        except BaseException:
+            self._abandon(fd, tmp)
+            if there:
+                return digest
+            raise
+        if there:
+            self._abandon(fd, tmp)
+        else:
+            self._install(fd, tmp, digest)
+        return digest
+
+    def _read_verified(self, path: Path, digest: str, lazy: bool) -> torch.Tensor:
+        """The whole blob as one uint8 tensor, verified: a view of a copy-on-write mmap of
+        the file (lazy), or memory of its own read while the hash runs beside (eager)."""
+        h = hashlib.sha256()
+        with open(path, "rb", buffering=0) as f:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:
+                base = torch.empty(0, dtype=torch.uint8)
+            elif lazy:
+                mapped = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY)
+                mapped.madvise(mmap.MADV_SEQUENTIAL)
+                with memoryview(mapped) as view:
+                    for start in range(0, size, tensorfile.CHUNK):
+                        h.update(view[start : start + tensorfile.CHUNK])
+                mapped.madvise(mmap.MADV_NORMAL)
+                base = torch.frombuffer(mapped, dtype=torch.uint8)
+            else:
+                base = torch.empty(size, dtype=torch.uint8)  # not zeroed: read fills it
+                view = memoryview(base.numpy())
+                hasher = _Beside(h.update)
+                start = 0
+                try:
+                    while start < size:
+                        got = f.readinto(view[start : start + tensorfile.CHUNK])
+                        if not got:
+                            break
+                        hasher.feed(view[start : start + got])
+                        start += got
+                finally:
+                    hasher.finish()
+                base = base[:start]
+        self._verify(path, digest, h.hexdigest())
+        return base
+
+    def _read_many(self, digests: list[str], lazy: bool) -> list[dict[str, torch.Tensor]]:
+        """Several tensor blobs, verified side by side (sha256 is one core per blob)."""
+        workers = min(len(digests), _cpus(), 4)
+        if workers <= 1:
+            return [self.get_tensors(d, lazy=lazy) for d in digests]
+        with ThreadPoolExecutor(workers) as pool:
+            return list(pool.map(lambda d: self.get_tensors(d, lazy=lazy), digests))
+
+    def _placing(self, name: str, place: Callable[[], bool | None]) -> bool | None:
+        """Run `place` (a link or rename onto names/<name>), making its folders on demand
+        and turning "a name is a folder" or "a folder is a name" into `NameConflict`."""
+        try:
+            try:
+                return place()
+            except FileNotFoundError:
+                self._make_parents(name)
+                return place()
+        except NotADirectoryError:
+            raise self._conflict_above(name) from None
+        except IsADirectoryError:
+            below = self.bound(name + "/")
+            example = f" (e.g. {below[0]!r})" if below else " (an empty folder: remove it)"
+            raise NameConflict(
+                f"{name!r} is a folder of names{example}; a name cannot also be a folder"
+            ) from None
+
+    def _conflict_above(self, name: str) -> NameConflict:
+        segments = name.split("/")
+        for i in range(1, len(segments)):
+            above = "/".join(segments[:i])
+            if (self._names / above).is_file():
+                return NameConflict(
+                    f"{name!r} cannot be a name: {above!r} is one, and a name cannot also be "
+                    "a folder of names"
+                )
+        return NameConflict(f"{name!r} cannot be a name: a folder on its path is a file")
+
+    def _make_parents(self, name: str) -> None:
+        segments = name.split("/")
+        for i in range(1, len(segments)):
+            self._mkdir(self._names.joinpath(*segments[:i]), name)
+
+    def _mkdir(self, folder: Path, name: str | None = None) -> None:
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            if not folder.is_dir():
+                if name is None:
+                    raise
+                raise self._conflict_above(name) from None
+            return
+        except NotADirectoryError:
+            if name is None:
+                raise
+            raise self._conflict_above(name) from None
+        self._fsync_dir(folder.parent)
+
+    @staticmethod
+    def _fsync_dir(folder: Path) -> None:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        except OSError as exc:  # some filesystems cannot fsync a folder; nothing to do then
+            if exc.errno not in (errno.EINVAL, errno.ENOTSUP):
+                raise
+        finally:
+            os.close(fd)
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

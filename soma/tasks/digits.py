@@ -1,0 +1,397 @@
+"""Handwritten digits: the workflow's default task (scikit-learn's bundled 8x8 digits, offline).
+
+The 1797 images are split once into training and test sets (stratified, `split_seed`,
+`test_fraction`) and scaled with statistics of the training set only (`scale`: `standard`,
+per-pixel mean and standard deviation, or `unit`, /16). The training set is shared among the
+clients by `soma.partition` (`partition`, `alpha`, `labels_per_client`, `partition_seed`); a
+client's shard depends on (clients, those options) only, so every process computes the same
+one. The model is named nodes: `softmax` is {"out": Linear(64, 10)}, `mlp` is
+{"hidden": Linear(64, hidden), "act": ReLU, "out": Linear(hidden, 10)}. Local training is
+`epochs` epochs of minibatch SGD (lr, momentum, batch_size) with cross-entropy, shuffled by
+the caller's seed; `evaluate` gives accuracy and loss on the test set. On CPU with one thread
+(the workflow's `threads: 1`; the thread count is left to the caller), the same seed gives
+bit-identical weights.
+
+The defaults are tuned for the workflow's `snakemake --cores 2` run, where each (round,
+client) training is a process of its own: 10 clients holding two digits each, 10 rounds
+(about 0.95 test accuracy, against about 0.25 for a client trained alone). A process that
+trains pays for importing torch (about 2 s) and little else: neither scikit-learn nor
+`torch.optim` (which imports `torch._dynamo`, another 2 s) is imported.
+
+    python -m soma.tasks.digits --simulate --clients 10 --rounds 10
+
+runs the federation in one process and prints it beside the two baselines (each client alone,
+and all the data centralized, both for rounds x epochs epochs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import importlib.util
+import json
+import numbers
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from soma import partition as partitions
+from soma.aggregate import fedavg
+from soma.nodes import export, load
+from soma.tasks import TaskError
+
+CLASSES = 10
+FEATURES = 64
+MODELS = ("mlp", "softmax")
+SCALES = ("standard", "unit")
+STD_FLOOR = 0.1  # in units of the /16 scale
+
+Data = tuple[torch.Tensor, torch.Tensor]
+
+
+@functools.lru_cache(maxsize=1)
+def _read_digits() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's bundled digits (1797 x 64 pixels in 0..16, and the labels).
+
+    Read straight from the CSV that scikit-learn ships, which is what `load_digits` reads:
+    importing `sklearn.datasets` costs about 2 s, paid by every (round, client) process.
+    """
+    spec = importlib.util.find_spec("sklearn")  # finds the package without importing it
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    for location in locations:
+        path = Path(location, "datasets", "data", "digits.csv.gz")
+        if path.is_file():
+            table = np.loadtxt(path, delimiter=",")
+            inputs, labels = table[:, :-1], table[:, -1].astype(np.int64)
+            break
+    else:
+        from sklearn.datasets import load_digits  # the file moved: ask scikit-learn
+
+        inputs, labels = load_digits(return_X_y=True)
+        inputs, labels = np.array(inputs, dtype=np.float64), np.array(labels, dtype=np.int64)
+    inputs.setflags(write=False)
+    labels.setflags(write=False)
+    return inputs, labels
+
+
+def split_rows(split_seed: int = 0, test_fraction: float = 0.25) -> tuple[np.ndarray, np.ndarray]:
+    """The (training, test) rows of the 1797 images: a stratified split, fixed by the seed.
+
+    round(test_fraction * n) of each digit's n images (at least one, never all) go to the test
+    set, chosen by `split_seed`; both keep the images' original order.
+    """
+    labels = _read_digits()[1]
+    rng = np.random.default_rng(split_seed)
+    test = np.zeros(len(labels), dtype=bool)
+    for label in np.unique(labels):
+        members = rng.permutation(np.flatnonzero(labels == label))
+        count = min(max(int(round(test_fraction * len(members))), 1), len(members) - 1)
+        test[members[:count]] = True
+    return np.flatnonzero(~test), np.flatnonzero(test)
+
+
+@functools.lru_cache(maxsize=8)
+def _split(split_seed: int, test_fraction: float, scale: str) -> tuple[np.ndarray, ...]:
+    """(train inputs, train labels, test inputs, test labels), the inputs scaled.
+
+    Scaling is fitted on the training set only: `unit` is /16 (pixels in [0, 1]); `standard`
+    then subtracts each pixel's training mean and divides by its training standard deviation,
+    floored at STD_FLOOR so that border pixels almost always blank are not blown up.
+    """
+    inputs, labels = _read_digits()
+    train, test = split_rows(split_seed, test_fraction)
+    train_x, test_x = inputs[train] / 16.0, inputs[test] / 16.0
+    if scale == "standard":
+        mean = train_x.mean(axis=0)
+        std = np.maximum(train_x.std(axis=0), STD_FLOOR)
+        train_x, test_x = (train_x - mean) / std, (test_x - mean) / std
+    split = train_x, labels[train], test_x, labels[test]
+    for array in split:
+        array.setflags(write=False)
+    return split
+
+
+def _tensors(inputs: np.ndarray, labels: np.ndarray) -> Data:
+    return (
+        torch.tensor(inputs, dtype=torch.float32),
+        torch.tensor(labels, dtype=torch.int64),
+    )
+
+
+def _integer(name: str, value: object, *, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+        raise TaskError(f"digits option {name} must be an integer >= {low}, not {value!r}")
+
+
+def _number(name: str, value: object, *, low: float, high: float, closed: str) -> None:
+    """A real number in an interval: closed is '[)', '()', '[]' or '(]'."""
+    ok = not isinstance(value, bool) and isinstance(value, numbers.Real)
+    if ok:
+        v = float(value)
+        ok = np.isfinite(v) and (v >= low if closed[0] == "[" else v > low)
+        ok = ok and (v <= high if closed[1] == "]" else v < high)
+    if not ok:
+        raise TaskError(
+            f"digits option {name} must be a number in {closed[0]}{low}, {high}{closed[1]}, "
+            f"not {value!r}"
+        )
+
+
+@dataclass
+class DigitsTask:
+    partition: str = "labels_per_client"
+    alpha: float = 0.5
+    labels_per_client: int = 2
+    model: str = "softmax"
+    hidden: int = 32
+    lr: float = 0.1
+    momentum: float = 0.9
+    epochs: int = 2
+    batch_size: int = 16
+    split_seed: int = 0
+    partition_seed: int = 0
+    test_fraction: float = 0.25
+    scale: str = "standard"
+    _shards: dict[int, list[np.ndarray]] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.partition not in partitions.SCHEMES:
+            raise TaskError(
+                f"digits option partition={self.partition!r} is unknown; "
+                f"choose one of {', '.join(partitions.SCHEMES)}"
+            )
+        _number("alpha", self.alpha, low=0, high=float("inf"), closed="()")
+        _integer("labels_per_client", self.labels_per_client, low=1)
+        if self.labels_per_client > CLASSES:
+            raise TaskError(
+                f"digits option labels_per_client={self.labels_per_client} is more than the "
+                f"{CLASSES} digits there are"
+            )
+        if self.model not in MODELS:
+            raise TaskError(
+                f"digits option model={self.model!r} is unknown; choose one of {', '.join(MODELS)}"
+            )
+        _integer("hidden", self.hidden, low=1)
+        _number("lr", self.lr, low=0, high=float("inf"), closed="()")
+        _number("momentum", self.momentum, low=0, high=1, closed="[)")
+        _integer("epochs", self.epochs, low=1)
+        _integer("batch_size", self.batch_size, low=1)
+        _integer("split_seed", self.split_seed, low=0)
+        _integer("partition_seed", self.partition_seed, low=0)
+        _number("test_fraction", self.test_fraction, low=0, high=1, closed="()")
+        if self.scale not in SCALES:
+            raise TaskError(
+                f"digits option scale={self.scale!r} is unknown; choose one of {', '.join(SCALES)}"
+            )
+        train_x, train_y, test_x, test_y = _split(
+            self.split_seed, float(self.test_fraction), self.scale
+        )
+        self.train_labels = train_y
+        self._train = _tensors(train_x, train_y)
+        self._test = _tensors(test_x, test_y)
+
+    # -- the Task protocol ---------------------------------------------------------------
+
+    def nodes(self, seed: int) -> dict[str, nn.Module]:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            if self.model == "softmax":
+                return {"out": nn.Linear(FEATURES, CLASSES)}
+            return {
+                "hidden": nn.Linear(FEATURES, self.hidden),
+                "act": nn.ReLU(),
+                "out": nn.Linear(self.hidden, CLASSES),
+            }
+
+    def indices(self, client: int, clients: int) -> np.ndarray:
+        """Client `client`'s rows of the training set (of `clients`), sorted."""
+        _integer("clients", clients, low=1)
+        if isinstance(client, bool) or not isinstance(client, numbers.Integral):
+            raise TaskError(f"client must be an integer, not {client!r}")
+        if not 0 <= client < clients:
+            raise TaskError(
+                f"client {client} is not one of the {clients} clients (0..{clients - 1})"
+            )
+        if clients not in self._shards:
+            self._shards[clients] = partitions.partition(
+                self.train_labels,
+                clients,
+                self.partition,
+                alpha=float(self.alpha),
+                labels_per_client=self.labels_per_client,
+                seed=self.partition_seed,
+            )
+        return self._shards[clients][client]
+
+    def shard(self, client: int, clients: int) -> Data:
+        rows = torch.as_tensor(self.indices(client, clients))
+        return self._train[0][rows], self._train[1][rows]
+
+    def everything(self) -> Data:
+        return self._train
+
+    def size(self, data: Data) -> int:
+        return len(data[0])
+
+    def train(self, nodes: Mapping[str, nn.Module], data: Data, *, seed: int) -> dict[str, float]:
+        """`epochs` epochs of minibatch SGD with momentum, batches shuffled by `seed`.
+
+        The same arithmetic as `torch.optim.SGD` (momentum buffer started at the first
+        gradient, no dampening), written out because constructing any `torch.optim` optimizer
+        imports `torch._dynamo`, about 2 s in every (round, client) process. The momentum
+        buffers live for this call only and are never exported.
+        """
+        inputs, labels = data
+        parameters = [p for node in nodes.values() for p in node.parameters()]
+        buffers: list[torch.Tensor | None] = [None] * len(parameters)
+        lr, momentum = float(self.lr), float(self.momentum)
+        shuffle = torch.Generator().manual_seed(seed)
+        for node in nodes.values():
+            node.train(True)
+        total, steps = 0.0, 0
+        for _ in range(self.epochs):
+            order = torch.randperm(len(inputs), generator=shuffle)
+            for start in range(0, len(inputs), self.batch_size):
+                batch = order[start : start + self.batch_size]
+                for parameter in parameters:
+                    parameter.grad = None
+                loss = nn.functional.cross_entropy(_forward(nodes, inputs[batch]), labels[batch])
+                loss.backward()
+                with torch.no_grad():
+                    for i, parameter in enumerate(parameters):
+                        step = parameter.grad
+                        if step is None:
+                            continue
+                        if momentum:
+                            if buffers[i] is None:
+                                buffers[i] = step.detach().clone()
+                            else:
+                                buffers[i].mul_(momentum).add_(step)
+                            step = buffers[i]
+                        parameter.add_(step, alpha=-lr)
+                total += float(loss.detach())
+                steps += 1
+        for parameter in parameters:
+            parameter.grad = None
+        return {"loss": total / max(steps, 1), "steps": steps}
+
+    def evaluate(self, nodes: Mapping[str, nn.Module]) -> dict[str, float]:
+        inputs, labels = self._test
+        for node in nodes.values():
+            node.train(False)
+        with torch.no_grad():
+            logits = _forward(nodes, inputs)
+            loss = nn.functional.cross_entropy(logits, labels)
+        accuracy = (logits.argmax(dim=1) == labels).double().mean()
+        return {"accuracy": float(accuracy), "loss": float(loss)}
+
+
+def _forward(nodes: Mapping[str, nn.Module], inputs: torch.Tensor) -> torch.Tensor:
+    """The named nodes applied in order, as in `soma.training.TrainingRun`."""
+    for node in nodes.values():
+        inputs = node(inputs)
+    return inputs
+
+
+def make(**options) -> DigitsTask:
+    return DigitsTask(**options)
+
+
+# -- in-process simulation: the federation beside its two baselines ----------------------
+
+
+def simulate(
+    task: DigitsTask,
+    clients: int,
+    rounds: int,
+    *,
+    seed: int = 0,
+    every: int = 1,
+    baselines: bool = True,
+) -> dict[str, object]:
+    """FedAvg for `rounds` rounds in one process, and (optionally) alone and centralized.
+
+    Round r's client k trains with seed `seed * 1_000_003 + r * 1000 + k` (r from 1). Alone:
+    each client trains from the same start for rounds x epochs epochs on its shard; the mean
+    test accuracy over clients is reported. Centralized: rounds x epochs epochs on all the
+    training data (as many example-gradients as the whole federation).
+    """
+    shards = [task.shard(k, clients) for k in range(clients)]
+    sizes = [task.size(s) for s in shards]
+    start = export(task.nodes(seed))
+    nodes = task.nodes(seed)
+    average = start
+    history: list[dict[str, float]] = []
+    seconds = 0.0
+    for r in range(1, rounds + 1):
+        exports = []
+        for k, data in enumerate(shards):
+            load(nodes, average)
+            tic = time.perf_counter()
+            task.train(nodes, data, seed=seed * 1_000_003 + r * 1000 + k)
+            seconds += time.perf_counter() - tic
+            exports.append(export(nodes))
+        average = fedavg(exports, sizes)
+        if r % every == 0 or r == rounds:
+            load(nodes, average)
+            history.append({"round": r, **task.evaluate(nodes)})
+    result: dict[str, object] = {
+        "federated": history,
+        "train_call_seconds": seconds / (rounds * clients),
+    }
+    if baselines:
+        longer = dataclasses.replace(task, epochs=task.epochs * rounds)
+        alone = []
+        for k, data in enumerate(shards):
+            load(nodes, start)
+            longer.train(nodes, data, seed=seed * 1_000_003 + k)
+            alone.append(longer.evaluate(nodes)["accuracy"])
+        result["alone"] = float(np.mean(alone))
+        result["alone_each"] = alone
+        load(nodes, start)
+        longer.train(nodes, task.everything(), seed=seed * 1_000_003 + 999)
+        result["centralized"] = longer.evaluate(nodes)["accuracy"]
+    return result
+
+
+def _main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m soma.tasks.digits")
+    parser.add_argument("--simulate", action="store_true", help="run FedAvg in one process")
+    parser.add_argument("--clients", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--every", type=int, default=1, help="evaluate every this many rounds")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--options", default="{}", help="task options as JSON")
+    parser.add_argument("--no-baselines", action="store_true")
+    args = parser.parse_args(argv)
+    if not args.simulate:
+        parser.error("nothing to do: pass --simulate")
+    torch.set_num_threads(1)
+    task = make(**json.loads(args.options))
+    tic = time.perf_counter()
+    result = simulate(
+        task,
+        args.clients,
+        args.rounds,
+        seed=args.seed,
+        every=args.every,
+        baselines=not args.no_baselines,
+    )
+    print(f"task: {task}")
+    for row in result["federated"]:
+        print(f"round {row['round']:4d}  accuracy {row['accuracy']:.4f}  loss {row['loss']:.4f}")
+    if "alone" in result:
+        print(f"alone (mean over clients): {result['alone']:.4f}")
+        print(f"centralized:               {result['centralized']:.4f}")
+    print(f"one local training call: {1000 * result['train_call_seconds']:.1f} ms")
+    print(f"total: {time.perf_counter() - tic:.1f} s")
+
+
+if __name__ == "__main__":
+    _main()

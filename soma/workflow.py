@@ -1,0 +1,286 @@
+"""What the workflow's jobs do; `workflow/scripts/*.py` are one call each into here.
+
+Every job's Snakemake output is a small receipt: deterministic JSON (sorted keys; digests,
+sizes and metrics; no timestamps, no paths of the machine), written atomically. The weights
+themselves live in the store and are never Snakemake outputs (Snakemake deletes a job's
+outputs before it reruns it; a store keeps what it has). A receipt names weights by digest,
+and the next job reads exactly those weights, so Snakemake's comparison of small files by
+checksum tells when a rerun changed anything downstream.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from soma.nodes import export, load
+from soma.round import Input, average_inputs, contribute, read_record
+from soma.store import Store
+from soma.tasks import Task, load_task
+
+
+def write_receipt(path: str | os.PathLike, receipt: Mapping[str, Any]) -> None:
+    """Deterministic JSON, atomically: a temp file beside it, fsync, rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(receipt, sort_keys=True, indent=2, allow_nan=False) + "\n"
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def read_receipt(path: str | os.PathLike) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as receipt:
+        return json.load(receipt)
+
+
+def task_of(config: Mapping[str, Any]) -> Task:
+    """The configured task; a module in the working directory is importable too."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    return load_task(config["task"], options_of(config))
+
+
+def options_of(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The chosen task's options: `task_options` holds each task's under its import path."""
+    return dict((config.get("task_options") or {}).get(config["task"]) or {})
+
+
+def training_seed(seed: int, round: int, client: int) -> int:
+    """One seed per (round, client), the same for the federated and the alone baseline."""
+    return (seed * 1_000_003 + round * 7_919 + client * 104_729) % (2**31)
+
+
+def _numbers(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: (float(v) if isinstance(v, float) else v) for k, v in sorted(metrics.items())}
+
+
+def start(config: Mapping[str, Any], receipt: str) -> None:
+    """The run's starting weights, from the seed, kept in the store."""
+    task = task_of(config)
+    store = Store(config["store"])
+    weights = store.put_value(export(task.nodes(config["seed"])))
+    store.bind(f"{config['run']}/start", weights)
+    write_receipt(receipt, {"run": config["run"], "seed": config["seed"], "weights": weights})
+
+
+def _nodes_at(task: Task, store: Store, config: Mapping[str, Any], weights: str):
+    nodes = task.nodes(config["seed"])
+    load(nodes, store.recall_digest(weights))
+    return nodes
+
+
+def train(config: Mapping[str, Any], round: int, client: int, previous: str, receipt: str) -> None:
+    """Client `client` of round `round`: start from `previous`'s weights, train, contribute."""
+    task = task_of(config)
+    store = Store(config["store"])
+    starting = read_receipt(previous)["weights"]
+    nodes = _nodes_at(task, store, config, starting)
+    data = task.shard(client, config["clients"])
+    size = task.size(data)
+    metrics = task.train(nodes, data, seed=training_seed(config["seed"], round, client))
+    mine = contribute(
+        store,
+        export(nodes),
+        run=config["run"],
+        round=round,
+        clients=config["clients"],
+        mine=client,
+        size=size,
+    )
+    write_receipt(
+        receipt,
+        {
+            "run": config["run"],
+            "round": round,
+            "client": client,
+            "started_from": starting,
+            "weights": mine.weights,
+            "size": size,
+            "metrics": _numbers(metrics),
+        },
+    )
+
+
+def average(config: Mapping[str, Any], round: int, clients: Sequence[str], receipt: str) -> None:
+    """Average exactly the weights the client receipts name; once, whoever else tries."""
+    store = Store(config["store"])
+    inputs = []
+    for path in clients:
+        given = read_receipt(path)
+        inputs.append(Input(given["client"], given["weights"], given["size"]))
+    digest = average_inputs(
+        store, inputs, run=config["run"], round=round, deadline=config.get("average_deadline")
+    )
+    record = read_record(store, digest)
+    write_receipt(
+        receipt,
+        {
+            "run": config["run"],
+            "round": round,
+            "weights": record["weights"],
+            "inputs": [
+                {"client": i["client"], "weights": i["weights"], "size": i["size"]}
+                for i in record["inputs"]
+            ],
+        },
+    )
+
+
+def evaluate(config: Mapping[str, Any], round: int, averaged: str, receipt: str) -> None:
+    """The round's average on the held-out test set."""
+    task = task_of(config)
+    store = Store(config["store"])
+    weights = read_receipt(averaged)["weights"]
+    metrics = task.evaluate(_nodes_at(task, store, config, weights))
+    write_receipt(
+        receipt,
+        {"run": config["run"], "round": round, "weights": weights, "metrics": _numbers(metrics)},
+    )
+
+
+def _baseline(config: Mapping[str, Any], task: Task, data, start: str, client: int) -> list:
+    store = Store(config["store"])
+    nodes = _nodes_at(task, store, config, start)
+    per_round = []
+    for r in range(config["rounds"]):
+        task.train(nodes, data, seed=training_seed(config["seed"], r, client))
+        per_round.append({"round": r, "metrics": _numbers(task.evaluate(nodes))})
+    return per_round
+
+
+def alone(config: Mapping[str, Any], client: int, started: str, receipt: str) -> None:
+    """Client `client` trained on its own shard alone, for exactly as long as the federation."""
+    task = task_of(config)
+    data = task.shard(client, config["clients"])
+    start_weights = read_receipt(started)["weights"]
+    write_receipt(
+        receipt,
+        {
+            "run": config["run"],
+            "client": client,
+            "size": task.size(data),
+            "per_round": _baseline(config, task, data, start_weights, client),
+        },
+    )
+
+
+def centralized(config: Mapping[str, Any], started: str, receipt: str) -> None:
+    """All the training data in one place, for as many rounds of local epochs."""
+    task = task_of(config)
+    everything = getattr(task, "everything", None)
+    if everything is None:
+        write_receipt(
+            receipt,
+            {"run": config["run"], "per_round": None, "why": "the task has no everything()"},
+        )
+        return
+    data = everything()
+    start_weights = read_receipt(started)["weights"]
+    write_receipt(
+        receipt,
+        {
+            "run": config["run"],
+            "size": task.size(data),
+            "per_round": _baseline(config, task, data, start_weights, 0),
+        },
+    )
+
+
+def summary_rows(
+    evaluations: Sequence[str], alones: Sequence[str], central: str | None, metric: str
+) -> list[dict[str, Any]]:
+    """Per round: the federated average's metric, the alone clients' mean, centralized."""
+    federated = {read_receipt(p)["round"]: read_receipt(p)["metrics"] for p in evaluations}
+    alone_runs = [read_receipt(p)["per_round"] for p in alones]
+    central_run = read_receipt(central)["per_round"] if central else None
+    rows = []
+    for r in sorted(federated):
+        row: dict[str, Any] = {"round": r, "federated": federated[r].get(metric)}
+        if alone_runs:
+            values = [run[r]["metrics"].get(metric) for run in alone_runs]
+            row["alone"] = sum(values) / len(values)
+            row["alone_best"] = max(values)
+        if central_run:
+            row["centralized"] = central_run[r]["metrics"].get(metric)
+        rows.append(row)
+    return rows
+
+
+def summary(rows: Sequence[Mapping[str, Any]], metric: str, table: str, plot: str) -> None:
+    """The per-round table (TSV) and the accuracy-per-round plot (PNG)."""
+    columns = [
+        c
+        for c in ("round", "federated", "alone", "alone_best", "centralized")
+        if any(c in row for row in rows)
+    ]
+    lines = ["\t".join(columns)]
+    for row in rows:
+        lines.append(
+            "\t".join(
+                f"{row[c]:.4f}" if isinstance(row.get(c), float) else str(row.get(c, ""))
+                for c in columns
+            )
+        )
+    Path(table).parent.mkdir(parents=True, exist_ok=True)
+    Path(table).write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    figure, axes = pyplot.subplots(figsize=(6, 4), dpi=100)
+    rounds = [row["round"] + 1 for row in rows]
+    for column, style in (("federated", "o-"), ("centralized", "s--"), ("alone", "^:")):
+        if column in columns:
+            label = "alone (mean of clients)" if column == "alone" else column
+            axes.plot(rounds, [row[column] for row in rows], style, label=label)
+    axes.set_xlabel("round")
+    axes.set_ylabel(f"test {metric}")
+    axes.set_title("Federated averaging against its two baselines")
+    axes.grid(alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(plot, metadata={"Software": None})
+    pyplot.close(figure)
+
+
+def threads(count: int) -> None:
+    """Torch threads for this job: one by default, since jobs share the cores."""
+    torch.set_num_threads(max(1, int(count)))
+
+
+class logged:
+    """Send a job's stdout and stderr (tracebacks included) to its Snakemake log."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __enter__(self) -> None:
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self.log = open(self.path, "w", encoding="utf-8")  # noqa: SIM115
+        self.saved = sys.stdout, sys.stderr
+        sys.stdout = sys.stderr = self.log
+
+    def __exit__(self, kind, error, trace) -> None:
+        if error is not None:
+            import traceback
+
+            traceback.print_exception(kind, error, trace, file=self.log)
+        sys.stdout, sys.stderr = self.saved
+        self.log.close()

@@ -1,0 +1,221 @@
+"""soma.tasks.digits: the workflow's default task answers the protocol, deterministically."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from soma import fedavg
+from soma.nodes import export, load
+from soma.partition import PartitionError
+from soma.tasks import Task, TaskError, digits, load_task
+
+torch.set_num_threads(1)
+
+SMALL = {"partition": "labels_per_client", "labels_per_client": 2, "epochs": 1}
+
+
+@pytest.fixture(scope="module")
+def task() -> digits.DigitsTask:
+    return load_task("soma.tasks.digits", SMALL)
+
+
+def same_weights(a, b) -> bool:
+    a, b = export(a), export(b)
+    return a.keys() == b.keys() and all(
+        a[n].keys() == b[n].keys() and all(torch.equal(a[n][k], b[n][k]) for k in a[n]) for n in a
+    )
+
+
+def test_the_task_answers_the_protocol(task):
+    assert isinstance(task, Task)
+    assert callable(task.everything)
+    nodes = task.nodes(0)
+    assert list(nodes) == ["out"]
+    data = task.shard(0, 10)
+    metrics = task.train(nodes, data, seed=0)
+    assert set(metrics) == {"loss", "steps"} and math.isfinite(metrics["loss"])
+    json.dumps(metrics)
+    result = task.evaluate(nodes)
+    assert set(result) == {"accuracy", "loss"}
+    assert 0 <= result["accuracy"] <= 1 and math.isfinite(result["loss"])
+    mlp = load_task("soma.tasks.digits", {"model": "mlp", "hidden": 8}).nodes(0)
+    assert list(mlp) == ["hidden", "act", "out"]
+    assert set(export(mlp)) == {"hidden", "out"}
+
+
+def test_the_defaults_are_json_scalars():
+    for f in dataclasses.fields(digits.DigitsTask):
+        if f.init:
+            assert isinstance(f.default, (str, int, float)), f.name
+    defaults = {f.name: f.default for f in dataclasses.fields(digits.DigitsTask) if f.init}
+    assert load_task("soma.tasks.digits", json.loads(json.dumps(defaults))) is not None
+
+
+def test_the_data_is_scikit_learns_digits():
+    from sklearn.datasets import load_digits
+
+    inputs, labels = load_digits(return_X_y=True)
+    ours_inputs, ours_labels = digits._read_digits()
+    assert np.array_equal(inputs, ours_inputs) and np.array_equal(labels, ours_labels)
+
+
+def test_the_test_split_is_fixed_stratified_and_disjoint_from_every_shard(task):
+    train, test = digits.split_rows(0, 0.25)
+    again_train, again_test = digits.split_rows(0, 0.25)
+    assert np.array_equal(train, again_train) and np.array_equal(test, again_test)
+    assert len(np.intersect1d(train, test)) == 0 and len(train) + len(test) == 1797
+    labels = digits._read_digits()[1]
+    per_class = np.bincount(labels[test], minlength=10) / np.bincount(labels, minlength=10)
+    assert np.all(np.abs(per_class - 0.25) < 0.01)
+    rows = np.concatenate([train[task.indices(k, 10)] for k in range(10)])
+    assert np.array_equal(np.sort(rows), train), "the shards are not a cover of the training set"
+    assert len(np.intersect1d(rows, test)) == 0
+    # ... and the tensors handed out are those rows: shards of the everything() tensors.
+    everything = task.everything()
+    for k in (0, 9):
+        inputs, targets = task.shard(k, 10)
+        index = torch.as_tensor(task.indices(k, 10))
+        assert torch.equal(inputs, everything[0][index])
+        assert torch.equal(targets, everything[1][index])
+    assert task.size(everything) == len(train)
+    assert sum(task.size(task.shard(k, 10)) for k in range(10)) == len(train)
+
+
+def test_scaling_is_fitted_on_the_training_set_only():
+    train_x, _, test_x, _ = digits._split(0, 0.25, "standard")
+    assert np.abs(train_x.mean(axis=0)).max() < 1e-9
+    assert np.abs(test_x.mean(axis=0)).max() > 0.01
+    unit = digits._split(0, 0.25, "unit")
+    assert unit[0].min() == 0 and unit[0].max() == 1
+
+
+def test_shards_depend_on_clients_and_partition_options_only():
+    a = load_task("soma.tasks.digits", {"lr": 0.3, "epochs": 3})
+    b = load_task("soma.tasks.digits", {"model": "mlp"})
+    for k in range(10):
+        assert np.array_equal(a.indices(k, 10), b.indices(k, 10))
+        assert torch.equal(a.shard(k, 10)[0], b.shard(k, 10)[0])
+    other = load_task("soma.tasks.digits", {"partition_seed": 1})
+    assert not np.array_equal(a.indices(0, 10), other.indices(0, 10))
+    iid = load_task("soma.tasks.digits", {"partition": "iid"})
+    assert len(np.unique(iid.shard(0, 10)[1])) == 10
+    assert len(np.unique(a.shard(0, 10)[1])) == 2
+
+
+def test_training_is_deterministic(task):
+    data = task.shard(3, 10)
+    first, again, other = task.nodes(7), task.nodes(7), task.nodes(7)
+    assert same_weights(first, again)
+    task.train(first, data, seed=1)
+    task.train(again, data, seed=1)
+    task.train(other, data, seed=2)
+    assert same_weights(first, again)
+    assert not same_weights(first, other)
+    assert not same_weights(task.nodes(7), task.nodes(8))
+
+
+def test_nodes_leave_the_global_random_state_alone(task):
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    task.nodes(5)
+    assert torch.equal(torch.rand(3), expected)
+
+
+@pytest.mark.parametrize(("model", "momentum"), [("softmax", 0.9), ("mlp", 0.9), ("mlp", 0.0)])
+def test_local_training_is_torch_sgd_bit_for_bit(model, momentum):
+    from soma.training import TrainingRun
+
+    task = digits.make(model=model, hidden=8, momentum=momentum, epochs=2)
+    data = task.shard(1, 10)
+    ours, theirs = task.nodes(3), task.nodes(3)
+    task.train(ours, data, seed=4)
+    run = TrainingRun(
+        theirs,
+        loss=nn.functional.cross_entropy,
+        lr=task.lr,
+        momentum=momentum,
+        epochs=task.epochs,
+        batch_size=task.batch_size,
+        seed=4,
+    )
+    run.fit(data)
+    assert same_weights(ours, theirs)
+
+
+def test_a_few_rounds_of_fedavg_beat_training_alone_by_far():
+    task = digits.make(**SMALL)
+    result = digits.simulate(task, 10, 4, seed=0, every=2)
+    federated = result["federated"][-1]["accuracy"]
+    # Measured: federated about 0.93, alone about 0.23 (two digits each), centralized 0.96.
+    assert federated > 0.8
+    assert result["alone"] < 0.4
+    assert federated > result["alone"] + 0.4
+    assert result["centralized"] > 0.9
+    # simulate's rounds are the protocol's steps: replay round 1 by hand.
+    nodes = task.nodes(0)
+    start = export(nodes)
+    exports, sizes = [], []
+    for k in range(10):
+        load(nodes, start)
+        data = task.shard(k, 10)
+        task.train(nodes, data, seed=1000 + k)
+        exports.append(export(nodes))
+        sizes.append(task.size(data))
+    load(nodes, fedavg(exports, sizes))
+    first = digits.simulate(task, 10, 1, seed=0, baselines=False)["federated"][0]
+    assert task.evaluate(nodes) == {k: first[k] for k in ("accuracy", "loss")}
+
+
+def test_simulate_from_the_command_line(capsys):
+    digits._main(
+        ["--simulate", "--clients", "4", "--rounds", "2", "--options", '{"partition": "iid"}']
+    )
+    out = capsys.readouterr().out
+    assert "round    2" in out and "alone" in out and "centralized" in out
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"partition": "shards"}, "partition='shards' is unknown"),
+        ({"alpha": 0}, "alpha"),
+        ({"alpha": -0.5}, "alpha"),
+        ({"labels_per_client": 11}, "labels_per_client=11"),
+        ({"labels_per_client": 0}, "labels_per_client"),
+        ({"model": "cnn"}, "model='cnn' is unknown"),
+        ({"hidden": 0}, "hidden"),
+        ({"lr": 0}, "lr"),
+        ({"lr": "0.1"}, "lr"),
+        ({"momentum": 1.0}, "momentum"),
+        ({"epochs": 0}, "epochs"),
+        ({"epochs": 1.5}, "epochs"),
+        ({"epochs": True}, "epochs"),
+        ({"batch_size": "16"}, "batch_size"),
+        ({"split_seed": -1}, "split_seed"),
+        ({"partition_seed": None}, "partition_seed"),
+        ({"test_fraction": 1}, "test_fraction"),
+        ({"test_fraction": 0.0}, "test_fraction"),
+        ({"scale": "minmax"}, "scale='minmax' is unknown"),
+        ({"learning_rate": 0.1}, "learning_rate"),
+    ],
+)
+def test_bad_options_are_refused_by_name(options, named):
+    with pytest.raises(TaskError, match=named):
+        load_task("soma.tasks.digits", options)
+
+
+def test_bad_shards_are_refused(task):
+    with pytest.raises(TaskError, match="client 10 is not one of the 10 clients"):
+        task.shard(10, 10)
+    with pytest.raises(TaskError, match="clients"):
+        task.shard(0, 0)
+    with pytest.raises(PartitionError, match="labels_per_client"):
+        task.shard(0, 4)  # 4 clients x 2 digits cannot hold all 10

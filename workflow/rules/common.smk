@@ -1,0 +1,50 @@
+import json
+
+# Paths and helpers shared by the rules. Everything of substance lives in `soma.workflow`.
+
+RUN = config["run"]
+RESULTS = f"results/{RUN}"
+LOGS = f"logs/{RUN}"
+ROUNDS = config["rounds"]
+CLIENTS = config["clients"]
+BASELINES = config["baselines"]
+# What a job's result depends on besides its input files, as params, so that Snakemake reruns
+# jobs whose task, options or seed changed (its `params` rerun trigger).
+TASK = json.dumps(
+    {
+        "task": config["task"],
+        "options": config["task_options"].get(config["task"], {}),
+        "seed": config["seed"],
+        "clients": CLIENTS,
+    },
+    sort_keys=True,
+)
+
+
+wildcard_constraints:
+    round=r"\d+",
+    client=r"\d+",
+
+
+def receipt_of_average(round):
+    return f"{RESULTS}/round/{round}/average.json"
+
+
+def starting_point(wildcards):
+    """Round 0 starts from the run's seed; round r from round r-1's average."""
+    round = int(wildcards.round)
+    return f"{RESULTS}/start.json" if round == 0 else receipt_of_average(round - 1)
+
+
+def client_receipts(wildcards):
+    return expand(
+        f"{RESULTS}/round/{wildcards.round}/client/{{client}}.json",
+        client=range(CLIENTS),
+    )
+
+
+def final_targets():
+    targets = expand(f"{RESULTS}/round/{{round}}/evaluation.json", round=range(ROUNDS))
+    targets.append(f"{RESULTS}/summary.tsv")
+    targets.append(f"{RESULTS}/accuracy.png")
+    return targets

@@ -1,0 +1,45 @@
+# The federated rounds: the start, one train job per (round, client), one average per round.
+
+
+rule start:
+    output:
+        f"{RESULTS}/start.json",
+    log:
+        f"{LOGS}/start.log",
+    conda:
+        "../envs/soma.yaml"
+    threads: config["threads"]
+    params:
+        task=TASK,
+    script:
+        "../scripts/start.py"
+
+
+rule train:
+    input:
+        starting_point,
+    output:
+        f"{RESULTS}/round/{{round}}/client/{{client}}.json",
+    log:
+        f"{LOGS}/round/{{round}}/client/{{client}}.log",
+    conda:
+        "../envs/soma.yaml"
+    threads: config["threads"]
+    params:
+        task=TASK,
+    script:
+        "../scripts/train.py"
+
+
+rule average:
+    input:
+        client_receipts,
+    output:
+        f"{RESULTS}/round/{{round}}/average.json",
+    log:
+        f"{LOGS}/round/{{round}}/average.log",
+    conda:
+        "../envs/soma.yaml"
+    threads: config["threads"]
+    script:
+        "../scripts/average.py"

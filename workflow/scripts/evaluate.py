@@ -1,0 +1,8 @@
+"""The round's average on the held-out test set (rule `evaluate`)."""
+
+from soma import workflow
+
+sm = snakemake  # noqa: F821
+with workflow.logged(sm.log[0]):
+    workflow.threads(sm.threads)
+    workflow.evaluate(sm.config, int(sm.wildcards.round), sm.input[0], sm.output[0])

@@ -1,0 +1,10 @@
+"""One client's local training in one round (rule `train`)."""
+
+from soma import workflow
+
+sm = snakemake  # noqa: F821
+with workflow.logged(sm.log[0]):
+    workflow.threads(sm.threads)
+    workflow.train(
+        sm.config, int(sm.wildcards.round), int(sm.wildcards.client), sm.input[0], sm.output[0]
+    )
