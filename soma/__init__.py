@@ -1,6 +1,7 @@
 """soma: federated learning on Slurm, with a shared folder and no coordinator."""
 
 from soma.aggregate import fedavg
+from soma.codecs import register_codec
 from soma.errors import (
     AggregationError,
     ElsewhereError,
@@ -8,7 +9,6 @@ from soma.errors import (
     LoadError,
     SomaError,
 )
-from soma.codecs import register_codec
 from soma.nodes import Elsewhere, Export, elsewhere, export, load
 from soma.round import AveragerDied, RoundError, RoundIncomplete, average_round, gather
 from soma.store import Store

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from soma.nodes import Export, export, load
+from soma.sgd import SGD
 
 Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -39,9 +40,7 @@ class TrainingRun:
         self.batch_size = batch_size
         self._shuffle = torch.Generator().manual_seed(seed)
         parameters = [p for node in self.nodes.values() for p in node.parameters()]
-        self.optimizer = torch.optim.SGD(
-            parameters, lr=lr, momentum=momentum, weight_decay=weight_decay
-        )
+        self.optimizer = SGD(parameters, lr=lr, momentum=momentum, weight_decay=weight_decay)
 
     def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
         for node in self.nodes.values():
@@ -61,12 +60,13 @@ class TrainingRun:
             order = torch.randperm(len(inputs), generator=self._shuffle)
             for start in range(0, len(inputs), self.batch_size):
                 batch = order[start : start + self.batch_size]
-                self.optimizer.zero_grad(set_to_none=True)
+                self.optimizer.zero_grad()
                 loss = self.loss(self(inputs[batch]), targets[batch])
                 loss.backward()
                 self.optimizer.step()
                 total += float(loss.detach())
                 batches += 1
+        self.optimizer.zero_grad()
         return {"loss": total / max(batches, 1), "steps": batches}
 
     @torch.no_grad()

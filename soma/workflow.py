@@ -56,8 +56,15 @@ def task_of(config: Mapping[str, Any]) -> Task:
 
 
 def options_of(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The chosen task's options: `task_options` holds each task's under its import path."""
-    return dict((config.get("task_options") or {}).get(config["task"]) or {})
+    """The chosen task's options: `task_options` holds each task's under its import path.
+
+    Snakemake's `--config 'task_options={...}'` hands nested values over as text, so a text
+    value is read as a YAML scalar ("3" is 3, "false" is False, "mlp" stays "mlp").
+    """
+    import yaml
+
+    options = dict((config.get("task_options") or {}).get(config["task"]) or {})
+    return {k: yaml.safe_load(v) if isinstance(v, str) else v for k, v in options.items()}
 
 
 def training_seed(seed: int, round: int, client: int) -> int:

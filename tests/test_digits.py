@@ -131,22 +131,23 @@ def test_nodes_leave_the_global_random_state_alone(task):
 
 @pytest.mark.parametrize(("model", "momentum"), [("softmax", 0.9), ("mlp", 0.9), ("mlp", 0.0)])
 def test_local_training_is_torch_sgd_bit_for_bit(model, momentum):
-    from soma.training import TrainingRun
-
     task = digits.make(model=model, hidden=8, momentum=momentum, epochs=2)
     data = task.shard(1, 10)
     ours, theirs = task.nodes(3), task.nodes(3)
     task.train(ours, data, seed=4)
-    run = TrainingRun(
-        theirs,
-        loss=nn.functional.cross_entropy,
-        lr=task.lr,
-        momentum=momentum,
-        epochs=task.epochs,
-        batch_size=task.batch_size,
-        seed=4,
-    )
-    run.fit(data)
+    parameters = [p for node in theirs.values() for p in node.parameters()]
+    optimizer = torch.optim.SGD(parameters, lr=task.lr, momentum=momentum)
+    shuffle = torch.Generator().manual_seed(4)
+    for _ in range(task.epochs):
+        order = torch.randperm(len(data[0]), generator=shuffle)
+        for start in range(0, len(data[0]), task.batch_size):
+            batch = order[start : start + task.batch_size]
+            optimizer.zero_grad()
+            logits = data[0][batch]
+            for node in theirs.values():
+                logits = node(logits)
+            nn.functional.cross_entropy(logits, data[1][batch]).backward()
+            optimizer.step()
     assert same_weights(ours, theirs)
 
 

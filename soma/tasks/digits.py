@@ -45,6 +45,7 @@ from soma import partition as partitions
 from soma.aggregate import fedavg
 from soma.nodes import export, load
 from soma.tasks import TaskError
+from soma.training import TrainingRun
 
 CLASSES = 10
 FEATURES = 64
@@ -242,44 +243,18 @@ class DigitsTask:
     def train(self, nodes: Mapping[str, nn.Module], data: Data, *, seed: int) -> dict[str, float]:
         """`epochs` epochs of minibatch SGD with momentum, batches shuffled by `seed`.
 
-        The same arithmetic as `torch.optim.SGD` (momentum buffer started at the first
-        gradient, no dampening), written out because constructing any `torch.optim` optimizer
-        imports `torch._dynamo`, about 2 s in every (round, client) process. The momentum
-        buffers live for this call only and are never exported.
+        The optimizer (and its momentum) lives for this call only and is never exported.
         """
-        inputs, labels = data
-        parameters = [p for node in nodes.values() for p in node.parameters()]
-        buffers: list[torch.Tensor | None] = [None] * len(parameters)
-        lr, momentum = float(self.lr), float(self.momentum)
-        shuffle = torch.Generator().manual_seed(seed)
-        for node in nodes.values():
-            node.train(True)
-        total, steps = 0.0, 0
-        for _ in range(self.epochs):
-            order = torch.randperm(len(inputs), generator=shuffle)
-            for start in range(0, len(inputs), self.batch_size):
-                batch = order[start : start + self.batch_size]
-                for parameter in parameters:
-                    parameter.grad = None
-                loss = nn.functional.cross_entropy(_forward(nodes, inputs[batch]), labels[batch])
-                loss.backward()
-                with torch.no_grad():
-                    for i, parameter in enumerate(parameters):
-                        step = parameter.grad
-                        if step is None:
-                            continue
-                        if momentum:
-                            if buffers[i] is None:
-                                buffers[i] = step.detach().clone()
-                            else:
-                                buffers[i].mul_(momentum).add_(step)
-                            step = buffers[i]
-                        parameter.add_(step, alpha=-lr)
-                total += float(loss.detach())
-                steps += 1
-        for parameter in parameters:
-            parameter.grad = None
-        return {"loss": total / max(steps, 1), "steps": steps}
+        run = TrainingRun(
+            nodes,
+            loss=nn.functional.cross_entropy,
+            lr=float(self.lr),
+            momentum=float(self.momentum),
+            epochs=self.epochs,
+            batch_size=self.batch_size,
+            seed=seed,
+        )
+        return run.fit(data)
 
     def evaluate(self, nodes: Mapping[str, nn.Module]) -> dict[str, float]:
         inputs, labels = self._test
@@ -293,10 +268,7 @@ class DigitsTask:
 
 
 def _forward(nodes: Mapping[str, nn.Module], inputs: torch.Tensor) -> torch.Tensor:
-    """The named nodes applied in order, as in `soma.training.TrainingRun`."""
-    for node in nodes.values():
-        inputs = node(inputs)
-    return inputs
+    return TrainingRun(nodes, loss=nn.functional.cross_entropy)(inputs)
 
 
 def make(**options) -> DigitsTask:

@@ -1,0 +1,565 @@
+"""soma on a real Slurm cluster: snakemake --executor slurm, the srun mode, and faults.
+
+Needs the one-node cluster of tests/slurm (`bash tests/slurm/start.sh`); every test is marked
+`slurm` and skips, with the reason, when it is not running. Each test works in its own tmp
+directory with the store inside it, runs `snakemake -s <repo>/Snakefile --profile
+profiles/slurm-test` (or sbatch), and kills what it started when it ends: every subprocess
+runs in its own session under a hard timeout (Snakemake ignores SIGTERM while jobs run, so
+its process group gets SIGKILL), and the test's Slurm jobs, all named with a prefix of the
+test's own, are scancel'ed.
+
+Timing: each Slurm job of the workflow costs ~10 s (two Snakemake start-ups inside the job,
+then the plugin's status check), so the job chains here are kept short: the whole workflow
+(2 rounds x 2 clients, no baselines: 10 jobs, 7 deep) once, and one to three jobs elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+from slurm.cluster import ACCOUNT, PARTITION, cluster_running, slurm_env
+
+from soma import holders
+from soma.round import Input, inputs_key, read_record
+from soma.store import Store
+
+pytestmark = pytest.mark.slurm
+
+ROOT = Path(__file__).resolve().parent.parent
+SNAKEFILE = ROOT / "Snakefile"
+PROFILE = ROOT / "profiles" / "slurm-test"
+TINY = ROOT / "tests" / "fixtures" / "tiny.yaml"
+FIXTURES = ROOT / "tests" / "fixtures"
+HOLD_CLAIM = ROOT / "tests" / "slurm" / "hold_claim.py"
+SRUN_SBATCH = ROOT / "workflow" / "sbatch" / "soma-srun.sbatch"
+RUN = "tiny"
+RESULTS = f"results/{RUN}"
+AVERAGE_0 = f"{RESULTS}/round/0/average.json"
+CLIENTS_0 = [f"{RESULTS}/round/0/client/{k}.json" for k in range(2)]
+# What the whole workflow submits, per rule, for 2 rounds x 2 clients without baselines.
+WORKFLOW_JOBS = {"start": 1, "train": 4, "average": 2, "evaluate": 2, "summary": 1}
+# Hard timeouts (seconds): generous for a loaded 2-core machine, finite for CI.
+WHOLE_WORKFLOW = 900
+FEW_JOBS = 420
+ALIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED"}
+
+T = TypeVar("T")
+
+
+# --- running things, and cleaning up after them -------------------------------------------
+
+
+@dataclass
+class Result:
+    returncode: int
+    output: str  # stdout and stderr, interleaved
+    command: list[str]
+
+    def tail(self, chars: int = 4000) -> str:
+        return f"$ {' '.join(self.command)}\n(exit {self.returncode})\n{self.output[-chars:]}"
+
+
+@dataclass
+class Job:
+    id: str
+    name: str
+    comment: str
+    state: str
+
+
+class Slurm:
+    """What one test starts: processes (each its own session) and Slurm jobs (by name prefix)."""
+
+    def __init__(self, tag: str) -> None:
+        tag = re.sub(r"[^A-Za-z0-9-]", "-", tag)[:24].strip("-")
+        self.prefix = f"somatest-{tag}-{uuid.uuid4().hex[:6]}"
+        self.running: list[subprocess.Popen] = []
+        self.logs = 0
+
+    def start(self, command: list[str], *, cwd: Path, env: dict | None = None):
+        self.logs += 1
+        log = cwd / f"command-{self.logs}.log"
+        with open(log, "w") as out:
+            process = subprocess.Popen(
+                [str(c) for c in command],
+                cwd=cwd,
+                env=env or slurm_env(),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        process.log = log  # type: ignore[attr-defined]
+        process.command = [str(c) for c in command]  # type: ignore[attr-defined]
+        self.running.append(process)
+        return process
+
+    def finish(self, process, timeout: float) -> Result:
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill(process)
+            result = Result(-9, process.log.read_text(errors="replace"), process.command)
+            pytest.fail(f"timed out after {timeout:g}s and killed:\n{result.tail()}")
+        return Result(process.returncode, process.log.read_text(errors="replace"), process.command)
+
+    def run(self, command: list, *, cwd: Path, timeout: float, env: dict | None = None) -> Result:
+        return self.finish(self.start(command, cwd=cwd, env=env), timeout)
+
+    def jobs(self) -> list[Job]:
+        """This test's jobs that squeue still knows (any state), by their name's prefix."""
+        out = subprocess.run(
+            ["squeue", "-h", "-t", "all", "-o", "%i|%j|%k|%T"],
+            env=slurm_env(),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+        jobs = [Job(*line.split("|", 3)) for line in out.splitlines() if line.count("|") >= 3]
+        return [j for j in jobs if j.name.startswith(self.prefix)]
+
+    def cleanup(self) -> None:
+        for process in self.running:
+            _kill(process)
+        try:
+            live = [j.id for j in self.jobs() if j.state in ALIVE]
+        except (subprocess.SubprocessError, OSError):
+            live = []
+        if live:
+            subprocess.run(["scancel", *live], env=slurm_env(), timeout=30, check=False)
+
+
+def _kill(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait(timeout=30)
+
+
+def wait_for(what: str, check: Callable[[], T], timeout: float, every: float = 0.5) -> T:
+    """check()'s first truthy answer, polled; fails the test naming `what` after timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        answer = check()
+        if answer:
+            return answer
+        if time.monotonic() > deadline:
+            pytest.fail(f"waited {timeout:g}s for {what}")
+        time.sleep(every)
+
+
+def sacct_states(job_ids: list[str]) -> dict[str, str]:
+    """The allocation state of each job, as accounting has it (e.g. COMPLETED, CANCELLED)."""
+    out = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-j", ",".join(job_ids), "-o", "JobID,State"],
+        env=slurm_env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
+    states = {}
+    for line in out.splitlines():
+        if "|" in line:
+            job, state = line.split("|", 1)
+            states[job] = state.split()[0] if state.split() else ""
+    return states
+
+
+def ended(job_id: str, timeout: float = 60) -> str:
+    """Wait until accounting says the job ended; its final state."""
+    return wait_for(
+        f"job {job_id} to end in sacct",
+        lambda: (s := sacct_states([job_id]).get(job_id)) and s not in ALIVE and s,
+        timeout,
+    )
+
+
+# --- the workflow ---------------------------------------------------------------------------
+
+
+def write_config(workdir: Path, **overrides: Any) -> Path:
+    """tiny.yaml (2 rounds x 2 clients of digits) without baselines, the store in `workdir`."""
+    config = yaml.safe_load(TINY.read_text())
+    config.update(run=RUN, rounds=2, clients=2, threads=1, store=str(workdir / "store"))
+    config["baselines"] = {"alone": False, "centralized": False}
+    config.update(overrides)
+    path = workdir / "config.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=True))
+    return path
+
+
+def snakemake(workdir: Path, *args: str, slurm: Slurm | None = None) -> list[str]:
+    """A snakemake command in `workdir`: under Slurm with the test profile, else local."""
+    command = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE)]
+    command += ["--configfile", str(workdir / "config.yaml")]
+    if slurm is not None:
+        command += ["--profile", str(PROFILE), "--slurm-jobname-prefix", slurm.prefix]
+    else:
+        command += ["--cores", "2"]
+    return command + list(args)
+
+
+def submitted(output: str) -> dict[str, str]:
+    """Slurm job id -> its Slurm log, for each job snakemake said it submitted."""
+    found = re.findall(r"submitted with SLURM jobid (\d+) \(log: (\S+?)\)", output)
+    return dict(found)
+
+
+def rule_of(slurm_log: str) -> str:
+    """The rule of a job, from where the plugin put its Slurm log (slurm_logs/rule_<rule>/...)."""
+    return next(p.removeprefix("rule_") for p in Path(slurm_log).parts if p.startswith("rule_"))
+
+
+def receipts(workdir: Path) -> dict[str, bytes]:
+    results = workdir / "results"
+    return {
+        str(p.relative_to(workdir)): p.read_bytes()
+        for p in sorted(results.rglob("*"))
+        if p.is_file() and p.suffix in (".json", ".tsv")
+    }
+
+
+def key_of_round(workdir: Path, round: int) -> str:
+    """The averaging key of a round: the digest of what its client receipts name."""
+    inputs = []
+    for k in range(2):
+        given = json.loads((workdir / RESULTS / f"round/{round}/client/{k}.json").read_text())
+        inputs.append(Input(given["client"], given["weights"], given["size"]))
+    return inputs_key(inputs)
+
+
+def averagings(store: Store, prefix: str) -> list[str]:
+    return [n for n in store.bound(prefix) if "/averaged/" in n]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> str:
+    up, why = cluster_running()
+    if not up:
+        pytest.skip(why)
+    return why
+
+
+@pytest.fixture
+def slurm(cluster, request):
+    session = Slurm(request.node.name.removeprefix("test_"))
+    yield session
+    session.cleanup()
+
+
+@pytest.fixture(scope="module")
+def workflow_runs(cluster, tmp_path_factory):
+    """The whole workflow under Slurm, and, meanwhile, the same config run locally."""
+    session = Slurm("workflow")
+    under_slurm = tmp_path_factory.mktemp("under-slurm")
+    local = tmp_path_factory.mktemp("local")
+    write_config(under_slurm)
+    write_config(local)
+    try:
+        started = time.monotonic()
+        beside = session.start(snakemake(local), cwd=local)
+        by_slurm = session.run(
+            snakemake(under_slurm, slurm=session), cwd=under_slurm, timeout=WHOLE_WORKFLOW
+        )
+        seconds = time.monotonic() - started
+        locally = session.finish(beside, timeout=WHOLE_WORKFLOW)
+        yield {
+            "slurm": under_slurm,
+            "local": local,
+            "by_slurm": by_slurm,
+            "locally": locally,
+            "seconds": seconds,
+        }
+    finally:
+        session.cleanup()
+
+
+# --- 1. snakemake --executor slurm ------------------------------------------------------------
+
+
+def test_the_workflow_under_slurm_gives_the_receipts_of_a_local_run(workflow_runs) -> None:
+    by_slurm, locally = workflow_runs["by_slurm"], workflow_runs["locally"]
+    assert locally.returncode == 0, locally.tail()
+    assert by_slurm.returncode == 0, by_slurm.tail()
+    under_slurm, local = workflow_runs["slurm"], workflow_runs["local"]
+
+    # The averages are bit-identical, and so is every other receipt of the run.
+    for r in range(2):
+        receipt = (under_slurm / RESULTS / f"round/{r}/average.json").read_bytes()
+        assert receipt == (local / RESULTS / f"round/{r}/average.json").read_bytes()
+        weights = json.loads(receipt)["weights"]
+        assert re.fullmatch(r"[0-9a-f]{64}", weights)
+        store = Store(under_slurm / "store")
+        published = store.resolve(f"{RUN}/round/{r}/inputs/{key_of_round(under_slurm, r)}/average")
+        assert read_record(store, published)["weights"] == weights
+        assert len(averagings(store, f"{RUN}/round/{r}/")) == 1
+    assert receipts(under_slurm) == receipts(local)
+    assert len(receipts(under_slurm)) == 10  # start, 4 clients, 2 averages, 2 evaluations, tsv
+
+    # Every job went through Slurm: sacct has each one, named with this run's id, completed.
+    run_id = re.search(r"SLURM run ID: (\S+)", by_slurm.output)
+    assert run_id and run_id.group(1).startswith("somatest-"), by_slurm.tail()
+    jobs = submitted(by_slurm.output)
+    assert len(jobs) == sum(WORKFLOW_JOBS.values()), by_slurm.tail()
+    wait_for(
+        "sacct to show every job completed",
+        lambda: set(sacct_states(list(jobs)).values()) == {"COMPLETED"}
+        and len(sacct_states(list(jobs))) == len(jobs),
+        timeout=60,
+    )
+    names = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-j", ",".join(jobs), "-o", "JobName"],
+        env=slurm_env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout.split()
+    assert set(names) == {run_id.group(1)}
+    # ...and left its per-rule log where the plugin keeps them.
+    logs = under_slurm / ".snakemake" / "slurm_logs"
+    per_rule = {d.name: len(list(d.rglob("*.log"))) for d in logs.iterdir()}
+    assert per_rule == {f"rule_{rule}": n for rule, n in WORKFLOW_JOBS.items()}
+    for job, log in jobs.items():
+        assert Path(log).name == f"{job}.log" and Path(log).is_file()
+    for r, k in ((0, 0), (0, 1), (1, 0), (1, 1)):
+        assert list((logs / "rule_train" / f"{r}_{k}").glob("*.log"))
+    print(f"whole workflow under Slurm: {workflow_runs['seconds']:.0f}s")
+
+
+# --- 2. rerunning one round under Slurm -------------------------------------------------------
+
+
+def test_rerunning_round_0_under_slurm_changes_no_receipt(workflow_runs, tmp_path, slurm) -> None:
+    assert workflow_runs["by_slurm"].returncode == 0, workflow_runs["by_slurm"].tail()
+    workdir = tmp_path / "rerun"
+    shutil.copytree(workflow_runs["slurm"], workdir, symlinks=True)
+    write_config(workdir)  # the same config, the copy's own store
+    shutil.rmtree(workdir / ".snakemake" / "slurm_logs")
+    before = receipts(workdir)
+
+    forced = [*CLIENTS_0, AVERAGE_0]
+    rerun = slurm.run(
+        snakemake(workdir, "--forcerun", *forced, "--until", AVERAGE_0, slurm=slurm),
+        cwd=workdir,
+        timeout=FEW_JOBS,
+    )
+    assert rerun.returncode == 0, rerun.tail()
+    jobs = submitted(rerun.output)
+    assert sorted(rule_of(log) for log in jobs.values()) == ["average", "train", "train"], (
+        rerun.tail()
+    )
+    wait_for(
+        "sacct to show the rerun's jobs completed",
+        lambda: sacct_states(list(jobs)) == dict.fromkeys(jobs, "COMPLETED"),
+        timeout=60,
+    )
+    for path in forced:
+        assert (workdir / path).stat().st_mtime > (workflow_runs["slurm"] / path).stat().st_mtime
+    assert receipts(workdir) == before, "a rerun of round 0 changed a receipt"
+    store = Store(workdir / "store")
+    assert len(averagings(store, f"{RUN}/round/0/")) == 1, "the rerun averaged again"
+
+    dry = slurm.run(snakemake(workdir, "-n"), cwd=workdir, timeout=120)
+    assert dry.returncode == 0, dry.tail()
+    assert "Nothing to be done" in dry.output, dry.tail()
+
+
+# --- 3. the srun mode -------------------------------------------------------------------------
+
+
+def test_srun_mode_four_tasks_in_one_sbatch_average_each_round_once(cluster, tmp_path, slurm):
+    store = tmp_path / "store"
+    env = slurm_env()
+    env.update(STORE=str(store), RUN="ctl", ROUNDS="2", OPTIONS="examples=64", DEADLINE="240")
+    env["SOMA_THREADS"] = "1"
+    if shutil.which("soma") is None:
+        env["SOMA"] = f"{sys.executable} -m soma.cli"
+    out = tmp_path / "srun-%j.out"
+    sbatch = ["sbatch", "--wait", "--parsable", "--overcommit", "-p", PARTITION, "-A", ACCOUNT]
+    sbatch += ["-J", slurm.prefix, "-t", "10", "--mem-per-cpu=2000", "-o", str(out), str(SRUN_SBATCH)]
+    batch = slurm.run(sbatch, cwd=tmp_path, timeout=FEW_JOBS, env=env)
+    job = re.search(r"^(\d+)", batch.output, re.M)
+    assert job, batch.tail()
+    job = job.group(1)
+    printed = (tmp_path / f"srun-{job}.out").read_text()
+    assert batch.returncode == 0, batch.tail() + printed
+
+    lines = [json.loads(line) for line in printed.splitlines() if line.startswith("{")]
+    per_round = [line for line in lines if "round" in line]
+    assert sorted((x["client"], x["round"]) for x in per_round) == [
+        (k, r) for k in range(4) for r in range(2)
+    ], printed
+    final = Store(store)
+    for r in range(2):
+        digests = {x["average"] for x in per_round if x["round"] == r}
+        assert digests == {final.resolve(f"ctl/round/{r}/average")}, printed
+    assert len({json.dumps(x["evaluation"]) for x in lines if "done" in x}) == 1
+    averaged = averagings(final, "ctl/round/")
+    assert len(averaged) == 2, averaged
+    assert {n.split("/")[2] for n in averaged} == {"0", "1"}, "one averaging per round"
+
+    status = slurm.run(
+        [sys.executable, "-m", "soma.cli", "status", "--store", store, "--run", "ctl"]
+        + ["--clients", "4", "--json"],
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert status.returncode == 0, status.tail()
+    rows = json.loads(status.output)
+    assert [row["round"] for row in rows] == [0, 1]
+    for row in rows:
+        assert row["written"] == [0, 1, 2, 3] and row["missing"] == []
+        assert row["average"] == final.resolve(f"ctl/round/{row['round']}/average")
+        assert row["averagings"] == 1
+
+    # One batch job whose srun step ran four tasks.
+    steps = subprocess.run(
+        ["sacct", "-n", "-P", "-j", job, "-o", "JobID,NTasks,State"],
+        env=slurm_env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
+    assert f"{job}.0|4|COMPLETED" in steps.split(), steps
+
+
+# --- 4a. a client job cancelled with scancel ---------------------------------------------------
+
+
+def test_a_client_job_cancelled_with_scancel_fails_the_run_naming_that_client(
+    cluster, tmp_path, slurm
+) -> None:
+    slow = {"slow_client": 1, "seconds": 600, "inner": "soma.tasks.control", "examples": 64}
+    write_config(tmp_path, task="slow_task", task_options={"slow_task": slow})
+    env = slurm_env()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(FIXTURES), env.get("PYTHONPATH")]))
+    run = slurm.start(snakemake(tmp_path, AVERAGE_0, slurm=slurm), cwd=tmp_path, env=env)
+
+    # The plugin comments each job with its rule and wildcard values (round, then client).
+    log = tmp_path / f"logs/{RUN}/round/0/client/1.log"
+    job = wait_for(
+        "client 1's train job of round 0 running and sleeping in train()",
+        lambda: run.poll() is None
+        and log.is_file()
+        and "sleeping" in log.read_text()
+        and next(
+            (
+                j
+                for j in slurm.jobs()
+                if j.comment == "rule_train_wildcards_0_1" and j.state == "RUNNING"
+            ),
+            None,
+        ),
+        timeout=FEW_JOBS / 2,
+        every=1,
+    )
+    subprocess.run(["scancel", job.id], env=slurm_env(), timeout=30, check=True)
+    failed = slurm.finish(run, timeout=FEW_JOBS / 2)
+
+    assert failed.returncode != 0, failed.tail()
+    out = failed.output
+    assert "Error in rule train" in out, failed.tail()
+    error = out[out.index("Error in rule train") :]
+    assert f"SLURM-job '{job.id}' failed, SLURM status is: 'CANCELLED'" in error, failed.tail()
+    assert f"output: {CLIENTS_0[1]}" in error, failed.tail()
+    assert f"log: logs/{RUN}/round/0/client/1.log" in error, failed.tail()
+    assert f"rule_train/0_1/{job.id}.log" in error, failed.tail()  # the wildcards, by value
+    # and the job Snakemake announced as that failed one was train with round=0, client=1
+    snakemake_job = re.search(r"jobid: (\d+)", error).group(1)
+    announced = re.search(
+        rf"rule train:\n(?:    .*\n)*?    jobid: {snakemake_job}\n(?:    .*\n)*?    wildcards: (.*)",
+        out,
+    )
+    assert announced and announced.group(1) == "round=0, client=1", failed.tail()
+    assert ended(job.id) == "CANCELLED"
+    assert not (tmp_path / CLIENTS_0[1]).exists() and not (tmp_path / AVERAGE_0).exists()
+
+
+# --- 4b. an averager killed holding the claim --------------------------------------------------
+
+
+def test_an_averager_killed_holding_the_claim_is_taken_over_once_slurm_says_it_ended(
+    cluster, tmp_path, slurm
+) -> None:
+    write_config(tmp_path)
+    clients = slurm.run(snakemake(tmp_path, *CLIENTS_0), cwd=tmp_path, timeout=FEW_JOBS)
+    assert clients.returncode == 0, clients.tail()
+    store = Store(tmp_path / "store")
+    place = f"{RUN}/round/0/inputs/{key_of_round(tmp_path, 0)}"
+
+    # A real Slurm job claims the round's averaging, then sleeps.
+    hold = f"exec {sys.executable} {HOLD_CLAIM} {store.directory} {place}/averaging"
+    sbatch = ["sbatch", "--parsable", "-p", PARTITION, "-A", ACCOUNT, "-J", f"{slurm.prefix}-hold"]
+    sbatch += ["-t", "10", "--mem=500", "-o", str(tmp_path / "hold-%j.out"), "--wrap", hold]
+    submit = slurm.run(sbatch, cwd=tmp_path, timeout=60)
+    assert submit.returncode == 0, submit.tail()
+    holder_job = submit.output.strip().split(";")[0]
+    claim = wait_for(
+        "the Slurm job's claim on the averaging",
+        lambda: store.resolve(f"{place}/averaging"),
+        timeout=120,
+    )
+    holder = read_record(store, claim)
+    assert holder["slurm_job"] == holder_job and holder["role"] == "averaging"
+    assert not holders.gone(holder), "a running Slurm job is alive"
+
+    # While it is alive, an average job waits for it, and past its deadline names it.
+    alive = slurm.run(
+        snakemake(tmp_path, AVERAGE_0, "--config", "average_deadline=3"),
+        cwd=tmp_path,
+        timeout=FEW_JOBS,
+    )
+    assert alive.returncode != 0, alive.tail()
+    log = (tmp_path / f"logs/{RUN}/round/0/average.log").read_text()
+    assert "AveragerDied" in log and "never published" in log, log
+    assert f"Slurm job {holder_job}" in log, log
+    assert store.bound(f"{place}/takeover/") == [] and store.resolve(f"{place}/average") is None
+
+    # Dead: scancel it; once Slurm says it ended, the average job under Slurm takes over.
+    subprocess.run(["scancel", holder_job], env=slurm_env(), timeout=30, check=True)
+    assert ended(holder_job) == "CANCELLED"
+    assert holders.gone(holder)
+    taken = slurm.run(snakemake(tmp_path, AVERAGE_0, slurm=slurm), cwd=tmp_path, timeout=FEW_JOBS)
+    assert taken.returncode == 0, taken.tail()
+    (averager,) = submitted(taken.output)
+    assert store.bound(f"{place}/takeover/") == [f"{place}/takeover/1"]
+    published = store.resolve(f"{place}/average")
+    assert published is not None
+    assert len(averagings(store, f"{place}/")) == 1
+    record = read_record(store, published)
+    assert record["averaged_by"]["slurm_job"] == averager != holder_job
+    receipt = (tmp_path / AVERAGE_0).read_bytes()
+    assert json.loads(receipt)["weights"] == record["weights"]
+
+    # And it never changes: a forced rerun of the average finds it published.
+    again = slurm.run(
+        snakemake(tmp_path, AVERAGE_0, "--forcerun", AVERAGE_0, slurm=slurm),
+        cwd=tmp_path,
+        timeout=FEW_JOBS,
+    )
+    assert again.returncode == 0, again.tail()
+    assert len(submitted(again.output)) == 1, again.tail()
+    assert (tmp_path / AVERAGE_0).read_bytes() == receipt
+    assert store.resolve(f"{place}/average") == published
+    assert len(averagings(store, f"{place}/")) == 1
+    assert store.bound(f"{place}/takeover/") == [f"{place}/takeover/1"]

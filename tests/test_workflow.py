@@ -1,0 +1,373 @@
+"""The federated run as a Snakemake workflow: what users type, each tested for real."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from soma.store import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+SNAKEFILE = ROOT / "Snakefile"
+TINY = ROOT / "tests" / "fixtures" / "tiny.yaml"
+NO_BASELINES = ROOT / "tests" / "fixtures" / "no-baselines.yaml"
+
+
+def snakemake(
+    workdir: Path,
+    *args: str,
+    config: list[Path] | tuple[Path, ...] | None = (TINY,),
+    timeout: float = 600,
+    env: dict | None = None,
+) -> subprocess.CompletedProcess:
+    """Run snakemake in `workdir`; killed as a whole process group if it outlives `timeout`."""
+    command = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(workdir)]
+    if config:
+        command += ["--configfile", *map(str, config)]
+    process = subprocess.Popen(
+        command + list(args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env=env,
+    )
+    try:
+        out, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        out, _ = process.communicate()
+        raise AssertionError(f"snakemake outlived {timeout}s:\n{out[-3000:]}") from None
+    return subprocess.CompletedProcess(process.args, process.returncode, out, "")
+
+
+def ok(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 0, result.stdout[-4000:]
+    return result.stdout
+
+
+def receipts(workdir: Path, run: str = "tiny") -> dict[str, bytes]:
+    base = workdir / "results" / run
+    return {str(p.relative_to(base)): p.read_bytes() for p in sorted(base.rglob("*.json"))}
+
+
+def averagings_per_round(store: Path, run: str) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for name in Store(store).bound(f"{run}/round/"):
+        if "/averaged/" in name:
+            r = int(name.split("/")[2])
+            counts[r] = counts.get(r, 0) + 1
+    return counts
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    """One complete tiny run (2 clients, 2 rounds, both baselines), shared read-only."""
+    workdir = tmp_path_factory.mktemp("finished")
+    ok(snakemake(workdir, "--cores", "2"))
+    return workdir
+
+
+def copy_of(finished: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "run"
+    shutil.copytree(finished, target, symlinks=True)
+    return target
+
+
+def test_a_local_run_leaves_receipts_a_table_and_a_plot(finished) -> None:
+    results = finished / "results" / "tiny"
+    table = (results / "summary.tsv").read_text().splitlines()
+    assert table[0].split("\t") == ["round", "federated", "alone", "alone_best", "centralized"]
+    rows = [dict(zip(table[0].split("\t"), line.split("\t"), strict=True)) for line in table[1:]]
+    assert [r["round"] for r in rows] == ["0", "1"]
+    assert float(rows[-1]["federated"]) > float(rows[-1]["alone"]) + 0.2
+    assert (results / "accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for rule in (
+        "start",
+        "round/0/client/0",
+        "round/1/average",
+        "round/1/evaluation",
+        "summary",
+        "alone/1",
+        "centralized",
+    ):
+        assert (finished / "logs" / "tiny" / f"{rule}.log").exists(), rule
+    # every round's average is in the store, named by what the receipt says
+    store = Store(finished / "store")
+    for r in range(2):
+        receipt = json.loads((results / "round" / str(r) / "average.json").read_text())
+        assert store.recall_digest(receipt["weights"])  # the averaged weights themselves
+        assert [i["client"] for i in receipt["inputs"]] == [0, 1]
+    assert averagings_per_round(finished / "store", "tiny") == {0: 1, 1: 1}
+
+
+def test_receipts_are_deterministic_json_with_no_time_and_no_paths(finished) -> None:
+    for name, data in receipts(finished).items():
+        text = data.decode()
+        value = json.loads(text)
+        assert text == json.dumps(value, sort_keys=True, indent=2) + "\n", name
+        assert str(finished) not in text and "/tmp" not in text and "/work" not in text, name
+        assert not re.search(r"\d{4}-\d\d-\d\dT\d\d:", text), f"{name} has a timestamp"
+
+
+def test_a_bad_config_is_refused_with_the_key_before_any_job_runs(tmp_path) -> None:
+    for override, key in (
+        ("rounds=0", "rounds"),
+        ("roundz=3", "roundz"),
+        ("threads=many", "threads"),
+        ("run=../escape", "run"),
+    ):
+        result = snakemake(tmp_path, "--cores", "1", "--config", override)
+        assert result.returncode != 0, override
+        assert key in result.stdout, (override, result.stdout[-2000:])
+        assert not (tmp_path / "results").exists() and not (tmp_path / "store").exists()
+
+
+def test_a_dry_run_shows_the_dag_of_rounds(tmp_path) -> None:
+    plan = ok(snakemake(tmp_path, "-n", "--config", "rounds=3"))
+    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", plan, flags=re.MULTILINE))
+    assert counts["train"] == "6" and counts["average"] == "3" and counts["evaluate"] == "3"
+    dag = ok(snakemake(tmp_path, "--dag", "--config", "rounds=3"))
+    assert "digraph" in dag and "round: 2" in dag and "client: 1" in dag
+    rules = ok(snakemake(tmp_path, "--rulegraph"))
+    assert "digraph" in rules and "average" in rules and "train" in rules
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_thousand_rounds_build_their_dag(tmp_path) -> None:
+    """A deep chain of rounds: each round's clients wait for the round before."""
+    plan = ok(
+        snakemake(
+            tmp_path, "-n", "--config", "rounds=1000", config=[TINY, NO_BASELINES], timeout=900
+        )
+    )
+    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", plan, flags=re.MULTILINE))
+    assert counts["train"] == "2000" and counts["average"] == "1000"
+
+
+def rerun_round_0(workdir: Path, env: dict | None = None) -> str:
+    base = "results/tiny/round/0"
+    return ok(
+        snakemake(
+            workdir,
+            "--cores",
+            "2",
+            "--until",
+            f"{base}/average.json",
+            "--forcerun",
+            f"{base}/average.json",
+            f"{base}/client/0.json",
+            f"{base}/client/1.json",
+            env=env,
+        )
+    )
+
+
+def test_rerunning_a_round_that_reproduces_its_weights_leaves_later_rounds_alone(
+    finished, tmp_path
+) -> None:
+    workdir = copy_of(finished, tmp_path)
+    before = receipts(workdir)
+    logs = workdir / "logs" / "tiny" / "round"
+    stamps = {p: p.stat().st_mtime_ns for p in logs.rglob("*.log")}
+    time.sleep(0.01)
+    rerun_round_0(workdir)
+    rerun = {p for p, t in stamps.items() if p.stat().st_mtime_ns != t}
+    assert rerun == {
+        logs / "0" / "client" / "0.log",
+        logs / "0" / "client" / "1.log",
+        logs / "0" / "average.log",
+    }, "exactly round 0's client and average jobs"
+    assert receipts(workdir) == before
+    assert "Nothing to be done" in ok(snakemake(workdir, "-n"))
+
+
+def test_rerunning_a_round_that_changes_its_weights_reruns_the_rounds_after_it(tmp_path) -> None:
+    env = dict(os.environ, PYTHONPATH=f"{ROOT / 'tests' / 'fixtures'}")
+    drifting = ROOT / "tests" / "fixtures" / "drifting.yaml"
+    ok(snakemake(tmp_path, "--cores", "2", config=[TINY, drifting], env=env))
+    before = receipts(tmp_path, "drift")
+    base = "results/drift/round/0"
+    ok(
+        snakemake(
+            tmp_path,
+            "--cores",
+            "2",
+            "--until",
+            f"{base}/average.json",
+            "--forcerun",
+            f"{base}/average.json",
+            f"{base}/client/0.json",
+            f"{base}/client/1.json",
+            config=[TINY, drifting],
+            env=dict(env, SOMA_TEST_DRIFT="0.5"),
+        )
+    )
+    after = receipts(tmp_path, "drift")
+    assert after["round/0/average.json"] != before["round/0/average.json"]
+    plan = ok(snakemake(tmp_path, "-n", config=[TINY, drifting], env=env))
+    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", plan, flags=re.MULTILINE))
+    assert counts["train"] == "2" and counts["average"] == "1", plan[-2000:]
+    assert counts["evaluate"] == "2"  # round 0's new average, and round 1's
+    # the two averages of round 0 are two averagings, each published once
+    store = Store(tmp_path / "store")
+    published = [n for n in store.bound("drift/round/0/inputs/") if n.endswith("/average")]
+    assert len(published) == 2
+
+
+def test_a_killed_run_resumes_from_the_last_finished_round(tmp_path) -> None:
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(SNAKEFILE),
+        "-d",
+        str(tmp_path),
+        "--configfile",
+        str(TINY),
+        str(NO_BASELINES),
+        "--cores",
+        "1",
+        "--config",
+        "rounds=4",
+    ]
+    log = open(tmp_path / "killed.log", "w")  # noqa: SIM115
+    process = subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True)
+    first = tmp_path / "results" / "tiny" / "round" / "1" / "average.json"
+    deadline = time.monotonic() + 300
+    while not first.exists() and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.2)
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    log.close()
+    assert first.exists(), (tmp_path / "killed.log").read_text()[-3000:]
+    assert not (tmp_path / "results" / "tiny" / "round" / "3" / "average.json").exists()
+    # round 0 finished; round 1's receipt may be there with its job unfinished (incomplete)
+    kept = {p: p.stat().st_mtime_ns for p in (tmp_path / "results").rglob("round/0/*.json")}
+    ok(snakemake(tmp_path, "--unlock", config=[TINY, NO_BASELINES]))  # a SIGKILL leaves the lock
+    out = ok(
+        snakemake(
+            tmp_path,
+            "--cores",
+            "2",
+            "--rerun-incomplete",
+            "--config",
+            "rounds=4",
+            config=[TINY, NO_BASELINES],
+        )
+    )
+    assert "Forced" not in out
+    assert len(kept) == 3  # round 0's two client receipts and its average
+    assert all(p.stat().st_mtime_ns == t for p, t in kept.items()), "round 0 was not done again"
+    assert (tmp_path / "results" / "tiny" / "round" / "3" / "average.json").exists()
+
+
+def test_two_snakemakes_in_two_directories_sharing_one_store_average_each_round_once(
+    finished, tmp_path
+) -> None:
+    store = tmp_path / "shared-store"
+    runs = [tmp_path / "a", tmp_path / "b"]
+    processes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "snakemake",
+                "-s",
+                str(SNAKEFILE),
+                "-d",
+                str(w),
+                "--configfile",
+                str(TINY),
+                "--cores",
+                "1",
+                "--config",
+                f"store={store}",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        for w in runs
+    ]
+    for p in processes:
+        out, _ = p.communicate(timeout=600)
+        assert p.returncode == 0, out[-3000:]
+    assert averagings_per_round(store, "tiny") == {0: 1, 1: 1}
+    assert receipts(runs[0]) == receipts(runs[1])
+    # and a run with a store of its own got the very same bits
+    assert receipts(runs[0]) == receipts(finished)
+
+
+def test_a_report_with_the_plot_and_the_table(finished, tmp_path) -> None:
+    workdir = copy_of(finished, tmp_path)
+    ok(snakemake(workdir, "--report", "report.html"))
+    html = (workdir / "report.html").read_text(errors="replace")
+    assert "accuracy.png" in html and "summary.tsv" in html
+
+
+def test_lint_and_format_are_clean() -> None:
+    lint = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "--lint"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert lint.returncode == 0 and "Lints for" not in lint.stdout + lint.stderr, lint.stdout
+    snakefmt = shutil.which("snakefmt")
+    assert snakefmt, "snakefmt is part of the test extra"
+    fmt = subprocess.run(
+        [snakefmt, "--check", "Snakefile", "workflow"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert fmt.returncode == 0, fmt.stdout + fmt.stderr
+    ruff = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "."],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert ruff.returncode == 0, ruff.stdout
+
+
+def test_a_task_of_your_own_from_the_readme(tmp_path) -> None:
+    readme = (ROOT / "README.md").read_text()
+    code = readme.split("```python\n# mytask.py", 1)[1].split("```", 1)[0]
+    (tmp_path / "mytask.py").write_text("# mytask.py" + code)
+    command = readme.split("```\nsnakemake --cores 2 -s /path/to/soma/Snakefile", 1)[1]
+    assert "task=mytask" in command.split("```")[0]
+    ok(
+        snakemake(
+            tmp_path,
+            "--cores",
+            "2",
+            "--config",
+            "task=mytask",
+            "metric=loss",
+            "clients=4",
+            'task_options={"mytask": {"epochs": 3}}',
+            "rounds=3",
+            config=None,
+        )
+    )
+    table = (tmp_path / "results" / "digits" / "summary.tsv").read_text().splitlines()
+    rows = [line.split("\t") for line in table[1:]]
+    federated, alone = float(rows[-1][1]), float(rows[-1][2])
+    assert federated < alone, "the federation fits the union better than a client alone"
