@@ -95,7 +95,15 @@ def round_status(store, run: str, clients: int | None = None) -> list[dict[str, 
     for r in rounds:
         here = present(store, run, r, clients)
         latest = current_holder(store, run, r)
-        averaged = store.bound(f"{round_prefix(run, r)}/averaged/")
+        prefix_r = round_prefix(run, r)
+        averaged = [n for n in store.bound(f"{prefix_r}/") if "/averaged/" in n]
+        # the workflow's averagings are keyed by their inputs: one per distinct set of weights
+        keyed = {
+            n.split("/")[-2]: store.resolve(n)
+            for n in store.bound(f"{prefix_r}/inputs/")
+            if n.endswith("/average")
+        }
+        plain = store.resolve(average_name(run, r))
         table.append(
             {
                 "round": r,
@@ -106,7 +114,8 @@ def round_status(store, run: str, clients: int | None = None) -> list[dict[str, 
                 if latest is None
                 else {"claim": latest[0], **latest[1], "gone": holders.gone(latest[1])},
                 "averagings": len(averaged),
-                "average": store.resolve(average_name(run, r)),
+                "average": plain or (next(iter(keyed.values())) if len(keyed) == 1 else None),
+                "averages_by_inputs": keyed,
             }
         )
     return table
@@ -128,6 +137,8 @@ def status(args: argparse.Namespace) -> int:
         holder = row["averaging"]
         if row["average"]:
             state = f"average {row['average'][:16]}"
+        elif row["averages_by_inputs"]:
+            state = f"{len(row['averages_by_inputs'])} averages (the round was rerun)"
         elif holder:
             state = f"averaging held by {holders.describe(holder)}"
             state += " (gone)" if holder["gone"] else ""
