@@ -114,13 +114,13 @@ def test_and_says_a_different_thing_when_complete_and_the_average_never_came(tmp
         contribute(store, weights(k), run="r", round=0, clients=2, mine=k)
     # Somebody alive (this very process, as far as anyone can tell) claimed it and never published.
     holder = holders.me(role="averaging")
-    holder["host"], holder["slurm_job"] = "gpu-node-07", "4242"
+    holder["host"], holder["slurm_job"] = "gpu-node-07", "999999999"
     assert store.claim(averaging_name("r", 0), store.put_value(holder))
     with pytest.raises(AveragerDied) as died:
         average_round(store, run="r", round=0, clients=2, deadline=0.2, backoff=QUICK)
     message = str(died.value)
     assert "complete" in message and "never published" in message
-    assert "gpu-node-07" in message and "4242" in message and str(holder["pid"]) in message
+    assert "gpu-node-07" in message and "999999999" in message and str(holder["pid"]) in message
     assert holder["when"] in message
     assert not isinstance(died.value, RoundIncomplete)
 

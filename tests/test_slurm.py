@@ -183,6 +183,15 @@ def sacct_states(job_ids: list[str]) -> dict[str, str]:
     return states
 
 
+def completed(jobs: dict[str, str]) -> None:
+    """Wait until accounting has every one of these jobs, each COMPLETED."""
+    wait_for(
+        f"sacct to show jobs {', '.join(jobs)} completed",
+        lambda: sacct_states(list(jobs)) == dict.fromkeys(jobs, "COMPLETED"),
+        timeout=60,
+    )
+
+
 def ended(job_id: str, timeout: float = 60) -> str:
     """Wait until accounting says the job ended; its final state."""
     return wait_for(
@@ -319,12 +328,7 @@ def test_the_workflow_under_slurm_gives_the_receipts_of_a_local_run(workflow_run
     assert run_id and run_id.group(1).startswith("somatest-"), by_slurm.tail()
     jobs = submitted(by_slurm.output)
     assert len(jobs) == sum(WORKFLOW_JOBS.values()), by_slurm.tail()
-    wait_for(
-        "sacct to show every job completed",
-        lambda: set(sacct_states(list(jobs)).values()) == {"COMPLETED"}
-        and len(sacct_states(list(jobs))) == len(jobs),
-        timeout=60,
-    )
+    completed(jobs)
     names = subprocess.run(
         ["sacct", "-X", "-n", "-P", "-j", ",".join(jobs), "-o", "JobName"],
         env=slurm_env(),
@@ -367,11 +371,7 @@ def test_rerunning_round_0_under_slurm_changes_no_receipt(workflow_runs, tmp_pat
     assert sorted(rule_of(log) for log in jobs.values()) == ["average", "train", "train"], (
         rerun.tail()
     )
-    wait_for(
-        "sacct to show the rerun's jobs completed",
-        lambda: sacct_states(list(jobs)) == dict.fromkeys(jobs, "COMPLETED"),
-        timeout=60,
-    )
+    completed(jobs)
     for path in forced:
         assert (workdir / path).stat().st_mtime > (workflow_runs["slurm"] / path).stat().st_mtime
     assert receipts(workdir) == before, "a rerun of round 0 changed a receipt"
@@ -395,7 +395,8 @@ def test_srun_mode_four_tasks_in_one_sbatch_average_each_round_once(cluster, tmp
         env["SOMA"] = f"{sys.executable} -m soma.cli"
     out = tmp_path / "srun-%j.out"
     sbatch = ["sbatch", "--wait", "--parsable", "--overcommit", "-p", PARTITION, "-A", ACCOUNT]
-    sbatch += ["-J", slurm.prefix, "-t", "10", "--mem-per-cpu=2000", "-o", str(out), str(SRUN_SBATCH)]
+    sbatch += ["-J", slurm.prefix, "-t", "10", "--mem-per-cpu=2000", "-o", str(out)]
+    sbatch.append(str(SRUN_SBATCH))
     batch = slurm.run(sbatch, cwd=tmp_path, timeout=FEW_JOBS, env=env)
     job = re.search(r"^(\d+)", batch.output, re.M)
     assert job, batch.tail()
@@ -455,24 +456,17 @@ def test_a_client_job_cancelled_with_scancel_fails_the_run_naming_that_client(
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(FIXTURES), env.get("PYTHONPATH")]))
     run = slurm.start(snakemake(tmp_path, AVERAGE_0, slurm=slurm), cwd=tmp_path, env=env)
 
-    # The plugin comments each job with its rule and wildcard values (round, then client).
     log = tmp_path / f"logs/{RUN}/round/0/client/1.log"
-    job = wait_for(
-        "client 1's train job of round 0 running and sleeping in train()",
-        lambda: run.poll() is None
-        and log.is_file()
-        and "sleeping" in log.read_text()
-        and next(
-            (
-                j
-                for j in slurm.jobs()
-                if j.comment == "rule_train_wildcards_0_1" and j.state == "RUNNING"
-            ),
-            None,
-        ),
-        timeout=FEW_JOBS / 2,
-        every=1,
-    )
+
+    def sleeping_client_1() -> Job | None:
+        assert run.poll() is None, slurm.finish(run, 0).tail()
+        if not (log.is_file() and "sleeping" in log.read_text()):
+            return None
+        # The plugin comments each job with its rule and wildcard values (round, then client).
+        jobs = [j for j in slurm.jobs() if j.comment == "rule_train_wildcards_0_1"]
+        return next((j for j in jobs if j.state == "RUNNING"), None)
+
+    job = wait_for("client 1's train job sleeping in train()", sleeping_client_1, FEW_JOBS / 2)
     subprocess.run(["scancel", job.id], env=slurm_env(), timeout=30, check=True)
     failed = slurm.finish(run, timeout=FEW_JOBS / 2)
 
@@ -486,10 +480,8 @@ def test_a_client_job_cancelled_with_scancel_fails_the_run_naming_that_client(
     assert f"rule_train/0_1/{job.id}.log" in error, failed.tail()  # the wildcards, by value
     # and the job Snakemake announced as that failed one was train with round=0, client=1
     snakemake_job = re.search(r"jobid: (\d+)", error).group(1)
-    announced = re.search(
-        rf"rule train:\n(?:    .*\n)*?    jobid: {snakemake_job}\n(?:    .*\n)*?    wildcards: (.*)",
-        out,
-    )
+    then = r"\n(?:    .*\n)*?    "  # on: any lines of the same job's block, then this field
+    announced = re.search(rf"rule train:{then}jobid: {snakemake_job}{then}wildcards: (.*)", out)
     assert announced and announced.group(1) == "round=0, client=1", failed.tail()
     assert ended(job.id) == "CANCELLED"
     assert not (tmp_path / CLIENTS_0[1]).exists() and not (tmp_path / AVERAGE_0).exists()
@@ -563,3 +555,28 @@ def test_an_averager_killed_holding_the_claim_is_taken_over_once_slurm_says_it_e
     assert store.resolve(f"{place}/average") == published
     assert len(averagings(store, f"{place}/")) == 1
     assert store.bound(f"{place}/takeover/") == [f"{place}/takeover/1"]
+
+
+# --- the profiles -----------------------------------------------------------------------------
+
+
+def test_the_profiles_name_the_workflows_rules_and_the_test_cluster(tmp_path) -> None:
+    """Per-rule settings for a rule that no longer exists are silently ignored by Snakemake."""
+    write_config(tmp_path)
+    listed = subprocess.run(
+        snakemake(tmp_path, "--list-rules"), cwd=tmp_path, capture_output=True, text=True
+    )
+    assert listed.returncode == 0, listed.stderr
+    rules = {line.split()[0] for line in listed.stdout.splitlines() if line.strip()}
+    assert {"start", "train", "average", "evaluate", "alone", "centralized", "summary"} <= rules
+    user = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())
+    test = yaml.safe_load((PROFILE / "config.yaml").read_text())
+    for profile in (user, test):
+        assert profile["executor"] == "slurm"
+        assert set(profile.get("set-resources", {})) <= rules
+        assert set(profile.get("set-threads", {})) <= rules
+    assert {"train", "average"} <= set(user["set-resources"])
+    assert "slurm_partition" not in user["default-resources"], "the user's to fill in"
+    assert test["default-resources"]["slurm_partition"] == PARTITION
+    assert test["default-resources"]["slurm_account"] == ACCOUNT
+    assert test["slurm-init-seconds-before-status-checks"] == 1
