@@ -1,7 +1,8 @@
 """The `soma` command line: the same client script on every Slurm task, and a round's status.
 
-    srun -n 4 soma client --store /shared/soma --run cifar --rounds 10 --clients 4 \\
-        --mine "$SLURM_PROCID"
+Each task is client `$SLURM_PROCID` unless `--mine` says otherwise.
+
+    srun -n 4 soma client --store /shared/soma --run cifar --rounds 10 --clients 4
     soma status --store /shared/soma --run cifar [--json]
 """
 
