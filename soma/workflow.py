@@ -208,6 +208,11 @@ def centralized(config: Mapping[str, Any], started: str, receipt: str) -> None:
     )
 
 
+def lower_is_better(metric: str) -> bool:
+    """A loss or an error is better lower; anything else (accuracy, F1, ...) higher."""
+    return metric.endswith(("loss", "error", "mse"))
+
+
 def summary_rows(
     evaluations: Sequence[str], alones: Sequence[str], central: str | None, metric: str
 ) -> list[dict[str, Any]]:
@@ -221,7 +226,7 @@ def summary_rows(
         if alone_runs:
             values = [run[r]["metrics"].get(metric) for run in alone_runs]
             row["alone"] = sum(values) / len(values)
-            row["alone_best"] = max(values)
+            row["alone_best"] = (min if lower_is_better(metric) else max)(values)
         if central_run:
             row["centralized"] = central_run[r]["metrics"].get(metric)
         rows.append(row)
