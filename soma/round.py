@@ -37,6 +37,7 @@ from soma import codecs, holders
 from soma.aggregate import fedavg
 from soma.errors import SomaError
 from soma.nodes import Export
+from soma.store import Store
 
 
 class RoundError(SomaError):
@@ -114,7 +115,7 @@ class Contribution:
 
 
 def contribute(
-    store,
+    store: Store,
     export: Export,
     *,
     run: str,
@@ -150,7 +151,7 @@ class Backoff:
             delay = min(delay * 2, self.cap)
 
 
-def present(store, run: str, round: int, clients: int) -> list[int]:
+def present(store: Store, run: str, round: int, clients: int) -> list[int]:
     """The clients whose records are in the round, sorted."""
     prefix = f"{round_prefix(run, round)}/client/"
     found = []
@@ -161,7 +162,7 @@ def present(store, run: str, round: int, clients: int) -> list[int]:
     return sorted(found)
 
 
-def read_record(store, digest: str) -> dict[str, Any]:
+def read_record(store: Store, digest: str) -> dict[str, Any]:
     """A small JSON record (a client's, a holder's, an average's) by its digest."""
     value = store.recall_digest(digest)
     if not isinstance(value, dict):
@@ -169,7 +170,7 @@ def read_record(store, digest: str) -> dict[str, Any]:
     return value
 
 
-def _inputs_of_round(store, run: str, round: int, here: list[int]) -> list[Input]:
+def _inputs_of_round(store: Store, run: str, round: int, here: list[int]) -> list[Input]:
     """Each present client's weights and size, as its record says."""
     inputs = []
     for k in here:
@@ -202,7 +203,9 @@ class _Place:
         self.average = f"{prefix}/average"
 
 
-def current_holder(store, run: str, round: int, *, key: str | None = None):
+def current_holder(
+    store: Store, run: str, round: int, *, key: str | None = None
+) -> tuple[str, dict[str, Any]] | None:
     """The latest claim on the averaging (the first claim, or the last takeover), if any."""
     return _current_holder(store, _place(run, round, key))
 
@@ -212,7 +215,7 @@ def _place(run: str, round: int, key: str | None) -> _Place:
     return _Place(prefix if key is None else f"{prefix}/inputs/{key}")
 
 
-def _current_holder(store, place: _Place) -> tuple[str, dict[str, Any]] | None:
+def _current_holder(store: Store, place: _Place) -> tuple[str, dict[str, Any]] | None:
     generations = [n[len(place.takeovers) :] for n in store.bound(place.takeovers)]
     latest = max((int(g) for g in generations if g.isdigit()), default=0)
     name = f"{place.takeovers}{latest}" if latest else place.averaging
@@ -220,7 +223,7 @@ def _current_holder(store, place: _Place) -> tuple[str, dict[str, Any]] | None:
     return None if digest is None else (name, read_record(store, digest))
 
 
-def _claim_averaging(store, place: _Place, me: dict[str, Any]) -> bool:
+def _claim_averaging(store: Store, place: _Place, me: dict[str, Any]) -> bool:
     """Claim the averaging, or take it over from a holder that is provably gone."""
     who = store.put_value(me)
     if store.claim(place.averaging, who):
@@ -238,7 +241,7 @@ def _weights(sizes: list[float] | None) -> list[float] | None:
     return sizes
 
 
-def _publish(store, name: str, digest: str) -> None:
+def _publish(store: Store, name: str, digest: str) -> None:
     """The average is claimed, not bound: published once, never rebound to another digest."""
     store.claim(name, digest)
 
@@ -275,7 +278,7 @@ def _complete(here: list[int], clients: int) -> bool:
 
 
 def _wait(
-    store,
+    store: Store,
     place: _Place,
     *,
     run: str,
@@ -303,7 +306,7 @@ def _wait(
 
 
 def average_round(
-    store,
+    store: Store,
     *,
     run: str,
     round: int,
@@ -352,7 +355,7 @@ def inputs_key(inputs: Sequence[Input]) -> str:
 
 
 def average_inputs(
-    store,
+    store: Store,
     inputs: Sequence[Input],
     *,
     run: str,
@@ -390,7 +393,7 @@ def average_inputs(
 
 
 def _raise_past_deadline(
-    store,
+    store: Store,
     place: _Place,
     run: str,
     round: int,
@@ -415,13 +418,13 @@ def _raise_past_deadline(
     )
 
 
-def weights_of_average(store, digest: str) -> Export:
+def weights_of_average(store: Store, digest: str) -> Export:
     """The mean weights an average record (by digest) names."""
     return store.recall_digest(read_record(store, digest)["weights"])
 
 
 def gather(
-    store,
+    store: Store,
     export: Export,
     *,
     run: str,

@@ -85,7 +85,7 @@ def start(config: Mapping[str, Any], receipt: str) -> None:
     write_receipt(receipt, {"run": config["run"], "seed": config["seed"], "weights": weights})
 
 
-def _nodes_at(task: Task, store: Store, config: Mapping[str, Any], weights: str):
+def _nodes_at(task: Task, store: Store, config: Mapping[str, Any], weights: str) -> dict:
     nodes = task.nodes(config["seed"])
     load(nodes, store.recall_digest(weights))
     return nodes
