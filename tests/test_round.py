@@ -285,45 +285,17 @@ def test_soma_status_says_who_wrote_who_is_missing_and_the_average(tmp_path) -> 
     for k in (0, 2):
         contribute(store, weights(k), run="ctl", round=0, clients=3, mine=k)
     gather(store, weights(5), run="ctl", round=1, clients=1, mine=0, deadline=5)
-    status = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "soma.cli",
-            "status",
-            "--store",
-            str(tmp_path),
-            "--run",
-            "ctl",
-            "--clients",
-            "3",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    rows = json.loads(status.stdout)
+
+    def status(*flags: str) -> str:
+        command = [sys.executable, "-m", "soma.cli", "status", "--store", str(tmp_path)]
+        command += ["--run", "ctl", "--clients", "3", *flags]
+        return subprocess.run(command, capture_output=True, text=True, check=True).stdout
+
+    rows = json.loads(status("--json"))
     assert rows[0]["written"] == [0, 2] and rows[0]["missing"] == [1] and rows[0]["average"] is None
     assert rows[1]["average"] == store.resolve(average_name("ctl", 1))
     assert rows[1]["averaging"]["pid"] == os.getpid()
-    human = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "soma.cli",
-            "status",
-            "--store",
-            str(tmp_path),
-            "--run",
-            "ctl",
-            "--clients",
-            "3",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    human = status()
     assert "missing [1]" in human and "average " in human
 
 

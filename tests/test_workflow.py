@@ -154,8 +154,11 @@ def test_a_thousand_rounds_build_their_dag(tmp_path) -> None:
     assert counts["train"] == "2000" and counts["average"] == "1000"
 
 
-def rerun_round_0(workdir: Path, env: dict | None = None) -> str:
-    base = "results/tiny/round/0"
+def rerun_round_0(
+    workdir: Path, run: str = "tiny", config: tuple[Path, ...] = (TINY,), env: dict | None = None
+) -> str:
+    """The README's rerun of one round: exactly round 0's client and average jobs."""
+    base = f"results/{run}/round/0"
     return ok(
         snakemake(
             workdir,
@@ -167,6 +170,7 @@ def rerun_round_0(workdir: Path, env: dict | None = None) -> str:
             f"{base}/average.json",
             f"{base}/client/0.json",
             f"{base}/client/1.json",
+            config=config,
             env=env,
         )
     )
@@ -196,22 +200,7 @@ def test_rerunning_a_round_that_changes_its_weights_reruns_the_rounds_after_it(t
     drifting = ROOT / "tests" / "fixtures" / "drifting.yaml"
     ok(snakemake(tmp_path, "--cores", "2", config=[TINY, drifting], env=env))
     before = receipts(tmp_path, "drift")
-    base = "results/drift/round/0"
-    ok(
-        snakemake(
-            tmp_path,
-            "--cores",
-            "2",
-            "--until",
-            f"{base}/average.json",
-            "--forcerun",
-            f"{base}/average.json",
-            f"{base}/client/0.json",
-            f"{base}/client/1.json",
-            config=[TINY, drifting],
-            env=dict(env, SOMA_TEST_DRIFT="0.5"),
-        )
-    )
+    rerun_round_0(tmp_path, "drift", (TINY, drifting), env=dict(env, SOMA_TEST_DRIFT="0.5"))
     after = receipts(tmp_path, "drift")
     assert after["round/0/average.json"] != before["round/0/average.json"]
     plan = ok(snakemake(tmp_path, "-n", config=[TINY, drifting], env=env))
