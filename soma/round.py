@@ -223,11 +223,17 @@ def _current_holder(store: Store, place: _Place) -> tuple[str, dict[str, Any]] |
     return None if digest is None else (name, read_record(store, digest))
 
 
-def _claim_averaging(store: Store, place: _Place, me: dict[str, Any]) -> bool:
-    """Claim the averaging, or take it over from a holder that is provably gone."""
-    who = store.put_value(me)
-    if store.claim(place.averaging, who):
+def _claim_averaging(store: Store, place: _Place, who: str, *, check_holder: bool) -> bool:
+    """Claim the averaging, or take it over from a holder that is provably gone.
+
+    A name seen taken is not claimed again (that would be a temporary written and removed at
+    every poll); the claim itself stays the one atomic operation. Whether the holder is gone
+    is asked only when `check_holder` (it may cost a squeue).
+    """
+    if store.resolve(place.averaging) is None and store.claim(place.averaging, who):
         return True
+    if not check_holder:
+        return False
     latest = _current_holder(store, place)
     if latest is None or not holders.gone(latest[1]):
         return False
@@ -247,7 +253,13 @@ def _publish(store: Store, name: str, digest: str) -> None:
 
 
 def _compute_and_publish(
-    store, place: _Place, run: str, round: int, inputs: list[Input], me: dict[str, Any]
+    store: Store,
+    place: _Place,
+    run: str,
+    round: int,
+    inputs: list[Input],
+    me: dict[str, Any],
+    who: str,
 ) -> str:
     sizes = _weights(_check_sizes(inputs, f"round {round} of run {run!r}"))
     exports = store.recall_each_digest([i.weights for i in inputs], lazy=True)
@@ -255,7 +267,6 @@ def _compute_and_publish(
         mean = fedavg(exports)
     else:
         mean = fedavg(zip(exports, sizes, strict=True))
-    who = store.put_value(me)
     store.bind(f"{place.averaged}{who[:16]}", who)
     record = {
         "run": run,
@@ -270,6 +281,11 @@ def _compute_and_publish(
     digest = store.put_value(record)
     _publish(store, place.average, digest)
     return store.resolve(place.average) or digest
+
+
+# Seconds between asking whether the averaging's holder is gone: it may run squeue or sacct,
+# and every waiting client asks, so not at every poll.
+HOLDER_CHECK_EVERY = 10.0
 
 
 def _complete(here: list[int], clients: int) -> bool:
@@ -293,13 +309,19 @@ def _wait(
     started = time.monotonic()
     delays = backoff.delays()
     me = holders.me(role="averaging", run=run, round=round)
+    who = store.put_value(me)
+    next_holder_check = started
     while True:
         published = store.resolve(place.average)
         if published is not None:
             return published
         inputs = ready()
-        if inputs is not None and _claim_averaging(store, place, me):
-            return _compute_and_publish(store, place, run, round, inputs, me)
+        if inputs is not None:
+            check_holder = time.monotonic() >= next_holder_check
+            if check_holder:
+                next_holder_check = time.monotonic() + HOLDER_CHECK_EVERY
+            if _claim_averaging(store, place, who, check_holder=check_holder):
+                return _compute_and_publish(store, place, run, round, inputs, me, who)
         if deadline is not None and time.monotonic() - started > deadline:
             _raise_past_deadline(store, place, run, round, clients, waiting_for(), deadline)
         sleep(next(delays))

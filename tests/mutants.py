@@ -13,6 +13,7 @@ below; patch the module attribute that soma itself looks up at call time.
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable
 
@@ -32,6 +33,17 @@ def mutant(
         return apply
 
     return register
+
+
+def _replace(module: object, name: str, broken: Callable) -> None:
+    """Patch `module.name` with `broken`, which must take the same parameters: a mutant that
+    drifted from what it replaces would be caught by a TypeError, not by the tests."""
+    original = getattr(module, name)
+    wanted = list(inspect.signature(original).parameters)
+    given = list(inspect.signature(broken).parameters)
+    if wanted != given:
+        raise TypeError(f"mutant for {name} takes {given}, the real one {wanted}")
+    setattr(module, name, broken)
 
 
 def apply_from_environment() -> str | None:
@@ -54,7 +66,7 @@ def apply_from_environment() -> str | None:
 def _fedavg_returns_the_first() -> None:
     import soma.aggregate
 
-    soma.aggregate._fold = lambda mean, export, weight: None
+    _replace(soma.aggregate, "_fold", lambda mean, export, weight: None)
 
 
 @mutant("fedavg_ignores_sizes", caught_by=["tests/test_federated.py"])
@@ -62,14 +74,14 @@ def _fedavg_ignores_sizes() -> None:
     import soma.aggregate
 
     real = soma.aggregate._size_of
-    soma.aggregate._size_of = lambda size, index: real(size, index) and 1.0
+    _replace(soma.aggregate, "_size_of", lambda size, index: real(size, index) and 1.0)
 
 
 @mutant("fedavg_averages_the_integers", caught_by=["tests/test_federated.py"])
 def _fedavg_averages_the_integers() -> None:
     import soma.aggregate
 
-    soma.aggregate._averageable = lambda dtype: True
+    _replace(soma.aggregate, "_averageable", lambda dtype: True)
 
 
 # --- store (soma/store.py) ---------------------------------------------------
@@ -102,7 +114,7 @@ def _claim_as_resolve_then_bind() -> None:
         self.bind(name, digest)
         return True
 
-    soma.store.Store.claim = claim
+    _replace(soma.store.Store, "claim", claim)
 
 
 # --- the round barrier (soma/round.py) ----------------------------------------------------
@@ -114,32 +126,32 @@ _ROUND_CATCHERS = ["tests/test_round.py", "-k", "not processes and not never_sta
 def _gather_binds_for_claim() -> None:
     import soma.round
 
-    def bind_instead(store, run, round, me):
-        store.bind(soma.round.averaging_name(run, round), store.put_value(me))
+    def bind_instead(store, place, who, *, check_holder):
+        store.bind(place.averaging, who)
         return True
 
-    soma.round._claim_averaging = bind_instead
+    _replace(soma.round, "_claim_averaging", bind_instead)
 
 
 @mutant("gather_never_waits", caught_by=_ROUND_CATCHERS)
 def _gather_never_waits() -> None:
     import soma.round
 
-    soma.round._complete = lambda here, clients: bool(here)
+    _replace(soma.round, "_complete", lambda here, clients: bool(here))
 
 
 @mutant("gather_never_publishes", caught_by=_ROUND_CATCHERS)
 def _gather_never_publishes() -> None:
     import soma.round
 
-    soma.round._publish = lambda store, name, digest: None
+    _replace(soma.round, "_publish", lambda store, name, digest: None)
 
 
 @mutant("gather_does_not_weigh", caught_by=_ROUND_CATCHERS)
 def _gather_does_not_weigh() -> None:
     import soma.round
 
-    soma.round._weights = lambda sizes: None
+    _replace(soma.round, "_weights", lambda sizes: None)
 
 
 # --- slurm (soma/holders.py: is the holder of a claim provably gone?) -----------------------
@@ -158,7 +170,7 @@ def _holders_never_gone() -> None:
     """Nobody is ever proven gone: a dead averager wedges its round forever."""
     import soma.holders
 
-    soma.holders.gone = lambda holder: False
+    _replace(soma.holders, "gone", lambda holder: False)
 
 
 @mutant(
@@ -171,4 +183,4 @@ def _holders_always_gone() -> None:
     """Everybody is gone: a live averager is taken over, and a round may average twice."""
     import soma.holders
 
-    soma.holders.gone = lambda holder: True
+    _replace(soma.holders, "gone", lambda holder: True)
