@@ -94,3 +94,13 @@ def run_child(argv: Sequence[str], threads: int, timeout: float | None = None) -
 def emit(record: dict) -> None:
     """What a child reports back to `run_child`."""
     print(json.dumps(record), flush=True)
+
+
+def parse_size(text: str) -> int:
+    """ "100MB", "1GB", "64KB" or a number of bytes."""
+    units = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "B": 1}
+    text = text.strip().upper()
+    for unit, factor in units.items():
+        if text.endswith(unit):
+            return int(float(text[: -len(unit)]) * factor)
+    return int(text)

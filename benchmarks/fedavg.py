@@ -61,15 +61,6 @@ LAYERS = 10
 # --- The model ----------------------------------------------------------------------------
 
 
-def parse_size(text: str) -> int:
-    units = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "B": 1}
-    text = text.strip().upper()
-    for unit, scale in units.items():
-        if text.endswith(unit):
-            return int(float(text[: -len(unit)]) * scale)
-    return int(text)
-
-
 def size_label(nbytes: int) -> str:
     if nbytes >= 10**9:
         return f"{nbytes / 10**9:g}GB"
@@ -368,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.quick:
         args.sizes, args.clients = "20MB", "2,8"
-    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    sizes = [_measure.parse_size(s) for s in args.sizes.split(",")]
     clients = [int(c) for c in args.clients.split(",")]
     variants = [v.strip() for v in args.variants.split(",")]
 

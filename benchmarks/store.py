@@ -43,17 +43,11 @@ import torch  # noqa: E402
 
 from soma.store import Store  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _measure  # noqa: E402
+
 torch.set_num_threads(1)
 CHUNK = 16 << 20
-
-
-def parse_size(text: str) -> int:
-    units = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "B": 1}
-    text = text.strip().upper()
-    for unit, factor in units.items():
-        if text.endswith(unit):
-            return int(float(text[: -len(unit)]) * factor)
-    return int(text)
 
 
 def human(n: float) -> str:
@@ -251,9 +245,10 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="soma-bench-", dir=args.dir))
     try:
         rows = [
-            bench_size(work, parse_size(s), args.repeat, args.nodes) for s in args.sizes.split(",")
+            bench_size(work, _measure.parse_size(s), args.repeat, args.nodes)
+            for s in args.sizes.split(",")
         ]
-        fed = bench_fedavg(work, parse_size(args.fedavg_size), args.n)
+        fed = bench_fedavg(work, _measure.parse_size(args.fedavg_size), args.n)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

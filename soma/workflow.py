@@ -217,7 +217,7 @@ def summary_rows(
     evaluations: Sequence[str], alones: Sequence[str], central: str | None, metric: str
 ) -> list[dict[str, Any]]:
     """Per round: the federated average's metric, the alone clients' mean, centralized."""
-    federated = {read_receipt(p)["round"]: read_receipt(p)["metrics"] for p in evaluations}
+    federated = {e["round"]: e["metrics"] for e in map(read_receipt, evaluations)}
     alone_runs = [read_receipt(p)["per_round"] for p in alones]
     central_run = read_receipt(central)["per_round"] if central else None
     rows = []

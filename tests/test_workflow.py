@@ -22,6 +22,15 @@ TINY = ROOT / "tests" / "fixtures" / "tiny.yaml"
 NO_BASELINES = ROOT / "tests" / "fixtures" / "no-baselines.yaml"
 
 
+def snakemake_command(
+    workdir: Path, *args: str, config: list[Path] | tuple[Path, ...] | None = (TINY,)
+) -> list[str]:
+    command = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(workdir)]
+    if config:
+        command += ["--configfile", *map(str, config)]
+    return command + list(args)
+
+
 def snakemake(
     workdir: Path,
     *args: str,
@@ -30,11 +39,8 @@ def snakemake(
     env: dict | None = None,
 ) -> subprocess.CompletedProcess:
     """Run snakemake in `workdir`; killed as a whole process group if it outlives `timeout`."""
-    command = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(workdir)]
-    if config:
-        command += ["--configfile", *map(str, config)]
     process = subprocess.Popen(
-        command + list(args),
+        snakemake_command(workdir, *args, config=config),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -214,22 +220,9 @@ def test_rerunning_a_round_that_changes_its_weights_reruns_the_rounds_after_it(t
 
 
 def test_a_killed_run_resumes_from_the_last_finished_round(tmp_path) -> None:
-    command = [
-        sys.executable,
-        "-m",
-        "snakemake",
-        "-s",
-        str(SNAKEFILE),
-        "-d",
-        str(tmp_path),
-        "--configfile",
-        str(TINY),
-        str(NO_BASELINES),
-        "--cores",
-        "1",
-        "--config",
-        "rounds=4",
-    ]
+    command = snakemake_command(
+        tmp_path, "--cores", "1", "--config", "rounds=4", config=[TINY, NO_BASELINES]
+    )
     log = open(tmp_path / "killed.log", "w")  # noqa: SIM115
     process = subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True)
     first = tmp_path / "results" / "tiny" / "round" / "1" / "average.json"
@@ -271,21 +264,7 @@ def test_two_snakemakes_in_two_directories_sharing_one_store_average_each_round_
     runs = [tmp_path / "a", tmp_path / "b"]
     processes = [
         subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "snakemake",
-                "-s",
-                str(SNAKEFILE),
-                "-d",
-                str(w),
-                "--configfile",
-                str(TINY),
-                "--cores",
-                "1",
-                "--config",
-                f"store={store}",
-            ],
+            snakemake_command(w, "--cores", "1", "--config", f"store={store}"),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
