@@ -10,18 +10,29 @@ from soma.errors import (
     SomaError,
 )
 from soma.nodes import Elsewhere, Export, elsewhere, export, load
-from soma.round import AveragerDied, RoundError, RoundIncomplete, average_round, gather
+from soma.round import (
+    AveragerDied,
+    Meeting,
+    RoundError,
+    RoundIncomplete,
+    average_round,
+    gather,
+)
 from soma.store import Store
 from soma.store_errors import StoreError
+from soma.strategies import StrategyError, load_strategy
 from soma.training import TrainingRun
 
 __all__ = [
     "AggregationError",
     "AveragerDied",
+    "Meeting",
     "RoundError",
     "RoundIncomplete",
     "Store",
     "StoreError",
+    "StrategyError",
+    "load_strategy",
     "average_round",
     "gather",
     "register_codec",

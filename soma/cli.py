@@ -18,13 +18,13 @@ from soma import holders
 from soma.errors import SomaError
 
 
-def _options(pairs: list[str]) -> dict[str, Any]:
-    """`key=value` task options; values are read as JSON when they parse, else kept as text."""
+def _options(pairs: list[str], of: str) -> dict[str, Any]:
+    """`key=value` options; values are read as JSON when they parse, else kept as text."""
     options: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise SystemExit(f"soma: task option {pair!r} is not key=value")
+            raise SystemExit(f"soma: {of} option {pair!r} is not key=value")
         try:
             options[key] = json.loads(value)
         except json.JSONDecodeError:
@@ -36,34 +36,58 @@ def client(args: argparse.Namespace) -> int:
     import torch
 
     from soma.nodes import export, load
-    from soma.round import average_name, gather
+    from soma.once import read_record
+    from soma.round import Meeting, average_round, contribute
+    from soma.runs import identity, training_seed
     from soma.store import Store
+    from soma.strategies import check_task_takes_objective, load_strategy, objective_of
     from soma.tasks import load_task
 
     torch.set_num_threads(args.threads)
     store = Store(args.store)
-    task = load_task(args.task, _options(args.option))
+    task_options = _options(args.option, "task")
+    strategy_options = _options(args.strategy_option, "strategy")
+    task = load_task(args.task, task_options)
+    strategy = load_strategy(args.strategy, strategy_options)
+    check_task_takes_objective(args.strategy, strategy, task)
     nodes = task.nodes(args.seed)
     data = task.shard(args.mine, args.clients)
     size = task.size(data)
+    start, state, own = store.put_value(export(nodes)), None, None
     for r in range(args.rounds):
-        metrics = task.train(nodes, data, seed=args.seed + 7919 * r + 104729 * args.mine)
-        mean = gather(
-            store,
-            export(nodes),
-            run=args.run,
-            round=r,
-            clients=args.clients,
-            mine=args.mine,
-            size=size,
-            deadline=args.deadline,
+        meeting = Meeting(
+            args.run,
+            r,
+            args.clients,
+            start=start,
+            state=state,
+            strategy=args.strategy,
+            options=strategy_options,
+            config=identity(args.task, task_options, args.seed),
         )
-        load(nodes, mean)
+        objective = objective_of(
+            strategy,
+            start=export(nodes),
+            state=None if state is None else store.recall_digest(state),
+            mine=own,
+        )
+        seed = training_seed(args.seed, r, args.mine)
+        if objective is None:
+            metrics, extra = task.train(nodes, data, seed=seed), None
+        else:
+            metrics = task.train(nodes, data, seed=seed, objective=objective)
+            extra, own = objective.finish(export(nodes))
+        contribute(store, meeting, export(nodes), mine=args.mine, size=size, extra=extra, own=own)
+        digest = average_round(store, meeting, deadline=args.deadline)
+        record = read_record(store, digest)
+        load(nodes, store.recall_digest(record["weights"]))
+        start, state = record["weights"], record["state"]
         line = {
             "client": args.mine,
             "round": r,
             "size": size,
-            "average": store.resolve(average_name(args.run, r)),
+            "average": digest,
+            "weights": start,
             "train": metrics,
         }
         print(json.dumps(line, sort_keys=True), flush=True)
@@ -77,75 +101,34 @@ def client(args: argparse.Namespace) -> int:
     return 0
 
 
-def round_status(store, run: str, clients: int | None = None) -> list[dict[str, Any]]:
-    """Per round: who wrote, who is missing, who holds the averaging, the average's digest."""
-    from soma.round import average_name, current_holder, present, round_prefix
-
-    prefix = f"{run}/round/"
-    rounds = sorted(
-        {
-            int(n[len(prefix) :].split("/", 1)[0])
-            for n in store.bound(prefix)
-            if n[len(prefix) :].split("/", 1)[0].isdigit()
-        }
-    )
-    if clients is None:
-        seen = [k for r in rounds for k in present(store, run, r, 1 << 30)]
-        clients = max(seen) + 1 if seen else 0
-    table = []
-    for r in rounds:
-        here = present(store, run, r, clients)
-        latest = current_holder(store, run, r)
-        prefix_r = round_prefix(run, r)
-        averaged = [n for n in store.bound(f"{prefix_r}/") if "/averaged/" in n]
-        # the workflow's averagings are keyed by their inputs: one per distinct set of weights
-        keyed = {
-            n.split("/")[-2]: store.resolve(n)
-            for n in store.bound(f"{prefix_r}/inputs/")
-            if n.endswith("/average")
-        }
-        plain = store.resolve(average_name(run, r))
-        table.append(
-            {
-                "round": r,
-                "clients": clients,
-                "written": here,
-                "missing": [k for k in range(clients) if k not in here],
-                "averaging": None
-                if latest is None
-                else {"claim": latest[0], **latest[1], "gone": holders.gone(latest[1])},
-                "averagings": len(averaged),
-                "average": plain or (next(iter(keyed.values())) if len(keyed) == 1 else None),
-                "averages_by_inputs": keyed,
-            }
-        )
-    return table
-
-
 def status(args: argparse.Namespace) -> int:
+    from soma.round import status as round_status
     from soma.store import Store
 
-    table = round_status(Store(args.store), args.run, args.clients)
+    table = round_status(Store(args.store), args.run, clients=args.clients)
     if args.json:
         print(json.dumps(table, indent=2, sort_keys=True))
         return 0
     if not table:
         print(f"run {args.run!r}: no rounds in {args.store}")
         return 0
+    several = {row["round"] for row in table if sum(r["round"] == row["round"] for r in table) > 1}
     for row in table:
-        written = f"{len(row['written'])}/{row['clients']} written"
+        clients = "?" if row["clients"] is None else row["clients"]
+        written = f"{len(row['written'])}/{clients} written"
         missing = f", missing {row['missing']}" if row["missing"] else ""
         holder = row["averaging"]
         if row["average"]:
             state = f"average {row['average'][:16]}"
-        elif row["averages_by_inputs"]:
-            state = f"{len(row['averages_by_inputs'])} averages (the round was rerun)"
+            if len(row["averages_by_inputs"]) > 1:
+                state += f" ({len(row['averages_by_inputs'])} averages: the round was rerun)"
         elif holder:
             state = f"averaging held by {holders.describe(holder)}"
             state += " (gone)" if holder["gone"] else ""
         else:
             state = "not averaged"
-        print(f"round {row['round']:>4}: {written}{missing}; {state}")
+        meeting = f" [{row['meeting'][:8]}, {row['strategy']}]" if row["round"] in several else ""
+        print(f"round {row['round']:>4}{meeting}: {written}{missing}; {state}")
     return 0
 
 
@@ -168,6 +151,18 @@ def parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="a task option (repeatable)",
     )
+    c.add_argument(
+        "--strategy",
+        default="fedavg",
+        help="how a round's updates become the next weights: a built-in name or an import path",
+    )
+    c.add_argument(
+        "--strategy-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a strategy option (repeatable)",
+    )
     c.add_argument("--seed", type=int, default=0, help="the seed of the starting weights")
     c.add_argument(
         "--deadline",
@@ -185,7 +180,9 @@ def parser() -> argparse.ArgumentParser:
     s = commands.add_parser("status", help="per round: who wrote, who is missing, the average")
     s.add_argument("--store", required=True)
     s.add_argument("--run", required=True)
-    s.add_argument("--clients", type=int, default=None)
+    s.add_argument(
+        "--clients", type=int, default=None, help="the client count, where a round does not say"
+    )
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.set_defaults(func=status)
     return top

@@ -1,291 +1,238 @@
-"""A federated round on a shared folder, with nobody in charge.
+"""A federated round on a shared folder, with nobody in charge: the layout, contribute, gather.
 
-A round, in the store (`p` is `<run>/round/<r>`):
+A round is remembered by what went into it. Its clients meet under a name keyed by the
+weights they started from and the run's identity (the client count, the strategy, its
+options and its state, and whatever else the caller declares the run to be: task, options,
+seed), so two runs that share a name but not their inputs never meet, and never hand each
+other an answer. The averaging lives under the digest of exactly what the clients brought:
 
-    p/client/<k>        what client k learnt: its weights' digest and its size (a record)
-    p/averaging         who is doing the mean (claimed, so exactly one)
-    p/takeover/<g>      who took the averaging over from a holder proven gone (claimed too)
-    p/averaged/<who>    one entry per averaging actually computed: the store's own count
-    p/average           the mean's record (claimed as well: published once, never rebound)
+    <run>/round/<r>/<meeting>/about           the meeting's identity (claimed once)
+    <run>/round/<r>/<meeting>/client/<k>      what client k brought: weights, size, extra
+    <run>/round/<r>/<meeting>/inputs/<key>/   one averaging of exactly these inputs (soma.once)
+    <run>/round/<r>/<meeting>/average         the meeting's average (claimed: the first one)
 
-Weights are kept as values of their own (`Store.put_value(export)`, node by node), and
-records refer to them by digest, so the weights' digest is their identity: the same weights
-are the same digest in any process, and a record is a few hundred bytes of JSON that a
-waiting client reads without touching a tensor.
-
-Whoever finds the round complete claims the averaging; exactly one can win, because that is
-what a claim is. The winner streams the clients' weights out of the store into `fedavg`
-(one model in memory, whatever the number of clients), weighted by their sizes, and
-publishes the average, whose record names what it came from: each client's record, weights
-and size, and who averaged. That is the round's identity.
-
-The workflow averages the exact weights its client jobs reported instead (`average_inputs`):
-its averaging lives under `p/inputs/<key>/`, where the key is the digest of those inputs, so
-a round rerun with different weights is a different averaging, and one rerun with the same
-weights finds the average it already had.
+Both modes use this one layout. `gather` (the same call on every client, `soma client`
+under srun) averages whoever's records are there once all are; the workflow's averaging
+job averages exactly the inputs its client jobs reported (`average_inputs`). A round rerun
+with different weights is a different averaging; one with the same weights finds the
+average it already had. Weights and strategy states are values of their own in the store
+(`Store.put_value`), and records name them by digest, so a record is a few hundred bytes
+of JSON that a waiting client reads without touching a tensor.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from soma import codecs, holders
-from soma.aggregate import fedavg
-from soma.errors import SomaError
+from soma import codecs, holders, once, tensorfile
 from soma.nodes import Export
+from soma.once import (
+    POLL,
+    AveragerDied,
+    Backoff,
+    Place,
+    RoundError,
+    RoundIncomplete,
+    current_holder,
+    read_record,
+)
 from soma.store import Store
+from soma.strategies import (
+    Arrival,
+    Strategy,
+    Update,
+    check_arrivals,
+    load_strategy,
+)
 
-
-class RoundError(SomaError):
-    """A round cannot go on as asked."""
-
-
-class RoundIncomplete(RoundError, TimeoutError):
-    """Somebody is missing: clients that never came."""
-
-    def __init__(self, message: str, missing: list[int]) -> None:
-        super().__init__(message)
-        self.missing = missing
-
-
-class AveragerDied(RoundError, TimeoutError):
-    """Nobody is missing, yet no average: whoever claimed the averaging died holding it."""
-
-    def __init__(self, message: str, holder: dict[str, Any]) -> None:
-        super().__init__(message)
-        self.holder = holder
-
-
-def round_prefix(run: str, round: int) -> str:
-    return f"{run}/round/{round}"
-
-
-def client_name(run: str, round: int, client: int) -> str:
-    return f"{round_prefix(run, round)}/client/{client}"
-
-
-def average_name(run: str, round: int) -> str:
-    return f"{round_prefix(run, round)}/average"
-
-
-def averaging_name(run: str, round: int) -> str:
-    return f"{round_prefix(run, round)}/averaging"
-
-
-@dataclass(frozen=True)
-class Input:
-    """One client's part in an average: its index, its weights' digest, its size."""
-
-    client: int
-    weights: str
-    size: float | None
-    record: str | None = None
+__all__ = [
+    "AveragerDied",
+    "Backoff",
+    "Input",
+    "Meeting",
+    "RoundError",
+    "RoundIncomplete",
+    "average_inputs",
+    "average_round",
+    "contribute",
+    "gather",
+    "read_record",
+    "status",
+    "weights_of_average",
+]
 
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _check_round(run: str, round: int, clients: int, mine: int | None = None) -> None:
-    if not isinstance(run, str) or not run or "/round/" in f"/{run}/":
-        raise RoundError(f"run name {run!r} must be non-empty text without a 'round' segment")
-    if not _is_int(round) or round < 0:
-        raise RoundError(f"round {round!r} must be an integer >= 0")
-    if not _is_int(clients) or clients < 1:
-        raise RoundError(f"clients {clients!r} must be an integer >= 1")
-    if mine is not None and (not _is_int(mine) or not 0 <= mine < clients):
-        raise RoundError(f"client {mine!r} is not one of the round's clients 0..{clients - 1}")
+def round_prefix(run: str, round: int) -> str:
+    return f"{run}/round/{round}"
+
+
+@dataclass(frozen=True)
+class Meeting:
+    """Where one round's clients meet: the run, the round, and everything that makes it this run.
+
+    `start` is the digest of the weights the round began from (`Store.put_value(export)`;
+    the previous round's average weights), `state` the digest of the strategy's state carried
+    from the round before; `config` is whatever else the caller declares the run to be (its
+    task, the task's options, the seed). Two runs under one name that differ in any of them
+    meet apart. A bare call with none of them meets by run, round, clients and strategy only.
+    """
+
+    run: str
+    round: int
+    clients: int
+    start: str | None = None
+    state: str | None = None
+    strategy: str = "fedavg"
+    options: Mapping[str, Any] = field(default_factory=dict)
+    config: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        run = self.run
+        if not isinstance(run, str) or not run or "/round/" in f"/{run}/":
+            raise RoundError(f"run name {run!r} must be non-empty text without a 'round' segment")
+        if not _is_int(self.round) or self.round < 0:
+            raise RoundError(f"round {self.round!r} must be an integer >= 0")
+        if not _is_int(self.clients) or self.clients < 1:
+            raise RoundError(f"clients {self.clients!r} must be an integer >= 1")
+        if not isinstance(self.strategy, str) or not self.strategy:
+            raise RoundError(f"strategy {self.strategy!r} must be a name or an import path")
+
+    def identity(self) -> dict[str, Any]:
+        """What the meeting is keyed by (everything but the run's name and the round)."""
+        return {
+            "clients": self.clients,
+            "start": self.start,
+            "state": self.state,
+            "strategy": self.strategy,
+            "options": dict(self.options),
+            "config": dict(self.config),
+        }
+
+    @property
+    def key(self) -> str:
+        return hashlib.sha256(codecs.canonical_json(self.identity())).hexdigest()
+
+    @property
+    def prefix(self) -> str:
+        return f"{round_prefix(self.run, self.round)}/{self.key}"
+
+    @property
+    def about(self) -> str:
+        return f"{self.prefix}/about"
+
+    @property
+    def average(self) -> str:
+        return f"{self.prefix}/average"
+
+    def client(self, k: int) -> str:
+        return f"{self.prefix}/client/{k}"
+
+    @property
+    def what(self) -> str:
+        return f"round {self.round} of run {self.run!r}"
+
+    def check_client(self, mine: object) -> int:
+        if not _is_int(mine) or not 0 <= mine < self.clients:
+            raise RoundError(
+                f"client {mine!r} is not one of the round's clients 0..{self.clients - 1}"
+            )
+        return mine
+
+    def strategy_object(self) -> Strategy:
+        return load_strategy(self.strategy, self.options)
+
+
+@dataclass(frozen=True)
+class Input:
+    """One client's part in an average: its index, weights, size, and what it sent beside."""
+
+    client: int
+    weights: str
+    size: float | None
+    extra: str | None = None  # a strategy's client-side extra (SCAFFOLD's delta c_i)
+    record: str | None = None  # the client's record, when it came through the store
 
 
 def _check_size(size: object, client: int) -> None:
     if size is not None and (
-        isinstance(size, bool) or not isinstance(size, (int, float)) or not size >= 0
+        isinstance(size, bool)
+        or not isinstance(size, (int, float))
+        or not math.isfinite(size)
+        or not size >= 0
     ):
-        raise RoundError(f"client {client}: size {size!r} must be a number >= 0")
+        raise RoundError(f"client {client}: size {size!r} must be a finite number >= 0")
 
 
 @dataclass(frozen=True)
 class Contribution:
     record: str  # the digest of the client's record
     weights: str  # the digest of its weights
+    extra: str | None = None
+    own: str | None = None  # the client's own state (kept for the next round it trains)
 
 
 def contribute(
     store: Store,
+    meeting: Meeting,
     export: Export,
     *,
-    run: str,
-    round: int,
-    clients: int,
     mine: int,
     size: float | None = None,
+    extra: Export | None = None,
+    own: object = None,
 ) -> Contribution:
-    """Write what client `mine` learnt, and its size, to the round."""
-    _check_round(run, round, clients, mine)
+    """Write what client `mine` learnt, its size, and what its strategy sends beside, to the round.
+
+    `own` is the client's own strategy state (SCAFFOLD's c_i): kept under this client and
+    round, and named by its record, for the next round this client trains.
+    """
+    meeting.check_client(mine)
     _check_size(size, mine)
     weights = store.put_value(export)
-    record = {"client": mine, "size": size, "weights": weights, "by": holders.me()}
-    return Contribution(store.keep(client_name(run, round, mine), record), weights)
+    extra_digest = None if extra is None else store.put_value(extra)
+    own_digest = None if own is None else store.put_value(own)
+    if store.resolve(meeting.about) is None:
+        about = {"run": meeting.run, "round": meeting.round, **meeting.identity()}
+        store.claim(meeting.about, store.put_value(about))
+    record = {
+        "client": mine,
+        "size": size,
+        "weights": weights,
+        "extra": extra_digest,
+        "own": own_digest,
+        "by": holders.me(),
+    }
+    return Contribution(store.keep(meeting.client(mine), record), weights, extra_digest, own_digest)
 
 
-@dataclass(frozen=True)
-class Backoff:
-    """Polling a shared folder: start quick, double, stay at a small cap (about a second).
-
-    Each poll of a round costs one directory listing of `client/` and one lookup of the
-    average (a few metadata calls on NFS; no blob is read), so a waiting client costs about
-    two metadata calls a second once it has reached the cap.
-    """
-
-    first: float = 0.01
-    cap: float = 1.0
-
-    def delays(self) -> Iterator[float]:
-        delay = self.first
-        while True:
-            yield delay
-            delay = min(delay * 2, self.cap)
-
-
-def present(store: Store, run: str, round: int, clients: int) -> list[int]:
-    """The clients whose records are in the round, sorted."""
-    prefix = f"{round_prefix(run, round)}/client/"
+def present(store: Store, meeting: Meeting) -> list[int]:
+    """The clients whose records are in the meeting, sorted."""
+    prefix = f"{meeting.prefix}/client/"
     found = []
     for name in store.bound(prefix):
         tail = name[len(prefix) :]
-        if tail.isdigit() and int(tail) < clients:
+        if tail.isdigit() and int(tail) < meeting.clients:
             found.append(int(tail))
     return sorted(found)
 
 
-def read_record(store: Store, digest: str) -> dict[str, Any]:
-    """A small JSON record (a client's, a holder's, an average's) by its digest."""
-    value = store.recall_digest(digest)
-    if not isinstance(value, dict):
-        raise RoundError(f"record {digest} is a {type(value).__name__}, not a record")
-    return value
-
-
-def _inputs_of_round(store: Store, run: str, round: int, here: list[int]) -> list[Input]:
-    """Each present client's weights and size, as its record says."""
+def inputs_present(store: Store, meeting: Meeting, here: list[int]) -> list[Input]:
+    """Each present client's weights, size and extra, as its record says."""
     inputs = []
     for k in here:
-        digest = store.resolve(client_name(run, round, k))
+        digest = store.resolve(meeting.client(k))
         record = read_record(store, digest)
-        inputs.append(Input(k, record["weights"], record["size"], digest))
+        inputs.append(Input(k, record["weights"], record["size"], record.get("extra"), digest))
     return inputs
-
-
-def _check_sizes(inputs: Sequence[Input], where: str) -> list[float] | None:
-    """All of a round's clients say a size, or none does; a mix is refused, naming who."""
-    said = [i.client for i in inputs if i.size is not None]
-    if said and len(said) != len(inputs):
-        silent = [i.client for i in inputs if i.size is None]
-        raise RoundError(
-            f"{where}: clients {said} said a size and clients {silent} did not; "
-            "all of a round's clients say a size, or none does"
-        )
-    return [i.size for i in inputs] if said else None
-
-
-class _Place:
-    """Where one averaging happens: its claim, takeovers, audit and published average."""
-
-    def __init__(self, prefix: str) -> None:
-        self.prefix = prefix
-        self.averaging = f"{prefix}/averaging"
-        self.takeovers = f"{prefix}/takeover/"
-        self.averaged = f"{prefix}/averaged/"
-        self.average = f"{prefix}/average"
-
-
-def current_holder(
-    store: Store, run: str, round: int, *, key: str | None = None
-) -> tuple[str, dict[str, Any]] | None:
-    """The latest claim on the averaging (the first claim, or the last takeover), if any."""
-    return _current_holder(store, _place(run, round, key))
-
-
-def _place(run: str, round: int, key: str | None) -> _Place:
-    prefix = round_prefix(run, round)
-    return _Place(prefix if key is None else f"{prefix}/inputs/{key}")
-
-
-def _current_holder(store: Store, place: _Place) -> tuple[str, dict[str, Any]] | None:
-    generations = [n[len(place.takeovers) :] for n in store.bound(place.takeovers)]
-    latest = max((int(g) for g in generations if g.isdigit()), default=0)
-    name = f"{place.takeovers}{latest}" if latest else place.averaging
-    digest = store.resolve(name)
-    return None if digest is None else (name, read_record(store, digest))
-
-
-def _claim_averaging(store: Store, place: _Place, who: str, *, check_holder: bool) -> bool:
-    """Claim the averaging, or take it over from a holder that is provably gone.
-
-    A name seen taken is not claimed again (that would be a temporary written and removed at
-    every poll); the claim itself stays the one atomic operation. Whether the holder is gone
-    is asked only when `check_holder` (it may cost a squeue).
-    """
-    if store.resolve(place.averaging) is None and store.claim(place.averaging, who):
-        return True
-    if not check_holder:
-        return False
-    latest = _current_holder(store, place)
-    if latest is None or not holders.gone(latest[1]):
-        return False
-    name, _ = latest
-    generation = 1 if name == place.averaging else int(name.rsplit("/", 1)[1]) + 1
-    return store.claim(f"{place.takeovers}{generation}", who)
-
-
-def _weights(sizes: list[float] | None) -> list[float] | None:
-    """What fedavg weighs the clients by: their sizes (None: equal weights)."""
-    return sizes
-
-
-def _publish(store: Store, name: str, digest: str) -> None:
-    """The average is claimed, not bound: published once, never rebound to another digest."""
-    store.claim(name, digest)
-
-
-def _compute_and_publish(
-    store: Store,
-    place: _Place,
-    run: str,
-    round: int,
-    inputs: list[Input],
-    me: dict[str, Any],
-    who: str,
-) -> str:
-    sizes = _weights(_check_sizes(inputs, f"round {round} of run {run!r}"))
-    exports = store.recall_each_digest([i.weights for i in inputs], lazy=True)
-    if sizes is None:
-        mean = fedavg(exports)
-    else:
-        mean = fedavg(zip(exports, sizes, strict=True))
-    store.bind(f"{place.averaged}{who[:16]}", who)
-    record = {
-        "run": run,
-        "round": round,
-        "weights": store.put_value(mean),
-        "inputs": [
-            {"client": i.client, "weights": i.weights, "size": i.size, "record": i.record}
-            for i in inputs
-        ],
-        "averaged_by": me,
-    }
-    digest = store.put_value(record)
-    _publish(store, place.average, digest)
-    return store.resolve(place.average) or digest
-
-
-# Seconds between asking whether the averaging's holder is gone: it may run squeue or sacct,
-# and every waiting client asks, so not at every poll.
-HOLDER_CHECK_EVERY = 10.0
 
 
 def _complete(here: list[int], clients: int) -> bool:
@@ -293,51 +240,211 @@ def _complete(here: list[int], clients: int) -> bool:
     return len(here) == clients
 
 
-def _wait(
-    store: Store,
-    place: _Place,
-    *,
-    run: str,
-    round: int,
-    clients: int,
-    ready: Callable[[], list[Input] | None],
-    waiting_for: Callable[[], list[int]],
-    deadline: float | None,
-    backoff: Backoff,
-    sleep: Callable[[float], None],
+# --- checking, before anything is claimed ---------------------------------------------------
+
+Signature = dict[str, dict[str, tuple[Any, tuple[int, ...]]]]
+
+
+def signature(store: Store, digest: str) -> Signature:
+    """An export's nodes, keys, dtypes and shapes, from its record and the tensors' headers."""
+    tree, _ = codecs.parse_record(store.get(digest), str(store.blob_path(digest)))
+    if not isinstance(tree, dict):
+        raise RoundError(f"value {digest} is not an export (a {type(tree).__name__})")
+    out: Signature = {}
+    for node_id, node in tree.items():
+        tag = node.get("$tensors") if isinstance(node, dict) and len(node) == 1 else None
+        if not isinstance(tag, str):
+            raise RoundError(f"value {digest}: node {node_id!r} is not a map of tensors")
+        out[node_id] = tensorfile.describe(store.blob_path(tag))
+    return out
+
+
+def _differ(a: Signature, b: Signature, a_is: str, b_is: str) -> str | None:
+    """How two exports differ (the first difference, named), or None when they are alike."""
+    for node_id in sorted(set(a) | set(b)):
+        if node_id not in b or node_id not in a:
+            has, lacks = (a_is, b_is) if node_id in a else (b_is, a_is)
+            return f"node {node_id!r} is in {has} but not in {lacks}"
+        for key in sorted(set(a[node_id]) | set(b[node_id])):
+            if key not in b[node_id] or key not in a[node_id]:
+                has, lacks = (a_is, b_is) if key in a[node_id] else (b_is, a_is)
+                return f"node {node_id!r} key {key!r} is in {has} but not in {lacks}"
+            (da, sa), (db, sb) = a[node_id][key], b[node_id][key]
+            if sa != sb:
+                return f"node {node_id!r} key {key!r}: shape {sa} in {a_is}, {sb} in {b_is}"
+            if da != db:
+                return f"node {node_id!r} key {key!r}: dtype {da} in {a_is}, {db} in {b_is}"
+    return None
+
+
+def _check_sizes(inputs: Sequence[Input], where: str) -> None:
+    """All of a round's clients say a size, or none does; and they weigh something in all."""
+    said = [i.client for i in inputs if i.size is not None]
+    if said and len(said) != len(inputs):
+        silent = [i.client for i in inputs if i.size is None]
+        raise RoundError(
+            f"{where}: clients {said} said a size and clients {silent} did not; "
+            "all of a round's clients say a size, or none does"
+        )
+    for i in inputs:
+        _check_size(i.size, i.client)
+    if said:
+        try:
+            total = math.fsum(float(i.size) for i in inputs)
+        except OverflowError:
+            total = math.inf
+        if not math.isfinite(total) or total == 0:
+            raise RoundError(
+                f"{where}: the clients' sizes add up to {total!r}; "
+                "they must add up to a finite number above zero"
+            )
+
+
+def check_inputs(
+    store: Store, meeting: Meeting, strategy: Strategy, inputs: Sequence[Input]
+) -> None:
+    """Everything that can be refused about a round, refused before anything is claimed."""
+    where = meeting.what
+    if not inputs:
+        raise RoundError(f"{where}: nothing to average")
+    _check_sizes(inputs, where)
+    for digest, what in [(meeting.start, "the round's start"), (meeting.state, "its state")]:
+        if digest is not None and not store.blob_path(digest).exists():
+            raise RoundError(f"{where}: {what} {digest} is not in the store")
+    first: tuple[int, Signature] | None = None
+    for i in inputs:
+        for digest, what in [(i.weights, "weights"), (i.extra, "extra")]:
+            if digest is not None and not store.blob_path(digest).exists():
+                raise RoundError(
+                    f"{where}: client {i.client}'s {what} {digest} are not in the store"
+                )
+        theirs = signature(store, i.weights)
+        if first is None:
+            first = (i.client, theirs)
+            if meeting.start is not None:
+                problem = _differ(
+                    signature(store, meeting.start),
+                    theirs,
+                    "the round's start",
+                    f"client {i.client}",
+                )
+                if problem:
+                    raise RoundError(f"{where}: two different networks: {problem}")
+            continue
+        problem = _differ(first[1], theirs, f"client {first[0]}", f"client {i.client}")
+        if problem:
+            raise RoundError(f"{where}: two different networks: {problem}")
+    if meeting.start is None and getattr(strategy, "needs_previous", False):
+        raise RoundError(
+            f"{where}: strategy {meeting.strategy!r} steps from the weights the round started "
+            "from, and nobody said which (pass start=)"
+        )
+    arrivals = [Arrival(i.client, i.size, i.extra is not None) for i in inputs]
+    check_arrivals(strategy, arrivals, clients=meeting.clients)
+
+
+# --- averaging ------------------------------------------------------------------------------
+
+
+def inputs_key(meeting: str, inputs: Sequence[Input]) -> str:
+    """The digest of what one averaging is made of: the meeting's key, and each client's part."""
+    listed = [
+        [i.client, i.weights, i.size, i.extra] for i in sorted(inputs, key=lambda i: i.client)
+    ]
+    return hashlib.sha256(codecs.canonical_json([meeting, listed])).hexdigest()
+
+
+def _updates(store: Store, inputs: Sequence[Input]) -> Iterator[Update]:
+    """The clients' updates, one at a time, each export lazily mapped from the store."""
+    for i in inputs:
+        yield Update(
+            client=i.client,
+            size=i.size,
+            weights=store.recall_digest(i.weights, lazy=True),
+            extra=None if i.extra is None else store.recall_digest(i.extra, lazy=True),
+        )
+
+
+def _average(
+    store: Store, meeting: Meeting, strategy: Strategy, inputs: list[Input], me: dict[str, Any]
 ) -> str:
-    started = time.monotonic()
-    delays = backoff.delays()
-    me = holders.me(role="averaging", run=run, round=round)
-    who = store.put_value(me)
-    next_holder_check = started
-    while True:
-        published = store.resolve(place.average)
-        if published is not None:
-            return published
-        inputs = ready()
-        if inputs is not None:
-            check_holder = time.monotonic() >= next_holder_check
-            if check_holder:
-                next_holder_check = time.monotonic() + HOLDER_CHECK_EVERY
-            if _claim_averaging(store, place, who, check_holder=check_holder):
-                return _compute_and_publish(store, place, run, round, inputs, me, who)
-        if deadline is not None and time.monotonic() - started > deadline:
-            _raise_past_deadline(store, place, run, round, clients, waiting_for(), deadline)
-        sleep(next(delays))
+    """The strategy's arithmetic over the inputs, and the record that says what went in."""
+    previous = None if meeting.start is None else store.recall_digest(meeting.start, lazy=True)
+    state = None if meeting.state is None else store.recall_digest(meeting.state)
+    weights, new_state = strategy.aggregate(
+        previous, _updates(store, inputs), state, clients=meeting.clients
+    )
+    record = {
+        "run": meeting.run,
+        "round": meeting.round,
+        "meeting": meeting.key,
+        "clients": meeting.clients,
+        "strategy": meeting.strategy,
+        "options": dict(meeting.options),
+        "start": meeting.start,
+        "state_before": meeting.state,
+        "inputs": [
+            {
+                "client": i.client,
+                "weights": i.weights,
+                "size": i.size,
+                "extra": i.extra,
+                "record": i.record,
+            }
+            for i in inputs
+        ],
+        "weights": store.put_value(weights),
+        "state": None if new_state is None else store.put_value(new_state),
+        "averaged_by": me,
+    }
+    return store.put_value(record)
+
+
+class _Averaging:
+    """One round's averaging as `soma.once` asks about it."""
+
+    def __init__(
+        self,
+        store: Store,
+        meeting: Meeting,
+        ready: Callable[[], list[Input] | None],
+        missing: Callable[[], list[int]],
+        *,
+        late: bool,
+    ) -> None:
+        self.store, self.meeting, self.what = store, meeting, meeting.what
+        self.ready, self.missing, self.late = ready, missing, late
+        self.strategy = meeting.strategy_object()
+
+    def done(self) -> str | None:
+        # whoever arrives late leaves with the meeting's average, whatever it was made of
+        return self.store.resolve(self.meeting.average) if self.late else None
+
+    def check(self, inputs: list[Input]) -> None:
+        check_inputs(self.store, self.meeting, self.strategy, inputs)
+
+    def place(self, inputs: list[Input]) -> Place:
+        return Place(f"{self.meeting.prefix}/inputs/{inputs_key(self.meeting.key, inputs)}")
+
+    def compute(self, inputs: list[Input], me: dict[str, Any]) -> str:
+        return _average(self.store, self.meeting, self.strategy, inputs, me)
+
+    def settle(self, published: str) -> str:
+        """The first averaging published becomes the meeting's average (claimed: once)."""
+        if self.store.resolve(self.meeting.average) is None:
+            once.publish(self.store, self.meeting.average, published)
+        return self.store.resolve(self.meeting.average) if self.late else published
 
 
 def average_round(
     store: Store,
+    meeting: Meeting,
     *,
-    run: str,
-    round: int,
-    clients: int,
     deadline: float | None = 3600.0,
-    backoff: Backoff = Backoff(),
+    backoff: Backoff = POLL,
     sleep: Callable[[float], None] = time.sleep,
 ) -> str:
-    """Make sure round `round` has an average; the digest of its record.
+    """Make sure the meeting has an average; the digest of its record.
 
     Waits for every client; then whoever gets the claim averages and publishes, and everyone
     else waits for what was published. A holder that is provably gone (its Slurm job ended,
@@ -346,98 +453,38 @@ def average_round(
     clients that never came, or an AveragerDied names who claimed the averaging and never
     published. Going on without somebody is a policy, and not this function's to make.
     """
-    _check_round(run, round, clients)
 
     def ready() -> list[Input] | None:
-        here = present(store, run, round, clients)
-        return _inputs_of_round(store, run, round, here) if _complete(here, clients) else None
+        here = present(store, meeting)
+        return inputs_present(store, meeting, here) if _complete(here, meeting.clients) else None
 
     def missing() -> list[int]:
-        here = present(store, run, round, clients)
-        return [k for k in range(clients) if k not in here]
+        here = present(store, meeting)
+        return [k for k in range(meeting.clients) if k not in here]
 
-    return _wait(
-        store,
-        _place(run, round, None),
-        run=run,
-        round=round,
-        clients=clients,
-        ready=ready,
-        waiting_for=missing,
-        deadline=deadline,
-        backoff=backoff,
-        sleep=sleep,
-    )
-
-
-def inputs_key(inputs: Sequence[Input]) -> str:
-    """The digest of what an averaging is made of: each client's index, weights and size."""
-    listed = [[i.client, i.weights, i.size] for i in sorted(inputs, key=lambda i: i.client)]
-    return hashlib.sha256(codecs.canonical_json(listed)).hexdigest()
+    work = _Averaging(store, meeting, ready, missing, late=True)
+    return once.once(store, work, deadline=deadline, backoff=backoff, sleep=sleep)
 
 
 def average_inputs(
     store: Store,
+    meeting: Meeting,
     inputs: Sequence[Input],
     *,
-    run: str,
-    round: int,
     deadline: float | None = 3600.0,
-    backoff: Backoff = Backoff(),
+    backoff: Backoff = POLL,
 ) -> str:
-    """Average exactly these clients' weights for round `round`, once; the record's digest.
+    """Average exactly these clients' weights, once; the record's digest.
 
     What the workflow's averaging job calls: its inputs are what its client jobs reported.
     A second job with the same inputs (a retry, another snakemake sharing the store) finds
     the claim taken and waits for, then reuses, the published average.
     """
     inputs = sorted(inputs, key=lambda i: i.client)
-    if not inputs:
-        raise RoundError(f"round {round} of run {run!r}: nothing to average")
-    _check_round(run, round, len(inputs))
     for i in inputs:
-        _check_size(i.size, i.client)
-        if not store.blob_path(i.weights).exists():
-            raise RoundError(f"client {i.client}: weights {i.weights} are not in the store")
-    _check_sizes(inputs, f"round {round} of run {run!r}")
-    return _wait(
-        store,
-        _place(run, round, inputs_key(inputs)),
-        run=run,
-        round=round,
-        clients=len(inputs),
-        ready=lambda: list(inputs),
-        waiting_for=list,
-        deadline=deadline,
-        backoff=backoff,
-        sleep=time.sleep,
-    )
-
-
-def _raise_past_deadline(
-    store: Store,
-    place: _Place,
-    run: str,
-    round: int,
-    clients: int,
-    missing: list[int],
-    deadline: float,
-) -> None:
-    if missing:
-        raise RoundIncomplete(
-            f"round {round} of run {run!r} is incomplete after {deadline:g}s: "
-            f"client{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} never came "
-            f"({clients - len(missing)} of {clients} wrote)",
-            missing,
-        )
-    latest = _current_holder(store, place)
-    holder = latest[1] if latest else {}
-    raise AveragerDied(
-        f"round {round} of run {run!r} is complete, but no average after {deadline:g}s: "
-        f"the averaging was claimed by {holders.describe(holder)} and never published; "
-        "whoever claimed it died holding it, and nobody else will try while it may be alive",
-        holder,
-    )
+        meeting.check_client(i.client)
+    work = _Averaging(store, meeting, lambda: list(inputs), list, late=False)
+    return once.once(store, work, deadline=deadline, backoff=backoff)
 
 
 def weights_of_average(store: Store, digest: str) -> Export:
@@ -455,15 +502,93 @@ def gather(
     mine: int,
     size: float | None = None,
     deadline: float | None = 3600.0,
-    backoff: Backoff = Backoff(),
+    backoff: Backoff = POLL,
+    start: str | None = None,
+    state: str | None = None,
+    strategy: str = "fedavg",
+    options: Mapping[str, Any] | None = None,
+    config: Mapping[str, Any] | None = None,
 ) -> Export:
     """The round barrier: write mine, wait for all, one of us averages, all leave with the mean.
 
     The same call on every client. A client arriving after the average exists finds it and
-    does not wait; the only client of a round averages it itself.
+    does not wait; the only client of a round averages it itself. `start`, `state`,
+    `strategy`, `options` and `config` say which run this is (see `Meeting`); a strategy
+    that steps from the round's start (FedAdam, SCAFFOLD) needs `start`.
     """
-    contribute(store, export, run=run, round=round, clients=clients, mine=mine, size=size)
-    digest = average_round(
-        store, run=run, round=round, clients=clients, deadline=deadline, backoff=backoff
+    meeting = Meeting(
+        run, round, clients, start, state, strategy, dict(options or {}), dict(config or {})
     )
+    contribute(store, meeting, export, mine=mine, size=size)
+    digest = average_round(store, meeting, deadline=deadline, backoff=backoff)
     return weights_of_average(store, digest)
+
+
+# --- what a run's rounds look like, for `soma status` ---------------------------------------
+
+
+def meetings(store: Store, run: str) -> list[tuple[int, str]]:
+    """Every (round, meeting key) of the run in the store, in round order."""
+    prefix = f"{run}/round/"
+    found = set()
+    for name in store.bound(prefix):
+        parts = name[len(prefix) :].split("/")
+        if len(parts) >= 3 and parts[0].isdigit():
+            found.add((int(parts[0]), parts[1]))
+    return sorted(found)
+
+
+def status(store: Store, run: str, *, clients: int | None = None) -> list[dict[str, Any]]:
+    """Per round and meeting: who wrote, who is missing, who averages, the average, how often.
+
+    The client count is the one the meeting recorded; `clients` only where none is recorded.
+    """
+    rows = []
+    for r, key in meetings(store, run):
+        prefix = f"{round_prefix(run, r)}/{key}"
+        about_digest = store.resolve(f"{prefix}/about")
+        about = read_record(store, about_digest) if about_digest else {}
+        expected = about.get("clients", clients)
+        written = sorted(
+            int(n.rsplit("/", 1)[1])
+            for n in store.bound(f"{prefix}/client/")
+            if n.rsplit("/", 1)[1].isdigit()
+        )
+        averagings = sorted(
+            {
+                n[len(prefix) + len("/inputs/") :].split("/")[0]
+                for n in store.bound(f"{prefix}/inputs/")
+            }
+        )
+        holder = None
+        computed = 0
+        for a in averagings:
+            place = Place(f"{prefix}/inputs/{a}")
+            computed += once.computations(store, place)
+            latest = current_holder(store, place)
+            pending = store.resolve(place.published) is None
+            if latest is not None and (holder is None or pending):
+                holder = {
+                    "claim": latest[0],
+                    **latest[1],
+                    "gone": pending and holders.gone(latest[1]),
+                }
+        rows.append(
+            {
+                "round": r,
+                "meeting": key,
+                "clients": expected,
+                "strategy": about.get("strategy"),
+                "written": written,
+                "missing": []
+                if clients is None
+                else [k for k in range(clients) if k not in written],
+                "averaging": holder,
+                "averagings": computed,
+                "average": store.resolve(f"{prefix}/average"),
+                "averages_by_inputs": {
+                    a: store.resolve(Place(f"{prefix}/inputs/{a}").published) for a in averagings
+                },
+            }
+        )
+    return rows

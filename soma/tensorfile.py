@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 import sys
 from collections.abc import Iterator, Mapping
@@ -232,3 +233,29 @@ def tensors_from(base: torch.Tensor, entries: list[Entry], where: str) -> dict[s
             raw = raw.clone()
         out[e.key] = raw.view(e.dtype).reshape(e.shape)
     return out
+
+
+def describe(path: str | os.PathLike) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+    """Each tensor's dtype and shape, from the header alone (no data read, nothing verified).
+
+    For checking that several exports are the same network before anything is claimed or
+    computed: cheap on a shared folder, and whatever later reads the data verifies it.
+    """
+    where = str(path)
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise BadBlob(f"blob {where} is not a valid safetensors file: shorter than 8 bytes")
+        (length,) = struct.unpack("<Q", head)
+        if length > MAX_HEADER:
+            raise BadBlob(f"blob {where}: its header claims {length} bytes, more than allowed")
+        raw = f.read(length)
+    try:
+        header = json.loads(raw)
+        out = {}
+        for key, info in header.items():
+            if key != "__metadata__":
+                out[key] = (DTYPES[info["dtype"]], tuple(int(d) for d in info["shape"]))
+        return out
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+        raise BadBlob(f"blob {where} is not a valid safetensors file: {exc}") from None

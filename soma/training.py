@@ -3,6 +3,10 @@
 It is what the tests, the demonstration and the workflow's tasks train. Its optimizer (and
 the optimizer's momentum) belongs to it and is never exported: only `export()` crosses to
 other clients, and `load()` refuses what does not fit before touching anything.
+
+A strategy with a client side (FedProx, SCAFFOLD) changes the local objective through an
+`objective` (see soma.strategies): after each backward and before each step it is handed the
+parameters, keyed exactly like an export, and the step's learning rate.
 """
 
 from __future__ import annotations
@@ -13,26 +17,90 @@ from typing import Any
 import torch
 from torch import nn
 
+from soma.errors import SomaError
 from soma.nodes import Export, export, load
 from soma.sgd import SGD
 
 Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+Optimizer = Any  # anything with zero_grad() and step(): soma.sgd.SGD, a torch.optim optimizer
+Parameters = dict[str, dict[str, nn.Parameter]]
+
+DEFAULT_LR = 0.05
+
+
+class TrainingError(SomaError):
+    """A training run cannot be built as asked."""
+
+
+def keyed_parameters(nodes: Mapping[str, Any]) -> Parameters:
+    """Each node's parameters keyed as `soma.export` keys them, so that an objective can pair
+    a live parameter with the same key of an export (the round's start, a control variate).
+
+    By the same ducks as soma.nodes: a node with `state_dict()` by `named_parameters()`
+    names (the state_dict's own keys for a torch module), otherwise `parameters()` in order,
+    keyed "0", "1", ... A node without parameters is absent.
+    """
+    keyed: Parameters = {}
+    for node_id, node in nodes.items():
+        if callable(getattr(node, "state_dict", None)):
+            named = getattr(node, "named_parameters", None)
+            if not callable(named):
+                raise TrainingError(
+                    f"node {node_id!r} has state_dict() but no named_parameters(): its "
+                    "parameters cannot be paired with the keys it exports"
+                )
+            params = dict(named())
+        elif callable(getattr(node, "parameters", None)):
+            params = {str(i): p for i, p in enumerate(node.parameters())}
+        else:
+            params = {}
+        if params:
+            keyed[node_id] = params
+    return keyed
+
+
+def learning_rate(optimizer: Optimizer) -> float:
+    """The rate of the optimizer's next step: its first param group's, or its own `.lr`."""
+    groups = getattr(optimizer, "param_groups", None)
+    if groups:
+        return float(groups[0]["lr"])
+    lr = getattr(optimizer, "lr", None)
+    if lr is None:
+        raise TrainingError(
+            f"optimizer {type(optimizer).__name__} has neither param_groups nor .lr: "
+            "an objective needs each step's learning rate"
+        )
+    return float(lr)
 
 
 class TrainingRun:
-    """Named nodes applied in order to an input, trained with SGD on `(inputs, targets)`."""
+    """Named nodes applied in order to an input, trained on `(inputs, targets)`.
+
+    The optimizer is soma's SGD with `lr` (default 0.05), `momentum` and `weight_decay`
+    (default 0), which never imports torch._dynamo; or `optimizer`, a factory from the list
+    of parameters to anything with zero_grad() and step(), e.g.
+    `lambda ps: torch.optim.Adam(ps, lr=1e-3)`. Passing both `optimizer` and any of lr,
+    momentum, weight_decay is refused: the factory already says them, and a value that would
+    be silently ignored is a mistake waiting to be made.
+
+    `objective` (a strategy's client side, see soma.strategies) is called after each
+    backward and before each step with the parameters keyed like an export and the
+    optimizer's current learning rate (`param_groups[0]["lr"]`, or `.lr`).
+    """
 
     def __init__(
         self,
         nodes: Mapping[str, nn.Module],
         *,
         loss: Loss,
-        lr: float = 0.05,
-        momentum: float = 0.0,
-        weight_decay: float = 0.0,
+        lr: float | None = None,
+        momentum: float | None = None,
+        weight_decay: float | None = None,
         epochs: int = 1,
         batch_size: int = 32,
         seed: int = 0,
+        optimizer: Callable[[list[nn.Parameter]], Optimizer] | None = None,
+        objective: Any = None,
     ) -> None:
         self.nodes = dict(nodes)
         self.loss = loss
@@ -40,7 +108,12 @@ class TrainingRun:
         self.batch_size = batch_size
         self._shuffle = torch.Generator().manual_seed(seed)
         parameters = [p for node in self.nodes.values() for p in node.parameters()]
-        self.optimizer = SGD(parameters, lr=lr, momentum=momentum, weight_decay=weight_decay)
+        self.optimizer = _optimizer(parameters, optimizer, lr, momentum, weight_decay)
+        self.objective = objective
+        self.parameters: Parameters = {}
+        if objective is not None:
+            self.parameters = keyed_parameters(self.nodes)
+            learning_rate(self.optimizer)  # refused now, not after the first backward
 
     def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
         for node in self.nodes.values():
@@ -63,6 +136,8 @@ class TrainingRun:
                 self.optimizer.zero_grad()
                 loss = self.loss(self(inputs[batch]), targets[batch])
                 loss.backward()
+                if self.objective is not None:
+                    self.objective.adjust(self.parameters, learning_rate(self.optimizer))
                 self.optimizer.step()
                 total += float(loss.detach())
                 batches += 1
@@ -83,3 +158,31 @@ class TrainingRun:
         self, state: Mapping[str, Mapping[str, torch.Tensor]], *, partial: bool = False
     ) -> None:
         load(self.nodes, state, partial=partial)
+
+
+def _optimizer(
+    parameters: list[nn.Parameter],
+    factory: Callable[[list[nn.Parameter]], Optimizer] | None,
+    lr: float | None,
+    momentum: float | None,
+    weight_decay: float | None,
+) -> Optimizer:
+    """soma's SGD from lr/momentum/weight_decay, or the factory's optimizer (never both)."""
+    if factory is None:
+        return SGD(
+            parameters,
+            lr=DEFAULT_LR if lr is None else lr,
+            momentum=0.0 if momentum is None else momentum,
+            weight_decay=0.0 if weight_decay is None else weight_decay,
+        )
+    given = {
+        name: value
+        for name, value in (("lr", lr), ("momentum", momentum), ("weight_decay", weight_decay))
+        if value is not None
+    }
+    if given:
+        raise TrainingError(
+            f"TrainingRun was given optimizer= and also {', '.join(given)}: "
+            "say them in the optimizer factory instead"
+        )
+    return factory(parameters)

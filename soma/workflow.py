@@ -21,8 +21,15 @@ from typing import Any
 import torch
 
 from soma.nodes import export, load
-from soma.round import Input, average_inputs, contribute, read_record
+from soma.round import Input, Meeting, average_inputs, contribute, read_record
+from soma.runs import identity, training_seed
 from soma.store import Store
+from soma.strategies import (
+    Strategy,
+    check_task_takes_objective,
+    load_strategy,
+    objective_of,
+)
 from soma.tasks import Task, load_task
 
 
@@ -67,9 +74,31 @@ def options_of(config: Mapping[str, Any]) -> dict[str, Any]:
     return {k: yaml.safe_load(v) if isinstance(v, str) else v for k, v in options.items()}
 
 
-def training_seed(seed: int, round: int, client: int) -> int:
-    """One seed per (round, client), the same for the federated and the alone baseline."""
-    return (seed * 1_000_003 + round * 7_919 + client * 104_729) % (2**31)
+def strategy_options_of(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The chosen strategy's options: `strategy_options` holds each strategy's under its name."""
+    import yaml
+
+    chosen = config.get("strategy", "fedavg")
+    options = dict((config.get("strategy_options") or {}).get(chosen) or {})
+    return {k: yaml.safe_load(v) if isinstance(v, str) else v for k, v in options.items()}
+
+
+def strategy_of(config: Mapping[str, Any]) -> Strategy:
+    return load_strategy(config.get("strategy", "fedavg"), strategy_options_of(config))
+
+
+def meeting_of(config: Mapping[str, Any], round: int, started: Mapping[str, Any]) -> Meeting:
+    """Where round `round`'s clients meet: keyed by the receipt it started from and the run."""
+    return Meeting(
+        run=config["run"],
+        round=round,
+        clients=config["clients"],
+        start=started["weights"],
+        state=started.get("state"),
+        strategy=config.get("strategy", "fedavg"),
+        options=strategy_options_of(config),
+        config=identity(config["task"], options_of(config), config["seed"]),
+    )
 
 
 def _numbers(metrics: Mapping[str, Any]) -> dict[str, Any]:
@@ -77,12 +106,19 @@ def _numbers(metrics: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def start(config: Mapping[str, Any], receipt: str) -> None:
-    """The run's starting weights, from the seed, kept in the store."""
+    """The run's starting weights, from the seed, kept in the store.
+
+    The first job of a run: a strategy given by import path, its options, and whether the
+    task can take the strategy's client side are all checked here, before any training.
+    """
     task = task_of(config)
+    check_task_takes_objective(config.get("strategy", "fedavg"), strategy_of(config), task)
     store = Store(config["store"])
     weights = store.put_value(export(task.nodes(config["seed"])))
     store.bind(f"{config['run']}/start", weights)
-    write_receipt(receipt, {"run": config["run"], "seed": config["seed"], "weights": weights})
+    write_receipt(
+        receipt, {"run": config["run"], "seed": config["seed"], "weights": weights, "state": None}
+    )
 
 
 def _nodes_at(task: Task, store: Store, config: Mapping[str, Any], weights: str) -> dict:
@@ -91,23 +127,42 @@ def _nodes_at(task: Task, store: Store, config: Mapping[str, Any], weights: str)
     return nodes
 
 
-def train(config: Mapping[str, Any], round: int, client: int, previous: str, receipt: str) -> None:
-    """Client `client` of round `round`: start from `previous`'s weights, train, contribute."""
+def train(
+    config: Mapping[str, Any],
+    round: int,
+    client: int,
+    previous: str,
+    receipt: str,
+    before: str | None = None,
+) -> None:
+    """Client `client` of round `round`: start from `previous`'s weights, train, contribute.
+
+    `before` is this client's receipt of the round before, if any: it names the client's own
+    strategy state (SCAFFOLD's c_i), which this round's training continues from.
+    """
     task = task_of(config)
     store = Store(config["store"])
-    starting = read_receipt(previous)["weights"]
-    nodes = _nodes_at(task, store, config, starting)
+    started = read_receipt(previous)
+    meeting = meeting_of(config, round, started)
+    nodes = _nodes_at(task, store, config, started["weights"])
     data = task.shard(client, config["clients"])
     size = task.size(data)
-    metrics = task.train(nodes, data, seed=training_seed(config["seed"], round, client))
+    own = read_receipt(before).get("own") if before else None
+    objective = objective_of(
+        strategy_of(config),
+        start=export(nodes),
+        state=None if started.get("state") is None else store.recall_digest(started["state"]),
+        mine=None if own is None else store.recall_digest(own),
+    )
+    seed = training_seed(config["seed"], round, client)
+    if objective is None:
+        metrics = task.train(nodes, data, seed=seed)
+        extra, own_next = None, None
+    else:
+        metrics = task.train(nodes, data, seed=seed, objective=objective)
+        extra, own_next = objective.finish(export(nodes))
     mine = contribute(
-        store,
-        export(nodes),
-        run=config["run"],
-        round=round,
-        clients=config["clients"],
-        mine=client,
-        size=size,
+        store, meeting, export(nodes), mine=client, size=size, extra=extra, own=own_next
     )
     write_receipt(
         receipt,
@@ -115,31 +170,37 @@ def train(config: Mapping[str, Any], round: int, client: int, previous: str, rec
             "run": config["run"],
             "round": round,
             "client": client,
-            "started_from": starting,
+            "meeting": meeting.key,
+            "started_from": started["weights"],
             "weights": mine.weights,
             "size": size,
+            "extra": mine.extra,
+            "own": mine.own,
             "metrics": _numbers(metrics),
         },
     )
 
 
-def average(config: Mapping[str, Any], round: int, clients: Sequence[str], receipt: str) -> None:
+def average(
+    config: Mapping[str, Any], round: int, clients: Sequence[str], previous: str, receipt: str
+) -> None:
     """Average exactly the weights the client receipts name; once, whoever else tries."""
     store = Store(config["store"])
+    meeting = meeting_of(config, round, read_receipt(previous))
     inputs = []
     for path in clients:
         given = read_receipt(path)
-        inputs.append(Input(given["client"], given["weights"], given["size"]))
-    digest = average_inputs(
-        store, inputs, run=config["run"], round=round, deadline=config.get("average_deadline")
-    )
+        inputs.append(Input(given["client"], given["weights"], given["size"], given.get("extra")))
+    digest = average_inputs(store, meeting, inputs, deadline=config.get("average_deadline"))
     record = read_record(store, digest)
     write_receipt(
         receipt,
         {
             "run": config["run"],
             "round": round,
+            "strategy": meeting.strategy,
             "weights": record["weights"],
+            "state": record["state"],
             "inputs": [
                 {"client": i["client"], "weights": i["weights"], "size": i["size"]}
                 for i in record["inputs"]

@@ -124,13 +124,13 @@ _ROUND_CATCHERS = ["tests/test_round.py", "-k", "not processes and not never_sta
 
 @mutant("gather_binds_for_claim", caught_by=_ROUND_CATCHERS)
 def _gather_binds_for_claim() -> None:
-    import soma.round
+    import soma.once
 
     def bind_instead(store, place, who, *, check_holder):
-        store.bind(place.averaging, who)
+        store.bind(place.claimed, who)
         return True
 
-    _replace(soma.round, "_claim_averaging", bind_instead)
+    _replace(soma.once, "_claim", bind_instead)
 
 
 @mutant("gather_never_waits", caught_by=_ROUND_CATCHERS)
@@ -142,16 +142,23 @@ def _gather_never_waits() -> None:
 
 @mutant("gather_never_publishes", caught_by=_ROUND_CATCHERS)
 def _gather_never_publishes() -> None:
-    import soma.round
+    import soma.once
 
-    _replace(soma.round, "_publish", lambda store, name, digest: None)
+    _replace(soma.once, "publish", lambda store, name, digest: None)
 
 
 @mutant("gather_does_not_weigh", caught_by=_ROUND_CATCHERS)
 def _gather_does_not_weigh() -> None:
+    import dataclasses
+
     import soma.round
 
-    _replace(soma.round, "_weights", lambda sizes: None)
+    real = soma.round._updates
+
+    def unweighed(store, inputs):
+        return (dataclasses.replace(u, size=None) for u in real(store, inputs))
+
+    _replace(soma.round, "_updates", unweighed)
 
 
 # --- slurm (soma/holders.py: is the holder of a claim provably gone?) -----------------------
@@ -163,7 +170,7 @@ def _gather_does_not_weigh() -> None:
 @mutant(
     "holders_never_gone",
     caught_by=[
-        "tests/test_round.py::test_a_holder_that_is_provably_gone_is_taken_over_and_the_average_published_once"
+        "tests/test_round.py::test_a_holder_that_is_provably_gone_is_taken_over_and_the_averagepublished_once"
     ],
 )
 def _holders_never_gone() -> None:
@@ -184,3 +191,10 @@ def _holders_always_gone() -> None:
     import soma.holders
 
     _replace(soma.holders, "gone", lambda holder: True)
+
+
+# --- strategies: each family registers its own mutants ---------------------------------------
+# Imported last: they use `mutant` and `_replace` from this module.
+import mutants_fedopt  # noqa: E402, F401
+import mutants_local  # noqa: E402, F401
+import mutants_robust  # noqa: E402, F401

@@ -34,7 +34,8 @@ import yaml
 from slurm.cluster import ACCOUNT, PARTITION, cluster_running, slurm_env
 
 from soma import holders
-from soma.round import Input, inputs_key, read_record
+from soma.once import Place
+from soma.round import Input, inputs_key, read_record, status
 from soma.store import Store
 
 pytestmark = pytest.mark.slurm
@@ -246,17 +247,20 @@ def receipts(workdir: Path) -> dict[str, bytes]:
     }
 
 
-def key_of_round(workdir: Path, round: int) -> str:
-    """The averaging key of a round: the digest of what its client receipts name."""
-    inputs = []
+def place_of_round(workdir: Path, round: int) -> Place:
+    """Where a round's averaging is claimed: its meeting and the digest of what its client
+    receipts name."""
+    inputs, meetings = [], set()
     for k in range(2):
         given = json.loads((workdir / RESULTS / f"round/{round}/client/{k}.json").read_text())
-        inputs.append(Input(given["client"], given["weights"], given["size"]))
-    return inputs_key(inputs)
+        inputs.append(Input(given["client"], given["weights"], given["size"], given["extra"]))
+        meetings.add(given["meeting"])
+    (meeting,) = meetings
+    return Place(f"{RUN}/round/{round}/{meeting}/inputs/{inputs_key(meeting, inputs)}")
 
 
 def averagings(store: Store, prefix: str) -> list[str]:
-    return [n for n in store.bound(prefix) if "/averaged/" in n]
+    return [n for n in store.bound(prefix) if "/computed/" in n]
 
 
 @pytest.fixture(scope="module")
@@ -317,7 +321,7 @@ def test_the_workflow_under_slurm_gives_the_receipts_of_a_local_run(workflow_run
         weights = json.loads(receipt)["weights"]
         assert re.fullmatch(r"[0-9a-f]{64}", weights)
         store = Store(under_slurm / "store")
-        published = store.resolve(f"{RUN}/round/{r}/inputs/{key_of_round(under_slurm, r)}/average")
+        published = store.resolve(place_of_round(under_slurm, r).published)
         assert read_record(store, published)["weights"] == weights
         assert len(averagings(store, f"{RUN}/round/{r}/")) == 1
     assert receipts(under_slurm) == receipts(local)
@@ -410,26 +414,28 @@ def test_srun_mode_four_tasks_in_one_sbatch_average_each_round_once(cluster, tmp
         (k, r) for k in range(4) for r in range(2)
     ], printed
     final = Store(store)
+    meetings = status(final, "ctl")
+    assert [m["round"] for m in meetings] == [0, 1], "one meeting a round"
     for r in range(2):
         digests = {x["average"] for x in per_round if x["round"] == r}
-        assert digests == {final.resolve(f"ctl/round/{r}/average")}, printed
+        assert digests == {meetings[r]["average"]}, printed
     assert len({json.dumps(x["evaluation"]) for x in lines if "done" in x}) == 1
     averaged = averagings(final, "ctl/round/")
     assert len(averaged) == 2, averaged
     assert {n.split("/")[2] for n in averaged} == {"0", "1"}, "one averaging per round"
 
-    status = slurm.run(
+    shown = slurm.run(
         [sys.executable, "-m", "soma.cli", "status", "--store", store, "--run", "ctl"]
         + ["--clients", "4", "--json"],
         cwd=tmp_path,
         timeout=60,
     )
-    assert status.returncode == 0, status.tail()
-    rows = json.loads(status.output)
+    assert shown.returncode == 0, shown.tail()
+    rows = json.loads(shown.output)
     assert [row["round"] for row in rows] == [0, 1]
     for row in rows:
         assert row["written"] == [0, 1, 2, 3] and row["missing"] == []
-        assert row["average"] == final.resolve(f"ctl/round/{row['round']}/average")
+        assert row["average"] == meetings[row["round"]]["average"] is not None
         assert row["averagings"] == 1
 
     # One batch job whose srun step ran four tasks.
@@ -497,10 +503,10 @@ def test_an_averager_killed_holding_the_claim_is_taken_over_once_slurm_says_it_e
     clients = slurm.run(snakemake(tmp_path, *CLIENTS_0), cwd=tmp_path, timeout=FEW_JOBS)
     assert clients.returncode == 0, clients.tail()
     store = Store(tmp_path / "store")
-    place = f"{RUN}/round/0/inputs/{key_of_round(tmp_path, 0)}"
+    place = place_of_round(tmp_path, 0)
 
     # A real Slurm job claims the round's averaging, then sleeps.
-    hold = f"exec {sys.executable} {HOLD_CLAIM} {store.directory} {place}/averaging"
+    hold = f"exec {sys.executable} {HOLD_CLAIM} {store.directory} {place.claimed}"
     sbatch = ["sbatch", "--parsable", "-p", PARTITION, "-A", ACCOUNT, "-J", f"{slurm.prefix}-hold"]
     sbatch += ["-t", "10", "--mem=500", "-o", str(tmp_path / "hold-%j.out"), "--wrap", hold]
     submit = slurm.run(sbatch, cwd=tmp_path, timeout=60)
@@ -508,7 +514,7 @@ def test_an_averager_killed_holding_the_claim_is_taken_over_once_slurm_says_it_e
     holder_job = submit.output.strip().split(";")[0]
     claim = wait_for(
         "the Slurm job's claim on the averaging",
-        lambda: store.resolve(f"{place}/averaging"),
+        lambda: store.resolve(place.claimed),
         timeout=120,
     )
     holder = read_record(store, claim)
@@ -525,7 +531,7 @@ def test_an_averager_killed_holding_the_claim_is_taken_over_once_slurm_says_it_e
     log = (tmp_path / f"logs/{RUN}/round/0/average.log").read_text()
     assert "AveragerDied" in log and "never published" in log, log
     assert f"Slurm job {holder_job}" in log, log
-    assert store.bound(f"{place}/takeover/") == [] and store.resolve(f"{place}/average") is None
+    assert store.bound(place.takeovers) == [] and store.resolve(place.published) is None
 
     # Dead: scancel it; once Slurm says it ended, the average job under Slurm takes over.
     subprocess.run(["scancel", holder_job], env=slurm_env(), timeout=30, check=True)
@@ -534,10 +540,10 @@ def test_an_averager_killed_holding_the_claim_is_taken_over_once_slurm_says_it_e
     taken = slurm.run(snakemake(tmp_path, AVERAGE_0, slurm=slurm), cwd=tmp_path, timeout=FEW_JOBS)
     assert taken.returncode == 0, taken.tail()
     (averager,) = submitted(taken.output)
-    assert store.bound(f"{place}/takeover/") == [f"{place}/takeover/1"]
-    published = store.resolve(f"{place}/average")
+    assert store.bound(place.takeovers) == [f"{place.takeovers}1"]
+    published = store.resolve(place.published)
     assert published is not None
-    assert len(averagings(store, f"{place}/")) == 1
+    assert len(averagings(store, f"{place.prefix}/")) == 1
     record = read_record(store, published)
     assert record["averaged_by"]["slurm_job"] == averager != holder_job
     receipt = (tmp_path / AVERAGE_0).read_bytes()
@@ -552,9 +558,9 @@ def test_an_averager_killed_holding_the_claim_is_taken_over_once_slurm_says_it_e
     assert again.returncode == 0, again.tail()
     assert len(submitted(again.output)) == 1, again.tail()
     assert (tmp_path / AVERAGE_0).read_bytes() == receipt
-    assert store.resolve(f"{place}/average") == published
-    assert len(averagings(store, f"{place}/")) == 1
-    assert store.bound(f"{place}/takeover/") == [f"{place}/takeover/1"]
+    assert store.resolve(place.published) == published
+    assert len(averagings(store, f"{place.prefix}/")) == 1
+    assert store.bound(place.takeovers) == [f"{place.takeovers}1"]
 
 
 # --- the profiles -----------------------------------------------------------------------------

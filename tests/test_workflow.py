@@ -69,7 +69,7 @@ def receipts(workdir: Path, run: str = "tiny") -> dict[str, bytes]:
 def averagings_per_round(store: Path, run: str) -> dict[int, int]:
     counts: dict[int, int] = {}
     for name in Store(store).bound(f"{run}/round/"):
-        if "/averaged/" in name:
+        if "/computed/" in name:
             r = int(name.split("/")[2])
             counts[r] = counts.get(r, 0) + 1
     return counts
@@ -215,7 +215,7 @@ def test_rerunning_a_round_that_changes_its_weights_reruns_the_rounds_after_it(t
     assert counts["evaluate"] == "2"  # round 0's new average, and round 1's
     # the two averages of round 0 are two averagings, each published once
     store = Store(tmp_path / "store")
-    published = [n for n in store.bound("drift/round/0/inputs/") if n.endswith("/average")]
+    published = [n for n in store.bound("drift/round/0/") if n.endswith("/published")]
     assert len(published) == 2
 
 

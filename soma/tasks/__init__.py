@@ -8,8 +8,13 @@ line's `--task`) is its import path, e.g. `soma.tasks.digits` or `mypkg.mytask`,
   same weights because the run's start is kept in the store and loaded).
 - `shard(client, clients)`: client `client`'s training data, deterministic, of a size
   `size(data)` (the weight its export carries in the average).
-- `train(nodes, data, *, seed)`: local training of the nodes on the data (the task builds its
-  own optimizer, which is never exported); returns metrics (JSON numbers).
+- `train(nodes, data, *, seed, objective=None)`: local training of the nodes on the data
+  (the task builds its own optimizer, which is never exported); returns metrics (JSON
+  numbers). `objective` is the strategy's client side (FedProx's proximal term, SCAFFOLD's
+  control variates; see soma.strategies): pass it on to `TrainingRun(objective=...)`, or
+  call its `adjust(parameters, lr)` after each backward in a loop of your own. A task whose
+  train() takes no `objective` still works with every strategy that has no client side
+  (FedAvg, FedAdam, the robust ones); one that does is refused before any round starts.
 - `evaluate(nodes)`: metrics on held-out data, e.g. `{"accuracy": 0.93, "loss": 0.21}`.
 
 Optionally `everything()`: all the training data as one shard, for the centralized baseline

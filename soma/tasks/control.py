@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from soma import control
+from soma.strategies import Objective
 from soma.training import TrainingRun
 
 
@@ -31,7 +32,14 @@ class ControlTask:
     def size(self, data: tuple[torch.Tensor, torch.Tensor]) -> int:
         return len(data[0])
 
-    def train(self, nodes: Mapping[str, nn.Module], data, *, seed: int) -> dict[str, float]:
+    def train(
+        self,
+        nodes: Mapping[str, nn.Module],
+        data,
+        *,
+        seed: int,
+        objective: Objective | None = None,
+    ) -> dict[str, float]:
         run = TrainingRun(
             nodes,
             loss=nn.functional.mse_loss,
@@ -40,6 +48,7 @@ class ControlTask:
             epochs=self.epochs,
             batch_size=32,
             seed=seed,
+            objective=objective,
         )
         return run.fit(data)
 

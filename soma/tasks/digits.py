@@ -44,6 +44,7 @@ from torch import nn
 from soma import partition as partitions
 from soma.aggregate import fedavg
 from soma.nodes import export, load
+from soma.strategies import Objective
 from soma.tasks import TaskError
 from soma.training import TrainingRun
 
@@ -240,10 +241,18 @@ class DigitsTask:
     def size(self, data: Data) -> int:
         return len(data[0])
 
-    def train(self, nodes: Mapping[str, nn.Module], data: Data, *, seed: int) -> dict[str, float]:
+    def train(
+        self,
+        nodes: Mapping[str, nn.Module],
+        data: Data,
+        *,
+        seed: int,
+        objective: Objective | None = None,
+    ) -> dict[str, float]:
         """`epochs` epochs of minibatch SGD with momentum, batches shuffled by `seed`.
 
         The optimizer (and its momentum) lives for this call only and is never exported.
+        `objective` is the strategy's client side (FedProx, SCAFFOLD), applied every step.
         """
         run = TrainingRun(
             nodes,
@@ -253,6 +262,7 @@ class DigitsTask:
             epochs=self.epochs,
             batch_size=self.batch_size,
             seed=seed,
+            objective=objective,
         )
         return run.fit(data)
 

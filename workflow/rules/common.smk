@@ -16,6 +16,8 @@ TASK = json.dumps(
         "options": config["task_options"].get(config["task"], {}),
         "seed": config["seed"],
         "clients": CLIENTS,
+        "strategy": config["strategy"],
+        "strategy_options": config["strategy_options"].get(config["strategy"], {}),
     },
     sort_keys=True,
 )
@@ -34,6 +36,16 @@ def starting_point(wildcards):
     """Round 0 starts from the run's seed; round r from round r-1's average."""
     round = int(wildcards.round)
     return f"{RESULTS}/start.json" if round == 0 else receipt_of_average(round - 1)
+
+
+def training_inputs(wildcards):
+    """Where a client starts (the previous average) and, after round 0, its own receipt of
+    the round before (which names its own strategy state, e.g. SCAFFOLD's c_i)."""
+    inputs = {"previous": starting_point(wildcards)}
+    round = int(wildcards.round)
+    if round > 0:
+        inputs["before"] = f"{RESULTS}/round/{round - 1}/client/{wildcards.client}.json"
+    return inputs
 
 
 def client_receipts(wildcards):

@@ -17,7 +17,7 @@ rule start:
 
 rule train:
     input:
-        starting_point,
+        unpack(training_inputs),
     output:
         f"{RESULTS}/round/{{round}}/client/{{client}}.json",
     log:
@@ -33,7 +33,8 @@ rule train:
 
 rule average:
     input:
-        client_receipts,
+        clients=client_receipts,
+        previous=starting_point,
     output:
         f"{RESULTS}/round/{{round}}/average.json",
     log:

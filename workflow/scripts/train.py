@@ -6,5 +6,10 @@ sm = snakemake  # noqa: F821
 with workflow.logged(sm.log[0]):
     workflow.threads(sm.threads)
     workflow.train(
-        sm.config, int(sm.wildcards.round), int(sm.wildcards.client), sm.input[0], sm.output[0]
+        sm.config,
+        int(sm.wildcards.round),
+        int(sm.wildcards.client),
+        sm.input.previous,
+        sm.output[0],
+        before=sm.input.get("before"),
     )

@@ -1,0 +1,240 @@
+"""Exactly once on a shared folder, with nobody in charge: check, claim, compute, publish.
+
+Many processes may find the same work ready (a round's averaging); exactly one does it. A
+place `p` in the store holds, for one piece of work:
+
+    p/claimed           who is doing it (claimed, so exactly one)
+    p/takeover/<g>      who took it over from a holder proven gone (claimed too)
+    p/computed/<who>    one entry per computation actually run: the store's own count
+    p/published         what it produced (claimed as well: published once, never rebound)
+
+Everything that can be refused is refused before the claim, by every process that finds the
+work ready (`check`): a refusal after the claim would leave the work claimed by somebody
+alive who gave up, and everyone else would be told it "died holding it", blaming the wrong
+cause. This module knows nothing of torch or of averaging: it is handed `ready()` (the
+inputs once they are all there, else None), `check(inputs)` and `compute(inputs, me)`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from soma import holders
+from soma.errors import SomaError
+from soma.store import Store
+
+T = TypeVar("T")
+
+
+class RoundError(SomaError):
+    """A round cannot go on as asked."""
+
+
+class RoundIncomplete(RoundError, TimeoutError):
+    """Somebody is missing: clients that never came."""
+
+    def __init__(self, message: str, missing: list[int]) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+
+class AveragerDied(RoundError, TimeoutError):
+    """Nobody is missing, yet nothing published: whoever claimed the work died holding it."""
+
+    def __init__(self, message: str, holder: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.holder = holder
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Polling a shared folder: start quick, double, stay at a small cap (about a second).
+
+    Each poll costs a few metadata calls (a listing, a lookup; no blob is read), so a waiting
+    process costs about two metadata calls a second once it has reached the cap.
+    """
+
+    first: float = 0.01
+    cap: float = 1.0
+
+    def delays(self) -> Iterator[float]:
+        delay = self.first
+        while True:
+            yield delay
+            delay = min(delay * 2, self.cap)
+
+
+POLL = Backoff()  # the default
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where one piece of work happens: its claim, takeovers, audit and published result."""
+
+    prefix: str
+
+    @property
+    def claimed(self) -> str:
+        return f"{self.prefix}/claimed"
+
+    @property
+    def takeovers(self) -> str:
+        return f"{self.prefix}/takeover/"
+
+    @property
+    def computed(self) -> str:
+        return f"{self.prefix}/computed/"
+
+    @property
+    def published(self) -> str:
+        return f"{self.prefix}/published"
+
+
+def read_record(store: Store, digest: str) -> dict[str, Any]:
+    """A small JSON record (a client's, a holder's, an average's) by its digest."""
+    value = store.recall_digest(digest)
+    if not isinstance(value, dict):
+        raise RoundError(f"record {digest} is a {type(value).__name__}, not a record")
+    return value
+
+
+def current_holder(store: Store, place: Place) -> tuple[str, dict[str, Any]] | None:
+    """The latest claim on the work (the first claim, or the last takeover), if any."""
+    generations = [n[len(place.takeovers) :] for n in store.bound(place.takeovers)]
+    latest = max((int(g) for g in generations if g.isdigit()), default=0)
+    name = f"{place.takeovers}{latest}" if latest else place.claimed
+    digest = store.resolve(name)
+    return None if digest is None else (name, read_record(store, digest))
+
+
+def computations(store: Store, place: Place) -> int:
+    """How many times the work was actually computed here (1 when all went well)."""
+    return len(store.bound(place.computed))
+
+
+def _claim(store: Store, place: Place, who: str, *, check_holder: bool) -> bool:
+    """Claim the work, or take it over from a holder that is provably gone.
+
+    A name seen taken is not claimed again (that would be a temporary written and removed at
+    every poll); the claim itself stays the one atomic operation. Whether the holder is gone
+    is asked only when `check_holder` (it may cost a squeue).
+    """
+    if store.resolve(place.claimed) is None and store.claim(place.claimed, who):
+        return True
+    if not check_holder:
+        return False
+    latest = current_holder(store, place)
+    if latest is None or not holders.gone(latest[1]):
+        return False
+    name, _ = latest
+    generation = 1 if name == place.claimed else int(name.rsplit("/", 1)[1]) + 1
+    return store.claim(f"{place.takeovers}{generation}", who)
+
+
+def publish(store: Store, name: str, digest: str) -> None:
+    """Claimed, not bound: published once, never rebound to another digest."""
+    store.claim(name, digest)
+
+
+# Seconds between asking whether the work's holder is gone: it may run squeue or sacct, and
+# every waiting process asks, so not at every poll.
+HOLDER_CHECK_EVERY = 10.0
+
+
+class Work(Protocol[T]):
+    """One piece of work to do exactly once, as `once` asks about it."""
+
+    what: str  # how messages name it, e.g. "round 3 of run 'cifar'"
+
+    def done(self) -> str | None:
+        """An answer already there before any input is read (a late arrival's shortcut)."""
+
+    def ready(self) -> T | None:
+        """The inputs once they are all there, else None."""
+
+    def check(self, inputs: T) -> None:
+        """Refuse what cannot be computed, naming the culprit; before anything is claimed."""
+
+    def place(self, inputs: T) -> Place:
+        """Where the work on exactly these inputs is claimed and published."""
+
+    def compute(self, inputs: T, me: dict[str, Any]) -> str:
+        """The work itself, by whoever won the claim; the digest of what it produced."""
+
+    def settle(self, published: str) -> str:
+        """What the caller leaves with, given the digest the place published."""
+
+    def missing(self) -> list[int]:
+        """Who is still awaited (for the deadline's message)."""
+
+
+def once(
+    store: Store,
+    work: Work[T],
+    *,
+    deadline: float | None = 3600.0,
+    backoff: Backoff = POLL,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str:
+    """What `work` settles on, computed here if this process wins the claim.
+
+    Waits until the work is ready; checks it (every process does, so a refusal reaches them
+    all, and nothing is claimed); then whoever gets the claim computes and publishes, and
+    everyone else waits for what was published. A holder that is provably gone is taken
+    over; one that may be alive is waited for. Past `deadline` seconds (None: forever), a
+    RoundIncomplete names who never came, or an AveragerDied names who claimed and never
+    published.
+    """
+    started = time.monotonic()
+    delays = backoff.delays()
+    me = holders.me(role="averaging", what=work.what)
+    who: str | None = None
+    checked: T | None = None
+    place: Place | None = None
+    next_holder_check = started
+    while True:
+        answer = work.done()
+        if answer is not None:
+            return answer
+        inputs = work.ready()
+        if inputs is not None:
+            if checked is None or inputs != checked:
+                work.check(inputs)
+                checked, place = inputs, work.place(inputs)
+            assert place is not None
+            published = store.resolve(place.published)
+            if published is not None:
+                return work.settle(published)
+            check_holder = time.monotonic() >= next_holder_check
+            if check_holder:
+                next_holder_check = time.monotonic() + HOLDER_CHECK_EVERY
+            who = who or store.put_value(me)
+            if _claim(store, place, who, check_holder=check_holder):
+                digest = work.compute(inputs, me)
+                store.bind(f"{place.computed}{who[:16]}", who)
+                publish(store, place.published, digest)
+                return work.settle(store.resolve(place.published) or digest)
+        if deadline is not None and time.monotonic() - started > deadline:
+            _raise_past_deadline(store, place, work, deadline)
+        sleep(next(delays))
+
+
+def _raise_past_deadline(store: Store, place: Place | None, work: Work, deadline: float) -> None:
+    missing = work.missing()
+    if missing or place is None:
+        raise RoundIncomplete(
+            f"{work.what} is incomplete after {deadline:g}s: "
+            f"client{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} never came",
+            missing,
+        )
+    latest = current_holder(store, place)
+    holder = latest[1] if latest else {}
+    raise AveragerDied(
+        f"{work.what} is complete, but no average after {deadline:g}s: "
+        f"the averaging was claimed by {holders.describe(holder)} and never published; "
+        "whoever claimed it died holding it, and nobody else will try while it may be alive",
+        holder,
+    )

@@ -1,0 +1,196 @@
+"""Strategies: the same round, different arithmetic. Chosen by name or by import path.
+
+A strategy is a module with `make(**options) -> Strategy`, found like a task: the workflow's
+`strategy:` (and `soma client --strategy`) is a built-in name (`fedavg`, `fedadam`, ...) or
+an import path (`mypkg.mystrategy`), and `strategy_options:` are handed to `make`, which
+refuses an option it does not know by raising `StrategyError` (or `TypeError`) naming it.
+
+A Strategy answers, on the server side (whoever claims the round's averaging):
+
+- `aggregate(previous, updates, state, *, clients) -> (weights, state)`: the next global
+  weights from the weights the round started from (`previous`), the clients' `updates` (an
+  iterable of `Update`, one client at a time, each export lazily mapped from the store) and
+  the strategy's own `state` from the round before (None in the first round, or for a
+  strategy that keeps none). `clients` is how many clients the run has in all (SCAFFOLD's N).
+  The state returned is kept in the store as a value (tensor maps and JSON, never pickle)
+  and named by the round's average record, so a resumed or rerun round continues from
+  exactly the same state, bit for bit. A streaming strategy folds the updates one at a
+  time and holds one model whatever their number; one that cannot stream (median, Krum)
+  says so in its docstring and works key by key across clients.
+
+Optionally:
+
+- `needs_previous = True`: the strategy steps from the weights the round started from (the
+  FedOpt family, SCAFFOLD), so a round that does not say where it started is refused before
+  anything is claimed.
+
+- `check(arrivals, *, clients)`: the strategy's own preconditions on who came (how many,
+  their sizes, whether they sent an extra), raised as `StrategyError` naming the culprit.
+  The round calls it before anything is claimed, so every client is told the real reason.
+- `local(*, start, state, mine) -> Objective | None`: the client side. `start` is the global
+  weights the round started from, `state` the strategy's server state (SCAFFOLD's c), `mine`
+  this client's own state from the last round it took part in (SCAFFOLD's c_i), or None.
+  The Objective is handed to the task's `train(..., objective=objective)`; the task hands
+  it to `TrainingRun(objective=...)`, or applies it in its own loop.
+
+An Objective (FedProx's proximal term, SCAFFOLD's control variates) is what a strategy adds
+to a client's local objective:
+
+- `adjust(parameters, lr)`: after each backward, before the optimizer's step; `parameters`
+  is `{node_id: {key: Parameter}}` keyed like an export, `lr` the step's learning rate. It
+  adds the extra term's gradient to each `.grad`.
+- `finish(trained) -> (extra, mine)`: after training. `extra` is sent beside the weights
+  (an export-shaped map, e.g. SCAFFOLD's delta c_i) and reaches `aggregate` as
+  `Update.extra`; `mine` is kept in the store under this client and round, and comes back
+  as `mine` the next time this client trains. Either may be None.
+
+Integer and bool tensors (BatchNorm's `num_batches_tracked`) are counts: every built-in
+strategy leaves them as FedAvg does (the first update's value stands).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from soma.errors import SomaError
+from soma.nodes import Export
+
+State = dict[str, Any]
+Parameters = Mapping[str, Mapping[str, torch.nn.Parameter]]
+
+
+class StrategyError(SomaError):
+    """A strategy cannot be found, refused its options, or refuses a round."""
+
+
+@dataclass(frozen=True)
+class Update:
+    """One client's part in a round: who, how much data, what it learnt, what it sent beside."""
+
+    client: int
+    size: float | None  # None: every client of the round weighs the same
+    weights: Export
+    extra: Export | None = None
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """What `check` sees of a client before any tensor is read."""
+
+    client: int
+    size: float | None
+    extra: bool  # whether it sent an extra beside its weights
+
+
+@runtime_checkable
+class Objective(Protocol):
+    def adjust(self, parameters: Parameters, lr: float) -> None: ...
+
+    def finish(self, trained: Export) -> tuple[Export | None, State | None]: ...
+
+
+@runtime_checkable
+class Strategy(Protocol):
+    def aggregate(
+        self,
+        previous: Export,
+        updates: Iterable[Update],
+        state: State | None,
+        *,
+        clients: int,
+    ) -> tuple[Export, State | None]: ...
+
+
+# Built-in strategies by name: each is a module of its own under soma.strategies.
+BUILTIN = {
+    "fedavg": "soma.strategies.fedavg",
+    "fedavgm": "soma.strategies.fedavgm",
+    "fedadam": "soma.strategies.fedadam",
+    "fedyogi": "soma.strategies.fedyogi",
+    "fedadagrad": "soma.strategies.fedadagrad",
+    "fedprox": "soma.strategies.fedprox",
+    "scaffold": "soma.strategies.scaffold",
+    "median": "soma.strategies.median",
+    "trimmed_mean": "soma.strategies.trimmed_mean",
+    "krum": "soma.strategies.krum",
+}
+
+
+def module_of(name: str) -> str:
+    """The import path of strategy `name` (a built-in name, or already an import path)."""
+    return BUILTIN.get(name, name)
+
+
+def load_strategy(name: str, options: Mapping[str, Any] | None = None) -> Strategy:
+    """The strategy `name` (built-in name or import path) made with `options`; refused clearly."""
+    path = module_of(name)
+    try:
+        module = importlib.import_module(path)
+    except ImportError as error:
+        known = ", ".join(sorted(BUILTIN))
+        raise StrategyError(
+            f"strategy {name!r} is neither a built-in ({known}) nor importable: {error}"
+        ) from error
+    make = getattr(module, "make", None)
+    if not callable(make):
+        raise StrategyError(f"strategy module {path!r} has no make(**options) function")
+    given = dict(options or {})
+    try:
+        strategy = make(**given)
+    except TypeError as error:
+        raise StrategyError(f"strategy {name!r} refused its options {given}: {error}") from error
+    if not callable(getattr(strategy, "aggregate", None)):
+        raise StrategyError(f"strategy {name!r} has no aggregate() (see soma.strategies)")
+    return strategy
+
+
+def check_arrivals(strategy: Strategy, arrivals: Sequence[Arrival], *, clients: int) -> None:
+    """The strategy's own preconditions, if it has any."""
+    check = getattr(strategy, "check", None)
+    if callable(check):
+        check(arrivals, clients=clients)
+
+
+def objective_of(
+    strategy: Strategy, *, start: Export, state: State | None, mine: State | None
+) -> Objective | None:
+    """The strategy's client side for one round of training, or None when it has none."""
+    local = getattr(strategy, "local", None)
+    return local(start=start, state=state, mine=mine) if callable(local) else None
+
+
+def has_client_side(strategy: Strategy) -> bool:
+    return callable(getattr(strategy, "local", None))
+
+
+def check_task_takes_objective(strategy_name: str, strategy: Strategy, task: Any) -> None:
+    """A strategy with a client side needs a task whose train() takes `objective=`."""
+    if not has_client_side(strategy):
+        return
+    try:
+        parameters = inspect.signature(task.train).parameters
+    except (TypeError, ValueError):
+        return
+    takes = "objective" in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
+    if not takes:
+        raise StrategyError(
+            f"strategy {strategy_name!r} changes the clients' local training, and the task's "
+            f"train() takes no objective= argument (see soma.strategies): "
+            "pass it on to TrainingRun(objective=...)"
+        )
+
+
+def floats(export: Mapping[str, Mapping[str, torch.Tensor]]) -> Iterable[tuple[str, str]]:
+    """The (node, key) pairs of an export that arithmetic may touch: floats, not counts."""
+    for node_id, keys in export.items():
+        for key, tensor in keys.items():
+            if tensor.dtype.is_floating_point or tensor.dtype.is_complex:
+                yield node_id, key

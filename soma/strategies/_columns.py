@@ -1,0 +1,155 @@
+"""Key by key across clients: what the strategies that cannot stream (median, Krum) are made of.
+
+A coordinate-wise statistic needs every client's value of a coordinate at once, so these
+strategies hold all N updates (`gather`: `list(updates)`). That costs little: each update's
+weights are file-backed lazy mmaps from the store, and nothing is read until a key is. The
+arithmetic then walks the float keys one at a time and cuts each key's coordinates into
+blocks (`blocks`), each stacked across the clients as an (N, c) tensor of at most about
+`BLOCK` numbers. What is held in anonymous memory is therefore one block plus its sort (a
+few times `BLOCK` numbers, whatever the model) plus the output model; the largest key never
+has to fit N times. The mapped pages read along the way are the store's files: clean page
+cache, counted in the resident size but given back by the kernel whenever it needs them.
+
+Integer and bool keys are counts (BatchNorm's `num_batches_tracked`): they take the first
+update's value, as in FedAvg. Half-precision floats are worked in float32 and come back in
+their own dtype; complex numbers are worked as their real and imaginary parts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+import torch
+
+from soma.nodes import Export
+from soma.strategies import StrategyError, Update, floats
+
+# Numbers held across all clients in one block: 2**22 float32 are 16 MB (32 MB in float64).
+BLOCK = 1 << 22
+
+
+def gather(updates: Iterable[Update]) -> list[Update]:
+    """All the updates, refused unless there is at least one and they are all one network."""
+    rows = list(updates)
+    if not rows:
+        raise StrategyError("nothing to aggregate: no client sent an update")
+    check_same_network(rows)
+    return rows
+
+
+def _describe(tensor: object) -> str:
+    if isinstance(tensor, torch.Tensor):
+        return f"shape {tuple(tensor.shape)} {tensor.dtype}"
+    return f"a {type(tensor).__name__}"
+
+
+def check_same_network(rows: Sequence[Update]) -> None:
+    """Refuse updates that are not the same network as the first, naming node, key, both
+    shapes and both clients: a coordinate-wise statistic of two networks means nothing."""
+    for row in rows[1:]:
+        _check_pair(rows[0], row)
+
+
+def _first_missing(ours: Iterable[str], theirs: Iterable[str]) -> str | None:
+    """The first of `ours` that is not in `theirs` (the first in order, not any from a set)."""
+    theirs = set(theirs)
+    return next((name for name in ours if name not in theirs), None)
+
+
+def _check_pair(first: Update, row: Update) -> None:
+    differ = f"client {first.client} and client {row.client} are not the same network"
+    for a, b in ((first, row), (row, first)):
+        node_id = _first_missing(a.weights, b.weights)
+        if node_id is not None:
+            raise StrategyError(
+                f"node {node_id!r} is sent by client {a.client}, not by client {b.client}: "
+                + differ
+            )
+    for node_id, keys in first.weights.items():
+        other = row.weights[node_id]
+        for a, b, mine, theirs in ((first, row, keys, other), (row, first, other, keys)):
+            key = _first_missing(mine, theirs)
+            if key is not None:
+                raise StrategyError(
+                    f"node {node_id!r} key {key!r} is sent by client {a.client}, "
+                    f"not by client {b.client}: " + differ
+                )
+        for key, mine in keys.items():
+            theirs = other[key]
+            same = (
+                isinstance(mine, torch.Tensor)
+                and isinstance(theirs, torch.Tensor)
+                and mine.shape == theirs.shape
+                and mine.dtype == theirs.dtype
+            )
+            if not same:
+                raise StrategyError(
+                    f"node {node_id!r} key {key!r}: {_describe(mine)} from client "
+                    f"{first.client}, {_describe(theirs)} from client {row.client}: " + differ
+                )
+
+
+def work_dtype(dtype: torch.dtype) -> torch.dtype:
+    """What a key is worked in: half precision widened, complex split into real parts."""
+    if dtype in (torch.float16, torch.bfloat16):
+        return torch.float32
+    if dtype.is_complex:
+        return torch.empty(0, dtype=dtype).real.dtype
+    return dtype
+
+
+def _flat(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor's numbers as one row (a view when it is contiguous, as the store's are)."""
+    if tensor.dtype.is_complex:
+        tensor = torch.view_as_real(tensor)
+    return tensor.reshape(-1)
+
+
+def blocks(
+    rows: Sequence[Update], node_id: str, key: str, dtype: torch.dtype | None = None
+) -> Iterator[tuple[slice, torch.Tensor]]:
+    """(where, stacked): the key's numbers cut in blocks, each stacked across the clients as an
+    (N, c) tensor in `dtype` (default: `work_dtype`), so that N clients of a huge key never
+    need N copies of it at once. `where` is the block's place in the key's flat numbers."""
+    flats = [_flat(row.weights[node_id][key]) for row in rows]
+    dtype = dtype or work_dtype(rows[0].weights[node_id][key].dtype)
+    total, width = flats[0].numel(), max(1, BLOCK // len(rows))
+    for start in range(0, total, width):
+        where = slice(start, min(total, start + width))
+        stacked = torch.empty((len(rows), where.stop - where.start), dtype=dtype)
+        for i, flat in enumerate(flats):
+            stacked[i].copy_(flat[where])
+        yield where, stacked
+
+
+def coordinatewise(
+    rows: Sequence[Update], reduce: Callable[[torch.Tensor], torch.Tensor]
+) -> Export:
+    """A new export whose float numbers are `reduce` of each (N, c) block over its clients
+    (dim 0), and whose counts are the first update's. Nothing in it aliases an update."""
+    first = rows[0].weights
+    out: Export = {node_id: {} for node_id in first}
+    float_keys = set(floats(first))
+    with torch.no_grad():
+        for node_id, keys in first.items():
+            for key, tensor in keys.items():
+                if (node_id, key) not in float_keys:
+                    out[node_id][key] = tensor.clone()
+                    continue
+                result = torch.empty(tensor.shape, dtype=tensor.dtype)
+                target = _flat(result)
+                for where, stacked in blocks(rows, node_id, key):
+                    target[where] = reduce(stacked)
+                out[node_id][key] = result
+    return out
+
+
+def sorted_mean(stacked: torch.Tensor, drop: int) -> torch.Tensor:
+    """Per column, the mean of what is left once the `drop` smallest and `drop` largest values
+    are dropped. NaN sorts above +inf: once anything is dropped, a client sending NaN is one
+    more extreme to drop, not a poison."""
+    n = stacked.shape[0]
+    if drop == 0:
+        return stacked.mean(dim=0)
+    ordered = stacked.sort(dim=0).values
+    return ordered[drop : n - drop].mean(dim=0)

@@ -1,0 +1,346 @@
+"""Server-side optimizers over FedAvg's mean: the arithmetic FedAvgM, FedAdam, FedYogi and
+FedAdagrad share. Pure: tensors in, tensors out, nothing read or written elsewhere.
+
+Each round, the size-weighted mean of the clients' weights is taken as FedAvg takes it
+(streaming: one model in memory whatever the number of clients), and its distance from the
+weights the round started from, `delta = mean - previous`, is treated as a pseudo-gradient
+(Reddi et al. 2021, "Adaptive Federated Optimization", Algorithm 2). The server then steps
+with an optimizer of its own, whose moments are the strategy's state:
+
+    momentum (FedAvgM, Hsu et al. 2019):  m = momentum * m + delta
+                                          x = previous + server_lr * m
+    adaptive (FedAdam, FedYogi, FedAdagrad):
+                                          m = beta1 * m + (1 - beta1) * delta
+                                          v = adam / yogi / adagrad rule (below)
+                                          x = previous + server_lr * m / (sqrt(v) + tau)
+
+    adam:     v = beta2 * v + (1 - beta2) * delta^2
+    yogi:     v = v - (1 - beta2) * delta^2 * sign(v - delta^2)
+    adagrad:  v = v + delta^2
+
+As in the paper, m starts at 0 and v at tau^2 (its v_{-1} >= tau^2), and there is no bias
+correction. Only floats are stepped: integer and bool tensors (BatchNorm's
+`num_batches_tracked`) are counts, and take the mean's value (the first update's) untouched.
+Half precision is stepped in float32, and so kept in the state, then cast back.
+
+The state is a plain value the store keeps as it is, `{"m": {node: {key: tensor}}, "v": ...}`
+(only the nodes that have floats), so a resumed round continues from it bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from soma.nodes import Export
+from soma.strategies import State, StrategyError, Update, floats
+from soma.strategies.fedavg import weighted_mean
+
+Tensors = Mapping[str, Mapping[str, torch.Tensor]]
+
+# --- options -----------------------------------------------------------------------------
+
+
+def _number(strategy: str, option: str, value: object, wanted: str) -> float:
+    """`value` as a float, or a refusal naming the option; bool is not a number here."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise StrategyError(f"{strategy} option {option} must be a number {wanted}, not {value!r}")
+    return float(value)
+
+
+def positive(strategy: str, option: str, value: object) -> float:
+    """A finite number > 0 (a learning rate, tau): zero would never move, or divide by 0."""
+    wanted = "> 0"
+    number = _number(strategy, option, value, wanted)
+    if not (math.isfinite(number) and number > 0):
+        raise StrategyError(f"{strategy} option {option} must be a number {wanted}, not {value!r}")
+    return number
+
+
+def fraction(strategy: str, option: str, value: object) -> float:
+    """A decay in [0, 1): at 1 the moment would never forget its start."""
+    wanted = "in [0, 1)"
+    number = _number(strategy, option, value, wanted)
+    if not 0 <= number < 1:
+        raise StrategyError(f"{strategy} option {option} must be a number {wanted}, not {value!r}")
+    return number
+
+
+# --- the arithmetic, one tensor at a time ----------------------------------------------------
+
+
+def heavy_ball(m: torch.Tensor, delta: torch.Tensor, momentum: float) -> torch.Tensor:
+    """FedAvgM's momentum buffer: momentum * m + delta."""
+    return torch.add(delta, m, alpha=momentum)
+
+
+def first_moment(m: torch.Tensor, delta: torch.Tensor, beta1: float) -> torch.Tensor:
+    """The adaptive methods' m: an exponential average of the pseudo-gradients."""
+    return m * beta1 + delta * (1 - beta1)
+
+
+def adam_second_moment(v: torch.Tensor, delta: torch.Tensor, beta2: float) -> torch.Tensor:
+    """Adam's v: an exponential average of delta^2."""
+    return v * beta2 + delta.square() * (1 - beta2)
+
+
+def yogi_second_moment(v: torch.Tensor, delta: torch.Tensor, beta2: float) -> torch.Tensor:
+    """Yogi's v: moves towards delta^2 by (1 - beta2) * delta^2, whatever its distance from it
+    (Adam's moves by (1 - beta2) * (v - delta^2)), so v that was large shrinks slowly."""
+    square = delta.square()
+    return v - square * torch.sign(v - square) * (1 - beta2)
+
+
+def adagrad_second_moment(v: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """Adagrad's v: the sum of every delta^2 so far (and the starting tau^2)."""
+    return v + delta.square()
+
+
+def momentum_step(
+    previous: torch.Tensor,
+    mean: torch.Tensor,
+    m: torch.Tensor,
+    *,
+    server_lr: float,
+    momentum: float,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """FedAvgM's step: x = previous + server_lr * (momentum * m + delta).
+
+    Written as lerp(previous, mean, server_lr) + server_lr * momentum * m, which is the same
+    sum, because previous + (mean - previous) is not always mean in floating point, and
+    lerp at weight 1 is: with momentum 0 and server_lr 1, this is FedAvg bit for bit.
+    """
+    delta = mean - previous
+    x = torch.lerp(previous, mean, server_lr)
+    if momentum:
+        x.add_(m, alpha=server_lr * momentum)
+    return x, {"m": heavy_ball(m, delta, momentum)}
+
+
+def adaptive_step(
+    previous: torch.Tensor,
+    mean: torch.Tensor,
+    m: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    rule: str,
+    server_lr: float,
+    beta1: float,
+    beta2: float,
+    tau: float,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """FedAdam's, FedYogi's or FedAdagrad's step (`rule`): x = previous + lr m / (sqrt(v) + tau)."""
+    delta = mean - previous
+    m = first_moment(m, delta, beta1)
+    if rule == "adam":
+        v = adam_second_moment(v, delta, beta2)
+    elif rule == "yogi":
+        v = yogi_second_moment(v, delta, beta2)
+    elif rule == "adagrad":
+        v = adagrad_second_moment(v, delta)
+    else:
+        raise ValueError(f"no second-moment rule {rule!r}")
+    x = previous + m / (v.sqrt() + tau) * server_lr
+    return x, {"m": m, "v": v}
+
+
+# --- the state ---------------------------------------------------------------------------
+
+
+def working_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Half precision is stepped (and its moments kept) in float32: tau^2 = 1e-6 and the
+    small deltas of late rounds are below what float16 can tell from zero."""
+    if dtype in (torch.float16, torch.bfloat16):
+        return torch.float32
+    return dtype
+
+
+Signature = dict[tuple[str, str], tuple[tuple[int, ...], torch.dtype]]
+
+
+def stepped(previous: Tensors) -> Signature:
+    """The (node, key) pairs the optimizer steps, with the shape and dtype of their moments."""
+    return {
+        (node, key): (tuple(previous[node][key].shape), working_dtype(previous[node][key].dtype))
+        for node, key in floats(previous)
+    }
+
+
+def fresh_state(previous: Tensors, moments: Iterable[str], tau: float) -> State:
+    """The paper's start: m = 0, v = tau^2, shaped like `previous`'s floats."""
+    state: State = {}
+    for name in moments:
+        start = 0.0 if name == "m" else tau**2
+        state[name] = {}
+        for (node, key), (_, dtype) in stepped(previous).items():
+            like = previous[node][key]
+            state[name].setdefault(node, {})[key] = torch.full(like.shape, start, dtype=dtype)
+    return state
+
+
+def _flat(strategy: str, name: str, moment: object) -> dict[tuple[str, str], torch.Tensor]:
+    if not isinstance(moment, Mapping):
+        raise StrategyError(
+            f"{strategy} state {name} is a {type(moment).__name__}, not a map of nodes"
+        )
+    flat = {}
+    for node, keys in moment.items():
+        if not isinstance(keys, Mapping):
+            raise StrategyError(
+                f"{strategy} state {name} node {node!r} is a {type(keys).__name__}, "
+                "not a map of tensors"
+            )
+        for key, tensor in keys.items():
+            if not isinstance(tensor, torch.Tensor):
+                raise StrategyError(
+                    f"{strategy} state {name} node {node!r} key {key!r} is a "
+                    f"{type(tensor).__name__}, not a tensor"
+                )
+            flat[node, key] = tensor
+    return flat
+
+
+def check_state(strategy: str, moments: tuple[str, ...], state: object, previous: Tensors) -> None:
+    """Refuse a state that is not this strategy's for this network (a stale one, another
+    strategy's), naming the node and key, before any arithmetic broadcasts it silently."""
+    if not isinstance(state, Mapping):
+        raise StrategyError(f"{strategy} state is a {type(state).__name__}, not a map of moments")
+    if sorted(state) != sorted(moments):
+        raise StrategyError(
+            f"{strategy} state holds {sorted(state)}, not {sorted(moments)}: "
+            "is it another strategy's?"
+        )
+    wanted = stepped(previous)
+    for name in moments:
+        flat = _flat(strategy, name, state[name])
+        for node, key in flat:
+            if (node, key) not in wanted:
+                raise StrategyError(
+                    f"{strategy} state {name} has node {node!r} key {key!r}, which the weights "
+                    "have no float for: is it a state from another network?"
+                )
+        for (node, key), (shape, dtype) in wanted.items():
+            tensor = flat.get((node, key))
+            if tensor is None:
+                raise StrategyError(
+                    f"{strategy} state {name} has no node {node!r} key {key!r}: "
+                    "is it a state from another network?"
+                )
+            if tuple(tensor.shape) != shape or tensor.dtype != dtype:
+                raise StrategyError(
+                    f"{strategy} state {name} node {node!r} key {key!r} is "
+                    f"{tuple(tensor.shape)} {tensor.dtype}, the weights need {shape} {dtype}: "
+                    "is it a state from another network?"
+                )
+
+
+def check_like(strategy: str, previous: Tensors, mean: Tensors) -> None:
+    """The updates must be the network the round started from, key for key."""
+    for node, keys in mean.items():
+        for key in keys:
+            if key not in previous.get(node, {}):
+                raise StrategyError(
+                    f"{strategy}: node {node!r} key {key!r} is in the updates but not in "
+                    "the weights the round started from"
+                )
+    for node, keys in previous.items():
+        for key, tensor in keys.items():
+            theirs = mean.get(node, {}).get(key)
+            if theirs is None:
+                raise StrategyError(
+                    f"{strategy}: node {node!r} key {key!r} is in the weights the round "
+                    "started from but not in the updates"
+                )
+            if theirs.shape != tensor.shape or theirs.dtype != tensor.dtype:
+                raise StrategyError(
+                    f"{strategy}: node {node!r} key {key!r} is {tuple(tensor.shape)} "
+                    f"{tensor.dtype} in the weights the round started from, "
+                    f"{tuple(theirs.shape)} {theirs.dtype} in the updates"
+                )
+
+
+# --- the strategy ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServerOptimizer:
+    """A strategy that steps FedAvg's mean with a server optimizer. `rule` is "momentum"
+    (FedAvgM) or the second-moment rule ("adam", "yogi", "adagrad")."""
+
+    # The round refuses, before anything is claimed, to run us without a start to step from.
+    needs_previous: ClassVar[bool] = True
+
+    name: str
+    rule: str
+    server_lr: float
+    momentum: float = 0.0
+    beta1: float = 0.0
+    beta2: float = 0.0
+    tau: float = 0.0
+
+    @property
+    def moments(self) -> tuple[str, ...]:
+        return ("m",) if self.rule == "momentum" else ("m", "v")
+
+    def aggregate(
+        self,
+        previous: Export | None,
+        updates: Iterable[Update],
+        state: State | None,
+        *,
+        clients: int,
+    ) -> tuple[Export, State]:
+        if previous is None:
+            raise StrategyError(
+                f"{self.name} steps from the weights the round started from, and there are none"
+            )
+        mean = weighted_mean(updates)
+        check_like(self.name, previous, mean)
+        if state is None:
+            state = fresh_state(previous, self.moments, self.tau)
+        else:
+            check_state(self.name, self.moments, state, previous)
+        weights: Export = {node: dict(keys) for node, keys in mean.items()}  # counts: the mean's
+        moved: State = {name: {} for name in self.moments}
+        with torch.no_grad():
+            for node, key in floats(previous):
+                dtype = previous[node][key].dtype
+                if dtype.is_complex and self.rule != "momentum":
+                    raise StrategyError(
+                        f"{self.name}: node {node!r} key {key!r} is {dtype}, and sqrt(v) "
+                        "needs real numbers"
+                    )
+                work = working_dtype(dtype)
+                x, after = self._step(
+                    previous[node][key].to(work),
+                    mean[node][key].to(work),
+                    {name: state[name][node][key] for name in self.moments},
+                )
+                weights[node][key] = x.to(dtype)
+                for name, tensor in after.items():
+                    moved[name].setdefault(node, {})[key] = tensor
+        return weights, moved
+
+    def _step(
+        self, previous: torch.Tensor, mean: torch.Tensor, moments: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        if self.rule == "momentum":
+            return momentum_step(
+                previous, mean, moments["m"], server_lr=self.server_lr, momentum=self.momentum
+            )
+        return adaptive_step(
+            previous,
+            mean,
+            moments["m"],
+            moments["v"],
+            rule=self.rule,
+            server_lr=self.server_lr,
+            beta1=self.beta1,
+            beta2=self.beta2,
+            tau=self.tau,
+        )

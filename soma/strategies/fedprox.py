@@ -1,0 +1,81 @@
+"""FedProx (Li et al. 2020): FedAvg, with each client kept near where the round started.
+
+The server side is FedAvg's weighted mean, unchanged. The client side adds the proximal term
+mu/2 ||w - w_start||^2 to the local objective, whose gradient mu (w - w_start) is added to
+each parameter's gradient before every step: heterogeneous clients then drift less from the
+global model in the epochs they train alone. Only parameters are pulled back, never buffers
+(BatchNorm's running statistics are not trained by gradient), and a parameter with no
+gradient in a step (frozen, or not in that step's graph) is left as it is. With `mu=0` the
+training is FedAvg's, bit for bit. Nothing is sent beside the weights and nothing is kept.
+
+Option: `mu` (default 0.01), a finite number >= 0.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterable
+
+import torch
+
+from soma.nodes import Export
+from soma.strategies import Parameters, State, StrategyError, Update
+from soma.strategies.fedavg import weighted_mean
+
+
+def start_of(start: Export, node_id: str, key: str, strategy: str) -> torch.Tensor:
+    """The round's start for a live parameter, refused by name when the keys do not pair up."""
+    try:
+        return start[node_id][key]
+    except KeyError:
+        raise StrategyError(
+            f"{strategy}: parameter {node_id!r} {key!r} is not in the round's start weights "
+            "(parameters must be keyed like an export: see soma.training.keyed_parameters)"
+        ) from None
+
+
+def trainable(parameter: torch.Tensor) -> bool:
+    """Whether a step will move it: a float parameter with a gradient this step."""
+    dtype = parameter.dtype
+    return parameter.grad is not None and (dtype.is_floating_point or dtype.is_complex)
+
+
+class Proximal:
+    """The proximal term of one client's round."""
+
+    def __init__(self, start: Export, mu: float) -> None:
+        self.start, self.mu = start, mu
+
+    @torch.no_grad()
+    def adjust(self, parameters: Parameters, lr: float) -> None:
+        if not self.mu:
+            return
+        for node_id, keys in parameters.items():
+            for key, parameter in keys.items():
+                if trainable(parameter):
+                    origin = start_of(self.start, node_id, key, "FedProx")
+                    parameter.grad.add_(parameter - origin, alpha=self.mu)
+
+    def finish(self, trained: Export) -> tuple[Export | None, State | None]:
+        return None, None
+
+
+class FedProx:
+    def __init__(self, mu: float) -> None:
+        self.mu = mu
+
+    def aggregate(
+        self, previous: Export, updates: Iterable[Update], state: State | None, *, clients: int
+    ) -> tuple[Export, State | None]:
+        return weighted_mean(updates), None
+
+    def local(self, *, start: Export, state: State | None, mine: State | None) -> Proximal:
+        return Proximal(start, self.mu)
+
+
+def make(mu: float = 0.01) -> FedProx:
+    ok = not isinstance(mu, bool) and isinstance(mu, numbers.Real) and math.isfinite(mu)
+    if not ok or mu < 0:
+        raise StrategyError(f"fedprox option mu must be a finite number >= 0, not {mu!r}")
+    return FedProx(float(mu))

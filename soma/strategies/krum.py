@@ -1,0 +1,117 @@
+"""Krum and multi-Krum (Blanchard et al. 2017): keep the clients that sit among their peers.
+
+Options:
+- `f` (default 1): how many Byzantine clients the round tolerates. Krum's guarantee needs
+  n >= 2f + 3 clients, so a round with fewer is refused (`check`), naming n and f. The
+  default tolerates one: Krum that tolerates none (f = 0) is a choice to make knowingly,
+  and f = 1 only asks for 5 clients.
+- `m` (default 1): how many clients are kept. m = 1 is Krum, m > 1 multi-Krum; m must be
+  in [1, n - f], since keeping more than the n - f honest ones keeps a Byzantine one.
+
+Each client's score is the sum of the squared L2 distances, over all float keys of the
+whole export, to its n - f - 2 nearest other clients; the m lowest scores are kept (a tie
+goes to the lower client id), and the result is FedAvg of the kept clients, weighted by
+their sizes (`soma.strategies.fedavg.weighted_mean`). Sizes do not enter the scores: a
+client cannot buy its way in by claiming more data, only weigh more once it is in.
+
+- Counts (integer and bool keys) are those of the first kept update, as FedAvg of the kept
+  ones gives: a client Krum rejected contributes nothing, not even its counts.
+- A client sending NaN or inf is at distance NaN from everyone, and NaN sorts above every
+  number, so it is never among anyone's nearest and its own score is never kept.
+- No state; `previous` is not used.
+
+Not streaming: it holds all N updates (`list(updates)`; each is file-backed lazy mmaps from
+the store, nothing is read until used). The distances are computed key by key, each key in
+blocks of at most about `soma.strategies._columns.BLOCK` numbers across the N clients,
+widened to float64 and accumulated into an N x N float64 matrix: anonymous memory is one
+block (in float64) and its differences plus the output model, whatever N. The work is
+N (N - 1) / 2 differences of the whole model, then one weighted mean of the m kept.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterable, Sequence
+
+import torch
+
+from soma.nodes import Export
+from soma.strategies import Arrival, State, StrategyError, Update, floats
+from soma.strategies._columns import blocks, gather
+from soma.strategies.fedavg import weighted_mean
+
+
+def check_count(n: int, f: int, m: int) -> None:
+    """Refuse a round too small for Krum's guarantee, or one that cannot keep m clients."""
+    if n < 2 * f + 3:
+        raise StrategyError(
+            f"krum with f={f} needs n >= 2f + 3 = {2 * f + 3} clients, and the round has "
+            f"n={n}: lower f or add clients"
+        )
+    if not 1 <= m <= n - f:
+        raise StrategyError(
+            f"krum keeps m={m} clients, outside [1, n - f] = [1, {n - f}] for n={n} clients "
+            f"and f={f}: keeping more than n - f may keep a Byzantine one"
+        )
+
+
+def distances(rows: Sequence[Update]) -> torch.Tensor:
+    """The N x N squared L2 distances between the clients' whole exports, in float64."""
+    n = len(rows)
+    upper = torch.zeros((n, n), dtype=torch.float64)
+    with torch.no_grad():
+        for node_id, key in floats(rows[0].weights):
+            for _, stacked in blocks(rows, node_id, key, torch.float64):
+                for i in range(n - 1):
+                    upper[i, i + 1 :] += (stacked[i + 1 :] - stacked[i]).square_().sum(dim=1)
+    return upper + upper.T
+
+
+def scores(squared: torch.Tensor, f: int) -> list[float]:
+    """Each client's sum of squared distances to its n - f - 2 nearest other clients."""
+    n = squared.shape[0]
+    out = []
+    for i in range(n):
+        others = torch.cat((squared[i, :i], squared[i, i + 1 :]))
+        out.append(float(others.sort().values[: n - f - 2].sum()))
+    return out
+
+
+def chosen(scores: list[float], clients: list[int], m: int) -> list[int]:
+    """The places of the m lowest scores (ties to the lower client id, NaN last), in order."""
+
+    def rank(i: int) -> tuple[bool, float, int]:
+        nan = math.isnan(scores[i])
+        return nan, 0.0 if nan else scores[i], clients[i]
+
+    return sorted(sorted(range(len(scores)), key=rank)[:m])
+
+
+def _count(name: str, value: object, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise StrategyError(f"krum: {name}={value!r} is not a whole number")
+    if value < least:
+        raise StrategyError(f"krum: {name}={value!r} is below {least}")
+    return int(value)
+
+
+class Krum:
+    def __init__(self, f: int, m: int) -> None:
+        self.f, self.m = f, m
+
+    def check(self, arrivals: Sequence[Arrival], *, clients: int) -> None:
+        check_count(len(arrivals), self.f, self.m)
+
+    def aggregate(
+        self, previous: Export, updates: Iterable[Update], state: State | None, *, clients: int
+    ) -> tuple[Export, State | None]:
+        rows = list(updates)
+        check_count(len(rows), self.f, self.m)
+        rows = gather(rows)
+        kept = chosen(scores(distances(rows), self.f), [r.client for r in rows], self.m)
+        return weighted_mean(rows[i] for i in kept), None
+
+
+def make(*, f: int = 1, m: int = 1) -> Krum:
+    return Krum(_count("f", f, 0), _count("m", m, 1))

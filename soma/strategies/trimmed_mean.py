@@ -1,0 +1,79 @@
+"""Coordinate-wise trimmed mean (Yin et al. 2018): per number, drop the extremes, mean the rest.
+
+Option `beta` in [0, 0.5), default 0.2 (as Flower's FedTrimmedAvg): of n clients, the
+floor(beta * n) smallest and as many largest values of each coordinate are dropped and the
+rest averaged. beta is read as the decimal that was written (0.29 of 100 clients trims 29,
+where 0.29 * 100 in binary floats is 28.999999999999996). With fewer than 1 / beta clients
+nothing is trimmed and it is the plain mean; beta = 0 is the plain mean on purpose. Since
+beta < 0.5, at least one value always remains once there is a client.
+
+- Unweighted: the clients' sizes are ignored (a Byzantine client can claim any size).
+- NaN sorts above +inf: once anything is trimmed, it is one more extreme to drop.
+- Counts (integer and bool keys) are the first update's, as in FedAvg. No state;
+  `previous` is not used.
+
+Not streaming: it holds all N updates (`list(updates)`; each is file-backed lazy mmaps from
+the store, nothing is read until used) and works key by key, each key in blocks of at most
+about `soma.strategies._columns.BLOCK` numbers across the N clients. Anonymous memory is one
+block and its sort plus the output model, whatever N; the store's pages it reads are page
+cache, which the kernel takes back when it needs to.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterable, Sequence
+from fractions import Fraction
+from functools import partial
+
+from soma.nodes import Export
+from soma.strategies import Arrival, State, StrategyError, Update
+from soma.strategies._columns import coordinatewise, gather, sorted_mean
+
+
+def trimmed(n: int, beta: float) -> int:
+    """How many values are dropped on each side of a coordinate of n clients."""
+    return math.floor(Fraction(str(beta)) * n)
+
+
+def check_count(n: int, beta: float) -> None:
+    """Refuse a round of which nothing would remain once trimmed."""
+    k = trimmed(n, beta)
+    if n - 2 * k < 1:
+        raise StrategyError(
+            f"trimmed_mean with beta={beta} and n={n} clients: trimming {k} on each side "
+            "leaves nothing to average"
+        )
+
+
+def _beta(beta: object) -> float:
+    if isinstance(beta, bool) or not isinstance(beta, numbers.Real):
+        raise StrategyError(f"trimmed_mean: beta={beta!r} is not a number in [0, 0.5)")
+    value = float(beta)
+    if not 0 <= value < 0.5:  # also refuses NaN
+        raise StrategyError(
+            f"trimmed_mean: beta={beta!r} is outside [0, 0.5): it is the share trimmed on "
+            "each side, and half of each side leaves nothing"
+        )
+    return value
+
+
+class TrimmedMean:
+    def __init__(self, beta: float) -> None:
+        self.beta = beta
+
+    def check(self, arrivals: Sequence[Arrival], *, clients: int) -> None:
+        check_count(len(arrivals), self.beta)
+
+    def aggregate(
+        self, previous: Export, updates: Iterable[Update], state: State | None, *, clients: int
+    ) -> tuple[Export, State | None]:
+        rows = list(updates)
+        check_count(len(rows), self.beta)
+        drop = trimmed(len(rows), self.beta)
+        return coordinatewise(gather(rows), partial(sorted_mean, drop=drop)), None
+
+
+def make(*, beta: float = 0.2) -> TrimmedMean:
+    return TrimmedMean(_beta(beta))
