@@ -124,17 +124,23 @@ class Sampler:
             self.peak[name] = max(self.peak[name], value)
 
 
+def recalled(store, digests: list[str]):
+    """The clients' updates, each export recalled lazily only when asked for.
+
+    Not `zip(sizes, store.recall_each_digest(...))`: zip keeps its last result tuple for
+    reuse, which holds on to an export already folded (one more model mapped)."""
+    from soma.strategies import Update
+
+    exports = store.recall_each_digest(digests, lazy=True)
+    for client, size in enumerate(sizes(len(digests))):
+        yield Update(client, size, next(exports))
+
+
 def run_strategy(job: dict, store, digests: list[str]):
-    from soma.strategies import Update, load_strategy
+    from soma.strategies import load_strategy
 
     strategy = load_strategy(job["strategy"], job["options"])
-    updates = (
-        Update(client, size, weights)
-        for client, (size, weights) in enumerate(
-            zip(sizes(len(digests)), store.recall_each_digest(digests, lazy=True), strict=True)
-        )
-    )
-    weights, _ = strategy.aggregate({}, updates, None, clients=len(digests))
+    weights, _ = strategy.aggregate({}, recalled(store, digests), None, clients=len(digests))
     return weights
 
 

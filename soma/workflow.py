@@ -275,15 +275,25 @@ def lower_is_better(metric: str) -> bool:
 
 
 def summary_rows(
-    evaluations: Sequence[str], alones: Sequence[str], central: str | None, metric: str
+    evaluations: Sequence[str],
+    alones: Sequence[str],
+    central: str | None,
+    metric: str,
+    strategy: str = "fedavg",
 ) -> list[dict[str, Any]]:
-    """Per round: the federated average's metric, the alone clients' mean, centralized."""
+    """Per round: the strategy, the federated average's metric, the alone clients' mean,
+    centralized. The strategy is a column so that the tables of runs with different
+    strategies stack into one."""
     federated = {e["round"]: e["metrics"] for e in map(read_receipt, evaluations)}
     alone_runs = [read_receipt(p)["per_round"] for p in alones]
     central_run = read_receipt(central)["per_round"] if central else None
     rows = []
     for r in sorted(federated):
-        row: dict[str, Any] = {"round": r, "federated": federated[r].get(metric)}
+        row: dict[str, Any] = {
+            "strategy": strategy,
+            "round": r,
+            "federated": federated[r].get(metric),
+        }
         if alone_runs:
             values = [run[r]["metrics"].get(metric) for run in alone_runs]
             row["alone"] = sum(values) / len(values)
@@ -298,7 +308,7 @@ def summary(rows: Sequence[Mapping[str, Any]], metric: str, table: str, plot: st
     """The per-round table (TSV) and the accuracy-per-round plot (PNG)."""
     columns = [
         c
-        for c in ("round", "federated", "alone", "alone_best", "centralized")
+        for c in ("strategy", "round", "federated", "alone", "alone_best", "centralized")
         if any(c in row for row in rows)
     ]
     lines = ["\t".join(columns)]
@@ -319,13 +329,15 @@ def summary(rows: Sequence[Mapping[str, Any]], metric: str, table: str, plot: st
 
     figure, axes = pyplot.subplots(figsize=(6, 4), dpi=100)
     rounds = [row["round"] + 1 for row in rows]
+    strategy = rows[0]["strategy"] if rows else "fedavg"
     for column, style in (("federated", "o-"), ("centralized", "s--"), ("alone", "^:")):
         if column in columns:
-            label = "alone (mean of clients)" if column == "alone" else column
+            label = {"alone": "alone (mean of clients)", "federated": f"federated ({strategy})"}
+            label = label.get(column, column)
             axes.plot(rounds, [row[column] for row in rows], style, label=label)
     axes.set_xlabel("round")
     axes.set_ylabel(f"test {metric}")
-    axes.set_title("Federated averaging against its two baselines")
+    axes.set_title(f"Federated ({strategy}) against its two baselines")
     axes.grid(alpha=0.3)
     axes.legend()
     figure.tight_layout()

@@ -92,7 +92,8 @@ def copy_of(finished: Path, tmp_path: Path) -> Path:
 def test_a_local_run_leaves_receipts_a_table_and_a_plot(finished) -> None:
     results = finished / "results" / "tiny"
     table = (results / "summary.tsv").read_text().splitlines()
-    assert table[0].split("\t") == ["round", "federated", "alone", "alone_best", "centralized"]
+    header = ["strategy", "round", "federated", "alone", "alone_best", "centralized"]
+    assert table[0].split("\t") == header
     rows = [dict(zip(table[0].split("\t"), line.split("\t"), strict=True)) for line in table[1:]]
     assert [r["round"] for r in rows] == ["0", "1"]
     assert float(rows[-1]["federated"]) > float(rows[-1]["alone"]) + 0.2
@@ -131,6 +132,8 @@ def test_a_bad_config_is_refused_with_the_key_before_any_job_runs(tmp_path) -> N
         ("roundz=3", "roundz"),
         ("threads=many", "threads"),
         ("run=../escape", "run"),
+        ("strategy=nosuch", "strategy"),
+        ('strategy_options={"fedadam": {"bogus": 1}}', "bogus"),
     ):
         result = snakemake(tmp_path, "--cores", "1", "--config", override)
         assert result.returncode != 0, override
@@ -339,5 +342,126 @@ def test_a_task_of_your_own_from_the_readme(tmp_path) -> None:
     )
     table = (tmp_path / "results" / "digits" / "summary.tsv").read_text().splitlines()
     rows = [line.split("\t") for line in table[1:]]
-    federated, alone = float(rows[-1][1]), float(rows[-1][2])
+    federated, alone = float(rows[-1][2]), float(rows[-1][3])
     assert federated < alone, "the federation fits the union better than a client alone"
+
+
+# --- strategies ---------------------------------------------------------------------------------
+
+
+def soma_clients(store: Path, run: str, *flags: str, clients: int = 2, rounds: int = 2) -> list:
+    """`soma client` for each client, as srun would start them; each one's per-round lines."""
+    command = [sys.executable, "-m", "soma.cli", "client", "--store", str(store), "--run", run]
+    command += ["--rounds", str(rounds), "--clients", str(clients), "--task", "soma.tasks.digits"]
+    for option in ("labels_per_client=5", "model=softmax", "epochs=1"):  # tiny.yaml's
+        command += ["--option", option]
+    processes = [
+        subprocess.Popen(
+            [*command, "--mine", str(k), *flags],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for k in range(clients)
+    ]
+    lines = []
+    for process in processes:
+        out, err = process.communicate(timeout=600)
+        assert process.returncode == 0, err
+        lines.append([json.loads(line) for line in out.splitlines() if '"round"' in line])
+    return lines
+
+
+def averaged_weights(workdir: Path, run: str, rounds: int = 2) -> list[str]:
+    base = workdir / "results" / run / "round"
+    return [
+        json.loads((base / str(r) / "average.json").read_text())["weights"] for r in range(rounds)
+    ]
+
+
+def test_soma_client_and_the_workflow_train_the_same_bits(finished, tmp_path) -> None:
+    lines = soma_clients(tmp_path / "store", "tiny")
+    by_clients = [{line["weights"] for line in per_round} for per_round in zip(*lines, strict=True)]
+    assert by_clients == [{w} for w in averaged_weights(finished, "tiny")]
+
+
+def test_scaffold_in_the_workflow_keeps_its_states_and_reruns_a_round_bit_for_bit(tmp_path) -> None:
+    """SCAFFOLD has both states: the server's c (named by each average) and each client's c_i
+    (named by its receipt); a forced rerun of round 0 continues from exactly the same ones,
+    and `soma client` trains the same bits."""
+    scaffold = ("--config", "strategy=scaffold", "run=scaffold")
+    ok(snakemake(tmp_path, "--cores", "2", *scaffold, config=[TINY, NO_BASELINES]))
+    before = receipts(tmp_path, "scaffold")
+    averages = [json.loads(before[f"round/{r}/average.json"]) for r in range(2)]
+    assert all(a["strategy"] == "scaffold" and a["state"] for a in averages)
+    client = json.loads(before["round/1/client/0.json"])
+    assert client["extra"] and client["own"], "the client sent delta c_i and kept c_i"
+    store = Store(tmp_path / "store")
+    record = store.recall_digest(
+        next(d for d in soma_status(tmp_path / "store", "scaffold") if d["round"] == 1)["average"]
+    )
+    assert record["state_before"] == averages[0]["state"], "round 1 stepped from round 0's c"
+    base = "results/scaffold/round/0"
+    ok(
+        snakemake(
+            tmp_path,
+            "--cores",
+            "2",
+            *scaffold,
+            "--until",
+            f"{base}/average.json",
+            "--forcerun",
+            f"{base}/average.json",
+            f"{base}/client/0.json",
+            f"{base}/client/1.json",
+            config=[TINY, NO_BASELINES],
+        )
+    )
+    assert receipts(tmp_path, "scaffold") == before
+    lines = soma_clients(tmp_path / "cli-store", "scaffold", "--strategy", "scaffold")
+    by_clients = [{line["weights"] for line in per_round} for per_round in zip(*lines, strict=True)]
+    assert by_clients == [{w} for w in averaged_weights(tmp_path, "scaffold")]
+
+
+def soma_status(store: Path, run: str) -> list[dict]:
+    from soma.round import status
+
+    return status(Store(store), run)
+
+
+def test_a_strategy_by_import_path_with_an_unknown_option_stops_at_the_start_job(tmp_path) -> None:
+    result = snakemake(
+        tmp_path,
+        "--cores",
+        "1",
+        "--config",
+        "strategy=soma.strategies.fedadam",
+        'strategy_options={"soma.strategies.fedadam": {"bogus": 1}}',
+        config=[TINY, NO_BASELINES],
+    )
+    assert result.returncode != 0
+    log = (tmp_path / "logs" / "tiny" / "start.log").read_text()
+    assert "bogus" in log and "soma.strategies.fedadam" in log
+    assert not (tmp_path / "results" / "tiny" / "round").exists(), "no client trained"
+
+
+def test_the_default_configs_strategy_options_are_each_modules_defaults() -> None:
+    """config/config.yaml shows each built-in's options; they must be what make() defaults to,
+    or the workflow and `soma client` would run two different strategies under one name."""
+    import inspect
+
+    import yaml
+
+    from soma.strategies import BUILTIN, load_strategy, module_of
+
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    shown = config["strategy_options"]
+    for name in BUILTIN:
+        load_strategy(name, shown.get(name, {}))  # every option shown is accepted
+        make = __import__(module_of(name), fromlist=["make"]).make
+        defaults = {
+            key: p.default
+            for key, p in inspect.signature(make).parameters.items()
+            if p.default is not inspect.Parameter.empty
+        }
+        assert shown.get(name, {}) == defaults, name

@@ -1,14 +1,17 @@
 """Key by key across clients: what the strategies that cannot stream (median, Krum) are made of.
 
 A coordinate-wise statistic needs every client's value of a coordinate at once, so these
-strategies hold all N updates (`gather`: `list(updates)`). That costs little: each update's
-weights are file-backed lazy mmaps from the store, and nothing is read until a key is. The
-arithmetic then walks the float keys one at a time and cuts each key's coordinates into
-blocks (`blocks`), each stacked across the clients as an (N, c) tensor of at most about
-`BLOCK` numbers. What is held in anonymous memory is therefore one block plus its sort (a
-few times `BLOCK` numbers, whatever the model) plus the output model; the largest key never
-has to fit N times. The mapped pages read along the way are the store's files: clean page
-cache, counted in the resident size but given back by the kernel whenever it needs them.
+strategies hold all N updates (`gather`: `list(updates)`). That costs little anonymous
+memory: each update's weights are file-backed lazy mmaps from the store. Their pages (read
+once when the store verifies them) are clean page cache: they count in the resident size,
+N models of it, but the kernel takes them back whenever it needs the memory.
+
+The arithmetic walks the float keys one at a time and cuts each key's numbers into blocks
+(`blocks`), each stacked across the clients as an (N, c) tensor of at most about `BLOCK`
+numbers. What is held in anonymous memory is therefore the output model plus one block and
+what is done with it (a sort's values and int64 indices, or Krum's float64 differences:
+about 64 MB either way), whatever N and however large the largest key: that key never has
+to fit N times.
 
 Integer and bool keys are counts (BatchNorm's `num_batches_tracked`): they take the first
 update's value, as in FedAvg. Half-precision floats are worked in float32 and come back in

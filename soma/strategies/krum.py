@@ -20,12 +20,13 @@ client cannot buy its way in by claiming more data, only weigh more once it is i
   number, so it is never among anyone's nearest and its own score is never kept.
 - No state; `previous` is not used.
 
-Not streaming: it holds all N updates (`list(updates)`; each is file-backed lazy mmaps from
-the store, nothing is read until used). The distances are computed key by key, each key in
-blocks of at most about `soma.strategies._columns.BLOCK` numbers across the N clients,
-widened to float64 and accumulated into an N x N float64 matrix: anonymous memory is one
-block (in float64) and its differences plus the output model, whatever N. The work is
-N (N - 1) / 2 differences of the whole model, then one weighted mean of the m kept.
+Not streaming: it holds all N updates (`list(updates)`: each is file-backed lazy mmaps from
+the store, so N models of page cache that the kernel can take back). The distances are
+computed key by key, each key in blocks of at most about `soma.strategies._columns.BLOCK`
+numbers across the N clients, widened to float64 and accumulated into an N x N float64
+matrix: anonymous memory is one block in float64 and its differences (about 64 MB), then
+the output model, whatever N (see soma.strategies._columns). The work is N (N - 1) / 2
+differences of the whole model, then one weighted mean of the m kept.
 """
 
 from __future__ import annotations

@@ -12,11 +12,11 @@ beta < 0.5, at least one value always remains once there is a client.
 - Counts (integer and bool keys) are the first update's, as in FedAvg. No state;
   `previous` is not used.
 
-Not streaming: it holds all N updates (`list(updates)`; each is file-backed lazy mmaps from
-the store, nothing is read until used) and works key by key, each key in blocks of at most
-about `soma.strategies._columns.BLOCK` numbers across the N clients. Anonymous memory is one
-block and its sort plus the output model, whatever N; the store's pages it reads are page
-cache, which the kernel takes back when it needs to.
+Not streaming: it holds all N updates (`list(updates)`: each is file-backed lazy mmaps from
+the store, so N models of page cache that the kernel can take back) and works key by key,
+each key in blocks of at most about `soma.strategies._columns.BLOCK` numbers across the N
+clients. Anonymous memory is the output model plus one block and its sort (about 64 MB),
+whatever N and however large the largest key (see soma.strategies._columns).
 """
 
 from __future__ import annotations

@@ -42,9 +42,17 @@ import torch
 from torch import nn
 
 from soma import partition as partitions
-from soma.aggregate import fedavg
-from soma.nodes import export, load
-from soma.strategies import Objective
+from soma.nodes import Export, export, load
+from soma.strategies import (
+    Arrival,
+    Objective,
+    State,
+    Update,
+    check_arrivals,
+    check_task_takes_objective,
+    load_strategy,
+    objective_of,
+)
 from soma.tasks import TaskError
 from soma.training import TrainingRun
 
@@ -287,6 +295,52 @@ def make(**options) -> DigitsTask:
 
 # -- in-process simulation: the federation beside its two baselines ----------------------
 
+ATTACKS = ("scale", "sign_flip")
+Attack = tuple[str, float]
+
+
+def check_attack(attack: object) -> Attack | None:
+    """None, or `(kind, factor)` with kind in ATTACKS and a finite real factor; refused by name."""
+    if attack is None:
+        return None
+    ok = isinstance(attack, (tuple, list)) and len(attack) == 2 and attack[0] in ATTACKS
+    factor = attack[1] if ok else None
+    ok = ok and not isinstance(factor, bool) and isinstance(factor, numbers.Real)
+    if not ok or not np.isfinite(float(factor)):
+        raise TaskError(
+            f"attack must be None or (kind, factor) with kind one of {', '.join(ATTACKS)} "
+            f"and a finite number as factor, not {attack!r}"
+        )
+    return str(attack[0]), float(factor)
+
+
+def attacked(weights: Export, attack: Attack) -> Export:
+    """What a Byzantine client sends instead of what it trained: every float times `factor`
+    (`scale`) or times `-factor` (`sign_flip`). Integer and bool counts are sent as they are:
+    the robust strategies leave counts to the first update anyway, so garbage there would
+    test nothing. A new export; `weights` is left alone."""
+    kind, factor = attack
+    times = factor if kind == "scale" else -factor
+    with torch.no_grad():
+        return {
+            node_id: {
+                key: tensor * times
+                if tensor.dtype.is_floating_point or tensor.dtype.is_complex
+                else tensor.clone()
+                for key, tensor in keys.items()
+            }
+            for node_id, keys in weights.items()
+        }
+
+
+def centralized(task: DigitsTask, rounds: int, *, seed: int = 0) -> float:
+    """Test accuracy of the federation's start trained on all the training data in one place
+    for rounds x epochs epochs (as many example-gradients as the whole federation's)."""
+    longer = dataclasses.replace(task, epochs=task.epochs * rounds)
+    nodes = task.nodes(seed)
+    longer.train(nodes, task.everything(), seed=seed * 1_000_003 + 999)
+    return longer.evaluate(nodes)["accuracy"]
+
 
 def simulate(
     task: DigitsTask,
@@ -296,36 +350,74 @@ def simulate(
     seed: int = 0,
     every: int = 1,
     baselines: bool = True,
+    strategy: str = "fedavg",
+    strategy_options: Mapping[str, object] | None = None,
+    attack: Attack | None = None,
 ) -> dict[str, object]:
-    """FedAvg for `rounds` rounds in one process, and (optionally) alone and centralized.
+    """`strategy` for `rounds` rounds in one process, and (optionally) alone and centralized.
 
-    Round r's client k trains with seed `seed * 1_000_003 + r * 1000 + k` (r from 1). Alone:
-    each client trains from the same start for rounds x epochs epochs on its shard; the mean
-    test accuracy over clients is reported. Centralized: rounds x epochs epochs on all the
-    training data (as many example-gradients as the whole federation).
+    Each round goes through the strategy seam as the distributed round does (see
+    soma.workflow.train and soma.round): every client loads the global weights, trains with
+    the strategy's objective (FedProx's proximal term, SCAFFOLD's correction) if it has one,
+    and keeps its own state in memory (SCAFFOLD's c_i); the strategy checks the arrivals and
+    aggregates the updates, streamed one at a time in client order, into the next global
+    weights and its server state. With `fedavg` this is `soma.fedavg` of the clients'
+    exports weighted by their sizes, bit for bit as before the seam.
+
+    Round r's client k trains with seed `seed * 1_000_003 + r * 1000 + k` (r from 1).
+    `attack` makes client 0 Byzantine: from round 1 it sends `attacked(trained, attack)`
+    instead of its trained weights (its own state and extra are left honest). Alone: each
+    client trains from the same start for rounds x epochs epochs on its shard; the mean test
+    accuracy over clients is reported. Centralized: see `centralized`. The result also holds
+    the final global weights (`weights`), for comparisons bit for bit.
     """
+    rule = load_strategy(strategy, strategy_options)
+    check_task_takes_objective(strategy, rule, task)
+    attack = check_attack(attack)
     shards = [task.shard(k, clients) for k in range(clients)]
     sizes = [task.size(s) for s in shards]
     start = export(task.nodes(seed))
     nodes = task.nodes(seed)
-    average = start
+    weights: Export = start
+    state: State | None = None
+    own: list[State | None] = [None] * clients
     history: list[dict[str, float]] = []
-    seconds = 0.0
+    seconds = aggregating = 0.0
     for r in range(1, rounds + 1):
-        exports = []
+        sent: list[Export] = []
+        extras: list[Export | None] = []
         for k, data in enumerate(shards):
-            load(nodes, average)
+            load(nodes, weights)
+            objective = objective_of(rule, start=weights, state=state, mine=own[k])
+            step_seed = seed * 1_000_003 + r * 1000 + k
             tic = time.perf_counter()
-            task.train(nodes, data, seed=seed * 1_000_003 + r * 1000 + k)
+            if objective is None:
+                task.train(nodes, data, seed=step_seed)
+                trained, extra = export(nodes), None
+            else:
+                task.train(nodes, data, seed=step_seed, objective=objective)
+                trained = export(nodes)
+                extra, own[k] = objective.finish(trained)
             seconds += time.perf_counter() - tic
-            exports.append(export(nodes))
-        average = fedavg(exports, sizes)
+            sent.append(attacked(trained, attack) if attack and k == 0 else trained)
+            extras.append(extra)
+        arrivals = [Arrival(k, float(sizes[k]), extras[k] is not None) for k in range(clients)]
+        check_arrivals(rule, arrivals, clients=clients)
+        updates = (Update(k, float(sizes[k]), sent[k], extras[k]) for k in range(clients))
+        tic = time.perf_counter()
+        weights, state = rule.aggregate(weights, updates, state, clients=clients)
+        aggregating += time.perf_counter() - tic
         if r % every == 0 or r == rounds:
-            load(nodes, average)
+            load(nodes, weights)
             history.append({"round": r, **task.evaluate(nodes)})
     result: dict[str, object] = {
+        "strategy": strategy,
+        "strategy_options": dict(strategy_options or {}),
+        "attack": attack,
         "federated": history,
+        "weights": weights,
         "train_call_seconds": seconds / (rounds * clients),
+        "aggregate_seconds": aggregating / rounds,
     }
     if baselines:
         longer = dataclasses.replace(task, epochs=task.epochs * rounds)
@@ -336,20 +428,36 @@ def simulate(
             alone.append(longer.evaluate(nodes)["accuracy"])
         result["alone"] = float(np.mean(alone))
         result["alone_each"] = alone
-        load(nodes, start)
-        longer.train(nodes, task.everything(), seed=seed * 1_000_003 + 999)
-        result["centralized"] = longer.evaluate(nodes)["accuracy"]
+        result["centralized"] = centralized(task, rounds, seed=seed)
     return result
+
+
+def _attack_argument(text: str) -> Attack:
+    kind, _, factor = text.partition(":")
+    try:
+        return check_attack((kind, float(factor)))
+    except (TaskError, ValueError) as error:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not KIND:FACTOR with KIND one of {', '.join(ATTACKS)}"
+        ) from error
 
 
 def _main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m soma.tasks.digits")
-    parser.add_argument("--simulate", action="store_true", help="run FedAvg in one process")
+    parser.add_argument("--simulate", action="store_true", help="run the federation in one process")
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--every", type=int, default=1, help="evaluate every this many rounds")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--options", default="{}", help="task options as JSON")
+    parser.add_argument("--strategy", default="fedavg", help="built-in name or import path")
+    parser.add_argument("--strategy-options", default="{}", help="strategy options as JSON")
+    parser.add_argument(
+        "--attack",
+        type=_attack_argument,
+        help="client 0 sends garbage: scale:FACTOR (weights x FACTOR) or sign_flip:FACTOR "
+        "(weights x -FACTOR)",
+    )
     parser.add_argument("--no-baselines", action="store_true")
     args = parser.parse_args(argv)
     if not args.simulate:
@@ -364,14 +472,21 @@ def _main(argv: list[str] | None = None) -> None:
         seed=args.seed,
         every=args.every,
         baselines=not args.no_baselines,
+        strategy=args.strategy,
+        strategy_options=json.loads(args.strategy_options),
+        attack=args.attack,
     )
     print(f"task: {task}")
+    options = json.dumps(result["strategy_options"])
+    attack = "" if args.attack is None else "  attack: client 0 {} {:g}".format(*args.attack)
+    print(f"strategy: {args.strategy} {options}{attack}")
     for row in result["federated"]:
         print(f"round {row['round']:4d}  accuracy {row['accuracy']:.4f}  loss {row['loss']:.4f}")
     if "alone" in result:
         print(f"alone (mean over clients): {result['alone']:.4f}")
         print(f"centralized:               {result['centralized']:.4f}")
     print(f"one local training call: {1000 * result['train_call_seconds']:.1f} ms")
+    print(f"one aggregation:         {1000 * result['aggregate_seconds']:.1f} ms")
     print(f"total: {time.perf_counter() - tic:.1f} s")
 
 
