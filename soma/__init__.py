@@ -1,50 +1,89 @@
-"""soma: federated learning on Slurm, with a shared folder and no coordinator."""
+"""soma: federated learning on Slurm, with a shared folder and no coordinator.
 
-from soma.aggregate import fedavg
-from soma.codecs import register_codec
-from soma.errors import (
-    AggregationError,
-    ElsewhereError,
-    ExportError,
-    LoadError,
-    SomaError,
-)
-from soma.nodes import Elsewhere, Export, elsewhere, export, load
-from soma.round import (
-    AveragerDied,
-    Meeting,
-    RoundError,
-    RoundIncomplete,
-    average_round,
-    gather,
-)
-from soma.store import Store
-from soma.store_errors import StoreError
-from soma.strategies import StrategyError, load_strategy
-from soma.training import TrainingRun
+The names below are imported when first used (PEP 562), so that `import soma.participation`
+(the Snakefile, at parse time) or `soma status` does not pay for importing torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from soma.errors import AggregationError, ElsewhereError, ExportError, LoadError, SomaError
+
+_WHERE = {
+    "fedavg": "soma.aggregate",
+    "register_codec": "soma.codecs",
+    "Elsewhere": "soma.nodes",
+    "Export": "soma.nodes",
+    "elsewhere": "soma.nodes",
+    "export": "soma.nodes",
+    "load": "soma.nodes",
+    "AveragerDied": "soma.round",
+    "Meeting": "soma.round",
+    "RoundError": "soma.round",
+    "RoundIncomplete": "soma.round",
+    "average_round": "soma.round",
+    "gather": "soma.round",
+    "Store": "soma.store",
+    "StoreError": "soma.store_errors",
+    "StrategyError": "soma.strategies",
+    "load_strategy": "soma.strategies",
+    "TrainingRun": "soma.training",
+}
 
 __all__ = [
     "AggregationError",
+    "ElsewhereError",
+    "ExportError",
+    "LoadError",
+    "SomaError",
+    "fedavg",
+    "register_codec",
+    "Elsewhere",
+    "Export",
+    "elsewhere",
+    "export",
+    "load",
     "AveragerDied",
     "Meeting",
     "RoundError",
     "RoundIncomplete",
+    "average_round",
+    "gather",
     "Store",
     "StoreError",
     "StrategyError",
     "load_strategy",
-    "average_round",
-    "gather",
-    "register_codec",
-    "Elsewhere",
-    "ElsewhereError",
-    "Export",
-    "ExportError",
-    "LoadError",
-    "SomaError",
     "TrainingRun",
-    "elsewhere",
-    "export",
-    "fedavg",
-    "load",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        value = getattr(importlib.import_module(_WHERE[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'soma' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+if TYPE_CHECKING:  # for type checkers and editors: the same names, imported eagerly
+    from soma.aggregate import fedavg
+    from soma.codecs import register_codec
+    from soma.nodes import Elsewhere, Export, elsewhere, export, load
+    from soma.round import (
+        AveragerDied,
+        Meeting,
+        RoundError,
+        RoundIncomplete,
+        average_round,
+        gather,
+    )
+    from soma.store import Store
+    from soma.store_errors import StoreError
+    from soma.strategies import StrategyError, load_strategy
+    from soma.training import TrainingRun

@@ -170,7 +170,7 @@ def _gather_does_not_weigh() -> None:
 @mutant(
     "holders_never_gone",
     caught_by=[
-        "tests/test_round.py::test_a_holder_that_is_provably_gone_is_taken_over_and_the_averagepublished_once"
+        "tests/test_round.py::test_a_holder_that_is_provably_gone_is_taken_over_and_the_average_published_once"
     ],
 )
 def _holders_never_gone() -> None:

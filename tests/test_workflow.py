@@ -164,7 +164,11 @@ def test_a_thousand_rounds_build_their_dag(tmp_path) -> None:
 
 
 def rerun_round_0(
-    workdir: Path, run: str = "tiny", config: tuple[Path, ...] = (TINY,), env: dict | None = None
+    workdir: Path,
+    run: str = "tiny",
+    config: tuple[Path, ...] = (TINY,),
+    env: dict | None = None,
+    more: tuple[str, ...] = (),
 ) -> str:
     """The README's rerun of one round: exactly round 0's client and average jobs."""
     base = f"results/{run}/round/0"
@@ -173,6 +177,7 @@ def rerun_round_0(
             workdir,
             "--cores",
             "2",
+            *more,
             "--until",
             f"{base}/average.json",
             "--forcerun",
@@ -401,22 +406,7 @@ def test_scaffold_in_the_workflow_keeps_its_states_and_reruns_a_round_bit_for_bi
         next(d for d in soma_status(tmp_path / "store", "scaffold") if d["round"] == 1)["average"]
     )
     assert record["state_before"] == averages[0]["state"], "round 1 stepped from round 0's c"
-    base = "results/scaffold/round/0"
-    ok(
-        snakemake(
-            tmp_path,
-            "--cores",
-            "2",
-            *scaffold,
-            "--until",
-            f"{base}/average.json",
-            "--forcerun",
-            f"{base}/average.json",
-            f"{base}/client/0.json",
-            f"{base}/client/1.json",
-            config=[TINY, NO_BASELINES],
-        )
-    )
+    rerun_round_0(tmp_path, "scaffold", (TINY, NO_BASELINES), more=scaffold)
     assert receipts(tmp_path, "scaffold") == before
     lines = soma_clients(tmp_path / "cli-store", "scaffold", "--strategy", "scaffold")
     by_clients = [{line["weights"] for line in per_round} for per_round in zip(*lines, strict=True)]

@@ -1,0 +1,80 @@
+"""Who takes part in a round, and how many must come: sampling and quorum, as pure arithmetic.
+
+The same in every mode and on every executor, because it depends on nothing but the run's
+seed, the round and the client count: every process (a Snakefile at parse time, each `soma
+client` under srun) computes the same sample without asking anybody. Only the standard
+library is imported here, so the Snakefile can ask without importing torch.
+
+- `participation`: None (everyone, every round), a count of clients (an int, 1..clients) or
+  a fraction of them (a float in (0, 1], rounded to the nearest count, at least one).
+- `quorum`: None (everyone sampled must come), a count (an int, 1..sampled) or a fraction
+  of the sampled clients (a float in (0, 1], rounded up: a quorum of 80% of 9 is 8).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import numbers
+
+from soma.errors import SomaError
+
+
+class ParticipationError(SomaError):
+    """A participation or quorum that cannot be met."""
+
+
+def _count_or_fraction(name: str, value: object, of: int, *, up: bool) -> int:
+    if value is None:
+        return of
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ParticipationError(f"{name} {value!r} must be a count or a fraction in (0, 1]")
+    if isinstance(value, numbers.Integral):
+        if not 1 <= value <= of:
+            raise ParticipationError(f"{name} {value} must be a count between 1 and {of}")
+        return int(value)
+    fraction = float(value)
+    if not (math.isfinite(fraction) and 0 < fraction <= 1):
+        raise ParticipationError(f"{name} {value!r} must be a fraction in (0, 1]")
+    count = math.ceil(fraction * of - 1e-9) if up else math.floor(fraction * of + 0.5)
+    return min(of, max(1, count))
+
+
+def sample_size(participation: object, clients: int) -> int:
+    """How many of `clients` take part in each round."""
+    return _count_or_fraction("participation", participation, clients, up=False)
+
+
+def quorum_size(quorum: object, sampled: int) -> int:
+    """How many of the `sampled` clients must come for their round to be averaged."""
+    return _count_or_fraction("quorum", quorum, sampled, up=True)
+
+
+@functools.lru_cache(maxsize=4096)
+def _ranked(seed: int, round: int, clients: int) -> tuple[int, ...]:
+    """Every client in a fixed pseudo-random order for (seed, round): the order of the
+    SHA-256 of their names, so no generator's version can change who was drawn."""
+
+    def rank(client: int) -> bytes:
+        return hashlib.sha256(f"soma/sample/{seed}/{round}/{client}".encode()).digest()
+
+    return tuple(sorted(range(clients), key=rank))
+
+
+def sampled(seed: int, round: int, clients: int, participation: object = None) -> list[int]:
+    """The clients that take part in round `round`, sorted; everyone when participation is None."""
+    count = sample_size(participation, clients)
+    if count == clients:
+        return list(range(clients))
+    return sorted(_ranked(seed, round, clients)[:count])
+
+
+def last_sampled_before(
+    seed: int, round: int, clients: int, participation: object, client: int
+) -> int | None:
+    """The last round before `round` in which `client` took part, or None."""
+    for earlier in range(round - 1, -1, -1):
+        if client in sampled(seed, earlier, clients, participation):
+            return earlier
+    return None
