@@ -32,15 +32,29 @@ def _options(pairs: list[str], of: str) -> dict[str, Any]:
     return options
 
 
+def _count_or_fraction(text: str) -> int | float:
+    """`4` is a count, `0.5` a fraction (checked against the client count by soma)."""
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is neither a count nor a fraction"
+            ) from None
+
+
 def client(args: argparse.Namespace) -> int:
     import torch
 
     from soma.nodes import export, load
     from soma.once import read_record
-    from soma.round import Meeting, average_round, contribute
-    from soma.runs import identity, training_seed
+    from soma.participation import policy
+    from soma.round import Meeting, average_round
+    from soma.runs import identity
     from soma.store import Store
-    from soma.strategies import check_task_takes_objective, load_strategy, objective_of
+    from soma.strategies import check_task_takes_objective, load_strategy
     from soma.tasks import load_task
 
     torch.set_num_threads(args.threads)
@@ -55,6 +69,7 @@ def client(args: argparse.Namespace) -> int:
     size = task.size(data)
     start, state, own = store.put_value(export(nodes)), None, None
     for r in range(args.rounds):
+        expected, quorum = policy(args.seed, r, args.clients, args.participation, args.quorum)
         meeting = Meeting(
             args.run,
             r,
@@ -64,20 +79,12 @@ def client(args: argparse.Namespace) -> int:
             strategy=args.strategy,
             options=strategy_options,
             config=identity(args.task, task_options, args.seed),
+            expected=expected,
+            quorum=quorum,
         )
-        objective = objective_of(
-            strategy,
-            start=export(nodes),
-            state=None if state is None else store.recall_digest(state),
-            mine=own,
-        )
-        seed = training_seed(args.seed, r, args.mine)
-        if objective is None:
-            metrics, extra = task.train(nodes, data, seed=seed), None
-        else:
-            metrics = task.train(nodes, data, seed=seed, objective=objective)
-            extra, own = objective.finish(export(nodes))
-        contribute(store, meeting, export(nodes), mine=args.mine, size=size, extra=extra, own=own)
+        metrics = None
+        if args.mine in meeting.members:
+            metrics, own = _take_part(store, meeting, task, strategy, nodes, data, size, own, args)
         digest = average_round(store, meeting, deadline=args.deadline)
         record = read_record(store, digest)
         load(nodes, store.recall_digest(record["weights"]))
@@ -99,6 +106,36 @@ def client(args: argparse.Namespace) -> int:
         flush=True,
     )
     return 0
+
+
+def _take_part(store, meeting, task, strategy, nodes, data, size, own, args):
+    """Train, and contribute; or, when the task fails or the export is refused, drop out
+    saying why (the round goes on without this client if its quorum allows)."""
+    from soma.nodes import export
+    from soma.round import contribute, drop, dropout_reason
+    from soma.runs import training_seed
+    from soma.strategies import objective_of
+
+    objective = objective_of(
+        strategy,
+        start=export(nodes),
+        state=None if meeting.state is None else store.recall_digest(meeting.state),
+        mine=own,
+    )
+    seed = training_seed(args.seed, meeting.round, args.mine)
+    try:
+        if objective is None:
+            metrics, extra, mine = task.train(nodes, data, seed=seed), None, own
+        else:
+            metrics = task.train(nodes, data, seed=seed, objective=objective)
+            extra, mine = objective.finish(export(nodes))
+        contribute(store, meeting, export(nodes), mine=args.mine, size=size, extra=extra, own=mine)
+    except Exception as error:  # the task failed or the export was refused: drop out
+        why = dropout_reason(error)
+        drop(store, meeting, mine=args.mine, why=why)
+        print(f"soma: client {args.mine} drops out of {meeting.what}: {why}", file=sys.stderr)
+        return None, own
+    return metrics, mine
 
 
 def status(args: argparse.Namespace) -> int:
@@ -162,6 +199,20 @@ def parser() -> argparse.ArgumentParser:
         default=[],
         metavar="KEY=VALUE",
         help="a strategy option (repeatable)",
+    )
+    c.add_argument(
+        "--participation",
+        type=_count_or_fraction,
+        default=None,
+        help="clients per round: a count (4) or a fraction (0.5), drawn from the seed and the "
+        "round (default: everyone)",
+    )
+    c.add_argument(
+        "--quorum",
+        type=_count_or_fraction,
+        default=None,
+        help="how many of a round's clients must come for it to be averaged without the rest "
+        "once --deadline has passed: a count or a fraction (default: all of them)",
     )
     c.add_argument("--seed", type=int, default=0, help="the seed of the starting weights")
     c.add_argument(

@@ -152,8 +152,9 @@ class Work(Protocol[T]):
     def done(self) -> str | None:
         """An answer already there before any input is read (a late arrival's shortcut)."""
 
-    def ready(self) -> T | None:
-        """The inputs once they are all there, else None."""
+    def ready(self, past: bool) -> T | None:
+        """The inputs once they are all there (or, `past` the deadline, once enough are
+        there to go on without the rest), else None."""
 
     def check(self, inputs: T) -> None:
         """Refuse what cannot be computed, naming the culprit; before anything is claimed."""
@@ -167,8 +168,8 @@ class Work(Protocol[T]):
     def settle(self, published: str) -> str:
         """What the caller leaves with, given the digest the place published."""
 
-    def missing(self) -> list[int]:
-        """Who is still awaited (for the deadline's message)."""
+    def missing(self) -> tuple[list[int], str]:
+        """Who is still awaited, and anything else the deadline's message should say."""
 
 
 def once(
@@ -194,13 +195,17 @@ def once(
     who: str | None = None
     checked: T | None = None
     place: Place | None = None
+    ready_since: float | None = None
     next_holder_check = started
     while True:
         answer = work.done()
         if answer is not None:
             return answer
-        inputs = work.ready()
+        now = time.monotonic()
+        past = deadline is not None and now - started > deadline
+        inputs = work.ready(past)
         if inputs is not None:
+            ready_since = now if ready_since is None else ready_since
             if checked is None or inputs != checked:
                 work.check(inputs)
                 checked, place = inputs, work.place(inputs)
@@ -208,28 +213,35 @@ def once(
             published = store.resolve(place.published)
             if published is not None:
                 return work.settle(published)
-            check_holder = time.monotonic() >= next_holder_check
+            check_holder = now >= next_holder_check
             if check_holder:
-                next_holder_check = time.monotonic() + HOLDER_CHECK_EVERY
+                next_holder_check = now + HOLDER_CHECK_EVERY
             who = who or store.put_value(me)
             if _claim(store, place, who, check_holder=check_holder):
                 digest = work.compute(inputs, me)
                 store.bind(f"{place.computed}{who[:16]}", who)
                 publish(store, place.published, digest)
                 return work.settle(store.resolve(place.published) or digest)
-        if deadline is not None and time.monotonic() - started > deadline:
-            _raise_past_deadline(store, place, work, deadline)
+            # the averaging gets a whole deadline from when the round was ready, so that a
+            # round going on with its quorum at the deadline is not called dead at once
+            if deadline is not None and now - ready_since > deadline:
+                _raise_holder_died(store, place, work, deadline)
+        elif past:
+            _raise_incomplete(work, deadline)
         sleep(next(delays))
 
 
-def _raise_past_deadline(store: Store, place: Place | None, work: Work, deadline: float) -> None:
-    missing = work.missing()
-    if missing or place is None:
-        raise RoundIncomplete(
-            f"{work.what} is incomplete after {deadline:g}s: "
-            f"client{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} never came",
-            missing,
-        )
+def _raise_incomplete(work: Work, deadline: float) -> None:
+    missing, detail = work.missing()
+    raise RoundIncomplete(
+        f"{work.what} is incomplete after {deadline:g}s: "
+        f"client{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} never came"
+        f"{detail}",
+        missing,
+    )
+
+
+def _raise_holder_died(store: Store, place: Place, work: Work, deadline: float) -> None:
     latest = current_holder(store, place)
     holder = latest[1] if latest else {}
     raise AveragerDied(

@@ -78,3 +78,16 @@ def last_sampled_before(
         if client in sampled(seed, earlier, clients, participation):
             return earlier
     return None
+
+
+def policy(
+    seed: int, round: int, clients: int, participation: object = None, quorum: object = None
+) -> tuple[tuple[int, ...] | None, int | None]:
+    """(expected, quorum) of a round as `soma.round.Meeting` takes them, the same in every
+    mode: None where it is everyone, so that the default run is keyed as it always was."""
+    members = sampled(seed, round, clients, participation)
+    needed = quorum_size(quorum, len(members))
+    return (
+        None if len(members) == clients else tuple(members),
+        None if needed == len(members) else needed,
+    )

@@ -84,6 +84,10 @@ class Meeting:
     from the round before; `config` is whatever else the caller declares the run to be (its
     task, the task's options, the seed). Two runs under one name that differ in any of them
     meet apart. A bare call with none of them meets by run, round, clients and strategy only.
+
+    `expected` is who takes part in the round (None: every client; see soma.participation),
+    and `quorum` how many of them must come for it to be averaged without the rest (None:
+    all of them). A client that fails or whose export is refused drops out, saying why.
     """
 
     run: str
@@ -94,6 +98,8 @@ class Meeting:
     strategy: str = "fedavg"
     options: Mapping[str, Any] = field(default_factory=dict)
     config: Mapping[str, Any] = field(default_factory=dict)
+    expected: tuple[int, ...] | None = None
+    quorum: int | None = None
 
     def __post_init__(self) -> None:
         run = self.run
@@ -105,6 +111,34 @@ class Meeting:
             raise RoundError(f"clients {self.clients!r} must be an integer >= 1")
         if not isinstance(self.strategy, str) or not self.strategy:
             raise RoundError(f"strategy {self.strategy!r} must be a name or an import path")
+        if self.expected is not None:
+            expected = tuple(self.expected)
+            if not expected or list(expected) != sorted(set(expected)):
+                raise RoundError(f"expected clients {expected!r} must be sorted and distinct")
+            for k in expected:
+                if not _is_int(k) or not 0 <= k < self.clients:
+                    raise RoundError(f"expected client {k!r} is not one of 0..{self.clients - 1}")
+            object.__setattr__(self, "expected", expected)
+        if self.quorum is not None and (
+            not _is_int(self.quorum) or not 1 <= self.quorum <= len(self.members)
+        ):
+            raise RoundError(
+                f"quorum {self.quorum!r} must be a count between 1 and {len(self.members)}"
+            )
+
+    @property
+    def members(self) -> list[int]:
+        """Who takes part in this round."""
+        return list(range(self.clients)) if self.expected is None else list(self.expected)
+
+    @property
+    def needed(self) -> int:
+        """How many of the members must come for the round to be averaged without the rest."""
+        return len(self.members) if self.quorum is None else self.quorum
+
+    @property
+    def may_go_on_without_some(self) -> bool:
+        return self.needed < len(self.members)
 
     def identity(self) -> dict[str, Any]:
         """What the meeting is keyed by (everything but the run's name and the round)."""
@@ -115,6 +149,8 @@ class Meeting:
             "strategy": self.strategy,
             "options": dict(self.options),
             "config": dict(self.config),
+            "expected": None if self.expected is None else list(self.expected),
+            "quorum": self.quorum,
         }
 
     @property
@@ -145,6 +181,10 @@ class Meeting:
             raise RoundError(
                 f"client {mine!r} is not one of the round's clients 0..{self.clients - 1}"
             )
+        if mine not in self.members:
+            raise RoundError(
+                f"client {mine} does not take part in {self.what} (it takes {self.members})"
+            )
         return mine
 
     def strategy_object(self) -> Strategy:
@@ -172,6 +212,43 @@ def _check_size(size: object, client: int) -> None:
         raise RoundError(f"client {client}: size {size!r} must be a finite number >= 0")
 
 
+class Refused(RoundError):
+    """A client's export would poison the average (a NaN or an infinity): refused by name."""
+
+
+def _check_finite(export: Export, mine: int) -> None:
+    """Every float of the export is finite, or the refusal names the client, node and key."""
+    import torch
+
+    if not isinstance(export, Mapping):
+        raise RoundError(f"client {mine}: its export is a {type(export).__name__}, not a map")
+    for node_id, keys in export.items():
+        if not isinstance(keys, Mapping):
+            raise RoundError(f"client {mine}: node {node_id!r} is not a map of tensors")
+        for key, tensor in keys.items():
+            if not isinstance(tensor, torch.Tensor):
+                raise RoundError(
+                    f"client {mine}: node {node_id!r} key {key!r} is a "
+                    f"{type(tensor).__name__}, not a tensor"
+                )
+            if (tensor.dtype.is_floating_point or tensor.dtype.is_complex) and not bool(
+                torch.isfinite(tensor).all()
+            ):
+                bad = int((~torch.isfinite(tensor)).sum())
+                raise Refused(
+                    f"client {mine}: node {node_id!r} key {key!r} holds {bad} value"
+                    f"{'s' if bad > 1 else ''} that are NaN or infinite; refused, so that it "
+                    "cannot poison the average"
+                )
+
+
+def _announce(store: Store, meeting: Meeting) -> None:
+    """The meeting's identity, written once, so that `status` can say what it is."""
+    if store.resolve(meeting.about) is None:
+        about = {"run": meeting.run, "round": meeting.round, **meeting.identity()}
+        store.claim(meeting.about, store.put_value(about))
+
+
 @dataclass(frozen=True)
 class Contribution:
     record: str  # the digest of the client's record
@@ -197,12 +274,13 @@ def contribute(
     """
     meeting.check_client(mine)
     _check_size(size, mine)
+    _check_finite(export, mine)
+    if extra is not None:
+        _check_finite(extra, mine)
     weights = store.put_value(export)
     extra_digest = None if extra is None else store.put_value(extra)
     own_digest = None if own is None else store.put_value(own)
-    if store.resolve(meeting.about) is None:
-        about = {"run": meeting.run, "round": meeting.round, **meeting.identity()}
-        store.claim(meeting.about, store.put_value(about))
+    _announce(store, meeting)
     record = {
         "client": mine,
         "size": size,
@@ -214,30 +292,64 @@ def contribute(
     return Contribution(store.keep(meeting.client(mine), record), weights, extra_digest, own_digest)
 
 
+def drop(store: Store, meeting: Meeting, *, mine: int, why: str) -> str:
+    """Say that client `mine` will not bring anything to the round, and why (failed, refused,
+    its job died): the others need not wait for it, and the average's record names it."""
+    meeting.check_client(mine)
+    _announce(store, meeting)
+    record = {"client": mine, "dropped": str(why), "by": holders.me()}
+    return store.keep(meeting.client(mine), record)
+
+
+def dropout_reason(error: BaseException) -> str:
+    """Why a client dropped out, in a word and the error: refused (its export would poison
+    the average) or failed (its task raised)."""
+    kind = "refused" if isinstance(error, Refused) else "failed"
+    return f"{kind}: {type(error).__name__}: {error}"
+
+
 def present(store: Store, meeting: Meeting) -> list[int]:
-    """The clients whose records are in the meeting, sorted."""
+    """The members whose records (an export or a drop-out) are in the meeting, sorted."""
     prefix = f"{meeting.prefix}/client/"
+    members = set(meeting.members)
     found = []
     for name in store.bound(prefix):
         tail = name[len(prefix) :]
-        if tail.isdigit() and int(tail) < meeting.clients:
+        if tail.isdigit() and int(tail) in members:
             found.append(int(tail))
     return sorted(found)
 
 
-def inputs_present(store: Store, meeting: Meeting, here: list[int]) -> list[Input]:
-    """Each present client's weights, size and extra, as its record says."""
-    inputs = []
+def arrivals(store: Store, meeting: Meeting, here: list[int]) -> tuple[list[Input], dict[int, str]]:
+    """What each present member brought: its part in the average, or why it dropped out."""
+    inputs, dropped = [], {}
     for k in here:
         digest = store.resolve(meeting.client(k))
         record = read_record(store, digest)
-        inputs.append(Input(k, record["weights"], record["size"], record.get("extra"), digest))
-    return inputs
+        if "dropped" in record:
+            dropped[k] = str(record["dropped"])
+        else:
+            inputs.append(Input(k, record["weights"], record["size"], record.get("extra"), digest))
+    return inputs, dropped
+
+
+def inputs_present(store: Store, meeting: Meeting, here: list[int]) -> list[Input]:
+    """Each present member's part in the average (those that dropped out have none)."""
+    return arrivals(store, meeting, here)[0]
 
 
 def _complete(here: list[int], clients: int) -> bool:
-    """The round is complete when every client is there; nobody goes on without one."""
+    """Everyone is accounted for when every member has a record (an export or a drop-out)."""
     return len(here) == clients
+
+
+def _enough(came: Sequence[Input], needed: int) -> bool:
+    """A round is averaged only when at least the quorum came; nobody goes on below it."""
+    return len(came) >= needed
+
+
+def _left_out_text(left_out: Mapping[int, str]) -> str:
+    return "; ".join(f"client {k} {why}" for k, why in sorted(left_out.items()))
 
 
 # --- checking, before anything is claimed ---------------------------------------------------
@@ -305,8 +417,17 @@ def check_inputs(
 ) -> None:
     """Everything that can be refused about a round, refused before anything is claimed."""
     where = meeting.what
-    if not inputs:
-        raise RoundError(f"{where}: nothing to average")
+    for i in inputs:
+        meeting.check_client(i.client)
+    if not inputs or not _enough(inputs, meeting.needed):
+        came = {i.client for i in inputs}
+        dropped = arrivals(store, meeting, present(store, meeting))[1]
+        left_out = {k: dropped.get(k, "never came") for k in meeting.members if k not in came}
+        raise RoundIncomplete(
+            f"{where}: {len(inputs)} of {len(meeting.members)} clients came, fewer than the "
+            f"quorum of {meeting.needed}: {_left_out_text(left_out)}",
+            sorted(left_out),
+        )
     _check_sizes(inputs, where)
     for digest, what in [(meeting.start, "the round's start"), (meeting.state, "its state")]:
         if digest is not None and not store.blob_path(digest).exists():
@@ -339,8 +460,8 @@ def check_inputs(
             f"{where}: strategy {meeting.strategy!r} steps from the weights the round started "
             "from, and nobody said which (pass start=)"
         )
-    arrivals = [Arrival(i.client, i.size, i.extra is not None) for i in inputs]
-    check_arrivals(strategy, arrivals, clients=meeting.clients)
+    arrived = [Arrival(i.client, i.size, i.extra is not None) for i in inputs]
+    check_arrivals(strategy, arrived, clients=meeting.clients)
 
 
 # --- averaging ------------------------------------------------------------------------------
@@ -374,6 +495,18 @@ def _average(
     weights, new_state = strategy.aggregate(
         previous, _updates(store, inputs), state, clients=meeting.clients
     )
+    came = {i.client for i in inputs}
+    here = present(store, meeting)
+    dropped = arrivals(store, meeting, here)[1]
+    left_out = [
+        {
+            "client": k,
+            "why": dropped.get(k)
+            or ("came after the round was averaged" if k in here else "never came"),
+        }
+        for k in meeting.members
+        if k not in came
+    ]
     record = {
         "run": meeting.run,
         "round": meeting.round,
@@ -383,6 +516,9 @@ def _average(
         "options": dict(meeting.options),
         "start": meeting.start,
         "state_before": meeting.state,
+        "expected": meeting.members,
+        "quorum": meeting.needed,
+        "left_out": left_out,
         "inputs": [
             {
                 "client": i.client,
@@ -407,8 +543,8 @@ class _Averaging:
         self,
         store: Store,
         meeting: Meeting,
-        ready: Callable[[], list[Input] | None],
-        missing: Callable[[], list[int]],
+        ready: Callable[[bool], list[Input] | None],
+        missing: Callable[[], tuple[list[int], str]],
         *,
         late: bool,
     ) -> None:
@@ -454,13 +590,30 @@ def average_round(
     published. Going on without somebody is a policy, and not this function's to make.
     """
 
-    def ready() -> list[Input] | None:
+    def ready(past: bool) -> list[Input] | None:
+        """Everyone accounted for; or, past the deadline, at least the quorum came."""
         here = present(store, meeting)
-        return inputs_present(store, meeting, here) if _complete(here, meeting.clients) else None
+        accounted = _complete(here, len(meeting.members))
+        if not (accounted or past):
+            return None
+        came, dropped = arrivals(store, meeting, here)
+        if _enough(came, meeting.needed):
+            return came
+        if accounted and dropped:  # nobody else is coming: say so now, not at the deadline
+            raise RoundIncomplete(
+                f"{meeting.what}: {len(came)} of {len(meeting.members)} clients came, fewer than "
+                f"the quorum of {meeting.needed}: {_left_out_text(dropped)}",
+                sorted(dropped),
+            )
+        return None
 
-    def missing() -> list[int]:
+    def missing() -> tuple[list[int], str]:
         here = present(store, meeting)
-        return [k for k in range(meeting.clients) if k not in here]
+        came, dropped = arrivals(store, meeting, here)
+        never = [k for k in meeting.members if k not in here]
+        detail = f" (quorum {meeting.needed} of {len(meeting.members)}, {len(came)} came"
+        detail += f"; {_left_out_text(dropped)})" if dropped else ")"
+        return never, detail
 
     work = _Averaging(store, meeting, ready, missing, late=True)
     return once.once(store, work, deadline=deadline, backoff=backoff, sleep=sleep)
@@ -483,7 +636,7 @@ def average_inputs(
     inputs = sorted(inputs, key=lambda i: i.client)
     for i in inputs:
         meeting.check_client(i.client)
-    work = _Averaging(store, meeting, lambda: list(inputs), list, late=False)
+    work = _Averaging(store, meeting, lambda past: list(inputs), lambda: ([], ""), late=False)
     return once.once(store, work, deadline=deadline, backoff=backoff)
 
 
@@ -508,16 +661,29 @@ def gather(
     strategy: str = "fedavg",
     options: Mapping[str, Any] | None = None,
     config: Mapping[str, Any] | None = None,
+    expected: Sequence[int] | None = None,
+    quorum: int | None = None,
 ) -> Export:
     """The round barrier: write mine, wait for all, one of us averages, all leave with the mean.
 
     The same call on every client. A client arriving after the average exists finds it and
     does not wait; the only client of a round averages it itself. `start`, `state`,
     `strategy`, `options` and `config` say which run this is (see `Meeting`); a strategy
-    that steps from the round's start (FedAdam, SCAFFOLD) needs `start`.
+    that steps from the round's start (FedAdam, SCAFFOLD) needs `start`. `expected` is who
+    takes part (None: everyone) and `quorum` how many must come for the round to be averaged
+    without the rest once `deadline` has passed (None: all of them).
     """
     meeting = Meeting(
-        run, round, clients, start, state, strategy, dict(options or {}), dict(config or {})
+        run,
+        round,
+        clients,
+        start,
+        state,
+        strategy,
+        dict(options or {}),
+        dict(config or {}),
+        None if expected is None else tuple(expected),
+        quorum,
     )
     contribute(store, meeting, export, mine=mine, size=size)
     digest = average_round(store, meeting, deadline=deadline, backoff=backoff)

@@ -20,8 +20,18 @@ from typing import Any
 
 import torch
 
+from soma import holders
 from soma.nodes import export, load
-from soma.round import Input, Meeting, average_inputs, contribute, read_record
+from soma.participation import policy
+from soma.round import (
+    Input,
+    Meeting,
+    average_inputs,
+    contribute,
+    drop,
+    dropout_reason,
+    read_record,
+)
 from soma.runs import identity, training_seed
 from soma.store import Store
 from soma.strategies import (
@@ -89,6 +99,9 @@ def strategy_of(config: Mapping[str, Any]) -> Strategy:
 
 def meeting_of(config: Mapping[str, Any], round: int, started: Mapping[str, Any]) -> Meeting:
     """Where round `round`'s clients meet: keyed by the receipt it started from and the run."""
+    expected, quorum = policy(
+        config["seed"], round, config["clients"], config.get("participation"), config.get("quorum")
+    )
     return Meeting(
         run=config["run"],
         round=round,
@@ -98,6 +111,8 @@ def meeting_of(config: Mapping[str, Any], round: int, started: Mapping[str, Any]
         strategy=config.get("strategy", "fedavg"),
         options=strategy_options_of(config),
         config=identity(config["task"], options_of(config), config["seed"]),
+        expected=expected,
+        quorum=quorum,
     )
 
 
@@ -137,13 +152,74 @@ def train(
 ) -> None:
     """Client `client` of round `round`: start from `previous`'s weights, train, contribute.
 
-    `before` is this client's receipt of the round before, if any: it names the client's own
-    strategy state (SCAFFOLD's c_i), which this round's training continues from.
+    `before` is this client's receipt of the last round it took part in, if any: it names the
+    client's own strategy state (SCAFFOLD's c_i), which this round's training continues from.
+    When the round may go on without some of its clients (a quorum below its sample), a
+    client that cannot take part drops out instead of failing the run: its training raised,
+    its export was refused (NaN, infinities), or its previous attempt at this job died (a
+    retry after the process was killed or its Slurm job was cancelled). Its receipt and its
+    record in the store then say why, and the round's average names it as left out.
     """
     task = task_of(config)
     store = Store(config["store"])
     started = read_receipt(previous)
     meeting = meeting_of(config, round, started)
+    died = _previous_attempt_died(store, meeting, client)
+    if died and meeting.may_go_on_without_some:
+        _drop_out(store, meeting, client, receipt, f"died: {died}")
+        return
+    try:
+        written = _train_and_contribute(task, store, config, meeting, client, started, before)
+    except Exception as error:
+        if not meeting.may_go_on_without_some:
+            raise
+        _drop_out(store, meeting, client, receipt, dropout_reason(error))
+        return
+    write_receipt(receipt, written)
+
+
+def _started_name(meeting: Meeting, client: int) -> str:
+    return f"{meeting.prefix}/started/{client}"
+
+
+def _previous_attempt_died(store: Store, meeting: Meeting, client: int) -> str | None:
+    """Whether an earlier attempt at this very job started, left nothing, and is provably
+    gone; and this attempt says that it started."""
+    name = _started_name(meeting, client)
+    earlier = store.resolve(name)
+    store.bind(name, store.put_value(holders.me(role="training", client=client)))
+    if earlier is None or store.resolve(meeting.client(client)) is not None:
+        return None
+    holder = read_record(store, earlier)
+    if not holders.gone(holder):
+        return None
+    return f"its previous job ({holders.describe(holder)}) ended before it wrote anything"
+
+
+def _drop_out(store: Store, meeting: Meeting, client: int, receipt: str, why: str) -> None:
+    drop(store, meeting, mine=client, why=why)
+    print(f"client {client} drops out of {meeting.what}: {why}")
+    write_receipt(
+        receipt,
+        {
+            "run": meeting.run,
+            "round": meeting.round,
+            "client": client,
+            "meeting": meeting.key,
+            "dropped": why,
+        },
+    )
+
+
+def _train_and_contribute(
+    task: Task,
+    store: Store,
+    config: Mapping[str, Any],
+    meeting: Meeting,
+    client: int,
+    started: Mapping[str, Any],
+    before: str | None,
+) -> dict[str, Any]:
     nodes = _nodes_at(task, store, config, started["weights"])
     data = task.shard(client, config["clients"])
     size = task.size(data)
@@ -154,7 +230,7 @@ def train(
         state=None if started.get("state") is None else store.recall_digest(started["state"]),
         mine=None if own is None else store.recall_digest(own),
     )
-    seed = training_seed(config["seed"], round, client)
+    seed = training_seed(config["seed"], meeting.round, client)
     if objective is None:
         metrics = task.train(nodes, data, seed=seed)
         extra, own_next = None, None
@@ -164,21 +240,18 @@ def train(
     mine = contribute(
         store, meeting, export(nodes), mine=client, size=size, extra=extra, own=own_next
     )
-    write_receipt(
-        receipt,
-        {
-            "run": config["run"],
-            "round": round,
-            "client": client,
-            "meeting": meeting.key,
-            "started_from": started["weights"],
-            "weights": mine.weights,
-            "size": size,
-            "extra": mine.extra,
-            "own": mine.own,
-            "metrics": _numbers(metrics),
-        },
-    )
+    return {
+        "run": meeting.run,
+        "round": meeting.round,
+        "client": client,
+        "meeting": meeting.key,
+        "started_from": started["weights"],
+        "weights": mine.weights,
+        "size": size,
+        "extra": mine.extra,
+        "own": mine.own,
+        "metrics": _numbers(metrics),
+    }
 
 
 def average(
@@ -190,7 +263,10 @@ def average(
     inputs = []
     for path in clients:
         given = read_receipt(path)
-        inputs.append(Input(given["client"], given["weights"], given["size"], given.get("extra")))
+        if "dropped" not in given:
+            inputs.append(
+                Input(given["client"], given["weights"], given["size"], given.get("extra"))
+            )
     digest = average_inputs(store, meeting, inputs, deadline=config.get("average_deadline"))
     record = read_record(store, digest)
     write_receipt(
@@ -205,6 +281,7 @@ def average(
                 {"client": i["client"], "weights": i["weights"], "size": i["size"]}
                 for i in record["inputs"]
             ],
+            "left_out": record["left_out"],
         },
     )
 

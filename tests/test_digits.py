@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from torch import nn
 
 from soma import fedavg
 from soma.nodes import export, load
+from soma.participation import ParticipationError, sampled
 from soma.partition import PartitionError
 from soma.tasks import Task, TaskError, digits, load_task
 
@@ -351,3 +353,193 @@ def test_simulate_a_strategy_from_the_command_line(capsys):
     with pytest.raises(SystemExit):
         digits._main(["--simulate", "--attack", "flip:3"])
     assert "KIND:FACTOR" in capsys.readouterr().err
+
+
+# -- partial participation, dropouts and quorum ---------------------------------------------
+
+
+def recorded(task: digits.DigitsTask, monkeypatch: pytest.MonkeyPatch, clients: int = 10) -> list:
+    """Wrap `task.train` to record every call: the round index (0-based, decoded from the
+    seed `r * 1000 + k` that simulate gives at seed 0), the client (found by its shard), the
+    weights it started from, its objective, and what the objective's finish() returned."""
+    shards = [task.shard(k, clients) for k in range(clients)]
+    original = task.train
+    calls: list[dict] = []
+
+    def train(nodes, data, *, seed, objective=None):
+        client = next(k for k, s in enumerate(shards) if torch.equal(s[0], data[0]))
+        call = {"round": seed // 1000 - 1, "client": client, "start": export(nodes)}
+        call["objective"] = objective
+        assert seed % 1000 == client
+        calls.append(call)
+        if objective is not None:
+            finish = objective.finish
+
+            def finishing(trained):
+                call["finished"] = finish(trained)
+                return call["finished"]
+
+            objective.finish = finishing
+            return original(nodes, data, seed=seed, objective=objective)
+        return original(nodes, data, seed=seed)
+
+    monkeypatch.setattr(task, "train", train)
+    return calls
+
+
+def test_half_participation_trains_the_sampled_five_from_the_latest_weights(monkeypatch):
+    task = digits.make(**SMALL)
+    after_two = digits.simulate(task, 10, 2, baselines=False, participation=0.5)["weights"]
+    calls = recorded(task, monkeypatch)
+    result = digits.simulate(task, 10, 3, baselines=False, participation=0.5)
+    assert len(calls) == 3 * 5
+    for r in range(3):
+        trained = [c["client"] for c in calls if c["round"] == r]
+        assert trained == sampled(0, r, 10, 0.5) == result["participants"][r]
+        assert len(trained) == 5
+    # Every round's clients start from the latest global weights, whatever they last trained:
+    # client 5 is sampled in rounds 0 and 2, and sits round 1 out.
+    assert 5 in sampled(0, 0, 10, 0.5) and 5 not in sampled(0, 1, 10, 0.5)
+    assert 5 in sampled(0, 2, 10, 0.5)
+    start = export(task.nodes(0))
+    for call in calls:
+        if call["round"] == 0:
+            assert same_export(call["start"], start)
+        if call["round"] == 2:
+            assert same_export(call["start"], after_two)
+    assert result["federated"][-1]["accuracy"] > 0.7
+
+
+def test_sizes_weigh_only_those_who_took_part():
+    task = digits.make(**SMALL)
+    result = digits.simulate(task, 10, 1, baselines=False, participation=0.5)
+    came = sampled(0, 0, 10, 0.5)
+    nodes = task.nodes(0)
+    start = export(nodes)
+    exports, sizes = [], []
+    for k in came:
+        load(nodes, start)
+        data = task.shard(k, 10)
+        task.train(nodes, data, seed=1000 + k)
+        exports.append(export(nodes))
+        sizes.append(task.size(data))
+    assert len(set(sizes)) > 1, "equal sizes would not tell a weighted mean from an unweighted one"
+    assert same_export(result["weights"], fedavg(exports, sizes))
+    assert not same_export(result["weights"], fedavg(exports))
+
+
+def test_full_participation_spelled_out_is_bit_identical(task, by_hand):
+    for spelled in [
+        {"participation": 1.0},
+        {"participation": 10, "quorum": 1.0},
+        {"dropouts": lambda r, chosen: [], "quorum": 10},
+    ]:
+        result = digits.simulate(task, 10, 2, baselines=False, **spelled)
+        assert same_export(result["weights"], by_hand[-1][0]), spelled
+        assert result["participants"] == [list(range(10))] * 2
+
+
+def test_a_round_below_its_quorum_is_refused_naming_the_missing(task, monkeypatch):
+    def two_fail_in_round_1(r: int, chosen: list[int]) -> list[int]:
+        return chosen[:2] if r == 1 else []
+
+    calls = recorded(task, monkeypatch)
+    with pytest.raises(ParticipationError, match=r"round 1 .*8 of the 10 .*9 must.*\[0, 1\]"):
+        digits.simulate(task, 10, 3, baselines=False, dropouts=two_fail_in_round_1, quorum=0.9)
+    assert {c["round"] for c in calls} == {0}, "round 1 trained before it was refused"
+    chosen = sampled(0, 0, 10, 0.5)
+    with pytest.raises(
+        ParticipationError, match=r"round 0 .*missing: clients " + re.escape(str(chosen[:2]))
+    ):
+        digits.simulate(
+            task,
+            10,
+            1,
+            baselines=False,
+            participation=0.5,
+            dropouts=lambda r, s: s[:2],
+            quorum=4,
+        )
+    # No quorum: everyone sampled must come, so one failure is enough.
+    with pytest.raises(ParticipationError, match=r"round 0 .*missing: clients \[0\]"):
+        digits.simulate(task, 10, 1, baselines=False, dropouts=digits.drop_one_per_round)
+
+
+def test_drop_one_per_round_with_quorum_0_8_runs(task):
+    result = digits.simulate(
+        task, 10, 3, baselines=False, dropouts=digits.drop_one_per_round, quorum=0.8
+    )
+    assert result["participants"] == [[k for k in range(10) if k != r] for r in range(3)]
+    assert result["federated"][-1]["accuracy"] > 0.8
+    half = digits.simulate(
+        task,
+        10,
+        3,
+        baselines=False,
+        participation=0.5,
+        dropouts=digits.drop_one_per_round,
+        quorum=0.8,
+    )
+    for r, came in enumerate(half["participants"]):
+        chosen = sampled(0, r, 10, 0.5)
+        assert came == [k for k in chosen if k != chosen[r % 5]]
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"participation": 0}, "participation 0"),
+        ({"participation": 11}, "participation 11"),
+        ({"participation": 1.5}, "participation 1.5"),
+        ({"participation": True}, "participation True"),
+        ({"participation": "half"}, "participation 'half'"),
+        ({"participation": 5, "quorum": 6}, "quorum 6"),
+        ({"quorum": 0.0}, "quorum 0.0"),
+        ({"dropouts": [3]}, "dropouts must be None or a callable"),
+        ({"participation": 0.5, "dropouts": lambda r, s: [1]}, "dropouts named client 1"),
+        ({"dropouts": lambda r, s: ["0"]}, "dropouts named client '0'"),
+    ],
+)
+def test_bad_participation_is_refused_by_name_before_training(task, monkeypatch, options, named):
+    calls = recorded(task, monkeypatch)
+    with pytest.raises(ParticipationError, match=named):
+        digits.simulate(task, 10, 2, baselines=False, **options)
+    assert calls == []
+
+
+def test_scaffold_clients_keep_their_own_state_from_their_last_participation(monkeypatch):
+    task = digits.make(**SMALL)
+    calls = recorded(task, monkeypatch)
+    digits.simulate(task, 10, 3, baselines=False, strategy="scaffold", participation=0.5)
+    by = {(c["round"], c["client"]): c for c in calls}
+    # Client 5 trains in rounds 0 and 2: in round 2 it continues from its round-0 c_i.
+    mine = by[0, 5]["finished"][1]["c"]
+    assert any(t.abs().sum() > 0 for keys in mine.values() for t in keys.values())
+    assert same_export(by[2, 5]["objective"].c_i, mine)
+    # Client 1 is first sampled in round 2: its c_i starts at zero.
+    assert not any(r < 2 for r, k in by if k == 1)
+    assert all(
+        torch.count_nonzero(t) == 0
+        for keys in by[2, 1]["objective"].c_i.values()
+        for t in keys.values()
+    )
+
+
+def test_participation_from_the_command_line(capsys):
+    base = ["--simulate", "--clients", "10", "--rounds", "2", "--no-baselines"]
+    digits._main([*base, "--participation", "0.5", "--quorum", "0.8", "--drop-one-per-round"])
+    out = capsys.readouterr().out
+    assert "participation: 0.5 (5 of 10 sampled per round), quorum 0.8 (4 of 5)" in out
+    assert "round    2" in out and "took part 4/10" in out
+    digits._main([*base, "--participation", "3"])  # a count, not a fraction
+    assert "(3 of 10 sampled per round)" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as refused:
+        digits._main([*base, "--drop-one-per-round"])
+    assert refused.value.code == 1
+    assert "round 0 (0-based) is below its quorum" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        digits._main([*base, "--participation", "half"])
+    assert "neither a count" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        digits._main([*base, "--quorum", "1.5"])
+    assert "quorum 1.5" in capsys.readouterr().err

@@ -33,7 +33,7 @@ import importlib.util
 import json
 import numbers
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +43,8 @@ from torch import nn
 
 from soma import partition as partitions
 from soma.nodes import Export, export, load
+from soma.participation import ParticipationError, quorum_size, sample_size
+from soma.participation import sampled as participation_sample
 from soma.strategies import (
     Arrival,
     Objective,
@@ -342,6 +344,53 @@ def centralized(task: DigitsTask, rounds: int, *, seed: int = 0) -> float:
     return longer.evaluate(nodes)["accuracy"]
 
 
+Dropouts = Callable[[int, list[int]], Iterable[int]]
+
+
+def drop_one_per_round(round_index: int, sampled: list[int]) -> list[int]:
+    """One sampled client fails every round: the one at `round_index % len(sampled)` of the
+    sampled list, so that over the rounds every client is lost in turn (`--drop-one-per-round`).
+    """
+    return [sampled[round_index % len(sampled)]]
+
+
+def take_part(
+    seed: int,
+    round_index: int,
+    clients: int,
+    participation: object,
+    dropouts: Dropouts | None,
+    quorum: object,
+) -> list[int]:
+    """Who trains in round `round_index` (0-based, as the workflow counts): the sampled
+    clients that did not fail, sorted; refused when fewer than the quorum are left.
+
+    The sample is `soma.participation.sampled`'s, so the simulation draws exactly the clients
+    the distributed run would. A dropout that names a client not sampled this round is
+    refused: it would be a bug in the caller's failure model, silently ignored otherwise.
+    """
+    sampled = participation_sample(seed, round_index, clients, participation)
+    failed: set[int] = set()
+    if dropouts is not None:
+        for client in dropouts(round_index, list(sampled)):
+            ok = not isinstance(client, bool) and isinstance(client, numbers.Integral)
+            if not ok or client not in sampled:
+                raise ParticipationError(
+                    f"round {round_index}: dropouts named client {client!r}, which is not one "
+                    f"of the round's sampled clients {sampled}"
+                )
+            failed.add(int(client))
+    came = [k for k in sampled if k not in failed]
+    needed = quorum_size(quorum, len(sampled))
+    if len(came) < needed:
+        missing = [k for k in sampled if k in failed]
+        raise ParticipationError(
+            f"round {round_index} (0-based) is below its quorum: {len(came)} of the "
+            f"{len(sampled)} sampled clients came, {needed} must; missing: clients {missing}"
+        )
+    return came
+
+
 def simulate(
     task: DigitsTask,
     clients: int,
@@ -353,6 +402,9 @@ def simulate(
     strategy: str = "fedavg",
     strategy_options: Mapping[str, object] | None = None,
     attack: Attack | None = None,
+    participation: object = None,
+    dropouts: Dropouts | None = None,
+    quorum: object = None,
 ) -> dict[str, object]:
     """`strategy` for `rounds` rounds in one process, and (optionally) alone and centralized.
 
@@ -366,7 +418,20 @@ def simulate(
 
     Round r's client k trains with seed `seed * 1_000_003 + r * 1000 + k` (r from 1).
     `attack` makes client 0 Byzantine: from round 1 it sends `attacked(trained, attack)`
-    instead of its trained weights (its own state and extra are left honest). Alone: each
+    instead of its trained weights (its own state and extra are left honest) whenever it
+    takes part.
+
+    Partial participation, as the distributed run has it (see `take_part`): round r takes
+    `soma.participation.sampled(seed, r - 1, clients, participation)`, the round's 0-based
+    index being the workflow's, so both draw the same clients; `dropouts(r - 1, sampled)`
+    names those that fail the round, and the round is refused (ParticipationError naming it
+    and the missing) when fewer than `quorum_size(quorum, len(sampled))` remain. Only those
+    who came train and are aggregated, weighed by their own sizes; the strategy is still
+    told the run's `clients` (SCAFFOLD's N). A client that sits a round out keeps nothing
+    from it: when next sampled it loads the global weights of that moment, and its own
+    strategy state (SCAFFOLD's c_i) is the one from its last participation. With
+    participation None and no dropouts every client trains every round, bit for bit as
+    before. The result's `participants` lists who took part in each round. Alone: each
     client trains from the same start for rounds x epochs epochs on its shard; the mean test
     accuracy over clients is reported. Centralized: see `centralized`. The result also holds
     the final global weights (`weights`), for comparisons bit for bit.
@@ -374,6 +439,13 @@ def simulate(
     rule = load_strategy(strategy, strategy_options)
     check_task_takes_objective(strategy, rule, task)
     attack = check_attack(attack)
+    # Refused before any training: a participation or quorum that no round could meet.
+    quorum_size(quorum, sample_size(participation, clients))
+    if dropouts is not None and not callable(dropouts):
+        raise ParticipationError(
+            f"dropouts must be None or a callable (round_index, sampled) -> clients that fail, "
+            f"not {dropouts!r}"
+        )
     shards = [task.shard(k, clients) for k in range(clients)]
     sizes = [task.size(s) for s in shards]
     start = export(task.nodes(seed))
@@ -382,41 +454,54 @@ def simulate(
     state: State | None = None
     own: list[State | None] = [None] * clients
     history: list[dict[str, float]] = []
+    participants: list[list[int]] = []
     seconds = aggregating = 0.0
     for r in range(1, rounds + 1):
+        came = take_part(seed, r - 1, clients, participation, dropouts, quorum)
+        participants.append(came)
         sent: list[Export] = []
         extras: list[Export | None] = []
-        for k, data in enumerate(shards):
+        for k in came:
             load(nodes, weights)
             objective = objective_of(rule, start=weights, state=state, mine=own[k])
             step_seed = seed * 1_000_003 + r * 1000 + k
             tic = time.perf_counter()
             if objective is None:
-                task.train(nodes, data, seed=step_seed)
+                task.train(nodes, shards[k], seed=step_seed)
                 trained, extra = export(nodes), None
             else:
-                task.train(nodes, data, seed=step_seed, objective=objective)
+                task.train(nodes, shards[k], seed=step_seed, objective=objective)
                 trained = export(nodes)
                 extra, own[k] = objective.finish(trained)
             seconds += time.perf_counter() - tic
             sent.append(attacked(trained, attack) if attack and k == 0 else trained)
             extras.append(extra)
-        arrivals = [Arrival(k, float(sizes[k]), extras[k] is not None) for k in range(clients)]
+        arrivals = [
+            Arrival(k, float(sizes[k]), extra is not None)
+            for k, extra in zip(came, extras, strict=True)
+        ]
         check_arrivals(rule, arrivals, clients=clients)
-        updates = (Update(k, float(sizes[k]), sent[k], extras[k]) for k in range(clients))
+        updates = (
+            Update(k, float(sizes[k]), weights_k, extra)
+            for k, weights_k, extra in zip(came, sent, extras, strict=True)
+        )
         tic = time.perf_counter()
         weights, state = rule.aggregate(weights, updates, state, clients=clients)
         aggregating += time.perf_counter() - tic
         if r % every == 0 or r == rounds:
             load(nodes, weights)
             history.append({"round": r, **task.evaluate(nodes)})
+    trainings = sum(len(came) for came in participants)
     result: dict[str, object] = {
         "strategy": strategy,
         "strategy_options": dict(strategy_options or {}),
         "attack": attack,
+        "participation": participation,
+        "quorum": quorum,
+        "participants": participants,
         "federated": history,
         "weights": weights,
-        "train_call_seconds": seconds / (rounds * clients),
+        "train_call_seconds": seconds / max(trainings, 1),
         "aggregate_seconds": aggregating / rounds,
     }
     if baselines:
@@ -442,6 +527,21 @@ def _attack_argument(text: str) -> Attack:
         ) from error
 
 
+def _count_or_fraction(text: str) -> int | float:
+    """A count ("5") or a fraction ("0.5"), kept apart by their spelling: 1 is one client,
+    1.0 is all of them. Whether the number fits is soma.participation's to say."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither a count (an integer) nor a fraction (a number in (0, 1])"
+        ) from None
+
+
 def _main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m soma.tasks.digits")
     parser.add_argument("--simulate", action="store_true", help="run the federation in one process")
@@ -458,30 +558,63 @@ def _main(argv: list[str] | None = None) -> None:
         help="client 0 sends garbage: scale:FACTOR (weights x FACTOR) or sign_flip:FACTOR "
         "(weights x -FACTOR)",
     )
+    parser.add_argument(
+        "--participation",
+        type=_count_or_fraction,
+        help="clients per round: a count (5) or a fraction (0.5); default everyone",
+    )
+    parser.add_argument(
+        "--quorum",
+        type=_count_or_fraction,
+        help="of the sampled clients, how many must come: a count or a fraction; default all",
+    )
+    parser.add_argument(
+        "--drop-one-per-round",
+        action="store_true",
+        help="one sampled client fails every round (the one at round %% len(sampled))",
+    )
     parser.add_argument("--no-baselines", action="store_true")
     args = parser.parse_args(argv)
     if not args.simulate:
         parser.error("nothing to do: pass --simulate")
     torch.set_num_threads(1)
     task = make(**json.loads(args.options))
+    partial = args.participation is not None or args.quorum is not None or args.drop_one_per_round
     tic = time.perf_counter()
-    result = simulate(
-        task,
-        args.clients,
-        args.rounds,
-        seed=args.seed,
-        every=args.every,
-        baselines=not args.no_baselines,
-        strategy=args.strategy,
-        strategy_options=json.loads(args.strategy_options),
-        attack=args.attack,
-    )
+    try:
+        result = simulate(
+            task,
+            args.clients,
+            args.rounds,
+            seed=args.seed,
+            every=args.every,
+            baselines=not args.no_baselines,
+            strategy=args.strategy,
+            strategy_options=json.loads(args.strategy_options),
+            attack=args.attack,
+            participation=args.participation,
+            dropouts=drop_one_per_round if args.drop_one_per_round else None,
+            quorum=args.quorum,
+        )
+    except ParticipationError as error:
+        parser.exit(1, f"{parser.prog}: error: {error}\n")
     print(f"task: {task}")
     options = json.dumps(result["strategy_options"])
     attack = "" if args.attack is None else "  attack: client 0 {} {:g}".format(*args.attack)
     print(f"strategy: {args.strategy} {options}{attack}")
+    if partial:
+        each = sample_size(args.participation, args.clients)
+        lost = "one sampled client fails every round" if args.drop_one_per_round else "no dropouts"
+        print(
+            f"participation: {args.participation} ({each} of {args.clients} sampled per round), "
+            f"quorum {args.quorum} ({quorum_size(args.quorum, each)} of {each}), {lost}"
+        )
+    took_part = {r: len(came) for r, came in enumerate(result["participants"], start=1)}
     for row in result["federated"]:
-        print(f"round {row['round']:4d}  accuracy {row['accuracy']:.4f}  loss {row['loss']:.4f}")
+        line = f"round {row['round']:4d}  accuracy {row['accuracy']:.4f}  loss {row['loss']:.4f}"
+        if partial:
+            line += f"  took part {took_part[row['round']]}/{args.clients}"
+        print(line)
     if "alone" in result:
         print(f"alone (mean over clients): {result['alone']:.4f}")
         print(f"centralized:               {result['centralized']:.4f}")

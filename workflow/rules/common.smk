@@ -1,5 +1,7 @@
 import json
 
+from soma.participation import last_sampled_before, sampled
+
 # Paths and helpers shared by the rules. Everything of substance lives in `soma.workflow`.
 
 RUN = config["run"]
@@ -7,6 +9,8 @@ RESULTS = f"results/{RUN}"
 LOGS = f"logs/{RUN}"
 ROUNDS = config["rounds"]
 CLIENTS = config["clients"]
+SEED = config["seed"]
+PARTICIPATION = config["participation"]
 BASELINES = config["baselines"]
 # What a job's result depends on besides its input files, as params, so that Snakemake reruns
 # jobs whose task, options or seed changed (its `params` rerun trigger).
@@ -18,6 +22,8 @@ TASK = json.dumps(
         "clients": CLIENTS,
         "strategy": config["strategy"],
         "strategy_options": config["strategy_options"].get(config["strategy"], {}),
+        "participation": PARTICIPATION,
+        "quorum": config["quorum"],
     },
     sort_keys=True,
 )
@@ -42,16 +48,18 @@ def training_inputs(wildcards):
     """Where a client starts (the previous average) and, after round 0, its own receipt of
     the round before (which names its own strategy state, e.g. SCAFFOLD's c_i)."""
     inputs = {"previous": starting_point(wildcards)}
-    round = int(wildcards.round)
-    if round > 0:
-        inputs["before"] = f"{RESULTS}/round/{round - 1}/client/{wildcards.client}.json"
+    client = int(wildcards.client)
+    before = last_sampled_before(SEED, int(wildcards.round), CLIENTS, PARTICIPATION, client)
+    if before is not None:
+        inputs["before"] = f"{RESULTS}/round/{before}/client/{client}.json"
     return inputs
 
 
 def client_receipts(wildcards):
+    """The receipts of the clients sampled for the round: only they train in it."""
     return expand(
         f"{RESULTS}/round/{wildcards.round}/client/{{client}}.json",
-        client=range(CLIENTS),
+        client=sampled(SEED, int(wildcards.round), CLIENTS, PARTICIPATION),
     )
 
 
