@@ -11,6 +11,7 @@ checksum tells when a rerun changed anything downstream.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import tempfile
@@ -117,7 +118,15 @@ def meeting_of(config: Mapping[str, Any], round: int, started: Mapping[str, Any]
 
 
 def _numbers(metrics: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: (float(v) if isinstance(v, float) else v) for k, v in sorted(metrics.items())}
+    """Metrics as JSON numbers; a NaN or infinite one (a diverging loss) as null, since a
+    receipt is strict JSON."""
+
+    def number(v: Any) -> Any:
+        if isinstance(v, float):
+            return float(v) if math.isfinite(v) else None
+        return v
+
+    return {k: number(v) for k, v in sorted(metrics.items())}
 
 
 def start(config: Mapping[str, Any], receipt: str) -> None:
