@@ -161,6 +161,35 @@ def _gather_does_not_weigh() -> None:
     _replace(soma.round, "_updates", unweighed)
 
 
+# --- participation (soma/participation.py, the quorum in soma/round.py) ----------------------
+
+
+@mutant(
+    "round_ignores_the_quorum",
+    caught_by=["tests/test_participation.py", "-k", "quorum and not soma_client"],
+)
+def _round_ignores_the_quorum() -> None:
+    """Whoever is there is averaged, however few: a round of one out of ten goes on."""
+    import soma.round
+
+    _replace(soma.round, "_enough", lambda came, needed: bool(came))
+
+
+@mutant(
+    "participation_ignores_sampling",
+    caught_by=["tests/test_participation.py", "-k", "soma_client_trains_only_the_sampled"],
+)
+def _participation_ignores_sampling() -> None:
+    """Everyone takes part in every round, whatever the participation says."""
+    import soma.participation
+
+    _replace(
+        soma.participation,
+        "sampled",
+        lambda seed, round, clients, participation=None: list(range(clients)),
+    )
+
+
 # --- slurm (soma/holders.py: is the holder of a claim provably gone?) -----------------------
 # Taking over an averaging is safe only when its holder is provably gone. tests/test_slurm.py
 # checks it against real Slurm jobs; these catchers are fast and in-process, because

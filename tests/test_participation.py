@@ -228,6 +228,7 @@ def test_soma_client_trains_only_the_sampled_clients_and_all_leave_with_the_same
         assert {line[r]["weights"] for line in lines} == {lines[0][r]["weights"]}
         trained = [k for k in range(4) if lines[k][r]["train"] is not None]
         assert trained == chosen, f"round {r}: only the sampled clients trained"
+        assert len(trained) == 2, f"round {r}: two of the four took part"
         record = store.recall_digest(lines[0][r]["average"])
         assert [i["client"] for i in record["inputs"]] == chosen
         assert record["expected"] == chosen

@@ -493,6 +493,40 @@ def test_a_client_job_cancelled_with_scancel_fails_the_run_naming_that_client(
     assert not (tmp_path / CLIENTS_0[1]).exists() and not (tmp_path / AVERAGE_0).exists()
 
 
+def test_with_a_quorum_a_cancelled_client_job_is_retried_drops_out_and_the_round_goes_on(
+    cluster, tmp_path, slurm
+) -> None:
+    """scancel, as a preemption would: Snakemake retries the job (--retries 1); the retry
+    finds its first attempt ended without a trace (sacct says CANCELLED) and drops out saying
+    so; the round is averaged over the others, and its record says who was left out."""
+    slow = {"slow_client": 1, "seconds": 600, "inner": "soma.tasks.control", "examples": 32}
+    write_config(tmp_path, task="slow_task", task_options={"slow_task": slow}, clients=3, quorum=2)
+    env = slurm_env()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(FIXTURES), env.get("PYTHONPATH")]))
+    command = snakemake(tmp_path, AVERAGE_0, "--retries", "1", slurm=slurm)
+    run = slurm.start(command, cwd=tmp_path, env=env)
+    log = tmp_path / f"logs/{RUN}/round/0/client/1.log"
+
+    def sleeping_client_1() -> Job | None:
+        assert run.poll() is None, slurm.finish(run, 0).tail()
+        if not (log.is_file() and "sleeping" in log.read_text()):
+            return None
+        jobs = [j for j in slurm.jobs() if j.comment == "rule_train_wildcards_0_1"]
+        return next((j for j in jobs if j.state == "RUNNING"), None)
+
+    job = wait_for("client 1's train job sleeping in train()", sleeping_client_1, FEW_JOBS / 2)
+    subprocess.run(["scancel", job.id], env=slurm_env(), timeout=30, check=True)
+    done = slurm.finish(run, timeout=FEW_JOBS)
+    assert done.returncode == 0, done.tail()
+    assert ended(job.id) == "CANCELLED"
+    dropped = json.loads((tmp_path / RESULTS / "round/0/client/1.json").read_text())
+    assert dropped["dropped"].startswith("died: its previous job")
+    assert f"Slurm job {job.id}" in dropped["dropped"]
+    average = json.loads((tmp_path / AVERAGE_0).read_text())
+    assert [i["client"] for i in average["inputs"]] == [0, 2]
+    assert average["left_out"] == [{"client": 1, "why": dropped["dropped"]}]
+
+
 # --- 4b. an averager killed holding the claim --------------------------------------------------
 
 
