@@ -151,8 +151,8 @@ def status(args: argparse.Namespace) -> int:
         return 0
     several = {row["round"] for row in table if sum(r["round"] == row["round"] for r in table) > 1}
     for row in table:
-        clients = "?" if row["clients"] is None else row["clients"]
-        written = f"{len(row['written'])}/{clients} written"
+        expected = "?" if row["expected"] is None else len(row["expected"])
+        written = f"{len(row['written'])}/{expected} written"
         missing = f", missing {row['missing']}" if row["missing"] else ""
         holder = row["averaging"]
         if row["average"]:
@@ -165,7 +165,8 @@ def status(args: argparse.Namespace) -> int:
         else:
             state = "not averaged"
         meeting = f" [{row['meeting'][:8]}, {row['strategy']}]" if row["round"] in several else ""
-        print(f"round {row['round']:>4}{meeting}: {written}{missing}; {state}")
+        left = "".join(f"; left out client {x['client']}: {x['why']}" for x in row["left_out"])
+        print(f"round {row['round']:>4}{meeting}: {written}{missing}; {state}{left}")
     return 0
 
 

@@ -705,16 +705,18 @@ def meetings(store: Store, run: str) -> list[tuple[int, str]]:
 
 
 def status(store: Store, run: str, *, clients: int | None = None) -> list[dict[str, Any]]:
-    """Per round and meeting: who wrote, who is missing, who averages, the average, how often.
+    """Per round and meeting: who was expected, who came, who was left out and why, who
+    averages, the average, and how many averagings were computed.
 
-    The client count is the one the meeting recorded; `clients` only where none is recorded.
+    Who was expected is what the meeting recorded; `clients` only where none is recorded.
     """
     rows = []
     for r, key in meetings(store, run):
         prefix = f"{round_prefix(run, r)}/{key}"
         about_digest = store.resolve(f"{prefix}/about")
         about = read_record(store, about_digest) if about_digest else {}
-        expected = about.get("clients", clients)
+        count = about.get("clients", clients)
+        expected = about.get("expected") or (None if count is None else list(range(count)))
         written = sorted(
             int(n.rsplit("/", 1)[1])
             for n in store.bound(f"{prefix}/client/")
@@ -739,19 +741,22 @@ def status(store: Store, run: str, *, clients: int | None = None) -> list[dict[s
                     **latest[1],
                     "gone": pending and holders.gone(latest[1]),
                 }
+        average = store.resolve(f"{prefix}/average")
+        left_out = read_record(store, average).get("left_out", []) if average else []
         rows.append(
             {
                 "round": r,
                 "meeting": key,
-                "clients": expected,
+                "clients": count,
+                "expected": expected,
+                "quorum": about.get("quorum"),
                 "strategy": about.get("strategy"),
                 "written": written,
-                "missing": []
-                if clients is None
-                else [k for k in range(clients) if k not in written],
+                "missing": [] if expected is None else [k for k in expected if k not in written],
+                "left_out": left_out,
                 "averaging": holder,
                 "averagings": computed,
-                "average": store.resolve(f"{prefix}/average"),
+                "average": average,
                 "averages_by_inputs": {
                     a: store.resolve(Place(f"{prefix}/inputs/{a}").published) for a in averagings
                 },

@@ -137,6 +137,14 @@ def test_a_client_that_drops_out_is_not_waited_for_and_the_record_says_why(tmp_p
     assert time.monotonic() - started < 10, "everyone was accounted for: no deadline to wait"
     record = store.recall_digest(digest)
     assert record["left_out"] == [{"client": 2, "why": "failed: RuntimeError: out of memory"}]
+    shown = subprocess.run(
+        [sys.executable, "-m", "soma.cli", "status", "--store", str(tmp_path), "--run", "r"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "3/3 written" in shown
+    assert "left out client 2: failed: RuntimeError: out of memory" in shown
 
 
 def test_when_the_drop_outs_leave_fewer_than_the_quorum_everyone_is_told_at_once(tmp_path) -> None:
