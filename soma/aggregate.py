@@ -213,12 +213,19 @@ def fedavg(
     return _running_mean(_pairs(exports, sizes))
 
 
+def _check_total(total: float) -> None:
+    """Sizes whose sum overflows would weigh every later export by zero: refused."""
+    if not math.isfinite(total):
+        raise AggregationError(f"the sizes add up to {total!r}: their sum must be a finite number")
+
+
 def _check_all(pairs: list[tuple[State, object]]) -> None:
     first = _signature(pairs[0][0], 0)
     total = 0.0
     for index, (export, size) in enumerate(pairs):
         total += _size_of(size, index)
         _check_like(first, export, index)
+    _check_total(total)
     if total == 0:
         raise AggregationError("the sizes add up to zero: there is nothing to weigh by")
 
@@ -234,6 +241,7 @@ def _running_mean(pairs: Iterator[tuple[State, object]], lend: bool = False) -> 
         else:
             _check_like(first, export, index)
         total += weight
+        _check_total(total)
         if index > 0 and total > 0:
             _fold(mean, export, weight / total)
     if first is None:

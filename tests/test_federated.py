@@ -400,3 +400,12 @@ def test_a_round_leaves_every_client_at_the_same_weights() -> None:
         client.load(average)
     for client in clients:
         assert same(client.export(), clients[0].export())
+
+
+@pytest.mark.parametrize("as_iterator", [False, True])
+def test_sizes_whose_sum_overflows_are_refused_not_weighed_as_zero(as_iterator) -> None:
+    a = {"n": {"w": torch.zeros(2)}}
+    b = {"n": {"w": torch.ones(2)}}
+    pairs = [(a, 1e308), (b, 1e308)]
+    with pytest.raises(soma.AggregationError, match="add up to inf"):
+        soma.fedavg(iter(pairs) if as_iterator else [a, b], None if as_iterator else [1e308, 1e308])
