@@ -582,12 +582,14 @@ def average_round(
 ) -> str:
     """Make sure the meeting has an average; the digest of its record.
 
-    Waits for every client; then whoever gets the claim averages and publishes, and everyone
-    else waits for what was published. A holder that is provably gone (its Slurm job ended,
-    or on this host its process is gone) is taken over; one that may be alive is waited for.
-    `deadline` is seconds of waiting (None: forever); past it, a RoundIncomplete names the
-    clients that never came, or an AveragerDied names who claimed the averaging and never
-    published. Going on without somebody is a policy, and not this function's to make.
+    Waits for every member to come or drop out; then whoever gets the claim averages and
+    publishes, and everyone else waits for what was published. A holder that is provably gone
+    (its Slurm job ended, or on this host its process is gone) is taken over; one that may be
+    alive is waited for. `deadline` is seconds of waiting (None: forever). Going on without
+    somebody is the meeting's policy, its quorum: past the deadline the round is averaged over
+    whoever came if they are at least the quorum; below it, a RoundIncomplete names the
+    clients that never came. An AveragerDied names who claimed the averaging and never
+    published.
     """
 
     def ready(past: bool) -> list[Input] | None:

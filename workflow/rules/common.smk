@@ -49,7 +49,9 @@ def training_inputs(wildcards):
     the round before (which names its own strategy state, e.g. SCAFFOLD's c_i)."""
     inputs = {"previous": starting_point(wildcards)}
     client = int(wildcards.client)
-    before = last_sampled_before(SEED, int(wildcards.round), CLIENTS, PARTICIPATION, client)
+    before = last_sampled_before(
+        SEED, int(wildcards.round), CLIENTS, PARTICIPATION, client
+    )
     if before is not None:
         inputs["before"] = f"{RESULTS}/round/{before}/client/{client}.json"
     return inputs
