@@ -114,21 +114,14 @@ def _take_part(store, meeting, task, strategy, nodes, data, size, own, args):
     from soma.nodes import export
     from soma.round import contribute, drop, dropout_reason
     from soma.runs import training_seed
-    from soma.strategies import objective_of
+    from soma.strategies import train_locally
 
-    objective = objective_of(
-        strategy,
-        start=export(nodes),
-        state=None if meeting.state is None else store.recall_digest(meeting.state),
-        mine=own,
-    )
+    state = None if meeting.state is None else store.recall_digest(meeting.state)
     seed = training_seed(args.seed, meeting.round, args.mine)
     try:
-        if objective is None:
-            metrics, extra, mine = task.train(nodes, data, seed=seed), None, own
-        else:
-            metrics = task.train(nodes, data, seed=seed, objective=objective)
-            extra, mine = objective.finish(export(nodes))
+        metrics, extra, mine = train_locally(
+            strategy, task, nodes, data, seed=seed, state=state, mine=own
+        )
         contribute(store, meeting, export(nodes), mine=args.mine, size=size, extra=extra, own=mine)
     except Exception as error:  # the task failed or the export was refused: drop out
         why = dropout_reason(error)

@@ -39,7 +39,7 @@ from soma.strategies import (
     Strategy,
     check_task_takes_objective,
     load_strategy,
-    objective_of,
+    train_locally,
 )
 from soma.tasks import Task, load_task
 
@@ -233,19 +233,15 @@ def _train_and_contribute(
     data = task.shard(client, config["clients"])
     size = task.size(data)
     own = read_receipt(before).get("own") if before else None
-    objective = objective_of(
+    metrics, extra, own_next = train_locally(
         strategy_of(config),
-        start=export(nodes),
+        task,
+        nodes,
+        data,
+        seed=training_seed(config["seed"], meeting.round, client),
         state=None if started.get("state") is None else store.recall_digest(started["state"]),
         mine=None if own is None else store.recall_digest(own),
     )
-    seed = training_seed(config["seed"], meeting.round, client)
-    if objective is None:
-        metrics = task.train(nodes, data, seed=seed)
-        extra, own_next = None, None
-    else:
-        metrics = task.train(nodes, data, seed=seed, objective=objective)
-        extra, own_next = objective.finish(export(nodes))
     mine = contribute(
         store, meeting, export(nodes), mine=client, size=size, extra=extra, own=own_next
     )

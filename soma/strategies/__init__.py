@@ -165,6 +165,28 @@ def objective_of(
     return local(start=start, state=state, mine=mine) if callable(local) else None
 
 
+def train_locally(
+    strategy: Strategy,
+    task: Any,
+    nodes: Mapping[str, Any],
+    data: Any,
+    *,
+    seed: int,
+    state: State | None,
+    mine: State | None,
+) -> tuple[Any, Export | None, State | None]:
+    """One client's local training in a round, with the strategy's client side if it has
+    one: (the task's metrics, the extra sent beside the weights, the client's own state)."""
+    from soma.nodes import export
+
+    objective = objective_of(strategy, start=export(nodes), state=state, mine=mine)
+    if objective is None:
+        return task.train(nodes, data, seed=seed), None, mine
+    metrics = task.train(nodes, data, seed=seed, objective=objective)
+    extra, own = objective.finish(export(nodes))
+    return metrics, extra, own
+
+
 def has_client_side(strategy: Strategy) -> bool:
     return callable(getattr(strategy, "local", None))
 

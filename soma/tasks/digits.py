@@ -53,7 +53,7 @@ from soma.strategies import (
     check_arrivals,
     check_task_takes_objective,
     load_strategy,
-    objective_of,
+    train_locally,
 )
 from soma.tasks import TaskError
 from soma.training import TrainingRun
@@ -463,16 +463,12 @@ def simulate(
         extras: list[Export | None] = []
         for k in came:
             load(nodes, weights)
-            objective = objective_of(rule, start=weights, state=state, mine=own[k])
             step_seed = seed * 1_000_003 + r * 1000 + k
             tic = time.perf_counter()
-            if objective is None:
-                task.train(nodes, shards[k], seed=step_seed)
-                trained, extra = export(nodes), None
-            else:
-                task.train(nodes, shards[k], seed=step_seed, objective=objective)
-                trained = export(nodes)
-                extra, own[k] = objective.finish(trained)
+            _, extra, own[k] = train_locally(
+                rule, task, nodes, shards[k], seed=step_seed, state=state, mine=own[k]
+            )
+            trained = export(nodes)
             seconds += time.perf_counter() - tic
             sent.append(attacked(trained, attack) if attack and k == 0 else trained)
             extras.append(extra)
