@@ -6,6 +6,10 @@ ducks everywhere in soma: `state_dict()` by name (buffers such as BatchNorm's
 `"0"`, `"1"`, ... (text: a map that crosses a store has text keys). A node with neither, or
 with an empty answer, has no weights and is simply absent. Optimizer state is never part of
 it: momentum is a client's own, and averaging it is not what averaging weights means.
+
+An export is always on CPU, wherever the nodes trained (soma.device): it is what crosses the
+store and what strategies do arithmetic on, so it must not depend on which machine made it.
+`load` copies it into the nodes wherever they are.
 """
 
 from __future__ import annotations
@@ -63,13 +67,26 @@ def _check_node_ids(nodes: Mapping[str, Any]) -> None:
             raise ExportError(f"node id {node_id!r} is a {type(node_id).__name__}, not text")
 
 
+def _snapshot(tensor: torch.Tensor) -> torch.Tensor:
+    """A detached copy on CPU, never a view, even of a CPU tensor: the nodes go on training
+    after an export, and the export must not change with them.
+
+    A meta tensor has no data to bring to CPU, so it stays a meta copy; the store refuses it
+    by name when it is contributed (soma.tensorfile).
+    """
+    if tensor.device.type == "meta":
+        return tensor.detach().clone()
+    return tensor.detach().to("cpu", copy=True)
+
+
 def export(nodes: Mapping[str, Any]) -> Export:
-    """A snapshot of every node's weights: detached copies, never views of the live tensors."""
+    """A snapshot of every node's weights on CPU: detached copies, never views of the live
+    tensors, whatever device the nodes are on."""
     _check_node_ids(nodes)
     live = {node_id: _live_weights(node_id, node) for node_id, node in nodes.items()}
     with torch.no_grad():
         return {
-            node_id: {key: tensor.detach().clone() for key, tensor in weights.items()}
+            node_id: {key: _snapshot(tensor) for key, tensor in weights.items()}
             for node_id, weights in live.items()
             if weights
         }
@@ -86,6 +103,8 @@ def load(
     Every check (nodes, keys, shapes, dtypes, completeness) happens before the first copy,
     unlike torch's `load_state_dict`, which copies what matches before it raises.
     `partial=True` allows leaving nodes or keys out (layers kept local, FedBN-style).
+    Each source is copied into the live tensor, on whatever device that one is (an export is
+    on CPU, the nodes may be on a GPU): the device is the nodes', never the state's.
     """
     _check_node_ids(nodes)
     for node_id in state:

@@ -1,0 +1,223 @@
+"""The trained model as one plain file: a safetensors file that plain PyTorch loads.
+
+A run's weights live in the store, named by digest, which is right for the rounds and no
+use to whoever wants the model afterwards. `save_model` writes an export as an ordinary
+safetensors file whose tensor names are `f"{node_id}.{key}"`, exactly how
+`torch.nn.ModuleDict(nodes).state_dict()` names them, so that
+
+    torch.nn.ModuleDict(task.nodes(0)).load_state_dict(safetensors.torch.load_file(path))
+
+loads it with nothing of soma installed. The file's `__metadata__` (text to text) says the
+rest:
+
+    format     "soma.model/1"
+    tensors    JSON: [[node, key], ...], the exact pairs in the export's order (a node or a
+               key may hold a dot, so a name alone cannot always be split back)
+    run, round, weights, strategy
+               where the weights came from (the weights' digest in the store that held them);
+               text as given, anything else JSON-encoded (the round is "3")
+
+`load_model` rebuilds `{node: {key: tensor}}` from those pairs. Two pairs that would make
+one name (`("a.b", "c")` and `("a", "b.c")`) are refused, naming both, before anything is
+written. The file is written like everything soma writes: a temporary beside it, fsync,
+rename, so a killed writer never leaves a partial file under the final name.
+
+The bytes are laid out by `soma.tensorfile` (sorted header, no timestamps): the same weights
+and provenance give the same file, so Snakemake sees an unchanged model as unchanged, and
+the tensors are streamed from their own memory (a model recalled from the store is written
+without a copy of it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import struct
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from soma import tensorfile
+from soma.errors import SomaError
+from soma.nodes import Export
+
+FORMAT = "soma.model/1"
+RESERVED = ("format", "tensors")
+
+__all__ = [
+    "FORMAT",
+    "ModelError",
+    "load_model",
+    "read_metadata",
+    "save_model",
+    "tensor_names",
+]
+
+
+class ModelError(SomaError):
+    """A model file that cannot be written or read as asked; the message names the culprit."""
+
+
+def tensor_names(export: Export) -> dict[str, tuple[str, str]]:
+    """Each tensor's name in the file, `f"{node}.{key}"`, and the (node, key) it holds.
+
+    Refuses, naming both pairs, two pairs that make one name.
+    """
+    names: dict[str, tuple[str, str]] = {}
+    for node_id, keys in export.items():
+        if not isinstance(node_id, str) or not isinstance(keys, Mapping):
+            raise ModelError(f"node {node_id!r} is not text naming a map of tensors")
+        for key, tensor in keys.items():
+            if not isinstance(key, str):
+                raise ModelError(f"node {node_id!r}: key {key!r} is not text")
+            if not isinstance(tensor, torch.Tensor):
+                raise ModelError(
+                    f"node {node_id!r} key {key!r} is a {type(tensor).__name__}, not a tensor"
+                )
+            problem = tensorfile.tensor_problem(tensor)
+            if problem:
+                raise ModelError(f"node {node_id!r} key {key!r} is {problem}")
+            name = f"{node_id}.{key}"
+            if name in names:
+                other = names[name]
+                raise ModelError(
+                    f"node {other[0]!r} key {other[1]!r} and node {node_id!r} key {key!r} "
+                    f"would both be the tensor {name!r}; rename one of them"
+                )
+            names[name] = (node_id, key)
+    return names
+
+
+def _metadata_text(metadata: Mapping[str, Any]) -> dict[str, str]:
+    out = {}
+    for key, value in metadata.items():
+        if not isinstance(key, str):
+            raise ModelError(f"metadata key {key!r} is not text")
+        if key in RESERVED:
+            raise ModelError(f"metadata key {key!r} is soma's own ({', '.join(RESERVED)})")
+        try:
+            out[key] = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        except (TypeError, ValueError) as error:
+            raise ModelError(f"metadata {key!r} cannot be written as JSON: {error}") from None
+    return out
+
+
+def _plan(export: Export, metadata: Mapping[str, Any]) -> tensorfile.TensorPlan:
+    """soma's deterministic safetensors layout, with the metadata in the header."""
+    names = tensor_names(export)
+    tensors = {name: export[node][key] for name, (node, key) in names.items()}
+    bare = tensorfile.plan(tensors)
+    header = json.loads(bytes(bare.header[8:]))
+    header["__metadata__"] = {
+        **_metadata_text(metadata),
+        "format": FORMAT,
+        "tensors": json.dumps([list(pair) for pair in names.values()]),
+    }
+    raw = json.dumps(header, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    raw += b" " * (-(8 + len(raw)) % 8)
+    data = bare.nbytes - len(bare.header)
+    return tensorfile.TensorPlan(struct.pack("<Q", len(raw)) + raw, bare.ordered, 8 + len(raw) + data)
+
+
+def _write_all(fd: int, chunks: Iterable[memoryview]) -> None:
+    for chunk in chunks:
+        while len(chunk):
+            chunk = chunk[os.write(fd, chunk) :]
+
+
+def save_model(
+    export: Export, path: str | os.PathLike[str], metadata: Mapping[str, Any] | None = None
+) -> Path:
+    """Write `export` as the safetensors file `path`, atomically; the path written.
+
+    Everything is checked before a byte is written; then a temporary beside `path`, fsync,
+    rename, and fsync of the folder: `path` is the old file or the whole new one, never a
+    part. The folder must exist (a mistyped folder is refused, not made).
+    """
+    path = Path(path)
+    folder = path.parent
+    if not folder.is_dir():
+        raise ModelError(f"cannot write the model to {str(path)!r}: no folder {str(folder)!r}")
+    if path.is_dir():
+        raise ModelError(f"cannot write the model to {str(path)!r}: it is a folder")
+    plan = _plan(export, metadata or {})
+    temporary = folder / f".{path.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+    try:
+        fd = os.open(temporary, flags, 0o666)
+    except OSError as error:
+        raise ModelError(f"cannot write the model to {str(path)!r}: {error}") from None
+    try:
+        try:
+            _write_all(fd, plan.chunks())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    _fsync_folder(folder)
+    return path
+
+
+def _fsync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    except OSError:  # some filesystems cannot fsync a folder; the rename stands
+        pass
+    finally:
+        os.close(fd)
+
+
+def read_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
+    """The file's `__metadata__` as written (text to text), checked to be soma's."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(os.fspath(path), framework="pt") as f:
+            metadata = dict(f.metadata() or {})
+    except (SafetensorError, OSError) as error:
+        raise ModelError(f"{str(path)!r} is not a safetensors file soma can read: {error}") from None
+    if metadata.get("format") != FORMAT:
+        raise ModelError(
+            f"{str(path)!r} is not a soma model (its metadata says format "
+            f"{metadata.get('format')!r}, not {FORMAT!r})"
+        )
+    return metadata
+
+
+def load_model(path: str | os.PathLike[str]) -> Export:
+    """The export `path` holds, `{node: {key: tensor}}`, rebuilt from its exact pairs in the
+    order they were written."""
+    from safetensors import safe_open
+
+    where = repr(str(path))
+    metadata = read_metadata(path)
+    try:
+        pairs = json.loads(metadata["tensors"])
+        if not isinstance(pairs, list) or not all(
+            isinstance(p, list) and len(p) == 2 and all(isinstance(s, str) for s in p)
+            for p in pairs
+        ):
+            raise ValueError("not a list of [node, key] pairs")
+    except (KeyError, ValueError) as error:
+        raise ModelError(f"{where}: its metadata 'tensors' is unreadable: {error}") from None
+    export: Export = {}
+    with safe_open(os.fspath(path), framework="pt") as f:
+        held = set(f.keys())
+        for node, key in pairs:
+            name = f"{node}.{key}"
+            if name not in held:
+                raise ModelError(f"{where}: node {node!r} key {key!r} has no tensor {name!r}")
+            if key in export.get(node, {}):
+                raise ModelError(f"{where}: node {node!r} key {key!r} is listed twice")
+            export.setdefault(node, {})[key] = f.get_tensor(name)
+            held.discard(name)
+    if held:
+        raise ModelError(f"{where}: tensor {sorted(held)[0]!r} is in no (node, key) pair")
+    return export

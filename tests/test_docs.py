@@ -1,0 +1,102 @@
+"""Every command the README and config/README.md tell a user to type, run as a test.
+
+A snakemake command is run as a dry run (`-n`) in a folder laid out like a checkout (the
+Snakefile, workflow/, config/ and profiles/ linked in), so that what the docs say is accepted
+by the schema and builds its DAG; the runs themselves are tested elsewhere (test_workflow,
+test_slurm), and a report needs a finished run (test_workflow's report test). `soma` commands
+run for real against a small store. `pip install` and `python -m pytest` are what CI runs.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = [ROOT / "README.md", ROOT / "config" / "README.md"]
+
+
+def documented_commands(text: str) -> list[str]:
+    """The commands in a Markdown text: lines of fenced shell blocks, and `code` in prose
+    and tables, that start with snakemake (or `R=...; snakemake`) or soma."""
+    found: list[str] = []
+    for block in re.findall(r"```(?:bash|sh)?\n(.*?)```", text, flags=re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = " ".join(line.split())
+            if re.match(r"(R=\S+; )?snakemake\b|soma ", line):
+                found.append(line)
+    for cell in re.findall(r"`((?:snakemake|soma) [^`]*)`", text):
+        found.append(" ".join(cell.replace("\\|", "|").split()))
+    return list(dict.fromkeys(found))
+
+
+def snakemake_commands() -> list[str]:
+    commands = []
+    for doc in DOCS:
+        for command in documented_commands(doc.read_text()):
+            if "snakemake" not in command or "/path/to/soma" in command:
+                continue  # your own task's command runs in test_workflow's README test
+            if "--report" in command:
+                continue  # needs a finished run: test_workflow's report test
+            commands.append(command)
+    return commands
+
+
+def checkout(tmp_path: Path) -> Path:
+    for name in ("Snakefile", "workflow", "config", "profiles"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    return tmp_path
+
+
+def test_the_docs_name_the_commands_a_user_types() -> None:
+    commands = snakemake_commands()
+    assert any(c.startswith("snakemake --cores 2") for c in commands)
+    assert any("--profile profiles/slurm" in c for c in commands)
+    assert any(c.startswith("R=3; snakemake") for c in commands)
+    assert any("task_options=" in c for c in commands), "config/README's nested override"
+
+
+@pytest.mark.parametrize("command", snakemake_commands())
+def test_each_documented_snakemake_command_is_accepted(tmp_path, command) -> None:
+    where = checkout(tmp_path)
+    if "| dot" in command and shutil.which("dot") is None:
+        command = command.split("|")[0].strip()  # graphviz is not installed here
+    python = f"{sys.executable} -m snakemake"
+    shell = re.sub(r"(^|; )snakemake\b", rf"\g<1>{python}", command)
+    if not re.search(r"--(dag|rulegraph|unlock)\b", command):
+        shell = shell.split("|")[0] + " -n"
+    done = subprocess.run(
+        ["bash", "-c", shell], cwd=where, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, f"{command}\n{(done.stdout + done.stderr)[-3000:]}"
+
+
+def test_each_documented_soma_command_runs(tmp_path) -> None:
+    import torch
+
+    import soma
+
+    store = soma.Store(tmp_path / "store")
+    export = {"fc": {"weight": torch.ones(2, 2)}}
+    soma.gather(store, export, run="digits", round=0, clients=1, mine=0, deadline=10)
+    commands = [
+        c
+        for doc in DOCS
+        for c in documented_commands(doc.read_text())
+        if c.startswith("soma ") and " --" in c and "/shared/" not in c and "$" not in c
+    ]
+    assert any(c.startswith("soma status") for c in commands)
+    for command in commands:
+        done = subprocess.run(
+            ["bash", "-c", command.replace("soma ", f"{sys.executable} -m soma.cli ", 1)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, f"{command}\n{done.stdout}{done.stderr}"
