@@ -6,6 +6,10 @@ import sys
 
 from snakemake.utils import min_version, validate
 
+from soma.configs import default_run, typed
+from soma.participation import ParticipationError, quorum_size, sample_size
+from soma.tasks import check_option_names
+
 min_version("8.0")
 
 
@@ -14,7 +18,26 @@ min_version("8.0")
 configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 
 
+# Nested values given with --config arrive as text ("false", "3"), and run=2024 as a number:
+# read them as the YAML the user typed; a run with no name is named after its task.
+config.update(typed(config))
+config["run"] = default_run(config)
 validate(config, "workflow/schemas/config.schema.yaml")
+
+# What the schema cannot say and needs no torch, refused naming the config keys: the task's
+# option names (when its module declares OPTIONS), and a quorum the sample cannot meet. The
+# rest (the task imports, its option values, its partition for this many clients, the
+# metric) is checked by the `start` job, before any client trains.
+check_option_names(config["task"], config["task_options"].get(config["task"]) or {})
+try:
+    quorum_size(
+        config.get("quorum"),
+        sample_size(config.get("participation"), config["clients"]),
+    )
+except ParticipationError as error:
+    raise ParticipationError(
+        f"config keys `clients`/`participation`/`quorum`: {error}"
+    ) from None
 
 # A deep chain of rounds recurses through Snakemake's DAG code about a frame per job.
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 50 * config["rounds"] + 10_000))
@@ -26,6 +49,7 @@ report: "workflow/report/workflow.rst"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/rounds.smk"
 include: "workflow/rules/evaluation.smk"
+include: "workflow/rules/model.smk"
 
 
 rule all:

@@ -1,9 +1,10 @@
-"""The `soma` command line: the same client script on every Slurm task, and a round's status.
+"""The `soma` command line: the client script every Slurm task runs, a run's status, its model.
 
 Each task is client `$SLURM_PROCID` unless `--mine` says otherwise.
 
     srun -n 4 soma client --store /shared/soma --run cifar --rounds 10 --clients 4
     soma status --store /shared/soma --run cifar [--json]
+    soma export --store /shared/soma --run cifar [--round 9] -o cifar.safetensors
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from soma import holders
 from soma.errors import SomaError
+from soma.store_errors import StoreError
 
 
 def _options(pairs: list[str], of: str) -> dict[str, Any]:
@@ -131,35 +134,90 @@ def _take_part(store, meeting, task, strategy, nodes, data, size, own, args):
     return metrics, mine
 
 
-def status(args: argparse.Namespace) -> int:
-    from soma.round import status as round_status
+class NoStore(SomaError):
+    """A store path with no store at it: refused, never made (reading must leave no trace)."""
+
+
+def _existing_store(path: str):
+    """The store at `path`, which must already be one: `Store()` makes what is missing, and
+    a command that only reads must not leave an empty store behind a mistyped path."""
     from soma.store import Store
 
-    table = round_status(Store(args.store), args.run, clients=args.clients)
+    folder = Path(path)
+    if not (folder / "names").is_dir() or not (folder / "blobs").is_dir():
+        why = "" if folder.is_dir() else " (no such folder)"
+        raise NoStore(f"no store at {path}{why}")
+    return Store(folder)
+
+
+def _metrics_text(metrics: Any) -> str:
+    if not isinstance(metrics, dict):
+        return ""
+    shown = [
+        f"{name} {value:.4g}" if isinstance(value, float) else f"{name} {value}"
+        for name, value in sorted(metrics.items())
+    ]
+    return "; " + ", ".join(shown) if shown else ""
+
+
+def status(args: argparse.Namespace) -> int:
+    """Per round: who wrote, who is missing, who was left out, the average and its metrics.
+
+    Exits 1 when a round could not be read (it is said on that round's line, and every
+    other round is still shown), and refuses a store or a run that is not there.
+    """
+    from soma.round import check_run
+    from soma.round import status as round_status
+
+    store = _existing_store(args.store)
+    check_run(store, args.run)
+    table = round_status(store, args.run, clients=args.clients)
+    unreadable = any(row["problems"] for row in table)
     if args.json:
         print(json.dumps(table, indent=2, sort_keys=True))
-        return 0
+        return 1 if unreadable else 0
     if not table:
-        print(f"run {args.run!r}: no rounds in {args.store}")
+        print(f"run {args.run!r}: no rounds yet in {args.store}")
         return 0
     several = {row["round"] for row in table if sum(r["round"] == row["round"] for r in table) > 1}
     for row in table:
-        expected = "?" if row["expected"] is None else len(row["expected"])
-        written = f"{len(row['written'])}/{expected} written"
-        missing = f", missing {row['missing']}" if row["missing"] else ""
-        holder = row["averaging"]
-        if row["average"]:
-            state = f"average {row['average'][:16]}"
-            if len(row["averages_by_inputs"]) > 1:
-                state += f" ({len(row['averages_by_inputs'])} averages: the round was rerun)"
-        elif holder:
-            state = f"averaging held by {holders.describe(holder)}"
-            state += " (gone)" if holder["gone"] else ""
-        else:
-            state = "not averaged"
-        meeting = f" [{row['meeting'][:8]}, {row['strategy']}]" if row["round"] in several else ""
-        left = "".join(f"; left out client {x['client']}: {x['why']}" for x in row["left_out"])
-        print(f"round {row['round']:>4}{meeting}: {written}{missing}; {state}{left}")
+        print(_status_line(row, several))
+    return 1 if unreadable else 0
+
+
+def _status_line(row: dict[str, Any], several: set[int]) -> str:
+    if row["expected"] is None:
+        written = f"{len(row['written'])}/? written (the round does not say its clients: --clients)"
+    else:
+        written = f"{len(row['written'])}/{len(row['expected'])} written"
+    missing = f", missing {row['missing']}" if row["missing"] else ""
+    holder = row["averaging"]
+    if row["average"]:
+        state = f"average {row['average'][:16]}"
+        if len(row["averages_by_inputs"]) > 1:
+            state += f" ({len(row['averages_by_inputs'])} averages: the round was rerun)"
+    elif holder:
+        state = f"averaging held by {holders.describe(holder)}"
+        state += " (gone)" if holder["gone"] else ""
+    else:
+        state = "not averaged"
+    meeting = f" [{row['meeting'][:8]}, {row['strategy']}]" if row["round"] in several else ""
+    left = "".join(f"; left out client {x['client']}: {x['why']}" for x in row["left_out"])
+    problems = "".join(f"; {problem}" for problem in row["problems"])
+    metrics = _metrics_text(row["metrics"])
+    return f"round {row['round']:>4}{meeting}: {written}{missing}; {state}{metrics}{left}{problems}"
+
+
+def export(args: argparse.Namespace) -> int:
+    """One average's weights as a safetensors file plain PyTorch loads (see soma.model)."""
+    from soma.model import export_average
+
+    store = _existing_store(args.store)
+    made = export_average(store, args.run, args.output, round=args.round, average=args.average)
+    print(
+        f"{args.output}: round {made['round']} of run {made['run']!r}, "
+        f"weights {made['weights']}, average {made['average']}"
+    )
     return 0
 
 
@@ -230,6 +288,22 @@ def parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.set_defaults(func=status)
+    e = commands.add_parser(
+        "export", help="one round's average as a safetensors file plain PyTorch loads"
+    )
+    e.add_argument("--store", required=True)
+    e.add_argument("--run", required=True)
+    e.add_argument(
+        "--round", type=int, default=None, help="the round (default: the last one averaged)"
+    )
+    e.add_argument(
+        "--average",
+        default=None,
+        metavar="DIGEST",
+        help="which average, when the round has several (a unique prefix will do)",
+    )
+    e.add_argument("-o", "--output", required=True, help="the model file to write")
+    e.set_defaults(func=export)
     return top
 
 
@@ -242,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         args.mine = int(procid)
     try:
         return args.func(args)
-    except SomaError as error:
+    except (SomaError, StoreError) as error:
         print(f"soma: {error}", file=sys.stderr)
         return 1
 

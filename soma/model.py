@@ -36,13 +36,17 @@ import secrets
 import struct
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from soma import tensorfile
 from soma.errors import SomaError
 from soma.nodes import Export
+from soma.store_errors import StoreError
+
+if TYPE_CHECKING:
+    from soma.store import Store
 
 FORMAT = "soma.model/1"
 RESERVED = ("format", "tensors")
@@ -50,7 +54,12 @@ RESERVED = ("format", "tensors")
 __all__ = [
     "FORMAT",
     "ModelError",
+    "averages",
+    "choose_average",
+    "export_average",
+    "export_receipt",
     "load_model",
+    "provenance",
     "read_metadata",
     "save_model",
     "tensor_names",
@@ -119,7 +128,9 @@ def _plan(export: Export, metadata: Mapping[str, Any]) -> tensorfile.TensorPlan:
     raw = json.dumps(header, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
     raw += b" " * (-(8 + len(raw)) % 8)
     data = bare.nbytes - len(bare.header)
-    return tensorfile.TensorPlan(struct.pack("<Q", len(raw)) + raw, bare.ordered, 8 + len(raw) + data)
+    return tensorfile.TensorPlan(
+        struct.pack("<Q", len(raw)) + raw, bare.ordered, 8 + len(raw) + data
+    )
 
 
 def _write_all(fd: int, chunks: Iterable[memoryview]) -> None:
@@ -157,8 +168,10 @@ def save_model(
         finally:
             os.close(fd)
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as error:
         temporary.unlink(missing_ok=True)
+        if isinstance(error, OSError):  # a full disk, a quota: said in one line by the CLI
+            raise ModelError(f"cannot write the model to {str(path)!r}: {error}") from error
         raise
     _fsync_folder(folder)
     return path
@@ -182,7 +195,9 @@ def read_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
         with safe_open(os.fspath(path), framework="pt") as f:
             metadata = dict(f.metadata() or {})
     except (SafetensorError, OSError) as error:
-        raise ModelError(f"{str(path)!r} is not a safetensors file soma can read: {error}") from None
+        raise ModelError(
+            f"{str(path)!r} is not a safetensors file soma can read: {error}"
+        ) from None
     if metadata.get("format") != FORMAT:
         raise ModelError(
             f"{str(path)!r} is not a soma model (its metadata says format "
@@ -221,3 +236,134 @@ def load_model(path: str | os.PathLike[str]) -> Export:
     if held:
         raise ModelError(f"{where}: tensor {sorted(held)[0]!r} is in no (node, key) pair")
     return export
+
+
+# --- a run's averages, as model files ---------------------------------------------------------
+
+
+def provenance(record: Mapping[str, Any]) -> dict[str, Any]:
+    """What a model file says of where it came from, from an average's record or receipt:
+    the same four in both, so the workflow's model and `soma export`'s are the same bytes."""
+    return {key: record[key] for key in ("run", "round", "weights", "strategy")}
+
+
+def averages(store: Store, run: str) -> dict[int, dict[str, str]]:
+    """Per round of `run`, every average published in it: its record's digest and the meeting
+    it belongs to. Several in one round are two runs under one name, or a round rerun with
+    other inputs (one meeting, two averagings). An unknown run is refused, naming the runs
+    the store holds."""
+    from soma.once import Place
+    from soma.round import check_run, round_prefix
+
+    found: dict[int, dict[str, str]] = {}
+    for r, key in check_run(store, run):
+        found.setdefault(r, {})
+        prefix = f"{round_prefix(run, r)}/{key}"
+        under = f"{prefix}/inputs/"
+        inputs = {n[len(under) :].split("/")[0] for n in store.bound(under)}
+        named = [store.resolve(f"{prefix}/average")]
+        named += [store.resolve(Place(f"{prefix}/inputs/{a}").published) for a in sorted(inputs)]
+        for digest in named:
+            if digest is not None:
+                found[r][digest] = key
+    return found
+
+
+def choose_average(
+    store: Store, run: str, round: int | None = None, average: str | None = None
+) -> tuple[int, str]:
+    """(round, average record digest): round `round`'s one average (None: the last round that
+    has one), or the one whose digest starts with `average` (in that round, or in any).
+    Several and none chosen, a round with none, a prefix that matches none or several:
+    refused, listing the candidates.
+    """
+    found = averages(store, run)
+    if round is not None and round not in found:
+        raise ModelError(
+            f"run {run!r} has no round {round} in the store at {store.directory} "
+            f"(its rounds: {_spans(sorted(found)) or 'none'})"
+        )
+    done = {r: by for r, by in found.items() if by and (round is None or r == round)}
+    if not done:
+        what = f"round {round} of run {run!r}" if round is not None else f"run {run!r}"
+        raise ModelError(f"{what} has no average yet (see soma status)")
+    if average is not None:
+        pool = {(r, d): key for r, by in done.items() for d, key in by.items()}
+        matches = [rd for rd in pool if rd[1].startswith(average.lower())]
+        if len(matches) != 1:
+            where = f"round {round} of run {run!r}" if round is not None else f"run {run!r}"
+            how = "no average" if not matches else f"{len(matches)} averages"
+            verb = "starts" if not matches else "start"
+            listed = _listing(store, matches or pool, pool)
+            raise ModelError(f"{how} of {where} {verb} with {average!r}: {listed}")
+        return matches[0]
+    last = max(done)
+    if len(done[last]) > 1:
+        pool = {(last, d): key for d, key in done[last].items()}
+        raise ModelError(
+            f"round {last} of run {run!r} has {len(pool)} averages (two runs under one name, "
+            f"or a rerun with other inputs); choose one with --average DIGEST (a unique prefix "
+            f"will do): {_listing(store, pool, pool)}"
+        )
+    return last, next(iter(done[last]))
+
+
+def _spans(rounds: list[int]) -> str:
+    """0..3, 5 for [0, 1, 2, 3, 5]."""
+    spans: list[list[int]] = []
+    for r in rounds:
+        if spans and spans[-1][1] == r - 1:
+            spans[-1][1] = r
+        else:
+            spans.append([r, r])
+    return ", ".join(str(a) if a == b else f"{a}..{b}" for a, b in spans)
+
+
+def _listing(
+    store: Store, listed: Iterable[tuple[int, str]], meeting: Mapping[tuple[int, str], str]
+) -> str:
+    """Each candidate average by digest, with what tells it apart."""
+    from soma.round import read_record
+
+    lines = []
+    for r, digest in sorted(listed):
+        try:
+            record = read_record(store, digest)
+            came = [i.get("client") for i in record.get("inputs", [])]
+            what = f"strategy {record.get('strategy')}, clients {came}"
+        except (SomaError, StoreError, OSError) as error:
+            what = f"unreadable: {error}"
+        lines.append(f"{digest} (round {r}, meeting {meeting[(r, digest)][:12]}, {what})")
+    return "; ".join(lines)
+
+
+def export_average(
+    store: Store,
+    run: str,
+    path: str | os.PathLike[str],
+    *,
+    round: int | None = None,
+    average: str | None = None,
+) -> dict[str, Any]:
+    """Write the weights of one average of `run` (see `choose_average`) as the model file
+    `path`; its provenance."""
+    from soma.round import read_record
+
+    r, digest = choose_average(store, run, round, average)
+    record = read_record(store, digest)
+    made = provenance(record)
+    save_model(store.recall_digest(record["weights"], lazy=True), path, made)
+    return {**made, "average": digest}
+
+
+def export_receipt(
+    store: str | os.PathLike[str], receipt: str | os.PathLike[str], path: str | os.PathLike[str]
+) -> dict[str, Any]:
+    """The workflow's rule `model`: the weights an average receipt names, as the model file."""
+    from soma.store import Store
+
+    with open(receipt, encoding="utf-8") as f:
+        given = json.load(f)
+    made = provenance(given)
+    save_model(Store(store).recall_digest(given["weights"], lazy=True), path, made)
+    return made

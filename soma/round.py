@@ -695,6 +695,23 @@ def gather(
 # --- what a run's rounds look like, for `soma status` ---------------------------------------
 
 
+class UnknownRun(RoundError):
+    """A run the store holds nothing of; the message lists the runs it does hold."""
+
+
+def runs(store: Store) -> list[str]:
+    """The runs with rounds in the store. A run's name may hold '/' but never a 'round'
+    segment (see Meeting), so the first `round/<digits>` in a name ends the run's name."""
+    found = set()
+    for name in store.bound():
+        parts = name.split("/")
+        for i in range(1, len(parts) - 1):
+            if parts[i] == "round" and parts[i + 1].isdigit():
+                found.add("/".join(parts[:i]))
+                break
+    return sorted(found)
+
+
 def meetings(store: Store, run: str) -> list[tuple[int, str]]:
     """Every (round, meeting key) of the run in the store, in round order."""
     prefix = f"{run}/round/"
@@ -706,33 +723,94 @@ def meetings(store: Store, run: str) -> list[tuple[int, str]]:
     return sorted(found)
 
 
-def status(store: Store, run: str, *, clients: int | None = None) -> list[dict[str, Any]]:
-    """Per round and meeting: who was expected, who came, who was left out and why, who
-    averages, the average, and how many averagings were computed.
+def check_run(store: Store, run: str) -> list[tuple[int, str]]:
+    """The run's meetings; or, when the store holds nothing of the run (no round and no
+    start), an UnknownRun naming the runs it does hold: a mistyped name is told so, never
+    shown as a run with no rounds."""
+    found = meetings(store, run)
+    if not found and store.resolve(f"{run}/start") is None:
+        held = runs(store)
+        holds = f"the runs it holds: {', '.join(map(repr, held))}" if held else "it holds no runs"
+        raise UnknownRun(f"no run {run!r} in the store at {store.directory} ({holds})")
+    return found
 
-    Who was expected is what the meeting recorded; `clients` only where none is recorded.
+
+def evaluation_name(run: str, weights: str) -> str:
+    """Where the workflow keeps the metrics of weights `weights` (`{"metrics", "weights"}`)."""
+    return f"{run}/evaluation/{weights}"
+
+
+def status(store: Store, run: str, *, clients: int | None = None) -> list[dict[str, Any]]:
+    """Per round and meeting: who was expected, who came, who is missing, who was left out
+    and why, who averages, the average, how many averagings were computed, and the metrics
+    the workflow recorded for the average's weights.
+
+    Who was expected is what the meeting recorded; `clients` only where none is recorded
+    (never guessed from the clients that wrote). A record or name that cannot be read (a
+    corrupt blob, a name file that holds no digest) is one of the row's `problems`, so that
+    one bad round never hides the others.
     """
-    rows = []
-    for r, key in meetings(store, run):
-        prefix = f"{round_prefix(run, r)}/{key}"
-        about_digest = store.resolve(f"{prefix}/about")
-        about = read_record(store, about_digest) if about_digest else {}
-        count = about.get("clients", clients)
-        expected = about.get("expected") or (None if count is None else list(range(count)))
-        written = sorted(
+    return [_status_row(store, run, r, key, clients) for r, key in meetings(store, run)]
+
+
+def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -> dict[str, Any]:
+    from soma.errors import SomaError
+    from soma.store_errors import StoreError
+
+    prefix = f"{round_prefix(run, r)}/{key}"
+    row: dict[str, Any] = {
+        "round": r,
+        "meeting": key,
+        "clients": clients,
+        "expected": None if clients is None else list(range(clients)),
+        "quorum": None,
+        "strategy": None,
+        "written": [],
+        "missing": [],
+        "left_out": [],
+        "averaging": None,
+        "averagings": 0,
+        "average": None,
+        "averages_by_inputs": {},
+        "weights": None,
+        "metrics": None,
+        "problems": [],
+    }
+
+    def attempt(what: str, step: Callable[[], None]) -> None:
+        try:
+            step()
+        except (SomaError, StoreError, OSError) as error:
+            row["problems"].append(f"cannot read its {what}: {error}")
+
+    def about() -> None:
+        digest = store.resolve(f"{prefix}/about")
+        record = read_record(store, digest) if digest else {}
+        count = record.get("clients", clients)
+        expected = record.get("expected") or (None if count is None else list(range(count)))
+        row.update(
+            clients=count,
+            expected=expected,
+            quorum=record.get("quorum"),
+            strategy=record.get("strategy"),
+        )
+
+    def written() -> None:
+        row["written"] = sorted(
             int(n.rsplit("/", 1)[1])
             for n in store.bound(f"{prefix}/client/")
             if n.rsplit("/", 1)[1].isdigit()
         )
-        averagings = sorted(
+
+    def averagings() -> None:
+        found = sorted(
             {
                 n[len(prefix) + len("/inputs/") :].split("/")[0]
                 for n in store.bound(f"{prefix}/inputs/")
             }
         )
-        holder = None
-        computed = 0
-        for a in averagings:
+        holder, computed = None, 0
+        for a in found:
             place = Place(f"{prefix}/inputs/{a}")
             computed += once.computations(store, place)
             latest = current_holder(store, place)
@@ -743,25 +821,31 @@ def status(store: Store, run: str, *, clients: int | None = None) -> list[dict[s
                     **latest[1],
                     "gone": pending and holders.gone(latest[1]),
                 }
-        average = store.resolve(f"{prefix}/average")
-        left_out = read_record(store, average).get("left_out", []) if average else []
-        rows.append(
-            {
-                "round": r,
-                "meeting": key,
-                "clients": count,
-                "expected": expected,
-                "quorum": about.get("quorum"),
-                "strategy": about.get("strategy"),
-                "written": written,
-                "missing": [] if expected is None else [k for k in expected if k not in written],
-                "left_out": left_out,
-                "averaging": holder,
-                "averagings": computed,
-                "average": average,
-                "averages_by_inputs": {
-                    a: store.resolve(Place(f"{prefix}/inputs/{a}").published) for a in averagings
-                },
-            }
-        )
-    return rows
+        row.update(averaging=holder, averagings=computed)
+        row["averages_by_inputs"] = {
+            a: store.resolve(Place(f"{prefix}/inputs/{a}").published) for a in found
+        }
+
+    def average() -> None:
+        row["average"] = store.resolve(f"{prefix}/average")
+        if row["average"]:
+            record = read_record(store, row["average"])
+            row.update(left_out=record.get("left_out", []), weights=record.get("weights"))
+
+    def metrics() -> None:
+        digest = store.resolve(evaluation_name(run, row["weights"]))
+        if digest is not None:
+            record = read_record(store, digest)
+            if record.get("weights") != row["weights"]:
+                raise RoundError(f"record {digest} is the evaluation of other weights")
+            row["metrics"] = record.get("metrics")
+
+    attempt("meeting record (about)", about)
+    attempt("client records", written)
+    attempt("averaging records", averagings)
+    attempt("average record", average)
+    if row["weights"]:
+        attempt("evaluation record", metrics)
+    expected = row["expected"]
+    row["missing"] = [] if expected is None else [k for k in expected if k not in row["written"]]
+    return row

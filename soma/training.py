@@ -7,6 +7,9 @@ other clients, and `load()` refuses what does not fit before touching anything.
 A strategy with a client side (FedProx, SCAFFOLD) changes the local objective through an
 `objective` (see soma.strategies): after each backward and before each step it is handed the
 parameters, keyed exactly like an export, and the step's learning rate.
+
+A run trains wherever its nodes are, or on `device` (soma.device), moving them there first;
+the data is brought to the nodes. Exports are on CPU whatever the device (soma.nodes).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from soma.device import move as move_nodes
+from soma.device import resolve_device, where
 from soma.errors import SomaError
 from soma.nodes import Export, export, load
 from soma.sgd import SGD
@@ -73,6 +78,48 @@ def learning_rate(optimizer: Optimizer) -> float:
     return float(lr)
 
 
+def off_cpu(parameters: Parameters) -> bool:
+    """Whether any parameter lives off CPU, where an objective's exports cannot meet it."""
+    return any(p.device.type != "cpu" for keys in parameters.values() for p in keys.values())
+
+
+def adjust_on_cpu(objective: Any, parameters: Parameters, lr: float) -> None:
+    """`objective.adjust` on CPU copies of the parameters, their gradients then copied back.
+
+    A strategy's objective keeps the round's start (and SCAFFOLD its control variates) as
+    exports, which are on CPU, and torch refuses arithmetic between a GPU parameter and a CPU
+    tensor. Two copies per parameter and step are the price, paid only off CPU. An objective
+    changes gradients only (soma.strategies), so gradients are all that comes back.
+    """
+    mirrors = {n: {k: _mirror(p) for k, p in keys.items()} for n, keys in parameters.items()}
+    objective.adjust(mirrors, lr)
+    with torch.no_grad():
+        for node_id, keys in parameters.items():
+            for key, parameter in keys.items():
+                grad = mirrors[node_id][key].grad
+                if parameter.grad is not None and grad is not None:
+                    parameter.grad.copy_(grad)
+
+
+def _mirror(parameter: torch.Tensor) -> torch.Tensor:
+    """A CPU copy of `parameter` carrying a CPU copy of its gradient (None stays None)."""
+    mirror = parameter.detach().to("cpu", copy=True).requires_grad_(parameter.requires_grad)
+    if parameter.grad is not None:
+        mirror.grad = parameter.grad.detach().to("cpu", copy=True)
+    return mirror
+
+
+def _placed(nodes: Mapping[str, Any], device: str | torch.device | None) -> torch.device | None:
+    """Where a run trains: `device`, the nodes moved there now (before the optimizer holds
+    them), or for None wherever the nodes already are (None when they are on several)."""
+    if device is None:
+        return where(nodes)
+    text = str(device) if isinstance(device, torch.device) else device
+    resolved = resolve_device(text, option="TrainingRun device")
+    move_nodes(nodes, resolved)
+    return resolved
+
+
 class TrainingRun:
     """Named nodes applied in order to an input, trained on `(inputs, targets)`.
 
@@ -85,7 +132,13 @@ class TrainingRun:
 
     `objective` (a strategy's client side, see soma.strategies) is called after each
     backward and before each step with the parameters keyed like an export and the
-    optimizer's current learning rate (`param_groups[0]["lr"]`, or `.lr`).
+    optimizer's current learning rate (`param_groups[0]["lr"]`, or `.lr`). Off CPU it is
+    handed CPU copies of the parameters (see `adjust_on_cpu`): its tensors are exports.
+
+    `device` (`cpu`, `cuda`, `cuda:N`, `auto`; see soma.device) moves the nodes there, in
+    place, so the caller's nodes are the ones trained; None (the default) trains them where
+    they already are. `fit`, `evaluate` and calls bring their data to the nodes' device. The
+    batches are shuffled on CPU, so the order is the same on every device.
     """
 
     def __init__(
@@ -101,8 +154,10 @@ class TrainingRun:
         seed: int = 0,
         optimizer: Callable[[list[nn.Parameter]], Optimizer] | None = None,
         objective: Any = None,
+        device: str | torch.device | None = None,
     ) -> None:
         self.nodes = dict(nodes)
+        self.device = _placed(self.nodes, device)
         self.loss = loss
         self.epochs = epochs
         self.batch_size = batch_size
@@ -115,7 +170,14 @@ class TrainingRun:
             self.parameters = keyed_parameters(self.nodes)
             learning_rate(self.optimizer)  # refused now, not after the first backward
 
+    def on_device(self, tensor: torch.Tensor) -> torch.Tensor:
+        """`tensor` on the run's device: itself when it is there already or the run has none."""
+        if self.device is None or not isinstance(tensor, torch.Tensor):
+            return tensor
+        return tensor.to(self.device)
+
     def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
+        inputs = self.on_device(inputs)
         for node in self.nodes.values():
             inputs = node(inputs)
         return inputs
@@ -126,7 +188,7 @@ class TrainingRun:
 
     def fit(self, data: tuple[torch.Tensor, torch.Tensor]) -> dict[str, Any]:
         """Local training: `epochs` passes over `data` in shuffled mini-batches."""
-        inputs, targets = data
+        inputs, targets = (self.on_device(tensor) for tensor in data)
         self.train(True)
         total, batches = 0.0, 0
         for _ in range(self.epochs):
@@ -137,17 +199,25 @@ class TrainingRun:
                 loss = self.loss(self(inputs[batch]), targets[batch])
                 loss.backward()
                 if self.objective is not None:
-                    self.objective.adjust(self.parameters, learning_rate(self.optimizer))
+                    self._adjust()
                 self.optimizer.step()
                 total += float(loss.detach())
                 batches += 1
         self.optimizer.zero_grad()
         return {"loss": total / max(batches, 1), "steps": batches}
 
+    def _adjust(self) -> None:
+        """The objective's turn between backward and step, on CPU copies when off CPU."""
+        lr = learning_rate(self.optimizer)
+        if off_cpu(self.parameters):
+            adjust_on_cpu(self.objective, self.parameters, lr)
+        else:
+            self.objective.adjust(self.parameters, lr)
+
     @torch.no_grad()
     def evaluate(self, data: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         """The loss on `data`, in evaluation mode (BatchNorm uses its running statistics)."""
-        inputs, targets = data
+        inputs, targets = (self.on_device(tensor) for tensor in data)
         self.train(False)
         return self.loss(self(inputs), targets)
 

@@ -10,18 +10,22 @@ checksum tells when a rerun changed anything downstream.
 
 from __future__ import annotations
 
+import html
 import json
+import logging
 import math
 import os
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from soma import holders
+from soma.errors import SomaError
 from soma.nodes import export, load
 from soma.participation import policy
 from soma.round import (
@@ -31,17 +35,38 @@ from soma.round import (
     contribute,
     drop,
     dropout_reason,
+    evaluation_name,
     read_record,
 )
 from soma.runs import identity, training_seed
 from soma.store import Store
 from soma.strategies import (
     Strategy,
+    StrategyError,
     check_task_takes_objective,
     load_strategy,
     train_locally,
 )
-from soma.tasks import Task, load_task
+from soma.tasks import Task, TaskError, TaskNotFound, load_task
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+LOG = logging.getLogger("soma.workflow")
+
+
+class ConfigRefused(SomaError):
+    """The run's configuration cannot work; the message starts with the config key(s) to change.
+
+    Raised by the `start` job (and the jobs that read what it checked) before any client
+    trains, so that a mistake costs seconds, not a round of training jobs.
+    """
+
+
+def progress(message: str, *args: Any) -> None:
+    """A line for the job's log that also shows in snakemake's own output while the run goes
+    (see `logged`): what a user watches, one line per round."""
+    LOG.info(message, *args, extra={"progress": True})
 
 
 def write_receipt(path: str | os.PathLike, receipt: Mapping[str, Any]) -> None:
@@ -130,19 +155,120 @@ def _numbers(metrics: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def start(config: Mapping[str, Any], receipt: str) -> None:
-    """The run's starting weights, from the seed, kept in the store.
+    """The run's starting weights, from the seed, kept in the store, and their evaluation.
 
-    The first job of a run: a strategy given by import path, its options, and whether the
-    task can take the strategy's client side are all checked here, before any training.
+    The first job of a run, so everything the Snakefile could not check without torch is
+    checked here, before any client trains: the task imports and takes its options, the
+    strategy (a built-in or an import path) takes its options and fits the task, the task can
+    serve this many clients (`check(clients)`), and the configured metric is one that
+    `evaluate()` returns. Each refusal names the config key to change. The evaluation of
+    the starting weights is the summary's `start` row and the plot's first point.
     """
-    task = task_of(config)
-    check_task_takes_objective(config.get("strategy", "fedavg"), strategy_of(config), task)
+    tic = time.perf_counter()
+    task = checked_task(config)
+    checked_strategy(config, task)
+    check_clients(config, task)
+    nodes = task.nodes(config["seed"])
+    exported = export(nodes)  # before evaluate(), which may move the nodes to a device
+    metrics = checked_metrics(config, task.evaluate(nodes))
     store = Store(config["store"])
-    weights = store.put_value(export(task.nodes(config["seed"])))
+    weights = store.put_value(exported)
     store.bind(f"{config['run']}/start", weights)
+    keep_evaluation(store, config["run"], weights, metrics)
     write_receipt(
-        receipt, {"run": config["run"], "seed": config["seed"], "weights": weights, "state": None}
+        receipt,
+        {
+            "run": config["run"],
+            "seed": config["seed"],
+            "weights": weights,
+            "state": None,
+            "metrics": metrics,
+        },
     )
+    LOG.info(
+        "start of run %r: weights %s from seed %d, kept as %s; evaluated %s (%.2f s)",
+        config["run"],
+        weights,
+        config["seed"],
+        f"{config['run']}/start",
+        shown(metrics),
+        time.perf_counter() - tic,
+    )
+    progress("start: %s %s", config["metric"], shown_value(metrics[config["metric"]]))
+
+
+def checked_task(config: Mapping[str, Any]) -> Task:
+    """The configured task, or a refusal naming `task` (nothing there) or `task_options`."""
+    try:
+        return task_of(config)
+    except TaskNotFound as error:
+        raise ConfigRefused(f"config key `task`: {error}") from error
+    except TaskError as error:  # OptionsRefused, or whatever else the task refused
+        raise ConfigRefused(
+            f"config key `task_options` (under {config['task']!r}): {error}"
+        ) from error
+
+
+def checked_strategy(config: Mapping[str, Any], task: Task) -> Strategy:
+    """The configured strategy, made with its options, fitting the task's train()."""
+    name = config.get("strategy", "fedavg")
+    try:
+        strategy = strategy_of(config)
+    except StrategyError as error:
+        raise ConfigRefused(
+            f"config keys `strategy`/`strategy_options` (under {name!r}): {error}"
+        ) from error
+    try:
+        check_task_takes_objective(name, strategy, task)
+    except StrategyError as error:
+        raise ConfigRefused(f"config keys `strategy`/`task`: {error}") from error
+    return strategy
+
+
+def check_clients(config: Mapping[str, Any], task: Task) -> None:
+    """The task's own check that its options can serve `clients` clients, if it has one."""
+    check = getattr(task, "check", None)
+    if not callable(check):
+        return
+    try:
+        check(config["clients"])
+    except (TaskError, ValueError) as error:
+        raise ConfigRefused(
+            f"config keys `clients`/`task_options` (under {config['task']!r}): {error}"
+        ) from error
+
+
+def checked_metrics(config: Mapping[str, Any], metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """The metrics as JSON numbers, refused unless they hold the configured `metric`."""
+    metric = config["metric"]
+    if not isinstance(metrics, Mapping) or metric not in metrics:
+        returned = ", ".join(sorted(map(str, metrics))) if isinstance(metrics, Mapping) else None
+        raise ConfigRefused(
+            f"config key `metric`: the task's evaluate() returns "
+            f"{returned or 'no metrics'}; not {metric!r}"
+        )
+    return _numbers(metrics)
+
+
+def keep_evaluation(store: Store, run: str, weights: str, metrics: Mapping[str, Any]) -> str:
+    """The metrics of `weights` in the store, named by the weights (for `soma status`).
+
+    The name is a function of the weights, and evaluation is deterministic, so a rerun or
+    another job evaluating the same weights binds the name to the very same record.
+    """
+    return store.keep(evaluation_name(run, weights), {"metrics": dict(metrics), "weights": weights})
+
+
+def shown_value(value: Any) -> str:
+    """A metric for a human: three decimals, or as it is (None: a NaN in the receipt)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "nan" if value is None else str(value)
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def shown(metrics: Mapping[str, Any]) -> str:
+    """`accuracy 0.936, loss 0.210`: metrics for a log line."""
+    return ", ".join(f"{k} {shown_value(v)}" for k, v in sorted(metrics.items())) or "nothing"
 
 
 def _nodes_at(task: Task, store: Store, config: Mapping[str, Any], weights: str) -> dict:
@@ -169,6 +295,7 @@ def train(
     retry after the process was killed or its Slurm job was cancelled). Its receipt and its
     record in the store then say why, and the round's average names it as left out.
     """
+    tic = time.perf_counter()
     task = task_of(config)
     store = Store(config["store"])
     started = read_receipt(previous)
@@ -185,6 +312,26 @@ def train(
         _drop_out(store, meeting, client, receipt, dropout_reason(error))
         return
     write_receipt(receipt, written)
+    _log_training(meeting, written, time.perf_counter() - tic)
+
+
+def _log_training(meeting: Meeting, written: Mapping[str, Any], seconds: float) -> None:
+    """What a train job did, for its log: who, on how much, how it went, where it went."""
+    LOG.info(
+        "%s, client %d: trained on %s examples from weights %s: %s (%.2f s)",
+        meeting.what,
+        written["client"],
+        written["size"],
+        written["started_from"],
+        shown(written["metrics"]),
+        seconds,
+    )
+    LOG.info(
+        "sent weights %s to the store as %s%s",
+        written["weights"],
+        meeting.client(written["client"]),
+        "" if written.get("extra") is None else f" (with extra {written['extra']})",
+    )
 
 
 def _started_name(meeting: Meeting, client: int) -> str:
@@ -207,7 +354,7 @@ def _previous_attempt_died(store: Store, meeting: Meeting, client: int) -> str |
 
 def _drop_out(store: Store, meeting: Meeting, client: int, receipt: str, why: str) -> None:
     drop(store, meeting, mine=client, why=why)
-    print(f"client {client} drops out of {meeting.what}: {why}")
+    LOG.warning("client %d drops out of %s: %s", client, meeting.what, why)
     write_receipt(
         receipt,
         {
@@ -263,6 +410,7 @@ def average(
     config: Mapping[str, Any], round: int, clients: Sequence[str], previous: str, receipt: str
 ) -> None:
     """Average exactly the weights the client receipts name; once, whoever else tries."""
+    tic = time.perf_counter()
     store = Store(config["store"])
     meeting = meeting_of(config, round, read_receipt(previous))
     inputs = []
@@ -289,27 +437,83 @@ def average(
             "left_out": record["left_out"],
         },
     )
+    _log_average(meeting, inputs, record, digest, time.perf_counter() - tic)
 
 
-def evaluate(config: Mapping[str, Any], round: int, averaged: str, receipt: str) -> None:
-    """The round's average on the held-out test set."""
-    task = task_of(config)
-    store = Store(config["store"])
-    weights = read_receipt(averaged)["weights"]
-    metrics = task.evaluate(_nodes_at(task, store, config, weights))
-    write_receipt(
-        receipt,
-        {"run": config["run"], "round": round, "weights": weights, "metrics": _numbers(metrics)},
+def _log_average(
+    meeting: Meeting,
+    inputs: Sequence[Input],
+    record: Mapping[str, Any],
+    digest: str,
+    seconds: float,
+) -> None:
+    """What an average job did, for its log: who came, who was left out, what came of it."""
+    clients = ", ".join(str(i.client) for i in inputs) or "nobody"
+    sizes = ", ".join(str(i.size) for i in inputs)
+    LOG.info("%s: %s of clients %s (sizes %s)", meeting.what, meeting.strategy, clients, sizes)
+    for left in record["left_out"]:
+        LOG.warning("%s: client %s left out: %s", meeting.what, left["client"], left["why"])
+    LOG.info(
+        "averaged weights %s (record %s, under %s) (%.2f s)",
+        record["weights"],
+        digest,
+        meeting.prefix,
+        seconds,
     )
 
 
-def _baseline(config: Mapping[str, Any], task: Task, data, start: str, client: int) -> list:
+def evaluate(config: Mapping[str, Any], round: int, averaged: str, receipt: str) -> None:
+    """The round's average on the held-out test set; its metrics kept in the store too.
+
+    The one line a user watches, `round 3/9: accuracy 0.936` (0-based, the last round
+    being rounds - 1, as in the table, the plot and results/<run>/round/<r>/), goes to the
+    terminal as well as to the log.
+    """
+    tic = time.perf_counter()
+    task = task_of(config)
+    store = Store(config["store"])
+    weights = read_receipt(averaged)["weights"]
+    metrics = checked_metrics(config, task.evaluate(_nodes_at(task, store, config, weights)))
+    kept = keep_evaluation(store, config["run"], weights, metrics)
+    write_receipt(
+        receipt, {"run": config["run"], "round": round, "weights": weights, "metrics": metrics}
+    )
+    LOG.info(
+        "round %d: weights %s evaluated: %s; kept as %s (record %s) (%.2f s)",
+        round,
+        weights,
+        shown(metrics),
+        evaluation_name(config["run"], weights),
+        kept,
+        time.perf_counter() - tic,
+    )
+    metric = config["metric"]
+    progress(
+        "round %d/%d: %s %s", round, config["rounds"] - 1, metric, shown_value(metrics[metric])
+    )
+
+
+def _baseline(
+    config: Mapping[str, Any], task: Task, data, start: str, client: int, who: str
+) -> list:
+    """Train from the start on one body of data for as many rounds, evaluating each; each
+    round in the log, since a baseline job runs as long as the whole federation."""
     store = Store(config["store"])
     nodes = _nodes_at(task, store, config, start)
     per_round = []
     for r in range(config["rounds"]):
-        task.train(nodes, data, seed=training_seed(config["seed"], r, client))
-        per_round.append({"round": r, "metrics": _numbers(task.evaluate(nodes))})
+        tic = time.perf_counter()
+        trained = task.train(nodes, data, seed=training_seed(config["seed"], r, client))
+        metrics = _numbers(task.evaluate(nodes))
+        per_round.append({"round": r, "metrics": metrics})
+        LOG.info(
+            "%s, round %d: trained (%s), evaluated %s (%.2f s)",
+            who,
+            r,
+            shown(_numbers(trained if isinstance(trained, Mapping) else {})),
+            shown(metrics),
+            time.perf_counter() - tic,
+        )
     return per_round
 
 
@@ -318,13 +522,17 @@ def alone(config: Mapping[str, Any], client: int, started: str, receipt: str) ->
     task = task_of(config)
     data = task.shard(client, config["clients"])
     start_weights = read_receipt(started)["weights"]
+    size = task.size(data)
+    LOG.info("client %d alone: %s examples, from weights %s", client, size, start_weights)
     write_receipt(
         receipt,
         {
             "run": config["run"],
             "client": client,
-            "size": task.size(data),
-            "per_round": _baseline(config, task, data, start_weights, client),
+            "size": size,
+            "per_round": _baseline(
+                config, task, data, start_weights, client, f"client {client} alone"
+            ),
         },
     )
 
@@ -334,19 +542,20 @@ def centralized(config: Mapping[str, Any], started: str, receipt: str) -> None:
     task = task_of(config)
     everything = getattr(task, "everything", None)
     if everything is None:
-        write_receipt(
-            receipt,
-            {"run": config["run"], "per_round": None, "why": "the task has no everything()"},
-        )
+        why = "the task has no everything()"
+        LOG.warning("no centralized baseline: %s", why)
+        write_receipt(receipt, {"run": config["run"], "per_round": None, "why": why})
         return
     data = everything()
     start_weights = read_receipt(started)["weights"]
+    size = task.size(data)
+    LOG.info("centralized: %s examples, from weights %s", size, start_weights)
     write_receipt(
         receipt,
         {
             "run": config["run"],
-            "size": task.size(data),
-            "per_round": _baseline(config, task, data, start_weights, 0),
+            "size": size,
+            "per_round": _baseline(config, task, data, start_weights, 0, "centralized"),
         },
     )
 
@@ -356,75 +565,202 @@ def lower_is_better(metric: str) -> bool:
     return metric.endswith(("loss", "error", "mse"))
 
 
+COLUMNS = ("strategy", "round", "federated", "alone", "alone_best", "centralized")
+START = "start"  # the `round` of the starting weights' row: before round 0
+# What each column is called in the plot's legend, and how it is drawn.
+SERIES = {
+    "federated": ("federated ({strategy})", "o-"),
+    "centralized": ("centralized (all data)", "s--"),
+    "alone": ("alone (mean of clients)", "^:"),
+    "alone_best": ("alone (best client)", "v-."),
+}
+
+
 def summary_rows(
     evaluations: Sequence[str],
     alones: Sequence[str],
     central: str | None,
     metric: str,
     strategy: str = "fedavg",
+    start: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Per round: the strategy, the federated average's metric, the alone clients' mean,
-    centralized. The strategy is a column so that the tables of runs with different
-    strategies stack into one."""
+    """Per round: the strategy, the federated average's metric, the alone clients' mean and
+    best, centralized. The strategy is a column so that the tables of runs with different
+    strategies stack into one.
+
+    Rounds are 0-based, as in results/<run>/round/<r>/ and `soma status`: round r's row is
+    the metric after round r. With the start receipt's evaluation, a first row `start` holds
+    the starting weights' metric, where every column begins (the baselines start from the
+    same weights). A metric none of the evaluations has is refused, naming `metric`.
+    """
     federated = {e["round"]: e["metrics"] for e in map(read_receipt, evaluations)}
+    if federated and not any(metric in m for m in federated.values()):
+        returned = ", ".join(sorted(next(iter(federated.values()))))
+        raise ConfigRefused(
+            f"config key `metric`: the task's evaluate() returns {returned}; not {metric!r}"
+        )
     alone_runs = [read_receipt(p)["per_round"] for p in alones]
     central_run = read_receipt(central)["per_round"] if central else None
+    better = min if lower_is_better(metric) else max
     rows = []
+    at_start = (read_receipt(start).get("metrics") or {}) if start else {}
+    if metric in at_start:  # a start receipt older than its evaluation has no metrics
+        at_start = at_start[metric]
+        rows.append(_row(strategy, START, at_start, [at_start] * len(alone_runs), better))
+        if central_run:
+            rows[0]["centralized"] = at_start
     for r in sorted(federated):
-        row: dict[str, Any] = {
-            "strategy": strategy,
-            "round": r,
-            "federated": federated[r].get(metric),
-        }
-        if alone_runs:
-            values = [run[r]["metrics"].get(metric) for run in alone_runs]
-            row["alone"] = sum(values) / len(values)
-            row["alone_best"] = (min if lower_is_better(metric) else max)(values)
+        values = [run[r]["metrics"].get(metric) for run in alone_runs]
+        row = _row(strategy, r, federated[r].get(metric), values, better)
         if central_run:
             row["centralized"] = central_run[r]["metrics"].get(metric)
         rows.append(row)
     return rows
 
 
-def summary(rows: Sequence[Mapping[str, Any]], metric: str, table: str, plot: str) -> None:
-    """The per-round table (TSV) and the accuracy-per-round plot (PNG)."""
-    columns = [
-        c
-        for c in ("strategy", "round", "federated", "alone", "alone_best", "centralized")
-        if any(c in row for row in rows)
-    ]
-    lines = ["\t".join(columns)]
-    for row in rows:
-        lines.append(
-            "\t".join(
-                f"{row[c]:.4f}" if isinstance(row.get(c), float) else str(row.get(c, ""))
-                for c in columns
-            )
-        )
-    Path(table).parent.mkdir(parents=True, exist_ok=True)
-    Path(table).write_text("\n".join(lines) + "\n", encoding="utf-8")
+def _row(
+    strategy: str, round: int | str, federated: Any, alone: list, better: Callable[[list], Any]
+) -> dict[str, Any]:
+    """One row of the table; the alone columns only when there are clients alone."""
+    row: dict[str, Any] = {"strategy": strategy, "round": round, "federated": federated}
+    if alone:
+        known = [v for v in alone if v is not None]
+        row["alone"] = sum(known) / len(known) if len(known) == len(alone) else None
+        row["alone_best"] = better(known) if known else None
+    return row
 
+
+def summary(
+    rows: Sequence[Mapping[str, Any]],
+    metric: str,
+    table: str,
+    plot: str,
+    page: str | None = None,
+    run: str | None = None,
+) -> None:
+    """The per-round table (TSV, and as an HTML page for the report) and the plot (PNG)."""
+    columns = [c for c in COLUMNS if any(c in row for row in rows)]
+    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+    title = plot_title(rows, columns)
+    _write_text(table, "\n".join("\t".join(line) for line in [columns, *cells]) + "\n")
+    if page is not None:
+        _write_text(page, html_table(columns, cells, f"{run or 'run'}: test {metric}", title))
+    draw(rows, columns, metric, plot, title)
+    LOG.info("wrote %s (%d rows), %s%s", table, len(rows), plot, f" and {page}" if page else "")
+    if rows:
+        last = rows[-1]
+        LOG.info("round %s: %s", last["round"], shown({c: last.get(c) for c in columns[2:]}))
+
+
+def _cell(value: Any) -> str:
+    """A table cell: four decimals for a metric, `nan` where the metric was not a number."""
+    if value is None:
+        return "nan"
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def _write_text(path: str, text: str) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(text, encoding="utf-8")
+
+
+def plot_title(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
+    """What the plot compares, naming only the baselines it has."""
+    strategy = rows[0]["strategy"] if rows else "fedavg"
+    others = [
+        name
+        for column, name in (("alone", "each client alone"), ("centralized", "centralized"))
+        if column in columns
+    ]
+    against = f" against {' and '.join(others)}" if others else ""
+    return f"Federated ({strategy}){against}"
+
+
+def html_table(
+    columns: Sequence[str], cells: Sequence[Sequence[str]], head: str, about: str
+) -> str:
+    """The table as a page of its own: Snakemake's report shows HTML, and a TSV only as a
+    download."""
+    header = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "\n".join(
+        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in line) + "</tr>"
+        for line in cells
+    )
+    style = (
+        "body{font-family:sans-serif}table{border-collapse:collapse}"
+        "th,td{padding:3px 10px;border-bottom:1px solid #ccc;text-align:right}"
+    )
+    return (
+        f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(head)}</title>'
+        f"<style>{style}</style></head>\n<body><h3>{html.escape(head)}</h3>"
+        f"<p>{html.escape(about)}; round 0-based, start: the starting weights.</p>\n"
+        f"<table>\n<thead><tr>{header}</tr></thead>\n<tbody>\n{body}\n</tbody>\n</table>\n"
+        "</body></html>\n"
+    )
+
+
+def x_of(round: int | str) -> int:
+    """Where a row sits on the plot's x-axis: its round, and the start just before round 0."""
+    return -1 if round == START else int(round)
+
+
+def round_ticks(rounds: Sequence[int | str]) -> list[int]:
+    """Integer ticks over the table's rounds (about ten at most), and the start's just before
+    round 0: the plot's x-axis is the table's `round` column."""
+    from matplotlib.ticker import MaxNLocator
+
+    numbered = [int(r) for r in rounds if r != START]
+    ticks = []
+    if numbered:
+        low, high = min(numbered), max(numbered)
+        found = MaxNLocator(nbins=10, integer=True).tick_values(low, high)
+        ticks = sorted({int(t) for t in found if low <= t <= high} | {low})
+    if START not in rounds:
+        return ticks
+    if len(ticks) > 1 and ticks[1] - ticks[0] > 1:
+        ticks = ticks[1:]  # sparse ticks: `start` and the first round would overlap
+    return [x_of(START), *ticks]
+
+
+def draw(
+    rows: Sequence[Mapping[str, Any]], columns: Sequence[str], metric: str, plot: str, title: str
+) -> None:
+    """The plot as a PNG; no timestamp or version in it, so a rerun writes the same bytes."""
+    from matplotlib import pyplot
+
+    figure = plotted(rows, columns, metric, title)
+    Path(plot).parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(plot, metadata={"Software": None})
+    pyplot.close(figure)
+
+
+def plotted(
+    rows: Sequence[Mapping[str, Any]], columns: Sequence[str], metric: str, title: str
+) -> Figure:
+    """The metric per round on the table's rounds, one line per column of the table (a
+    Figure, so that tests can read its ticks, lines and title)."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    figure, axes = pyplot.subplots(figsize=(6, 4), dpi=100)
-    rounds = [row["round"] + 1 for row in rows]
+    figure, axes = pyplot.subplots(figsize=(6.4, 4.2), dpi=100)
+    xs = [x_of(row["round"]) for row in rows]
     strategy = rows[0]["strategy"] if rows else "fedavg"
-    for column, style in (("federated", "o-"), ("centralized", "s--"), ("alone", "^:")):
+    for column, (label, style) in SERIES.items():
         if column in columns:
-            label = {"alone": "alone (mean of clients)", "federated": f"federated ({strategy})"}
-            label = label.get(column, column)
-            axes.plot(rounds, [row[column] for row in rows], style, label=label)
-    axes.set_xlabel("round")
+            ys = [math.nan if row.get(column) is None else row[column] for row in rows]
+            axes.plot(xs, ys, style, label=label.format(strategy=strategy))
+    ticks = round_ticks([row["round"] for row in rows])
+    axes.set_xticks(ticks, ["start" if t == x_of(START) else str(t) for t in ticks])
+    axes.set_xlabel("round (0-based, as in the table)")
     axes.set_ylabel(f"test {metric}")
-    axes.set_title(f"Federated ({strategy}) against its two baselines")
+    axes.set_title(title)
     axes.grid(alpha=0.3)
-    axes.legend()
+    if rows:
+        axes.legend()
     figure.tight_layout()
-    figure.savefig(plot, metadata={"Software": None})
-    pyplot.close(figure)
+    return figure
 
 
 def threads(count: int) -> None:
@@ -432,22 +768,56 @@ def threads(count: int) -> None:
     torch.set_num_threads(max(1, int(count)))
 
 
+class _Progress(logging.Filter):
+    """Only the `progress` lines (see `progress`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return bool(getattr(record, "progress", False))
+
+
 class logged:
-    """Send a job's stdout and stderr (tracebacks included) to its Snakemake log."""
+    """A job's log: soma's logging to the job's Snakemake log file, tracebacks included.
+
+    Every line goes to the log file; `progress` lines also go to the job's stderr, which
+    Snakemake shows in its own output on the local executor (and Slurm in the job's output),
+    so that a run says how it goes while it goes. What a task prints by itself (its own
+    progress, a library's warnings) goes to the log file too: stdout and stderr are the
+    file's while the job runs. A job that fails logs its traceback, then fails as before.
+    """
+
+    FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
     def __init__(self, path: str) -> None:
         self.path = path
 
-    def __enter__(self) -> None:
+    def __enter__(self) -> logged:
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self.log = open(self.path, "w", encoding="utf-8")  # noqa: SIM115
+        self.log = open(self.path, "w", encoding="utf-8", buffering=1)  # noqa: SIM115
         self.saved = sys.stdout, sys.stderr
+        to_file = logging.StreamHandler(self.log)
+        to_file.setFormatter(logging.Formatter(self.FORMAT))
+        to_terminal = logging.StreamHandler(sys.stderr)
+        to_terminal.addFilter(_Progress())
+        self.handlers = [to_file, to_terminal]
+        root = logging.getLogger("soma")
+        self.level = root.level
+        root.setLevel(logging.INFO)
+        for handler in self.handlers:
+            root.addHandler(handler)
         sys.stdout = sys.stderr = self.log
+        self.tic = time.perf_counter()
+        return self
 
     def __exit__(self, kind, error, trace) -> None:
+        seconds = time.perf_counter() - self.tic
         if error is not None:
-            import traceback
-
-            traceback.print_exception(kind, error, trace, file=self.log)
+            LOG.error("failed after %.2f s: %s", seconds, error, exc_info=(kind, error, trace))
+        else:
+            LOG.info("done in %.2f s", seconds)
         sys.stdout, sys.stderr = self.saved
+        root = logging.getLogger("soma")
+        for handler in self.handlers:
+            handler.flush()
+            root.removeHandler(handler)
+        root.setLevel(self.level)
         self.log.close()

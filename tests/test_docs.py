@@ -83,7 +83,8 @@ def test_each_documented_soma_command_runs(tmp_path) -> None:
 
     store = soma.Store(tmp_path / "store")
     export = {"fc": {"weight": torch.ones(2, 2)}}
-    soma.gather(store, export, run="digits", round=0, clients=1, mine=0, deadline=10)
+    for r in range(4):
+        soma.gather(store, export, run="digits", round=r, clients=1, mine=0, deadline=10)
     commands = [
         c
         for doc in DOCS

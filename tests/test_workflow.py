@@ -95,9 +95,11 @@ def test_a_local_run_leaves_receipts_a_table_and_a_plot(finished) -> None:
     header = ["strategy", "round", "federated", "alone", "alone_best", "centralized"]
     assert table[0].split("\t") == header
     rows = [dict(zip(table[0].split("\t"), line.split("\t"), strict=True)) for line in table[1:]]
-    assert [r["round"] for r in rows] == ["0", "1"]
+    assert [r["round"] for r in rows] == ["start", "0", "1"]  # the starting weights, then 0..
     assert float(rows[-1]["federated"]) > float(rows[-1]["alone"]) + 0.2
-    assert (results / "accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert float(rows[-1]["alone_best"]) >= float(rows[-1]["alone"])
+    assert (results / "accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the metric's
+    assert "<table>" in (results / "summary.html").read_text()
     for rule in (
         "start",
         "round/0/client/0",
@@ -294,6 +296,8 @@ def test_a_report_with_the_plot_and_the_table(finished, tmp_path) -> None:
     ok(snakemake(workdir, "--report", "report.html"))
     html = (workdir / "report.html").read_text(errors="replace")
     assert "accuracy.png" in html and "summary.tsv" in html
+    # the table shown as a table: Snakemake's report renders HTML, and offers a TSV as a download
+    assert '"summary.html"' in html and "data:text/html" in html
 
 
 def test_lint_and_format_are_clean() -> None:
@@ -345,10 +349,11 @@ def test_a_task_of_your_own_from_the_readme(tmp_path) -> None:
             config=None,
         )
     )
-    table = (tmp_path / "results" / "digits" / "summary.tsv").read_text().splitlines()
+    table = (tmp_path / "results" / "mytask" / "summary.tsv").read_text().splitlines()
     rows = [line.split("\t") for line in table[1:]]
     federated, alone = float(rows[-1][2]), float(rows[-1][3])
     assert federated < alone, "the federation fits the union better than a client alone"
+    assert (tmp_path / "results" / "mytask" / "loss.png").exists(), "the plot of the metric"
 
 
 # --- strategies ---------------------------------------------------------------------------------

@@ -19,22 +19,45 @@ line's `--task`) is its import path, e.g. `soma.tasks.digits` or `mypkg.mytask`,
 
 Optionally `everything()`: all the training data as one shard, for the centralized baseline
 (by default the union of all shards is not assumed to be expressible, and the baseline is
-skipped).
+skipped); and `check(clients)`: refuse, as a TaskError, a client count the task's options
+cannot serve (the digits task: too few clients to hold every digit), so that the workflow's
+`start` job says so before any client trains.
+
+A task module may declare its option names as a module-level literal, `OPTIONS = ("epochs",
+"lr", ...)`: `declared_options` reads it from the module's source without running the module
+(so without importing torch), and the Snakefile refuses an unknown option at parse time.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
+import importlib.machinery
+import importlib.util
+import os
 from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
-
-from torch import nn
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from soma.errors import SomaError
 
+if TYPE_CHECKING:  # torch only for the annotations: the Snakefile imports this at parse time
+    from torch import nn
+
 
 class TaskError(SomaError):
-    """A task cannot be found or does not answer the protocol."""
+    """A task cannot be found, refuses its options, or does not answer the protocol."""
+
+
+class TaskNotFound(TaskError):
+    """The import path names no task: nothing importable there, no make(), or not a Task.
+
+    Its own class so that the workflow can tell the user which config key to change
+    (`task`, not `task_options`)."""
+
+
+class OptionsRefused(TaskError):
+    """The task's make() refused its options with a TypeError (an unknown name) or a
+    ValueError, or an option the task does not declare (see `check_option_names`)."""
 
 
 @runtime_checkable
@@ -56,21 +79,113 @@ REQUIRED = ("nodes", "shard", "size", "train", "evaluate")
 
 
 def load_task(path: str, options: Mapping[str, Any] | None = None) -> Task:
-    """The task at import path `path`, made with `options`; refused clearly when it is not one."""
+    """The task at import path `path`, made with `options`; refused clearly when it is not one.
+
+    TaskNotFound when the path names no task; the task's own TaskError when make() refuses
+    an option by name (passed on as it is: a subclass, such as a device's refusal, stays
+    what it is); OptionsRefused when make() raises a TypeError (an unknown name) or another
+    ValueError. Any TaskError but TaskNotFound is about the options.
+    """
     try:
         module = importlib.import_module(path)
     except ImportError as error:
-        raise TaskError(f"task {path!r} cannot be imported: {error}") from error
+        raise TaskNotFound(f"task {path!r} cannot be imported: {error}") from error
     make = getattr(module, "make", None)
     if not callable(make):
-        raise TaskError(f"task module {path!r} has no make(**options) function")
+        raise TaskNotFound(f"task module {path!r} has no make(**options) function")
+    given = dict(options or {})
     try:
-        task = make(**dict(options or {}))
-    except TypeError as error:
-        raise TaskError(
-            f"task {path!r} refused its options {dict(options or {})}: {error}"
-        ) from error
+        task = make(**given)
+    except TaskError:
+        raise
+    except (TypeError, ValueError) as error:
+        raise OptionsRefused(f"task {path!r} refused its options {given}: {error}") from error
     missing = [name for name in REQUIRED if not callable(getattr(task, name, None))]
     if missing:
-        raise TaskError(f"task {path!r} lacks {', '.join(missing)} (see soma.tasks)")
+        raise TaskNotFound(f"task {path!r} lacks {', '.join(missing)} (see soma.tasks)")
     return task
+
+
+def source_of(path: str, where: list[str] | None = None) -> str | None:
+    """The file of module `path`, found without running it or any package above it.
+
+    importlib.util.find_spec("a.b") would import package `a`, which may import torch or
+    anything else; this finds the top-level name as an import would (the working directory
+    first, as `soma.workflow.task_of` puts it on sys.path; then every finder, an editable
+    install's included) and walks the packages' folders from there. `where`: search only
+    these folders. None when it is not found that way (a namespace package, a zip, an
+    extension module): whoever needs the module then imports it and says what is wrong.
+    """
+    top, *parts = path.split(".")
+    if where is not None:
+        spec = importlib.machinery.PathFinder.find_spec(top, list(where))
+    else:
+        spec = importlib.machinery.PathFinder.find_spec(top, [os.getcwd()]) or _top_level(top)
+    for part in parts:
+        search = list(getattr(spec, "submodule_search_locations", None) or [])
+        spec = importlib.machinery.PathFinder.find_spec(part, search) if search else None
+    origin = getattr(spec, "origin", None)
+    return origin if origin and origin.endswith(".py") else None
+
+
+def _top_level(name: str) -> importlib.machinery.ModuleSpec | None:
+    """A top-level module's spec from every finder; finding a top-level name runs nothing."""
+    try:
+        return importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+
+
+def declared_options(path: str, where: list[str] | None = None) -> tuple[str, ...] | None:
+    """The option names task module `path` declares as `OPTIONS = (...)`, read from its
+    source without running it; None when it declares none (or cannot be read so)."""
+    source = source_of(path, where)
+    if source is None:
+        return None
+    try:
+        with open(source, encoding="utf-8") as file:
+            tree = ast.parse(file.read(), filename=source)
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    for node in tree.body:
+        value = _assigned(node, "OPTIONS")
+        if value is not None:
+            try:
+                names = ast.literal_eval(value)
+            except ValueError:
+                return None
+            if isinstance(names, (tuple, list, set, frozenset)) and all(
+                isinstance(n, str) for n in names
+            ):
+                return tuple(names)
+            return None
+    return None
+
+
+def _assigned(node: ast.stmt, name: str) -> ast.expr | None:
+    """The value of a module-level `name = ...` (or `name: T = ...`), else None."""
+    if isinstance(node, ast.Assign) and any(
+        isinstance(t, ast.Name) and t.id == name for t in node.targets
+    ):
+        return node.value
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+        return node.value if node.target.id == name else None
+    return None
+
+
+def check_option_names(
+    path: str, options: Mapping[str, Any], where: list[str] | None = None
+) -> None:
+    """Refuse an option the task does not declare, naming the config key, before any job.
+
+    What the Snakefile checks at parse time: only names, and only for a task that declares
+    them (`OPTIONS`); values, and tasks that declare nothing, are the `start` job's to check.
+    """
+    declared = declared_options(path, where)
+    unknown = sorted(set(options) - set(declared)) if declared is not None else []
+    if unknown:
+        raise OptionsRefused(
+            f"config key `task_options` (under {path!r}): {', '.join(map(repr, unknown))} "
+            f"{'is not an option' if len(unknown) == 1 else 'are not options'} of the task; "
+            f"it takes {', '.join(declared)}"
+        )

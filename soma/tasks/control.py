@@ -1,4 +1,8 @@
-"""The control task as a Task: a fixed teacher, and each client on one corner of its inputs."""
+"""The control task as a Task: a fixed teacher, and each client on one corner of its inputs.
+
+`device` (cpu, cuda, cuda:N or auto; see soma.device) is where the students train and are
+evaluated; the teacher and the data are made on CPU, so every device sees the same data.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import torch
 from torch import nn
 
 from soma import control
+from soma.device import task_device
 from soma.strategies import Objective
 from soma.training import TrainingRun
 
@@ -19,8 +24,10 @@ class ControlTask:
     epochs: int = 1
     lr: float = 0.05
     teacher_seed: int = 1234
+    device: str = "cpu"  # the default keeps runs bit-identical to those before the option
 
     def __post_init__(self) -> None:
+        self._device = task_device("control", self.device)
         self.teacher = control.teacher(self.teacher_seed)
 
     def nodes(self, seed: int) -> dict[str, nn.Module]:
@@ -49,6 +56,7 @@ class ControlTask:
             batch_size=32,
             seed=seed,
             objective=objective,
+            device=self._device,
         )
         return run.fit(data)
 
@@ -56,7 +64,7 @@ class ControlTask:
         held_out = control.union(
             range(len(control.CORNERS)), 500, seed=9000, teacher_net=self.teacher
         )
-        run = TrainingRun(nodes, loss=nn.functional.mse_loss)
+        run = TrainingRun(nodes, loss=nn.functional.mse_loss, device=self._device)
         return {"loss": float(run.evaluate(held_out))}
 
 

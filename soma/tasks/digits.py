@@ -42,6 +42,7 @@ import torch
 from torch import nn
 
 from soma import partition as partitions
+from soma.device import task_device
 from soma.nodes import Export, export, load
 from soma.participation import ParticipationError, quorum_size, sample_size
 from soma.participation import sampled as participation_sample
@@ -155,6 +156,27 @@ def _number(name: str, value: object, *, low: float, high: float, closed: str) -
         )
 
 
+# The options make() takes, as a literal: soma.tasks.declared_options reads it from this file
+# without running it (no torch), so that the Snakefile refuses a misspelt option at parse time.
+# tests/test_checks.py holds it to DigitsTask's fields.
+OPTIONS = (
+    "partition",
+    "alpha",
+    "labels_per_client",
+    "model",
+    "hidden",
+    "lr",
+    "momentum",
+    "epochs",
+    "batch_size",
+    "split_seed",
+    "partition_seed",
+    "test_fraction",
+    "scale",
+    "device",
+)
+
+
 @dataclass
 class DigitsTask:
     partition: str = "labels_per_client"
@@ -170,6 +192,7 @@ class DigitsTask:
     partition_seed: int = 0
     test_fraction: float = 0.25
     scale: str = "standard"
+    device: str = "cpu"  # cpu, cuda, cuda:N or auto (soma.device); cpu keeps runs bit-identical
     _shards: dict[int, list[np.ndarray]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -201,12 +224,39 @@ class DigitsTask:
             raise TaskError(
                 f"digits option scale={self.scale!r} is unknown; choose one of {', '.join(SCALES)}"
             )
+        self._device = task_device("digits", self.device)
         train_x, train_y, test_x, test_y = _split(
             self.split_seed, float(self.test_fraction), self.scale
         )
         self.train_labels = train_y
         self._train = _tensors(train_x, train_y)
         self._test = _tensors(test_x, test_y)
+
+    def check(self, clients: int) -> None:
+        """Refuse a client count these options cannot serve, before any client trains.
+
+        The workflow's `start` job calls it, so that a partition that would leave digits to
+        nobody (or clients with nothing) stops the run at once, not in round 0's train jobs.
+        """
+        _integer("clients", clients, low=1)
+        n = self.labels_per_client
+        if self.partition == "labels_per_client" and clients * n < CLASSES:
+            holding = f"{n} digit{'s' if n > 1 else ''}"
+            who = f"{clients} clients holding {holding} each cover"
+            who = who if clients > 1 else f"1 client holding {holding} covers"
+            raise TaskError(
+                f"{who} {clients * n} of the {CLASSES} digits; the others would belong to "
+                "no client "
+                f"(partition labels_per_client needs clients x labels_per_client >= {CLASSES}): "
+                f"raise labels_per_client to {-(-CLASSES // clients)} or clients to "
+                f"{-(-CLASSES // n)}, or choose partition iid or dirichlet"
+            )
+        try:
+            self.indices(0, clients)  # the whole partition for this many clients, cached
+        except partitions.PartitionError as error:
+            raise TaskError(
+                f"digits partition {self.partition} for {clients} clients: {error}"
+            ) from error
 
     # -- the Task protocol ---------------------------------------------------------------
 
@@ -263,6 +313,7 @@ class DigitsTask:
 
         The optimizer (and its momentum) lives for this call only and is never exported.
         `objective` is the strategy's client side (FedProx, SCAFFOLD), applied every step.
+        The nodes are moved to the `device` option's device, in place, and the data with them.
         """
         run = TrainingRun(
             nodes,
@@ -273,22 +324,20 @@ class DigitsTask:
             batch_size=self.batch_size,
             seed=seed,
             objective=objective,
+            device=self._device,
         )
         return run.fit(data)
 
     def evaluate(self, nodes: Mapping[str, nn.Module]) -> dict[str, float]:
-        inputs, labels = self._test
-        for node in nodes.values():
-            node.train(False)
+        """Accuracy and loss on the test set, on the `device` option's device (nodes moved)."""
+        run = TrainingRun(nodes, loss=nn.functional.cross_entropy, device=self._device)
+        inputs, labels = (run.on_device(tensor) for tensor in self._test)
+        run.train(False)
         with torch.no_grad():
-            logits = _forward(nodes, inputs)
+            logits = run(inputs)
             loss = nn.functional.cross_entropy(logits, labels)
         accuracy = (logits.argmax(dim=1) == labels).double().mean()
         return {"accuracy": float(accuracy), "loss": float(loss)}
-
-
-def _forward(nodes: Mapping[str, nn.Module], inputs: torch.Tensor) -> torch.Tensor:
-    return TrainingRun(nodes, loss=nn.functional.cross_entropy)(inputs)
 
 
 def make(**options) -> DigitsTask:

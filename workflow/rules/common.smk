@@ -68,5 +68,6 @@ def client_receipts(wildcards):
 def final_targets():
     targets = expand(f"{RESULTS}/round/{{round}}/evaluation.json", round=range(ROUNDS))
     targets.append(f"{RESULTS}/summary.tsv")
-    targets.append(f"{RESULTS}/accuracy.png")
+    targets.append(f"{RESULTS}/{config['metric']}.png")
+    targets.append(f"{RESULTS}/model.safetensors")
     return targets

@@ -8,6 +8,8 @@ rule evaluate:
         f"{RESULTS}/round/{{round}}/evaluation.json",
     log:
         f"{LOGS}/round/{{round}}/evaluation.log",
+    benchmark:
+        f"{LOGS}/benchmark/round/{{round}}/evaluation.tsv"
     conda:
         "../envs/soma.yaml"
     threads: config["threads"]
@@ -24,6 +26,8 @@ rule alone:
         f"{RESULTS}/alone/{{client}}.json",
     log:
         f"{LOGS}/alone/{{client}}.log",
+    benchmark:
+        f"{LOGS}/benchmark/alone/{{client}}.tsv"
     conda:
         "../envs/soma.yaml"
     threads: config["threads"]
@@ -41,6 +45,8 @@ rule centralized:
         f"{RESULTS}/centralized.json",
     log:
         f"{LOGS}/centralized.log",
+    benchmark:
+        f"{LOGS}/benchmark/centralized.tsv"
     conda:
         "../envs/soma.yaml"
     threads: config["threads"]
@@ -53,6 +59,7 @@ rule centralized:
 
 rule summary:
     input:
+        start=f"{RESULTS}/start.json",
         evaluations=expand(
             f"{RESULTS}/round/{{round}}/evaluation.json", round=range(ROUNDS)
         ),
@@ -67,15 +74,29 @@ rule summary:
             f"{RESULTS}/summary.tsv",
             caption="../report/summary.rst",
             category="Summary",
+            labels={"result": "table (TSV, to download)"},
         ),
-        plot=report(
-            f"{RESULTS}/accuracy.png",
-            caption="../report/accuracy.rst",
+        page=report(
+            f"{RESULTS}/summary.html",
+            caption="../report/table.rst",
             category="Summary",
+            labels={"result": "table"},
+        ),
+        # Named by the metric, so that another metric is another plot, not a stale one.
+        plot=report(
+            f"{RESULTS}/{config['metric']}.png",
+            caption="../report/plot.rst",
+            category="Summary",
+            labels={"result": "plot"},
         ),
     log:
         f"{LOGS}/summary.log",
+    benchmark:
+        f"{LOGS}/benchmark/summary.tsv"
     conda:
         "../envs/soma.yaml"
+    params:
+        metric=config["metric"],
+        strategy=config["strategy"],
     script:
         "../scripts/summary.py"

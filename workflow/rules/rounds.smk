@@ -6,6 +6,8 @@ rule start:
         f"{RESULTS}/start.json",
     log:
         f"{LOGS}/start.log",
+    benchmark:
+        f"{LOGS}/benchmark/start.tsv"
     conda:
         "../envs/soma.yaml"
     threads: config["threads"]
@@ -22,6 +24,8 @@ rule train:
         f"{RESULTS}/round/{{round}}/client/{{client}}.json",
     log:
         f"{LOGS}/round/{{round}}/client/{{client}}.log",
+    benchmark:
+        f"{LOGS}/benchmark/round/{{round}}/client/{{client}}.tsv"
     conda:
         "../envs/soma.yaml"
     threads: config["threads"]
@@ -39,6 +43,8 @@ rule average:
         f"{RESULTS}/round/{{round}}/average.json",
     log:
         f"{LOGS}/round/{{round}}/average.log",
+    benchmark:
+        f"{LOGS}/benchmark/round/{{round}}/average.tsv"
     conda:
         "../envs/soma.yaml"
     threads: config["threads"]

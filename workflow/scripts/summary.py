@@ -1,15 +1,18 @@
-"""The per-round table and the accuracy plot (rule `summary`)."""
+"""The per-round table (TSV and HTML) and the metric's plot (rule `summary`)."""
 
 from soma import workflow
 
 sm = snakemake  # noqa: F821
 with workflow.logged(sm.log[0]):
-    metric = sm.config["metric"]
+    metric = sm.params.metric
     rows = workflow.summary_rows(
         sm.input.evaluations,
         sm.input.alone,
         (sm.input.centralized or [None])[0],
         metric,
-        sm.config["strategy"],
+        sm.params.strategy,
+        start=sm.input.start,
     )
-    workflow.summary(rows, metric, sm.output.table, sm.output.plot)
+    workflow.summary(
+        rows, metric, sm.output.table, sm.output.plot, page=sm.output.page, run=sm.config["run"]
+    )
