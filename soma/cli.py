@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -101,6 +102,7 @@ def client(args: argparse.Namespace) -> int:
             "train": metrics,
         }
         print(json.dumps(line, sort_keys=True), flush=True)
+        _log_round(task, nodes, args, r, record)
     print(
         json.dumps(
             {"client": args.mine, "done": args.rounds, "evaluation": task.evaluate(nodes)},
@@ -109,6 +111,27 @@ def client(args: argparse.Namespace) -> int:
         flush=True,
     )
     return 0
+
+
+LOG = logging.getLogger("soma.client")
+
+
+def _log_round(task, nodes, args, round: int, record: dict[str, Any]) -> None:
+    """One line a round on stderr, as the workflow's evaluation prints it: the new weights'
+    test metrics, evaluated by one client (the lowest-numbered member of the round, so
+    that exactly one does it; every client with --evaluate all), and who was left out."""
+    members = record.get("expected") or list(range(args.clients))
+    if args.evaluate == "none" or (args.evaluate == "one" and args.mine != min(members)):
+        return
+    metrics = task.evaluate(nodes)
+    shown = ", ".join(f"{k} {v:.4g}" for k, v in sorted(metrics.items()) if _is_number(v))
+    left = record.get("left_out") or []
+    also = f" ({len(left)} left out: {', '.join(str(x['client']) for x in left)})" if left else ""
+    LOG.info("round %d/%d: %s%s", round, args.rounds - 1, shown, also)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _take_part(store, meeting, task, strategy, nodes, data, size, own, args):
@@ -274,6 +297,13 @@ def parser() -> argparse.ArgumentParser:
         help="seconds to wait for a round before naming who is missing",
     )
     c.add_argument(
+        "--evaluate",
+        choices=("one", "all", "none"),
+        default="one",
+        help="who logs the test metrics of each round's new weights on stderr: one client "
+        "(the lowest-numbered of the round), every client, or nobody",
+    )
+    c.add_argument(
         "--threads",
         type=int,
         default=int(os.environ.get("SOMA_THREADS", "1")),
@@ -309,6 +339,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     if getattr(args, "command", None) == "client" and args.mine is None:
         procid = os.environ.get("SLURM_PROCID")
         if procid is None:

@@ -285,6 +285,9 @@ def test_four_processes_one_folder_two_rounds(tmp_path) -> None:
         assert same(store.recall_digest(record["weights"]), expected)
     evaluations = {json.dumps(ls[-1]["evaluation"]) for ls in lines}
     assert len(evaluations) == 1
+    # and one of them logs each round's test metrics, as the workflow's evaluation does
+    progress = [err for _, err in outputs if "round 1/1: " in err]
+    assert len(progress) == 1 and "round 0/1: loss " in progress[0], progress
 
 
 def test_a_client_that_never_starts_stops_the_others_by_name(tmp_path) -> None:
