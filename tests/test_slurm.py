@@ -457,7 +457,7 @@ def test_a_client_job_cancelled_with_scancel_fails_the_run_naming_that_client(
     cluster, tmp_path, slurm
 ) -> None:
     slow = {"slow_client": 1, "seconds": 600, "inner": "soma.tasks.control", "examples": 64}
-    write_config(tmp_path, task="slow_task", task_options={"slow_task": slow})
+    write_config(tmp_path, task="slow_task", task_options={"slow_task": slow}, metric="loss")
     env = slurm_env()
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(FIXTURES), env.get("PYTHONPATH")]))
     run = slurm.start(snakemake(tmp_path, AVERAGE_0, slurm=slurm), cwd=tmp_path, env=env)
@@ -500,7 +500,14 @@ def test_with_a_quorum_a_cancelled_client_job_is_retried_drops_out_and_the_round
     finds its first attempt ended without a trace (sacct says CANCELLED) and drops out saying
     so; the round is averaged over the others, and its record says who was left out."""
     slow = {"slow_client": 1, "seconds": 600, "inner": "soma.tasks.control", "examples": 32}
-    write_config(tmp_path, task="slow_task", task_options={"slow_task": slow}, clients=3, quorum=2)
+    write_config(
+        tmp_path,
+        task="slow_task",
+        task_options={"slow_task": slow},
+        metric="loss",
+        clients=3,
+        quorum=2,
+    )
     env = slurm_env()
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(FIXTURES), env.get("PYTHONPATH")]))
     command = snakemake(tmp_path, AVERAGE_0, "--retries", "1", slurm=slurm)
