@@ -453,16 +453,9 @@ def test_srun_mode_four_tasks_in_one_sbatch_average_each_round_once(cluster, tmp
 # --- 4a. a client job cancelled with scancel ---------------------------------------------------
 
 
-def test_a_client_job_cancelled_with_scancel_fails_the_run_naming_that_client(
-    cluster, tmp_path, slurm
-) -> None:
-    slow = {"slow_client": 1, "seconds": 600, "inner": "soma.tasks.control", "examples": 64}
-    write_config(tmp_path, task="slow_task", task_options={"slow_task": slow}, metric="loss")
-    env = slurm_env()
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(FIXTURES), env.get("PYTHONPATH")]))
-    run = slurm.start(snakemake(tmp_path, AVERAGE_0, slurm=slurm), cwd=tmp_path, env=env)
-
-    log = tmp_path / f"logs/{RUN}/round/0/client/1.log"
+def cancel_client_1_while_it_sleeps(workdir: Path, run, slurm: Slurm) -> Job:
+    """scancel round 0's client 1 train job once it is running and sleeping in train()."""
+    log = workdir / f"logs/{RUN}/round/0/client/1.log"
 
     def sleeping_client_1() -> Job | None:
         assert run.poll() is None, slurm.finish(run, 0).tail()
@@ -474,6 +467,18 @@ def test_a_client_job_cancelled_with_scancel_fails_the_run_naming_that_client(
 
     job = wait_for("client 1's train job sleeping in train()", sleeping_client_1, FEW_JOBS / 2)
     subprocess.run(["scancel", job.id], env=slurm_env(), timeout=30, check=True)
+    return job
+
+
+def test_a_client_job_cancelled_with_scancel_fails_the_run_naming_that_client(
+    cluster, tmp_path, slurm
+) -> None:
+    slow = {"slow_client": 1, "seconds": 600, "inner": "soma.tasks.control", "examples": 64}
+    write_config(tmp_path, task="slow_task", task_options={"slow_task": slow}, metric="loss")
+    env = slurm_env()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(FIXTURES), env.get("PYTHONPATH")]))
+    run = slurm.start(snakemake(tmp_path, AVERAGE_0, slurm=slurm), cwd=tmp_path, env=env)
+    job = cancel_client_1_while_it_sleeps(tmp_path, run, slurm)
     failed = slurm.finish(run, timeout=FEW_JOBS / 2)
 
     assert failed.returncode != 0, failed.tail()
@@ -512,17 +517,7 @@ def test_with_a_quorum_a_cancelled_client_job_is_retried_drops_out_and_the_round
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(FIXTURES), env.get("PYTHONPATH")]))
     command = snakemake(tmp_path, AVERAGE_0, "--retries", "1", slurm=slurm)
     run = slurm.start(command, cwd=tmp_path, env=env)
-    log = tmp_path / f"logs/{RUN}/round/0/client/1.log"
-
-    def sleeping_client_1() -> Job | None:
-        assert run.poll() is None, slurm.finish(run, 0).tail()
-        if not (log.is_file() and "sleeping" in log.read_text()):
-            return None
-        jobs = [j for j in slurm.jobs() if j.comment == "rule_train_wildcards_0_1"]
-        return next((j for j in jobs if j.state == "RUNNING"), None)
-
-    job = wait_for("client 1's train job sleeping in train()", sleeping_client_1, FEW_JOBS / 2)
-    subprocess.run(["scancel", job.id], env=slurm_env(), timeout=30, check=True)
+    job = cancel_client_1_while_it_sleeps(tmp_path, run, slurm)
     done = slurm.finish(run, timeout=FEW_JOBS)
     assert done.returncode == 0, done.tail()
     assert ended(job.id) == "CANCELLED"
