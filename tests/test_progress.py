@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from test_workflow import NO_BASELINES, TINY, ok, snakemake
 
-from soma import workflow
+from soma import report, workflow
 from soma.round import evaluation_name
 from soma.store import Store
 
@@ -130,20 +130,20 @@ def test_progress_lines_go_to_stderr_too_and_the_rest_only_to_the_log(tmp_path, 
 def rows(*columns: str, rounds: int = 3) -> list[dict]:
     """Rows as summary_rows makes them: the start, then rounds 0.."""
     made = []
-    for r in [workflow.START, *range(rounds)]:
-        x = 0.1 if r == workflow.START else 0.5 + 0.1 * r
+    for r in [report.START, *range(rounds)]:
+        x = 0.1 if r == report.START else 0.5 + 0.1 * r
         made.append({"strategy": "fedavg", "round": r, **{c: x for c in columns}})
     return made
 
 
 def columns_of(made: list[dict]) -> list[str]:
-    return [c for c in workflow.COLUMNS if any(c in row for row in made)]
+    return [c for c in report.COLUMNS if any(c in row for row in made)]
 
 
 def test_the_plot_is_on_the_tables_rounds_with_integer_ticks_and_the_best_client() -> None:
     made = rows("federated", "alone", "alone_best", "centralized", rounds=3)
     columns = columns_of(made)
-    figure = workflow.plotted(made, columns, "accuracy", workflow.plot_title(made, columns))
+    figure = report.plotted(made, columns, "accuracy", report.plot_title(made, columns))
     axes = figure.axes[0]
     assert [t.get_text() for t in axes.get_xticklabels()] == ["start", "0", "1", "2"]
     assert list(axes.get_xticks()) == [-1, 0, 1, 2]
@@ -161,11 +161,11 @@ def test_the_title_names_only_the_baselines_there_are() -> None:
         (("centralized",), "Federated (fedavg) against centralized"),
     ):
         made = rows("federated", *present)
-        assert workflow.plot_title(made, columns_of(made)) == title
+        assert report.plot_title(made, columns_of(made)) == title
 
 
 def test_many_rounds_get_few_integer_ticks() -> None:
-    ticks = workflow.round_ticks([workflow.START, *range(100)])
+    ticks = report.round_ticks([report.START, *range(100)])
     assert ticks[0] == -1 and len(ticks) <= 12
     assert all(isinstance(t, int) for t in ticks) and ticks == sorted(ticks)
 

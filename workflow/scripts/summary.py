@@ -1,11 +1,11 @@
 """The per-round table (TSV and HTML) and the metric's plot (rule `summary`)."""
 
-from soma import workflow
+from soma import report, workflow
 
 sm = snakemake  # noqa: F821
 with workflow.logged(sm.log[0]):
     metric = sm.params.metric
-    rows = workflow.summary_rows(
+    rows = report.summary_rows(
         sm.input.evaluations,
         sm.input.alone,
         (sm.input.centralized or [None])[0],
@@ -13,6 +13,6 @@ with workflow.logged(sm.log[0]):
         sm.params.strategy,
         start=sm.input.start,
     )
-    workflow.summary(
+    report.summary(
         rows, metric, sm.output.table, sm.output.plot, page=sm.output.page, run=sm.config["run"]
     )

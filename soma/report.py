@@ -1,0 +1,221 @@
+"""The summary job's table and plot: per round, the federated run beside its baselines.
+
+Pure presentation of receipts the other jobs wrote: a TSV (and the same table as HTML, for
+Snakemake's report, which shows HTML but not TSV) and a plot named by the metric.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from soma.workflow import LOG, ConfigRefused, read_receipt, shown
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+
+def lower_is_better(metric: str) -> bool:
+    """A loss or an error is better lower; anything else (accuracy, F1, ...) higher."""
+    return metric.endswith(("loss", "error", "mse"))
+
+
+COLUMNS = ("strategy", "round", "federated", "alone", "alone_best", "centralized")
+START = "start"  # the `round` of the starting weights' row: before round 0
+# What each column is called in the plot's legend, and how it is drawn.
+SERIES = {
+    "federated": ("federated ({strategy})", "o-"),
+    "centralized": ("centralized (all data)", "s--"),
+    "alone": ("alone (mean of clients)", "^:"),
+    "alone_best": ("alone (best client)", "v-."),
+}
+
+
+def summary_rows(
+    evaluations: Sequence[str],
+    alones: Sequence[str],
+    central: str | None,
+    metric: str,
+    strategy: str = "fedavg",
+    start: str | None = None,
+) -> list[dict[str, Any]]:
+    """Per round: the strategy, the federated average's metric, the alone clients' mean and
+    best, centralized. The strategy is a column so that the tables of runs with different
+    strategies stack into one.
+
+    Rounds are 0-based, as in results/<run>/round/<r>/ and `soma status`: round r's row is
+    the metric after round r. With the start receipt's evaluation, a first row `start` holds
+    the starting weights' metric, where every column begins (the baselines start from the
+    same weights). A metric none of the evaluations has is refused, naming `metric`.
+    """
+    federated = {e["round"]: e["metrics"] for e in map(read_receipt, evaluations)}
+    if federated and not any(metric in m for m in federated.values()):
+        returned = ", ".join(sorted(next(iter(federated.values()))))
+        raise ConfigRefused(
+            f"config key `metric`: the task's evaluate() returns {returned}; not {metric!r}"
+        )
+    alone_runs = [read_receipt(p)["per_round"] for p in alones]
+    central_run = read_receipt(central)["per_round"] if central else None
+    better = min if lower_is_better(metric) else max
+    rows = []
+    at_start = (read_receipt(start).get("metrics") or {}) if start else {}
+    if metric in at_start:  # a start receipt older than its evaluation has no metrics
+        at_start = at_start[metric]
+        rows.append(_row(strategy, START, at_start, [at_start] * len(alone_runs), better))
+        if central_run:
+            rows[0]["centralized"] = at_start
+    for r in sorted(federated):
+        values = [run[r]["metrics"].get(metric) for run in alone_runs]
+        row = _row(strategy, r, federated[r].get(metric), values, better)
+        if central_run:
+            row["centralized"] = central_run[r]["metrics"].get(metric)
+        rows.append(row)
+    return rows
+
+
+def _row(
+    strategy: str, round: int | str, federated: Any, alone: list, better: Callable[[list], Any]
+) -> dict[str, Any]:
+    """One row of the table; the alone columns only when there are clients alone."""
+    row: dict[str, Any] = {"strategy": strategy, "round": round, "federated": federated}
+    if alone:
+        known = [v for v in alone if v is not None]
+        row["alone"] = sum(known) / len(known) if len(known) == len(alone) else None
+        row["alone_best"] = better(known) if known else None
+    return row
+
+
+def summary(
+    rows: Sequence[Mapping[str, Any]],
+    metric: str,
+    table: str,
+    plot: str,
+    page: str | None = None,
+    run: str | None = None,
+) -> None:
+    """The per-round table (TSV, and as an HTML page for the report) and the plot (PNG)."""
+    columns = [c for c in COLUMNS if any(c in row for row in rows)]
+    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+    title = plot_title(rows, columns)
+    _write_text(table, "\n".join("\t".join(line) for line in [columns, *cells]) + "\n")
+    if page is not None:
+        _write_text(page, html_table(columns, cells, f"{run or 'run'}: test {metric}", title))
+    draw(rows, columns, metric, plot, title)
+    LOG.info("wrote %s (%d rows), %s%s", table, len(rows), plot, f" and {page}" if page else "")
+    if rows:
+        last = rows[-1]
+        LOG.info("round %s: %s", last["round"], shown({c: last.get(c) for c in columns[2:]}))
+
+
+def _cell(value: Any) -> str:
+    """A table cell: four decimals for a metric, `nan` where the metric was not a number."""
+    if value is None:
+        return "nan"
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def _write_text(path: str, text: str) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(text, encoding="utf-8")
+
+
+def plot_title(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
+    """What the plot compares, naming only the baselines it has."""
+    strategy = rows[0]["strategy"] if rows else "fedavg"
+    others = [
+        name
+        for column, name in (("alone", "each client alone"), ("centralized", "centralized"))
+        if column in columns
+    ]
+    against = f" against {' and '.join(others)}" if others else ""
+    return f"Federated ({strategy}){against}"
+
+
+def html_table(
+    columns: Sequence[str], cells: Sequence[Sequence[str]], head: str, about: str
+) -> str:
+    """The table as a page of its own: Snakemake's report shows HTML, and a TSV only as a
+    download."""
+    header = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "\n".join(
+        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in line) + "</tr>"
+        for line in cells
+    )
+    style = (
+        "body{font-family:sans-serif}table{border-collapse:collapse}"
+        "th,td{padding:3px 10px;border-bottom:1px solid #ccc;text-align:right}"
+    )
+    return (
+        f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(head)}</title>'
+        f"<style>{style}</style></head>\n<body><h3>{html.escape(head)}</h3>"
+        f"<p>{html.escape(about)}; round 0-based, start: the starting weights.</p>\n"
+        f"<table>\n<thead><tr>{header}</tr></thead>\n<tbody>\n{body}\n</tbody>\n</table>\n"
+        "</body></html>\n"
+    )
+
+
+def x_of(round: int | str) -> int:
+    """Where a row sits on the plot's x-axis: its round, and the start just before round 0."""
+    return -1 if round == START else int(round)
+
+
+def round_ticks(rounds: Sequence[int | str]) -> list[int]:
+    """Integer ticks over the table's rounds (about ten at most), and the start's just before
+    round 0: the plot's x-axis is the table's `round` column."""
+    from matplotlib.ticker import MaxNLocator
+
+    numbered = [int(r) for r in rounds if r != START]
+    ticks = []
+    if numbered:
+        low, high = min(numbered), max(numbered)
+        found = MaxNLocator(nbins=10, integer=True).tick_values(low, high)
+        ticks = sorted({int(t) for t in found if low <= t <= high} | {low})
+    if START not in rounds:
+        return ticks
+    if len(ticks) > 1 and ticks[1] - ticks[0] > 1:
+        ticks = ticks[1:]  # sparse ticks: `start` and the first round would overlap
+    return [x_of(START), *ticks]
+
+
+def draw(
+    rows: Sequence[Mapping[str, Any]], columns: Sequence[str], metric: str, plot: str, title: str
+) -> None:
+    """The plot as a PNG; no timestamp or version in it, so a rerun writes the same bytes."""
+    from matplotlib import pyplot
+
+    figure = plotted(rows, columns, metric, title)
+    Path(plot).parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(plot, metadata={"Software": None})
+    pyplot.close(figure)
+
+
+def plotted(
+    rows: Sequence[Mapping[str, Any]], columns: Sequence[str], metric: str, title: str
+) -> Figure:
+    """The metric per round on the table's rounds, one line per column of the table (a
+    Figure, so that tests can read its ticks, lines and title)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    figure, axes = pyplot.subplots(figsize=(6.4, 4.2), dpi=100)
+    xs = [x_of(row["round"]) for row in rows]
+    strategy = rows[0]["strategy"] if rows else "fedavg"
+    for column, (label, style) in SERIES.items():
+        if column in columns:
+            ys = [math.nan if row.get(column) is None else row[column] for row in rows]
+            axes.plot(xs, ys, style, label=label.format(strategy=strategy))
+    ticks = round_ticks([row["round"] for row in rows])
+    axes.set_xticks(ticks, ["start" if t == x_of(START) else str(t) for t in ticks])
+    axes.set_xlabel("round (0-based, as in the table)")
+    axes.set_ylabel(f"test {metric}")
+    axes.set_title(title)
+    axes.grid(alpha=0.3)
+    if rows:
+        axes.legend()
+    figure.tight_layout()
+    return figure
