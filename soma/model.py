@@ -42,6 +42,7 @@ import torch
 
 from soma import tensorfile
 from soma.errors import SomaError
+from soma.files import fsync_folder, write_all
 from soma.nodes import Export
 from soma.store_errors import StoreError
 
@@ -133,12 +134,6 @@ def _plan(export: Export, metadata: Mapping[str, Any]) -> tensorfile.TensorPlan:
     )
 
 
-def _write_all(fd: int, chunks: Iterable[memoryview]) -> None:
-    for chunk in chunks:
-        while len(chunk):
-            chunk = chunk[os.write(fd, chunk) :]
-
-
 def save_model(
     export: Export, path: str | os.PathLike[str], metadata: Mapping[str, Any] | None = None
 ) -> Path:
@@ -163,7 +158,8 @@ def save_model(
         raise ModelError(f"cannot write the model to {str(path)!r}: {error}") from None
     try:
         try:
-            _write_all(fd, plan.chunks())
+            for chunk in plan.chunks():
+                write_all(fd, chunk)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -173,18 +169,8 @@ def save_model(
         if isinstance(error, OSError):  # a full disk, a quota: said in one line by the CLI
             raise ModelError(f"cannot write the model to {str(path)!r}: {error}") from error
         raise
-    _fsync_folder(folder)
+    fsync_folder(folder)
     return path
-
-
-def _fsync_folder(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    except OSError:  # some filesystems cannot fsync a folder; the rename stands
-        pass
-    finally:
-        os.close(fd)
 
 
 def read_metadata(path: str | os.PathLike[str]) -> dict[str, str]:

@@ -333,11 +333,6 @@ def arrivals(store: Store, meeting: Meeting, here: list[int]) -> tuple[list[Inpu
     return inputs, dropped
 
 
-def inputs_present(store: Store, meeting: Meeting, here: list[int]) -> list[Input]:
-    """Each present member's part in the average (those that dropped out have none)."""
-    return arrivals(store, meeting, here)[0]
-
-
 def _complete(here: list[int], clients: int) -> bool:
     """Everyone is accounted for when every member has a record (an export or a drop-out)."""
     return len(here) == clients

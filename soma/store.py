@@ -119,6 +119,7 @@ import torch
 
 from soma import codecs, tensorfile
 from soma.codecs import register_codec, unregister_codec
+from soma.files import fsync_folder, write_all
 from soma.names import check_name, split_prefix
 from soma.store_errors import (
     BadBlob,
@@ -237,12 +238,6 @@ class _Beside(threading.Thread):
             raise self.error
 
 
-def _write_all(fd: int, data: memoryview) -> None:
-    while len(data):
-        written = os.write(fd, data)
-        data = data[written:]
-
-
 def _hash_plan(plan: tensorfile.TensorPlan) -> str:
     h = hashlib.sha256()
     for chunk in plan.chunks():
@@ -274,7 +269,7 @@ def _write_chunks(fd: int, chunks: Iterable[memoryview]) -> None:
     goes (a hint only: durability is still the fsync's, and errors are still its own)."""
     written = started = 0
     for chunk in chunks:
-        _write_all(fd, chunk)
+        write_all(fd, chunk)
         written += len(chunk)
         if written - started >= _WRITEBACK_EVERY and _SYNC_FILE_RANGE is not None:
             _SYNC_FILE_RANGE(fd, started, written - started, _SYNC_FILE_RANGE_WRITE)
@@ -348,7 +343,7 @@ class Store:
             self._placing(name, lambda: os.rename(tmp, target))
         finally:
             _unlink_quietly(tmp)
-        self._fsync_dir(target.parent)
+        fsync_folder(target.parent)
 
     def claim(self, name: str, digest: str) -> bool:
         """Point `name` at `digest` if nobody has it: True if this call took it, else False.
@@ -379,7 +374,7 @@ class Store:
         finally:
             _unlink_quietly(tmp)
         if won:
-            self._fsync_dir(target.parent)
+            fsync_folder(target.parent)
         return won
 
     def resolve(self, name: str) -> str | None:
@@ -560,7 +555,7 @@ class Store:
     def _small_temp(self, digest: str, what: str) -> str:
         fd, tmp = self._temp(what)
         try:
-            _write_all(fd, memoryview(f"{digest}\n".encode("ascii")))
+            write_all(fd, memoryview(f"{digest}\n".encode("ascii")))
         except BaseException:
             self._abandon(fd, tmp)
             raise
@@ -595,7 +590,7 @@ class Store:
                     if os.stat(tmp).st_nlink == 2:  # NFS: the link happened
                         break
                     raise
-            self._fsync_dir(final.parent)
+            fsync_folder(final.parent)
         finally:
             _unlink_quietly(tmp)
 
@@ -635,7 +630,7 @@ class Store:
         if plan.nbytes < _SPECULATE_FROM or not self._beside or _cpus() < 2:
             return self._write_new(plan, _hash_plan(plan))
         fd, tmp = self._temp("blob")
-        writer = _Beside(lambda chunk: _write_all(fd, chunk))
+        writer = _Beside(lambda chunk: write_all(fd, chunk))
         h = hashlib.sha256()
         try:
             for chunk in plan.chunks():
@@ -754,18 +749,7 @@ class Store:
             if name is None:
                 raise
             raise self._conflict_above(name) from None
-        self._fsync_dir(folder.parent)
-
-    @staticmethod
-    def _fsync_dir(folder: Path) -> None:
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        except OSError as exc:  # some filesystems cannot fsync a folder; nothing to do then
-            if exc.errno not in (errno.EINVAL, errno.ENOTSUP):
-                raise
-        finally:
-            os.close(fd)
+        fsync_folder(folder.parent)
 
 
 def _unlink_quietly(path: str) -> None:

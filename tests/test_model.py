@@ -257,11 +257,11 @@ def test_a_failing_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypa
     save_model(weights(), path, {"round": 0})
     old = path.read_bytes()
 
-    def full(fd: int, chunks) -> None:
-        os.write(fd, bytes(next(iter(chunks)))[:10])
+    def full(fd: int, chunk) -> None:
+        os.write(fd, bytes(chunk)[:10])
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(soma.model, "_write_all", full)
+    monkeypatch.setattr(soma.model, "write_all", full)
     changed = {**weights(), "extra": {"w": torch.ones(100)}}
     with pytest.raises(ModelError, match="No space"):
         save_model(changed, path, {"round": 1})
@@ -274,13 +274,12 @@ def test_a_failing_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypa
 KILLED_WRITER = """
 import sys, time, torch
 import soma.model
-write = soma.model._write_all
-def slowly(fd, chunks):
-    for chunk in chunks:
-        write(fd, [chunk])
-        print("wrote", flush=True)
-        time.sleep(600)
-soma.model._write_all = slowly
+write = soma.model.write_all
+def slowly(fd, chunk):
+    write(fd, chunk)
+    print("wrote", flush=True)
+    time.sleep(600)
+soma.model.write_all = slowly
 soma.model.save_model({"n": {"w": torch.ones(1000)}}, sys.argv[1], {"round": 1})
 """
 

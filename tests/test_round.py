@@ -22,11 +22,11 @@ from soma.round import (
     Meeting,
     RoundError,
     RoundIncomplete,
+    arrivals,
     average_round,
     contribute,
     gather,
     inputs_key,
-    inputs_present,
     present,
     status,
     weights_of_average,
@@ -63,7 +63,7 @@ def M(run: str, round: int, clients: int, **more) -> Meeting:  # noqa: N802
 
 def averaging_place(store: Store, meeting: Meeting) -> Place:
     """Where the meeting's present clients are averaged (the claim a holder would hold)."""
-    inputs = inputs_present(store, meeting, present(store, meeting))
+    inputs, _ = arrivals(store, meeting, present(store, meeting))
     return Place(f"{meeting.prefix}/inputs/{inputs_key(meeting.key, inputs)}")
 
 
