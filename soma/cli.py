@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,37 @@ def _count_or_fraction(text: str) -> int | float:
             ) from None
 
 
+def clients_of(text: str) -> list[int]:
+    """`3`, `0-4`, `0,2,5` or `0-4,8`: the clients one process hosts, sorted and distinct."""
+    chosen: set[int] = set()
+    for part in text.split(","):
+        first, dash, last = part.strip().partition("-")
+        try:
+            low = int(first)
+            high = int(last) if dash else low
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a client, a range (0-4) or a list of them (0,2,5-7)"
+            ) from None
+        if low < 0 or high < low:
+            raise argparse.ArgumentTypeError(f"{part!r} is not a range of clients from 0 up")
+        chosen.update(range(low, high + 1))
+    return sorted(chosen)
+
+
+@dataclass
+class Hosted:
+    """One client this process trains: its shard, the size it weighs, its own strategy state."""
+
+    index: int
+    data: Any
+    size: int
+    own: Any = None
+
+
 def client(args: argparse.Namespace) -> int:
+    """Every round: train each hosted client that the round samples, from the round's start,
+    contribute it, and leave with the average (whoever finds the round complete averages)."""
     import torch
 
     from soma.nodes import export, load
@@ -61,6 +92,9 @@ def client(args: argparse.Namespace) -> int:
     from soma.strategies import check_task_takes_objective, load_strategy
     from soma.tasks import load_task
 
+    for k in args.mine:
+        if k >= args.clients:
+            raise SomaError(f"client {k} is not one of the run's clients 0..{args.clients - 1}")
     torch.set_num_threads(args.threads)
     store = Store(args.store)
     task_options = _options(args.option, "task")
@@ -69,9 +103,11 @@ def client(args: argparse.Namespace) -> int:
     strategy = load_strategy(args.strategy, strategy_options)
     check_task_takes_objective(args.strategy, strategy, task)
     nodes = task.nodes(args.seed)
-    data = task.shard(args.mine, args.clients)
-    size = task.size(data)
-    start, state, own = store.put_value(export(nodes)), None, None
+    hosted = []
+    for k in args.mine:
+        data = task.shard(k, args.clients)
+        hosted.append(Hosted(k, data, task.size(data)))
+    start, state = store.put_value(export(nodes)), None
     for r in range(args.rounds):
         expected, quorum = policy(args.seed, r, args.clients, args.participation, args.quorum)
         meeting = Meeting(
@@ -85,32 +121,48 @@ def client(args: argparse.Namespace) -> int:
             config=identity(args.task, task_options, args.seed),
             expected=expected,
             quorum=quorum,
+            tree=args.tree,
         )
-        metrics = None
-        if args.mine in meeting.members:
-            metrics, own = _take_part(store, meeting, task, strategy, nodes, data, size, own, args)
+        taking_part = [h for h in hosted if h.index in meeting.members]
+        metrics = {}
+        for i, h in enumerate(taking_part):
+            if i > 0:  # the one before trained these nodes: every client starts from the start
+                load(nodes, store.recall_digest(start))
+            metrics[h.index] = _take_part(store, meeting, task, strategy, nodes, h, args)
         digest = average_round(store, meeting, deadline=args.deadline)
         record = read_record(store, digest)
         load(nodes, store.recall_digest(record["weights"]))
         start, state = record["weights"], record["state"]
-        line = {
-            "client": args.mine,
-            "round": r,
-            "size": size,
-            "average": digest,
-            "weights": start,
-            "train": metrics,
-        }
-        print(json.dumps(line, sort_keys=True), flush=True)
+        print(json.dumps(_round_line(args, r, hosted, digest, start, metrics)), flush=True)
         _log_round(task, nodes, args, r, record)
     print(
         json.dumps(
-            {"client": args.mine, "done": args.rounds, "evaluation": task.evaluate(nodes)},
+            {**_who(args, hosted), "done": args.rounds, "evaluation": task.evaluate(nodes)},
             sort_keys=True,
         ),
         flush=True,
     )
     return 0
+
+
+def _who(args: argparse.Namespace, hosted: list[Hosted]) -> dict[str, Any]:
+    """A line's subject: `client` for a process of one client, `clients` for several."""
+    if len(hosted) == 1:
+        return {"client": hosted[0].index}
+    return {"clients": [h.index for h in hosted]}
+
+
+def _round_line(args, r, hosted, digest, weights, metrics) -> dict[str, Any]:
+    """What a round left this process with, as one JSON line (sorted keys)."""
+    line = {**_who(args, hosted), "round": r, "average": digest, "weights": weights}
+    if len(hosted) == 1:
+        line.update(size=hosted[0].size, train=metrics.get(hosted[0].index))
+    else:
+        line.update(
+            sizes={str(h.index): h.size for h in hosted},
+            train={str(k): m for k, m in metrics.items()},
+        )
+    return dict(sorted(line.items()))
 
 
 LOG = logging.getLogger("soma.client")
@@ -121,7 +173,7 @@ def _log_round(task, nodes, args, round: int, record: dict[str, Any]) -> None:
     test metrics, evaluated by one client (the lowest-numbered member of the round, so
     that exactly one does it; every client with --evaluate all), and who was left out."""
     members = record.get("expected") or list(range(args.clients))
-    if args.evaluate == "none" or (args.evaluate == "one" and args.mine != min(members)):
+    if args.evaluate == "none" or (args.evaluate == "one" and min(members) not in args.mine):
         return
     metrics = task.evaluate(nodes)
     shown = ", ".join(f"{k} {v:.4g}" for k, v in sorted(metrics.items()) if _is_number(v))
@@ -134,27 +186,30 @@ def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _take_part(store, meeting, task, strategy, nodes, data, size, own, args):
+def _take_part(store, meeting, task, strategy, nodes, hosted: Hosted, args) -> Any:
     """Train, and contribute; or, when the task fails or the export is refused, drop out
-    saying why (the round goes on without this client if its quorum allows)."""
+    saying why (the round goes on without this client if its quorum allows). The metrics."""
     from soma.nodes import export
     from soma.round import contribute, drop, dropout_reason
     from soma.runs import training_seed
     from soma.strategies import train_locally
 
     state = None if meeting.state is None else store.recall_digest(meeting.state)
-    seed = training_seed(args.seed, meeting.round, args.mine)
+    seed = training_seed(args.seed, meeting.round, hosted.index)
     try:
-        metrics, extra, mine = train_locally(
-            strategy, task, nodes, data, seed=seed, state=state, mine=own
+        metrics, extra, own = train_locally(
+            strategy, task, nodes, hosted.data, seed=seed, state=state, mine=hosted.own
         )
-        contribute(store, meeting, export(nodes), mine=args.mine, size=size, extra=extra, own=mine)
+        contribute(
+            store, meeting, export(nodes), mine=hosted.index, size=hosted.size, extra=extra, own=own
+        )
     except Exception as error:  # the task failed or the export was refused: drop out
         why = dropout_reason(error)
-        drop(store, meeting, mine=args.mine, why=why)
-        print(f"soma: client {args.mine} drops out of {meeting.what}: {why}", file=sys.stderr)
-        return None, own
-    return metrics, mine
+        drop(store, meeting, mine=hosted.index, why=why)
+        print(f"soma: client {hosted.index} drops out of {meeting.what}: {why}", file=sys.stderr)
+        return None
+    hosted.own = own
+    return metrics
 
 
 class NoStore(SomaError):
@@ -253,7 +308,18 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--rounds", type=int, required=True)
     c.add_argument("--clients", type=int, required=True)
     c.add_argument(
-        "--mine", type=int, default=None, help="this client's index (default: $SLURM_PROCID)"
+        "--mine",
+        type=clients_of,
+        default=None,
+        help="the clients this process trains: 3, 0-4 or 0,2,5-7 (default: $SLURM_PROCID, "
+        "or with --per-task B, task p's B clients p*B..p*B+B-1)",
+    )
+    c.add_argument(
+        "--per-task",
+        type=int,
+        default=1,
+        metavar="B",
+        help="clients per task when --mine is not given (default 1)",
     )
     c.add_argument("--task", default="soma.tasks.control", help="a task's import path")
     c.add_argument(
@@ -290,6 +356,14 @@ def parser() -> argparse.ArgumentParser:
         "once --deadline has passed: a count or a fraction (default: all of them)",
     )
     c.add_argument("--seed", type=int, default=0, help="the seed of the starting weights")
+    c.add_argument(
+        "--tree",
+        type=int,
+        default=None,
+        metavar="FAN_IN",
+        help="average through a tree of partial means, FAN_IN inputs a node, the work "
+        "shared by every process of the round (FedAvg-style strategies; default: flat)",
+    )
     c.add_argument(
         "--deadline",
         type=float,
@@ -337,14 +411,30 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+def _mine_from_slurm(args: argparse.Namespace) -> list[int]:
+    """Task p of an srun hosts client p, or with --per-task B clients p*B..p*B+B-1."""
+    procid = os.environ.get("SLURM_PROCID")
+    if procid is None:
+        raise SystemExit("soma client: --mine not given and $SLURM_PROCID is not set")
+    if not procid.isdigit():
+        raise SystemExit(f"soma client: $SLURM_PROCID is {procid!r}, not a task number")
+    if args.per_task < 1:
+        raise SystemExit(f"soma client: --per-task {args.per_task} must be at least 1")
+    first = int(procid) * args.per_task
+    mine = list(range(first, min(first + args.per_task, args.clients)))
+    if not mine:
+        raise SystemExit(
+            f"soma client: task {procid} with --per-task {args.per_task} hosts no client "
+            f"of {args.clients}"
+        )
+    return mine
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     if getattr(args, "command", None) == "client" and args.mine is None:
-        procid = os.environ.get("SLURM_PROCID")
-        if procid is None:
-            raise SystemExit("soma client: --mine not given and $SLURM_PROCID is not set")
-        args.mine = int(procid)
+        args.mine = _mine_from_slurm(args)
     try:
         return args.func(args)
     except (SomaError, StoreError) as error:

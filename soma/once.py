@@ -165,6 +165,10 @@ class Work(Protocol[T]):
     def compute(self, inputs: T, me: dict[str, Any]) -> str:
         """The work itself, by whoever won the claim; the digest of what it produced."""
 
+    # Optionally, `share(inputs, me)`: work any process that finds the inputs ready may do
+    # before claiming (a tree's partial means, spread among them all; see soma.tree). It
+    # must be safe to run in many processes at once, and leave `compute` less to do.
+
     def settle(self, published: str) -> str:
         """What the caller leaves with, given the digest the place published."""
 
@@ -195,6 +199,7 @@ def once(
     who: str | None = None
     checked: T | None = None
     place: Place | None = None
+    shared = False
     ready_since: float | None = None
     next_holder_check = started
     while True:
@@ -208,11 +213,18 @@ def once(
             ready_since = now if ready_since is None else ready_since
             if checked is None or inputs != checked:
                 work.check(inputs)
-                checked, place = inputs, work.place(inputs)
+                checked, place, shared = inputs, work.place(inputs), False
             assert place is not None
             published = store.resolve(place.published)
             if published is not None:
                 return work.settle(published)
+            share = getattr(work, "share", None)
+            if callable(share) and not shared:
+                share(inputs, me)
+                shared = True
+                published = store.resolve(place.published)
+                if published is not None:
+                    return work.settle(published)
             check_holder = now >= next_holder_check
             if check_holder:
                 next_holder_check = now + HOLDER_CHECK_EVERY

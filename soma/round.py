@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from soma import codecs, holders, once, tensorfile
+from soma import codecs, holders, once, tensorfile, tree
 from soma.nodes import Export
 from soma.once import (
     POLL,
@@ -48,7 +48,9 @@ from soma.strategies import (
     Update,
     check_arrivals,
     load_strategy,
+    takes_mean,
 )
+from soma.tree import check_fan_in
 
 __all__ = [
     "AveragerDied",
@@ -100,6 +102,7 @@ class Meeting:
     config: Mapping[str, Any] = field(default_factory=dict)
     expected: tuple[int, ...] | None = None
     quorum: int | None = None
+    tree: int | None = None  # the fan-in of hierarchical averaging (soma.tree); None: flat
 
     def __post_init__(self) -> None:
         run = self.run
@@ -125,6 +128,8 @@ class Meeting:
             raise RoundError(
                 f"quorum {self.quorum!r} must be a count between 1 and {len(self.members)}"
             )
+        if self.tree is not None:
+            check_fan_in(self.tree)
 
     @property
     def members(self) -> list[int]:
@@ -151,6 +156,8 @@ class Meeting:
             "config": dict(self.config),
             "expected": None if self.expected is None else list(self.expected),
             "quorum": self.quorum,
+            # only when set, so that every flat run keeps the key it always had
+            **({} if self.tree is None else {"tree": self.tree}),
         }
 
     @property
@@ -455,8 +462,18 @@ def check_inputs(
             f"{where}: strategy {meeting.strategy!r} steps from the weights the round started "
             "from, and nobody said which (pass start=)"
         )
+    if meeting.tree is not None and not takes_mean(strategy):
+        raise RoundError(f"{where}: {tree_refusal(meeting.strategy)}")
     arrived = [Arrival(i.client, i.size, i.extra is not None) for i in inputs]
     check_arrivals(strategy, arrived, clients=meeting.clients)
+
+
+def tree_refusal(strategy: str) -> str:
+    return (
+        f"strategy {strategy!r} needs every client's update, and hierarchical averaging "
+        "(tree) hands it only their weighted mean: use a strategy that steps from the mean "
+        "(fedavg, fedavgm, fedadam, fedyogi, fedadagrad, fedprox), or no tree"
+    )
 
 
 # --- averaging ------------------------------------------------------------------------------
@@ -487,9 +504,14 @@ def _average(
     """The strategy's arithmetic over the inputs, and the record that says what went in."""
     previous = None if meeting.start is None else store.recall_digest(meeting.start, lazy=True)
     state = None if meeting.state is None else store.recall_digest(meeting.state)
-    weights, new_state = strategy.aggregate(
-        previous, _updates(store, inputs), state, clients=meeting.clients
-    )
+    root = _tree_root(store, meeting, inputs, me)
+    if root is None:
+        weights, new_state = strategy.aggregate(
+            previous, _updates(store, inputs), state, clients=meeting.clients
+        )
+    else:
+        mean = store.recall_digest(root.mean, lazy=True)
+        weights, new_state = strategy.from_mean(previous, mean, state, clients=meeting.clients)
     came = {i.client for i in inputs}
     here = present(store, meeting)
     dropped = arrivals(store, meeting, here)[1]
@@ -528,7 +550,24 @@ def _average(
         "state": None if new_state is None else store.put_value(new_state),
         "averaged_by": me,
     }
+    if root is not None:
+        record["tree"] = {"fan_in": meeting.tree, "mean": root.mean, "weight": root.weight}
     return store.put_value(record)
+
+
+def _uses_tree(meeting: Meeting, inputs: Sequence[Input]) -> bool:
+    """A tree only where it has more than one node: up to `fan_in` inputs, a tree is one
+    node, the flat average bit for bit, so it is computed flat without the tree's records."""
+    return meeting.tree is not None and len(inputs) > meeting.tree
+
+
+def _tree_root(
+    store: Store, meeting: Meeting, inputs: Sequence[Input], me: dict[str, Any]
+) -> tree.Node | None:
+    if not _uses_tree(meeting, inputs):
+        return None
+    place = f"{meeting.prefix}/inputs/{inputs_key(meeting.key, inputs)}"
+    return tree.reduce(store, place, tree.leaves_of(inputs), meeting.tree, me=me)
 
 
 class _Averaging:
@@ -556,6 +595,10 @@ class _Averaging:
 
     def place(self, inputs: list[Input]) -> Place:
         return Place(f"{self.meeting.prefix}/inputs/{inputs_key(self.meeting.key, inputs)}")
+
+    def share(self, inputs: list[Input], me: dict[str, Any]) -> None:
+        """Work any process may do before the claim: the tree's nodes, spread among all."""
+        _tree_root(self.store, self.meeting, inputs, me)
 
     def compute(self, inputs: list[Input], me: dict[str, Any]) -> str:
         return _average(self.store, self.meeting, self.strategy, inputs, me)
@@ -660,6 +703,7 @@ def gather(
     config: Mapping[str, Any] | None = None,
     expected: Sequence[int] | None = None,
     quorum: int | None = None,
+    tree: int | None = None,
 ) -> Export:
     """The round barrier: write mine, wait for all, one of us averages, all leave with the mean.
 
@@ -668,7 +712,9 @@ def gather(
     `strategy`, `options` and `config` say which run this is (see `Meeting`); a strategy
     that steps from the round's start (FedAdam, SCAFFOLD) needs `start`. `expected` is who
     takes part (None: everyone) and `quorum` how many must come for the round to be averaged
-    without the rest once `deadline` has passed (None: all of them).
+    without the rest once `deadline` has passed (None: all of them). `tree` is a fan-in:
+    the round's mean is then built as a tree of partial means that every client helps with
+    (soma.tree), for rounds of many clients.
     """
     meeting = Meeting(
         run,
@@ -681,6 +727,7 @@ def gather(
         dict(config or {}),
         None if expected is None else tuple(expected),
         quorum,
+        tree,
     )
     contribute(store, meeting, export, mine=mine, size=size)
     digest = average_round(store, meeting, deadline=deadline, backoff=backoff)

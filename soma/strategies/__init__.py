@@ -24,6 +24,12 @@ Optionally:
   FedOpt family, SCAFFOLD), so a round that does not say where it started is refused before
   anything is claimed.
 
+- `from_mean(previous, mean, state, *, clients) -> (weights, state)`: for a strategy whose
+  server side needs only the clients' size-weighted mean (FedAvg, FedProx, the FedOpt
+  family), the same step from the mean alone, so that `aggregate` is `from_mean` of
+  `fedavg(updates)`. Hierarchical averaging (soma.tree) computes the mean as a tree of
+  partial means and hands it here; a strategy without it (median, Krum, SCAFFOLD) is
+  refused under a tree.
 - `check(arrivals, *, clients)`: the strategy's own preconditions on who came (how many,
   their sizes, whether they sent an extra), raised as `StrategyError` naming the culprit.
   The round calls it before anything is claimed, so every client is told the real reason.
@@ -185,6 +191,11 @@ def train_locally(
     metrics = task.train(nodes, data, seed=seed, objective=objective)
     extra, own = objective.finish(export(nodes))
     return metrics, extra, own
+
+
+def takes_mean(strategy: Strategy) -> bool:
+    """Whether the strategy can step from the clients' weighted mean alone (`from_mean`)."""
+    return callable(getattr(strategy, "from_mean", None))
 
 
 def has_client_side(strategy: Strategy) -> bool:

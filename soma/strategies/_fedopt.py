@@ -299,7 +299,16 @@ class ServerOptimizer:
             raise StrategyError(
                 f"{self.name} steps from the weights the round started from, and there are none"
             )
-        mean = weighted_mean(updates)
+        return self.from_mean(previous, weighted_mean(updates), state, clients=clients)
+
+    def from_mean(
+        self, previous: Export | None, mean: Export, state: State | None, *, clients: int
+    ) -> tuple[Export, State]:
+        """The server optimizer's step from the clients' weighted mean (see soma.tree)."""
+        if previous is None:
+            raise StrategyError(
+                f"{self.name} steps from the weights the round started from, and there are none"
+            )
         check_like(self.name, previous, mean)
         if state is None:
             state = fresh_state(previous, self.moments, self.tau)

@@ -70,6 +70,11 @@ class FedProx:
     ) -> tuple[Export, State | None]:
         return weighted_mean(updates), None
 
+    def from_mean(
+        self, previous: Export, mean: Export, state: State | None, *, clients: int
+    ) -> tuple[Export, State | None]:
+        return mean, None
+
     def local(self, *, start: Export, state: State | None, mine: State | None) -> Proximal:
         return Proximal(start, self.mu)
 

@@ -1,0 +1,222 @@
+"""Hierarchical averaging: a round of many clients averaged through a tree of partial means.
+
+The inputs of a round (its clients' weights and sizes, in client order) are the leaves;
+every `fan_in` consecutive leaves are one node of level 1, every `fan_in` consecutive nodes
+of level 1 one node of level 2, and so on up to a single root. Each node publishes, exactly
+once (by claim: `soma.once`), the size-weighted mean of its children and their total weight:
+
+    <place>/tree/<level>/<index>/{claimed, takeover/<g>, computed/<who>, published}
+    published -> {"mean": <digest of an export>, "weight": <sum of the children's weights>}
+
+A mean and its weight say what a weighted sum and its weight say (the sum is mean x weight);
+keeping means keeps every node in the exports' own dtype and range, and makes a tree of one
+node exactly `soma.fedavg` of the inputs, bit for bit. The root's mean is the round's
+weighted mean: an exact FedAvg up to floating-point rounding, deterministic whatever the
+order of arrival and whoever computes which node, because each node folds its children in
+index order (`fedavg` over an iterator) and its children are fixed by the inputs alone.
+
+Nobody is in charge. Every process of the round walks the tree level by level: it first
+takes whatever node of the level nobody has claimed (starting from an offset of its own, so
+that processes spread over the level instead of racing for node 0), then waits for the
+rest of the level (taking over a node whose holder is provably gone), then climbs. A process
+holds one running mean and one input at a time (inputs are mapped lazily from the store),
+whatever the number of clients. Names fan out: a level has ceil(n / fan_in) nodes, so with
+a fan-in of 32 even 100,000 clients put 3,125 entries in the largest folder.
+
+Integer and bool tensors (BatchNorm's `num_batches_tracked`) are counts: every node keeps
+its first child's, so the root holds the first input's, as FedAvg does. A node whose
+children all weigh zero (clients of size 0) keeps an equal-weight mean and weight 0: its
+parent then folds it with weight zero, i.e. not at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from soma import once
+from soma.errors import SomaError
+from soma.once import POLL, Backoff, Place, read_record
+from soma.store import Store
+
+# The smallest fan-in: a node of one child would only copy it.
+MIN_FAN_IN = 2
+
+
+class TreeError(SomaError):
+    """A tree that cannot be built as asked (a fan-in below 2, nothing to average)."""
+
+
+def check_fan_in(fan_in: object) -> int:
+    """The fan-in as an int >= 2, or a refusal that names it."""
+    if isinstance(fan_in, bool) or not isinstance(fan_in, int) or fan_in < MIN_FAN_IN:
+        raise TreeError(f"tree fan-in {fan_in!r} must be an integer >= {MIN_FAN_IN}")
+    return fan_in
+
+
+def widths(count: int, fan_in: int) -> list[int]:
+    """How many nodes each level has, from level 1 (over the leaves) up to the root's 1."""
+    if count < 1:
+        raise TreeError("a tree needs at least one input")
+    check_fan_in(fan_in)
+    out = []
+    width = count
+    while True:
+        width = -(-width // fan_in)
+        out.append(width)
+        if width == 1:
+            return out
+
+
+def children(index: int, below: int, fan_in: int) -> range:
+    """The indices, at the level below (of `below` entries), of node `index`'s children."""
+    return range(index * fan_in, min((index + 1) * fan_in, below))
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """One input: the digest of an export, and its weight in the mean (its size, or 1)."""
+
+    weights: str
+    weight: float
+
+
+@dataclass(frozen=True)
+class Node:
+    """A published node: the digest of its mean (an export) and its total weight."""
+
+    mean: str
+    weight: float
+
+
+def node_place(prefix: str, level: int, index: int) -> Place:
+    return Place(f"{prefix}/tree/{level}/{index}")
+
+
+def _published(store: Store, place: Place) -> Node | None:
+    digest = store.resolve(place.published)
+    if digest is None:
+        return None
+    record = read_record(store, digest)
+    return Node(record["mean"], float(record["weight"]))
+
+
+def _fold(store: Store, parts: Sequence[Leaf | Node]) -> str:
+    """The record of one node: the weighted mean of its children, kept in the store."""
+    from soma.aggregate import fedavg
+
+    weights = [p.weight for p in parts]
+    total = math.fsum(weights)
+    if total == 0:  # children that weigh nothing: any mean will do, it is folded at weight 0
+        weights = [1.0] * len(parts)
+    digests = [p.weights if isinstance(p, Leaf) else p.mean for p in parts]
+    exports = (store.recall_digest(d, lazy=True) for d in digests)
+    mean = fedavg(zip(exports, weights, strict=True))
+    return store.put_value({"mean": store.put_value(mean), "weight": total})
+
+
+def _offset(who: str, width: int) -> int:
+    """Where this process starts on a level: spread by who it is, the same on every call."""
+    return int(hashlib.sha256(who.encode()).hexdigest()[:8], 16) % width
+
+
+class _NodeWork:
+    """One node of the tree as `soma.once` asks about it: ready when its children are."""
+
+    def __init__(
+        self, store: Store, prefix: str, level: int, index: int, parts: Callable[[], list | None]
+    ) -> None:
+        self.store, self.place_ = store, node_place(prefix, level, index)
+        self.parts = parts
+        self.what = f"tree node {level}/{index} of {prefix}"
+
+    def done(self) -> str | None:
+        return self.store.resolve(self.place_.published)
+
+    def ready(self, past: bool) -> list | None:
+        return self.parts()
+
+    def check(self, inputs: list) -> None:
+        pass
+
+    def place(self, inputs: list) -> Place:
+        return self.place_
+
+    def compute(self, inputs: list, me: dict[str, Any]) -> str:
+        return _fold(self.store, inputs)
+
+    def settle(self, published: str) -> str:
+        return published
+
+    def missing(self) -> tuple[list[int], str]:
+        return [], " (its children were never all published)"
+
+
+def reduce(
+    store: Store,
+    prefix: str,
+    leaves: Sequence[Leaf],
+    fan_in: int,
+    *,
+    me: dict[str, Any] | None = None,
+    deadline: float | None = 3600.0,
+    backoff: Backoff = POLL,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Node:
+    """The root of the tree over `leaves` under `prefix`, helping to build it on the way.
+
+    Every process of the round may call this with the same leaves: each node is computed
+    exactly once, by whoever claims it, and every caller returns the same root.
+    """
+    from soma import holders
+
+    plan = widths(len(leaves), check_fan_in(fan_in))
+    me = me or holders.me(role="tree", what=prefix)
+    who = store.put_value(me)
+    level_below: Sequence[Leaf | Node] = list(leaves)
+    for level, width in enumerate(plan, start=1):
+        below = level_below
+
+        def parts(index: int, below: Sequence[Leaf | Node] = below) -> list:
+            return [below[j] for j in children(index, len(below), fan_in)]
+
+        start = _offset(who, width)
+        for step in range(width):  # first, whatever nobody has taken: no waiting
+            index = (start + step) % width
+            place = node_place(prefix, level, index)
+            if store.resolve(place.published) is None and once._claim(
+                store, place, who, check_holder=False
+            ):
+                digest = _fold(store, parts(index))
+                store.bind(f"{place.computed}{who[:16]}", who)
+                once.publish(store, place.published, digest)
+        nodes: list[Leaf | Node] = []
+        for index in range(width):  # then the rest, taken over from whoever died holding it
+            place = node_place(prefix, level, index)
+            node = _published(store, place)
+            if node is None:
+                work = _NodeWork(store, prefix, level, index, lambda i=index: parts(i))
+                once.once(store, work, deadline=deadline, backoff=backoff, sleep=sleep)
+                node = _published(store, place)
+                assert node is not None
+            nodes.append(node)
+        level_below = nodes
+    root = level_below[0]
+    assert isinstance(root, Node)
+    return root
+
+
+def leaves_of(inputs: Sequence[Any]) -> list[Leaf]:
+    """The round's inputs (anything with `.weights` and `.size`) as leaves, in their order."""
+    return [Leaf(i.weights, 1.0 if i.size is None else float(i.size)) for i in inputs]
+
+
+def walk(store: Store, prefix: str, count: int, fan_in: int) -> Iterator[tuple[int, int, Place]]:
+    """Every node of the tree (level, index, place), for status and verification."""
+    for level, width in enumerate(widths(count, fan_in), start=1):
+        for index in range(width):
+            yield level, index, node_place(prefix, level, index)
