@@ -36,10 +36,12 @@ from soma.round import (
     dropout_reason,
     evaluation_name,
     read_record,
+    tree_refusal,
 )
 from soma.runs import identity, training_seed
 from soma.store import Store
 from soma.strategies import (
+    takes_mean,
     Strategy,
     StrategyError,
     check_task_takes_objective,
@@ -135,6 +137,7 @@ def meeting_of(config: Mapping[str, Any], round: int, started: Mapping[str, Any]
         config=identity(config["task"], options_of(config), config["seed"]),
         expected=expected,
         quorum=quorum,
+        tree=(config.get("tree") or {}).get("fan_in"),
     )
 
 
@@ -218,6 +221,8 @@ def checked_strategy(config: Mapping[str, Any], task: Task) -> Strategy:
         check_task_takes_objective(name, strategy, task)
     except StrategyError as error:
         raise ConfigRefused(f"config keys `strategy`/`task`: {error}") from error
+    if config.get("tree") and not takes_mean(strategy):
+        raise ConfigRefused(f"config keys `strategy`/`tree`: {tree_refusal(name)}")
     return strategy
 
 
@@ -291,24 +296,77 @@ def train(
     retry after the process was killed or its Slurm job was cancelled). Its receipt and its
     record in the store then say why, and the round's average names it as left out.
     """
-    tic = time.perf_counter()
     task = task_of(config)
     store = Store(config["store"])
     started = read_receipt(previous)
     meeting = meeting_of(config, round, started)
+    write_receipt(receipt, _train_client(task, store, config, meeting, client, started, before))
+
+
+def train_batch(
+    config: Mapping[str, Any],
+    round: int,
+    batch: int,
+    clients: Sequence[int],
+    previous: str,
+    receipt: str,
+    before: Mapping[int, str | None],
+) -> None:
+    """Clients `clients` of round `round` in one job (config `clients_per_job`), each as its
+    own train job would: from the round's start, with its own seed and state. One receipt
+    holds each client's receipt, the very one `train` writes for it, under "clients"."""
+    task = task_of(config)
+    store = Store(config["store"])
+    started = read_receipt(previous)
+    meeting = meeting_of(config, round, started)
+    for k in clients:
+        meeting.check_client(k)
+    each = [
+        _train_client(task, store, config, meeting, k, started, before.get(k)) for k in clients
+    ]
+    write_receipt(
+        receipt, {"run": meeting.run, "round": round, "batch": batch, "clients": each}
+    )
+
+
+def clients_in(receipt: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The client receipts in a receipt: itself, or a batch's (config `clients_per_job`)."""
+    return list(receipt["clients"]) if "clients" in receipt else [dict(receipt)]
+
+
+def _own_state(before: str | None, client: int) -> str | None:
+    """The client's own strategy state named by its receipt of the last round it trained."""
+    if before is None:
+        return None
+    for given in clients_in(read_receipt(before)):
+        if given["client"] == client:
+            return given.get("own")
+    raise ConfigRefused(f"receipt {before} has no client {client}: was it written by another run?")
+
+
+def _train_client(
+    task: Task,
+    store: Store,
+    config: Mapping[str, Any],
+    meeting: Meeting,
+    client: int,
+    started: Mapping[str, Any],
+    before: str | None,
+) -> dict[str, Any]:
+    """One client's training in a round, or its drop-out: the receipt either way."""
+    tic = time.perf_counter()
     died = _previous_attempt_died(store, meeting, client)
     if died and meeting.may_go_on_without_some:
-        _drop_out(store, meeting, client, receipt, f"died: {died}")
-        return
+        return _drop_out(store, meeting, client, f"died: {died}")
     try:
-        written = _train_and_contribute(task, store, config, meeting, client, started, before)
+        own = _own_state(before, client)
+        written = _train_and_contribute(task, store, config, meeting, client, started, own)
     except Exception as error:
         if not meeting.may_go_on_without_some:
             raise
-        _drop_out(store, meeting, client, receipt, dropout_reason(error))
-        return
-    write_receipt(receipt, written)
+        return _drop_out(store, meeting, client, dropout_reason(error))
     _log_training(meeting, written, time.perf_counter() - tic)
+    return written
 
 
 def _log_training(meeting: Meeting, written: Mapping[str, Any], seconds: float) -> None:
@@ -348,19 +406,16 @@ def _previous_attempt_died(store: Store, meeting: Meeting, client: int) -> str |
     return f"its previous job ({holders.describe(holder)}) ended before it wrote anything"
 
 
-def _drop_out(store: Store, meeting: Meeting, client: int, receipt: str, why: str) -> None:
+def _drop_out(store: Store, meeting: Meeting, client: int, why: str) -> dict[str, Any]:
     drop(store, meeting, mine=client, why=why)
     LOG.warning("client %d drops out of %s: %s", client, meeting.what, why)
-    write_receipt(
-        receipt,
-        {
-            "run": meeting.run,
-            "round": meeting.round,
-            "client": client,
-            "meeting": meeting.key,
-            "dropped": why,
-        },
-    )
+    return {
+        "run": meeting.run,
+        "round": meeting.round,
+        "client": client,
+        "meeting": meeting.key,
+        "dropped": why,
+    }
 
 
 def _train_and_contribute(
@@ -370,12 +425,11 @@ def _train_and_contribute(
     meeting: Meeting,
     client: int,
     started: Mapping[str, Any],
-    before: str | None,
+    own: str | None,
 ) -> dict[str, Any]:
     nodes = _nodes_at(task, store, config, started["weights"])
     data = task.shard(client, config["clients"])
     size = task.size(data)
-    own = read_receipt(before).get("own") if before else None
     metrics, extra, own_next = train_locally(
         strategy_of(config),
         task,
@@ -411,11 +465,11 @@ def average(
     meeting = meeting_of(config, round, read_receipt(previous))
     inputs = []
     for path in clients:
-        given = read_receipt(path)
-        if "dropped" not in given:
-            inputs.append(
-                Input(given["client"], given["weights"], given["size"], given.get("extra"))
-            )
+        for given in clients_in(read_receipt(path)):
+            if "dropped" not in given:
+                inputs.append(
+                    Input(given["client"], given["weights"], given["size"], given.get("extra"))
+                )
     digest = average_inputs(store, meeting, inputs, deadline=config.get("average_deadline"))
     record = read_record(store, digest)
     write_receipt(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -233,3 +234,87 @@ def test_a_strategy_that_needs_every_update_is_refused_under_a_tree(tmp_path, st
     with pytest.raises(RoundError, match=f"strategy '{strategy}' needs every client's update"):
         average_round(store, meeting, deadline=5, backoff=QUICK)
     assert not [n for n in store.bound() if n.endswith("/claimed")], "refused before any claim"
+
+
+# --- the workflow: a batch of clients per job, the tree -------------------------------------------
+
+ROOT = HERE.parent
+TINY = HERE / "fixtures" / "tiny.yaml"
+NO_BASELINES = HERE / "fixtures" / "no-baselines.yaml"
+
+
+def snakemake(workdir: Path, *config: str, dry: bool = False) -> str:
+    command = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(workdir)]
+    command += ["-n"] if dry else ["--cores", "2"]
+    command += ["--configfile", str(TINY), str(NO_BASELINES), "--config", *config]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    return done.stdout + done.stderr
+
+
+def averages(workdir: Path, run: str, rounds: int = 2) -> list[str]:
+    base = workdir / "results" / run / "round"
+    return [json.loads((base / f"{r}/average.json").read_text())["weights"] for r in range(rounds)]
+
+
+def test_a_job_of_several_clients_trains_the_bits_of_a_job_per_client(tmp_path) -> None:
+    """SCAFFOLD with sampling: each client in a batch keeps its own c_i, found in the batch
+    receipt of the last round it trained in, and the batch holds each client's own receipt."""
+    run = ["clients=4", "participation=3", "strategy=scaffold", "run=batched"]
+    snakemake(tmp_path / "one", *run)
+    snakemake(tmp_path / "batch", *run, "clients_per_job=2")
+    assert averages(tmp_path / "one", "batched") == averages(tmp_path / "batch", "batched")
+    base = tmp_path / "batch" / "results" / "batched" / "round"
+    assert sorted(p.name for p in (base / "1").rglob("*.json")) == [
+        "0.json", "1.json", "average.json", "evaluation.json"
+    ]  # fmt: skip
+    for r in range(2):
+        for batch in sorted((base / str(r) / "batch").glob("*.json")):
+            for entry in json.loads(batch.read_text())["clients"]:
+                alone = tmp_path / "one" / "results" / "batched" / "round" / str(r)
+                client = json.loads((alone / "client" / f"{entry['client']}.json").read_text())
+                assert entry == client, "the batch holds each client's receipt, as it is alone"
+
+
+def test_the_workflow_with_a_tree_trains_the_bits_of_soma_client_with_a_tree(tmp_path) -> None:
+    snakemake(tmp_path, "clients=5", "run=treed", "tree={fan_in: 2}", "clients_per_job=5")
+    record = Store(tmp_path / "store").recall_digest(
+        status(Store(tmp_path / "store"), "treed")[0]["average"]
+    )
+    assert record["tree"]["fan_in"] == 2, "the round went through the tree"
+    command = [sys.executable, "-m", "soma.cli", "client", "--store", str(tmp_path / "cli")]
+    command += ["--run", "treed", "--rounds", "2", "--clients", "5", "--mine", "0-4"]
+    command += ["--task", "soma.tasks.digits", "--tree", "2"]
+    for option in ("labels_per_client=5", "model=softmax", "epochs=1"):  # tiny.yaml's
+        command += ["--option", option]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines() if '"round"' in line]
+    assert [line["weights"] for line in lines] == averages(tmp_path, "treed")
+
+
+def test_a_thousand_clients_in_jobs_of_fifty_make_a_small_dag(tmp_path) -> None:
+    plan = snakemake(
+        tmp_path, "clients=1000", "rounds=10", "task=soma.tasks.control", "metric=loss",
+        "clients_per_job=50", "tree={fan_in: 32}", dry=True,
+    )  # fmt: skip
+    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", plan, flags=re.MULTILINE))
+    assert counts["train_batch"] == "200" and counts["average"] == "10"
+
+
+def test_a_tree_with_a_strategy_that_needs_every_update_stops_at_the_start_job(tmp_path) -> None:
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(ROOT / "Snakefile"),
+        "-d",
+        str(tmp_path),
+    ]
+    command += ["--cores", "1", "--configfile", str(TINY), str(NO_BASELINES)]
+    command += ["--config", "strategy=median", "tree={fan_in: 2}"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode != 0
+    log = (tmp_path / "logs" / "tiny" / "start.log").read_text()
+    assert "config keys `strategy`/`tree`: strategy 'median' needs every client's update" in log

@@ -1,3 +1,4 @@
+import functools
 import json
 
 from soma.participation import last_sampled_before, sampled
@@ -11,6 +12,7 @@ ROUNDS = config["rounds"]
 CLIENTS = config["clients"]
 SEED = config["seed"]
 PARTICIPATION = config["participation"]
+CLIENTS_PER_JOB = config["clients_per_job"]
 BASELINES = config["baselines"]
 # What a job's result depends on besides its input files, as params, so that Snakemake reruns
 # jobs whose task, options or seed changed (its `params` rerun trigger).
@@ -24,6 +26,7 @@ TASK = json.dumps(
         "strategy_options": config["strategy_options"].get(config["strategy"], {}),
         "participation": PARTICIPATION,
         "quorum": config["quorum"],
+        "tree": config["tree"],
     },
     sort_keys=True,
 )
@@ -32,6 +35,7 @@ TASK = json.dumps(
 wildcard_constraints:
     round=r"\d+",
     client=r"\d+",
+    batch=r"\d+",
 
 
 def receipt_of_average(round):
@@ -44,24 +48,69 @@ def starting_point(wildcards):
     return f"{RESULTS}/start.json" if round == 0 else receipt_of_average(round - 1)
 
 
+@functools.lru_cache(maxsize=None)
+def batches(round):
+    """The round's sampled clients, in order, split into train jobs of `clients_per_job`."""
+    chosen = sampled(SEED, round, CLIENTS, PARTICIPATION)
+    return [
+        chosen[i : i + CLIENTS_PER_JOB] for i in range(0, len(chosen), CLIENTS_PER_JOB)
+    ]
+
+
+def receipt_of_client(round, client):
+    """The receipt that holds what `client` did in `round`: its own, or its batch's."""
+    if CLIENTS_PER_JOB == 1:
+        return f"{RESULTS}/round/{round}/client/{client}.json"
+    for b, batch in enumerate(batches(round)):
+        if client in batch:
+            return f"{RESULTS}/round/{round}/batch/{b}.json"
+    raise ValueError(f"client {client} takes no part in round {round}")
+
+
+def before_of(round, client):
+    """The client's receipt of the last round it trained in before `round`, if any: it
+    names the client's own strategy state (SCAFFOLD's c_i)."""
+    before = last_sampled_before(SEED, round, CLIENTS, PARTICIPATION, client)
+    return None if before is None else receipt_of_client(before, client)
+
+
 def training_inputs(wildcards):
-    """Where a client starts (the previous average) and, after round 0, its own receipt of
-    the round before (which names its own strategy state, e.g. SCAFFOLD's c_i)."""
+    """Where a client starts (the previous average) and, after its first round, its receipt
+    of the round before it trained."""
     inputs = {"previous": starting_point(wildcards)}
-    client = int(wildcards.client)
-    before = last_sampled_before(
-        SEED, int(wildcards.round), CLIENTS, PARTICIPATION, client
-    )
+    before = before_of(int(wildcards.round), int(wildcards.client))
     if before is not None:
-        inputs["before"] = f"{RESULTS}/round/{before}/client/{client}.json"
+        inputs["before"] = before
     return inputs
 
 
+def batch_clients(wildcards):
+    return batches(int(wildcards.round))[int(wildcards.batch)]
+
+
+def batch_before(wildcards):
+    """Each of the batch's clients' receipt of the last round it trained in (or None)."""
+    round = int(wildcards.round)
+    return {k: before_of(round, k) for k in batch_clients(wildcards)}
+
+
+def batch_inputs(wildcards):
+    befores = {path for path in batch_before(wildcards).values() if path is not None}
+    return {"previous": starting_point(wildcards), "before": sorted(befores)}
+
+
 def client_receipts(wildcards):
-    """The receipts of the clients sampled for the round: only they train in it."""
+    """The receipts of the clients sampled for the round (only they train in it): one per
+    client, or one per batch of `clients_per_job`."""
+    round = int(wildcards.round)
+    if CLIENTS_PER_JOB == 1:
+        return expand(
+            f"{RESULTS}/round/{round}/client/{{client}}.json",
+            client=sampled(SEED, round, CLIENTS, PARTICIPATION),
+        )
     return expand(
-        f"{RESULTS}/round/{wildcards.round}/client/{{client}}.json",
-        client=sampled(SEED, int(wildcards.round), CLIENTS, PARTICIPATION),
+        f"{RESULTS}/round/{round}/batch/{{batch}}.json",
+        batch=range(len(batches(round))),
     )
 
 

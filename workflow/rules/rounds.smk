@@ -1,4 +1,7 @@
-# The federated rounds: the start, one train job per (round, client), one average per round.
+# The federated rounds: the start, one train job per (round, client) (or per batch of
+# `clients_per_job` clients), one average per round. A round's jobs share a group: on a
+# cluster they go to Slurm as one submission (Snakemake runs groups only on non-local
+# executors; `--cores N` ignores them).
 
 
 rule start:
@@ -17,22 +20,49 @@ rule start:
         "../scripts/start.py"
 
 
-rule train:
-    input:
-        unpack(training_inputs),
-    output:
-        f"{RESULTS}/round/{{round}}/client/{{client}}.json",
-    log:
-        f"{LOGS}/round/{{round}}/client/{{client}}.log",
-    benchmark:
-        f"{LOGS}/benchmark/round/{{round}}/client/{{client}}.tsv"
-    conda:
-        "../envs/soma.yaml"
-    threads: config["threads"]
-    params:
-        task=TASK,
-    script:
-        "../scripts/train.py"
+if CLIENTS_PER_JOB == 1:
+
+    rule train:
+        input:
+            unpack(training_inputs),
+        output:
+            f"{RESULTS}/round/{{round}}/client/{{client}}.json",
+        log:
+            f"{LOGS}/round/{{round}}/client/{{client}}.log",
+        benchmark:
+            f"{LOGS}/benchmark/round/{{round}}/client/{{client}}.tsv"
+        group:
+            "round{round}"
+        conda:
+            "../envs/soma.yaml"
+        threads: config["threads"]
+        params:
+            task=TASK,
+        script:
+            "../scripts/train.py"
+
+else:
+
+    rule train_batch:
+        input:
+            unpack(batch_inputs),
+        output:
+            f"{RESULTS}/round/{{round}}/batch/{{batch}}.json",
+        log:
+            f"{LOGS}/round/{{round}}/batch/{{batch}}.log",
+        benchmark:
+            f"{LOGS}/benchmark/round/{{round}}/batch/{{batch}}.tsv"
+        group:
+            "round{round}"
+        conda:
+            "../envs/soma.yaml"
+        threads: config["threads"]
+        params:
+            task=TASK,
+            clients=batch_clients,
+            before=batch_before,
+        script:
+            "../scripts/train_batch.py"
 
 
 rule average:
@@ -45,6 +75,8 @@ rule average:
         f"{LOGS}/round/{{round}}/average.log",
     benchmark:
         f"{LOGS}/benchmark/round/{{round}}/average.tsv"
+    group:
+        "round{round}"
     conda:
         "../envs/soma.yaml"
     threads: config["threads"]
