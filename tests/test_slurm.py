@@ -43,6 +43,7 @@ pytestmark = pytest.mark.slurm
 ROOT = Path(__file__).resolve().parent.parent
 SNAKEFILE = ROOT / "Snakefile"
 PROFILE = ROOT / "profiles" / "slurm-test"
+ROUNDS_PROFILE = ROOT / "profiles" / "slurm-test-rounds"  # a round per submission
 TINY = ROOT / "tests" / "fixtures" / "tiny.yaml"
 FIXTURES = ROOT / "tests" / "fixtures"
 HOLD_CLAIM = ROOT / "tests" / "slurm" / "hold_claim.py"
@@ -216,12 +217,14 @@ def write_config(workdir: Path, **overrides: Any) -> Path:
     return path
 
 
-def snakemake(workdir: Path, *args: str, slurm: Slurm | None = None) -> list[str]:
+def snakemake(
+    workdir: Path, *args: str, slurm: Slurm | None = None, profile: Path = PROFILE
+) -> list[str]:
     """A snakemake command in `workdir`: under Slurm with the test profile, else local."""
     command = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE)]
     command += ["--configfile", str(workdir / "config.yaml")]
     if slurm is not None:
-        command += ["--profile", str(PROFILE), "--slurm-jobname-prefix", slurm.prefix]
+        command += ["--profile", str(profile), "--slurm-jobname-prefix", slurm.prefix]
     else:
         command += ["--cores", "2"]
     return command + list(args)
@@ -351,6 +354,38 @@ def test_the_workflow_under_slurm_gives_the_receipts_of_a_local_run(workflow_run
     for r, k in ((0, 0), (0, 1), (1, 0), (1, 1)):
         assert list((logs / "rule_train" / f"{r}_{k}").glob("*.log"))
     print(f"whole workflow under Slurm: {workflow_runs['seconds']:.0f}s")
+
+
+@pytest.mark.parametrize("per_job", [1, 5], ids=["a-job-per-client", "a-job-per-round"])
+def test_a_round_per_submission_gives_the_receipts_of_a_local_run(cluster, tmp_path, per_job):
+    """profiles/slurm-test-rounds groups each round's jobs into one Slurm job: 2 rounds x 5
+    clients are 2 submissions (the start in round 0's) and one each for the summary and
+    the model, and every receipt is the local run's, byte for byte."""
+    session = Slurm(f"rounds-{per_job}")
+    under_slurm, local = tmp_path / "slurm", tmp_path / "local"
+    for workdir in (under_slurm, local):
+        workdir.mkdir()
+        write_config(workdir, clients=5, clients_per_job=per_job)
+    try:
+        locally = session.run(snakemake(local), cwd=local, timeout=WHOLE_WORKFLOW)
+        command = snakemake(under_slurm, slurm=session, profile=ROUNDS_PROFILE)
+        by_slurm = session.run(command, cwd=under_slurm, timeout=WHOLE_WORKFLOW)
+    finally:
+        session.cleanup()
+    assert locally.returncode == 0, locally.tail()
+    assert by_slurm.returncode == 0, by_slurm.tail()
+    jobs = submitted(by_slurm.output)
+    completed(jobs)
+    folders = sorted(Path(log).parent.name for log in jobs.values())
+    train = "train" if per_job == 1 else "train_batch"
+    assert folders == [
+        f"group_round0_average_evaluate_start_{train}",
+        f"group_round1_average_evaluate_{train}",
+        "rule_model",
+        "rule_summary",
+    ], by_slurm.tail()
+    assert receipts(under_slurm) == receipts(local)
+    assert len(receipts(local)) == 6 + (10 if per_job == 1 else 2)  # start, 2+2, tsv
 
 
 # --- 2. rerunning one round under Slurm -------------------------------------------------------

@@ -10,8 +10,6 @@ rule evaluate:
         f"{LOGS}/round/{{round}}/evaluation.log",
     benchmark:
         f"{LOGS}/benchmark/round/{{round}}/evaluation.tsv"
-    group:
-        "round{round}"
     conda:
         "../envs/soma.yaml"
     threads: config["threads"]

@@ -1,7 +1,6 @@
 # The federated rounds: the start, one train job per (round, client) (or per batch of
-# `clients_per_job` clients), one average per round. A round's jobs share a group: on a
-# cluster they go to Slurm as one submission (Snakemake runs groups only on non-local
-# executors; `--cores N` ignores them).
+# `clients_per_job` clients), one average per round. profiles/slurm groups a round's jobs
+# into one Slurm submission (Snakemake's `groups:`).
 
 
 rule start:
@@ -31,8 +30,6 @@ if CLIENTS_PER_JOB == 1:
             f"{LOGS}/round/{{round}}/client/{{client}}.log",
         benchmark:
             f"{LOGS}/benchmark/round/{{round}}/client/{{client}}.tsv"
-        group:
-            "round{round}"
         conda:
             "../envs/soma.yaml"
         threads: config["threads"]
@@ -52,8 +49,6 @@ else:
             f"{LOGS}/round/{{round}}/batch/{{batch}}.log",
         benchmark:
             f"{LOGS}/benchmark/round/{{round}}/batch/{{batch}}.tsv"
-        group:
-            "round{round}"
         conda:
             "../envs/soma.yaml"
         threads: config["threads"]
@@ -75,8 +70,6 @@ rule average:
         f"{LOGS}/round/{{round}}/average.log",
     benchmark:
         f"{LOGS}/benchmark/round/{{round}}/average.tsv"
-    group:
-        "round{round}"
     conda:
         "../envs/soma.yaml"
     threads: config["threads"]
