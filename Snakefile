@@ -4,9 +4,10 @@
 import os
 import sys
 
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 
-from soma.configs import default_run, typed
+from soma.configs import ConfigRefused, default_run, schema_refusal, typed
 from soma.participation import ParticipationError, quorum_size, sample_size
 from soma.tasks import check_option_names
 
@@ -19,10 +20,17 @@ configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 
 
 # Nested values given with --config arrive as text ("false", "3"), and run=2024 as a number:
-# read them as the YAML the user typed; a run with no name is named after its task.
-config.update(typed(config))
+# read them as the YAML the user typed, names as the very text typed (run=nan is 'nan', run=007
+# '007'); a run with no name is named after its task. The schema's refusal names the key.
+config.update(typed(config, getattr(workflow.config_settings, "config_args", None)))
 config["run"] = default_run(config)
-validate(config, "workflow/schemas/config.schema.yaml")
+try:
+    validate(config, "workflow/schemas/config.schema.yaml")
+except WorkflowError as error:
+    said = schema_refusal(error)
+    if said is None:
+        raise
+    raise ConfigRefused(said) from None
 
 # What the schema cannot say and needs no torch, refused naming the config keys: the task's
 # option names (when its module declares OPTIONS), and a quorum the sample cannot meet. The

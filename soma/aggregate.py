@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 import numbers
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import torch
@@ -42,7 +43,13 @@ def _size_of(size: object, index: int) -> float:
     """A client's size as a weight: a finite, non-negative real number."""
     if isinstance(size, bool) or not isinstance(size, numbers.Real):
         raise AggregationError(f"size of export {index} is {size!r}, not a number")
-    value = float(size)
+    try:
+        value = float(size)
+    except OverflowError:  # 10**400: its repr alone may be thousands of digits
+        raise AggregationError(
+            f"size of export {index} is too large to be a weight (of type {type(size).__name__}, "
+            f"beyond a float's {sys.float_info.max:.3g}): sizes must be >= 0 and finite"
+        ) from None
     if not math.isfinite(value) or value < 0:
         raise AggregationError(f"size of export {index} is {size!r}: sizes must be >= 0 and finite")
     return value
@@ -69,8 +76,26 @@ def _signature(export: State, index: int) -> Signature:
                     f"node {node_id!r} key {key!r} in export {index} is a "
                     f"{type(tensor).__name__}, not a tensor"
                 )
+            problem = _unaverageable(tensor)
+            if problem:
+                raise AggregationError(
+                    f"node {node_id!r} key {key!r} in export {index} is {problem}"
+                )
             signature[node_id][key] = (tuple(tensor.shape), tensor.dtype)
     return signature
+
+
+def _unaverageable(tensor: torch.Tensor) -> str | None:
+    """Why `tensor` cannot be folded into a mean (torch would raise half way), or None."""
+    if tensor.device.type == "meta":
+        return "a meta tensor: it has a shape but no values to average"
+    if tensor.is_nested:
+        return "a nested tensor: only plain (strided) tensors are averaged"
+    if tensor.layout != torch.strided:
+        return f"a {tensor.layout} tensor: only plain (strided) tensors are averaged"
+    if tensor.is_quantized:
+        return "a quantized tensor: its integers are not the numbers it stands for"
+    return None
 
 
 def _check_like(first: Signature, other: State, index: int) -> None:
@@ -201,6 +226,7 @@ def fedavg(
     iterator, of exports or of `(export, size)` pairs, each export is checked before it is
     folded in, memory stays one model, and a refusal returns nothing.
     """
+    exports, sizes = _iterable(exports, "exports"), _sizes_listed(sizes)
     if isinstance(exports, Sequence) and not isinstance(exports, (str, bytes)):
         exports = list(exports)
         if not exports:
@@ -211,6 +237,21 @@ def fedavg(
         _check_all(pairs)
         return _running_mean(iter(pairs), lend=True)
     return _running_mean(_pairs(exports, sizes))
+
+
+def _iterable(values: object, what: str) -> Iterable:
+    if not isinstance(values, Iterable):
+        raise AggregationError(
+            f"{what} must be a list or an iterator, not {type(values).__name__} {values!r}"
+        )
+    return values
+
+
+def _sizes_listed(sizes: object) -> Sequence[object] | None:
+    """Sizes as a list (any iterable of them will do: they are a few numbers)."""
+    if sizes is None or isinstance(sizes, Sequence):
+        return sizes
+    return list(_iterable(sizes, "sizes"))
 
 
 def _check_total(total: float) -> None:

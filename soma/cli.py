@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -20,7 +21,6 @@ from typing import Any
 
 from soma import holders
 from soma.errors import SomaError
-from soma.store_errors import StoreError
 
 
 def _options(pairs: list[str], of: str) -> dict[str, Any]:
@@ -212,7 +212,7 @@ def _take_part(store, meeting, task, strategy, nodes, hosted: Hosted, args) -> A
     return metrics
 
 
-class NoStore(SomaError):
+class NoStore(SomaError, ValueError):
     """A store path with no store at it: refused, never made (reading must leave no trace)."""
 
 
@@ -297,6 +297,93 @@ def export(args: argparse.Namespace) -> int:
         f"weights {made['weights']}, average {made['average']}"
     )
     return 0
+
+
+# --- the arguments, all checked before anything is read, made or trained -----------------
+
+
+class BadArgument(SomaError, ValueError):
+    """A command-line argument refused before the command does anything; names the option."""
+
+
+def one_line(error: BaseException) -> str:
+    """The error's message on one line: a refusal is one line of stderr, never a traceback."""
+    return "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Every argument of the command, checked before it runs: a refused command has made
+    nothing (no store behind a mistyped path), read nothing and trained nothing."""
+    _check_store(args.store)
+    _check_run(args.run)
+    if getattr(args, "clients", None) is not None:
+        _at_least("--clients", args.clients, 1)
+    if getattr(args, "round", None) is not None:
+        _at_least("--round", args.round, 0)
+    if args.command == "client":
+        _check_client(args)
+
+
+def _at_least(option: str, value: int, least: int) -> None:
+    if value < least:
+        raise BadArgument(f"{option} must be an integer >= {least}, not {value}")
+
+
+def _check_store(path: str) -> None:
+    from soma.store import check_folder
+    from soma.store_errors import StoreError
+
+    try:
+        check_folder(path)
+    except StoreError as error:
+        raise BadArgument(f"--store {path}: {error}") from None
+
+
+def _check_run(run: str) -> None:
+    from soma.names import check_run_name
+    from soma.store_errors import StoreError
+
+    try:
+        check_run_name(run)
+    except StoreError as error:
+        raise BadArgument(f"--run {run!r} is not a run's name: {error}") from None
+
+
+def _check_client(args: argparse.Namespace) -> None:
+    """`soma client`'s numbers, its sampling and its strategy; the task's option names (its
+    values are the task's to judge, when it is made)."""
+    from soma.participation import ParticipationError, quorum_size, sample_size
+    from soma.strategies import StrategyError, load_strategy
+
+    _at_least("--rounds", args.rounds, 1)
+    _at_least("--threads", args.threads, 1)
+    _at_least("--seed", args.seed, 0)
+    if math.isnan(args.deadline) or args.deadline < 0:
+        raise BadArgument(
+            f"--deadline must be a number of seconds >= 0 (inf: forever), not {args.deadline}"
+        )
+    try:
+        quorum_size(args.quorum, sample_size(args.participation, args.clients))
+    except ParticipationError as error:
+        raise BadArgument(f"--participation/--quorum: {error}") from None
+    _check_option_names(args.task, _options(args.option, "task"))
+    try:
+        load_strategy(args.strategy, _options(args.strategy_option, "strategy"))
+    except StrategyError as error:
+        raise BadArgument(f"--strategy/--strategy-option: {error}") from None
+
+
+def _check_option_names(task: str, options: dict[str, Any]) -> None:
+    """An option the task does not take, when its module declares them (read, not run)."""
+    from soma.tasks import declared_options
+
+    declared = declared_options(task)
+    unknown = sorted(set(options) - set(declared)) if declared is not None else []
+    if unknown:
+        raise BadArgument(
+            f"--option {', '.join(map(repr, unknown))}: not an option of task {task!r}, "
+            f"which takes {', '.join(declared)}"
+        )
 
 
 def parser() -> argparse.ArgumentParser:
@@ -436,9 +523,10 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "command", None) == "client" and args.mine is None:
         args.mine = _mine_from_slurm(args)
     try:
+        check_arguments(args)
         return args.func(args)
-    except (SomaError, StoreError) as error:
-        print(f"soma: {error}", file=sys.stderr)
+    except SomaError as error:
+        print(f"soma: {one_line(error)}", file=sys.stderr)
         return 1
 
 

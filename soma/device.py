@@ -29,7 +29,7 @@ CHOICES = "cpu, cuda, cuda:N (N a GPU index, from 0) or auto"
 _CUDA = re.compile(r"cuda(?::(\d+))?")
 
 
-class DeviceError(SomaError):
+class DeviceError(SomaError, ValueError):
     """A device that is not one soma knows, or that this machine does not have."""
 
 

@@ -67,7 +67,7 @@ __all__ = [
 ]
 
 
-class ModelError(SomaError):
+class ModelError(SomaError, ValueError):
     """A model file that cannot be written or read as asked; the message names the culprit."""
 
 

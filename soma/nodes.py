@@ -100,13 +100,41 @@ def load(
 ) -> None:
     """Put an export back where it came from, or refuse it having changed nothing.
 
-    Every check (nodes, keys, shapes, dtypes, completeness) happens before the first copy,
-    unlike torch's `load_state_dict`, which copies what matches before it raises.
+    Every check (nodes, keys, shapes, dtypes, completeness, values there are to copy, tied
+    weights given one value) happens before the first copy, unlike torch's `load_state_dict`,
+    which copies what matches before it raises.
     `partial=True` allows leaving nodes or keys out (layers kept local, FedBN-style).
     Each source is copied into the live tensor, on whatever device that one is (an export is
     on CPU, the nodes may be on a GPU): the device is the nodes', never the state's.
     """
+    copies = _planned_copies(nodes, state, partial)
+    _refuse_what_cannot_be_copied(copies)
+    with torch.no_grad():
+        for copy in copies:
+            copy.target.copy_(copy.source)
+
+
+@dataclass(frozen=True)
+class _Copy:
+    """One live tensor and what the state gives it, named for the messages."""
+
+    node: str
+    key: str
+    target: torch.Tensor
+    source: torch.Tensor
+
+    @property
+    def where(self) -> str:
+        return f"node {self.node!r} key {self.key!r}"
+
+
+def _planned_copies(
+    nodes: Mapping[str, Any], state: Mapping[str, Mapping[str, torch.Tensor]], partial: bool
+) -> list[_Copy]:
+    """Every (live tensor, source) pair the state asks for, each checked against its target."""
     _check_node_ids(nodes)
+    if not isinstance(state, Mapping):
+        raise LoadError(f"the state is a {type(state).__name__}, not a map of nodes")
     for node_id in state:
         if node_id not in nodes:
             raise LoadError(f"node {node_id!r} is in the state but not in this training run")
@@ -114,40 +142,98 @@ def load(
     for node_id, node in nodes.items():
         if node_id in state or not partial:
             live[node_id] = _live_weights(node_id, node)
-    copies: list[tuple[torch.Tensor, torch.Tensor]] = []
+    copies: list[_Copy] = []
     for node_id, weights in live.items():
         if node_id not in state and weights:
             raise LoadError(
                 f"node {node_id!r} is left out of the state (pass partial=True to keep it local)"
             )
         given = state.get(node_id, {})
-        for key in given:
-            if key not in weights:
-                raise LoadError(f"node {node_id!r} has no key {key!r} (it has {sorted(weights)})")
-        for key, target in weights.items():
-            if key not in given:
-                if partial:
-                    continue
-                raise LoadError(
-                    f"node {node_id!r} key {key!r} is left out of the state "
-                    "(pass partial=True to keep it local)"
-                )
-            source = given[key]
-            if not isinstance(source, torch.Tensor):
-                raise LoadError(
-                    f"node {node_id!r} key {key!r}: a {type(source).__name__}, not a tensor"
-                )
-            if source.shape != target.shape:
-                raise LoadError(
-                    f"node {node_id!r} key {key!r}: shape {tuple(source.shape)} in the state, "
-                    f"{tuple(target.shape)} in the training run"
-                )
-            if source.dtype != target.dtype:
-                raise LoadError(
-                    f"node {node_id!r} key {key!r}: dtype {source.dtype} in the state, "
-                    f"{target.dtype} in the training run"
-                )
-            copies.append((target, source))
-    with torch.no_grad():
-        for target, source in copies:
-            target.copy_(source)
+        if not isinstance(given, Mapping):
+            raise LoadError(
+                f"node {node_id!r} in the state is a {type(given).__name__}, "
+                "not a map of tensors by key"
+            )
+        copies.extend(_node_copies(node_id, weights, given, partial))
+    return copies
+
+
+def _node_copies(
+    node_id: str, weights: dict[str, torch.Tensor], given: Mapping[str, Any], partial: bool
+) -> list[_Copy]:
+    for key in given:
+        if key not in weights:
+            raise LoadError(f"node {node_id!r} has no key {key!r} (it has {sorted(weights)})")
+    copies = []
+    for key, target in weights.items():
+        if key not in given:
+            if partial:
+                continue
+            raise LoadError(
+                f"node {node_id!r} key {key!r} is left out of the state "
+                "(pass partial=True to keep it local)"
+            )
+        source = given[key]
+        if not isinstance(source, torch.Tensor):
+            raise LoadError(
+                f"node {node_id!r} key {key!r}: a {type(source).__name__}, not a tensor"
+            )
+        if source.shape != target.shape:
+            raise LoadError(
+                f"node {node_id!r} key {key!r}: shape {tuple(source.shape)} in the state, "
+                f"{tuple(target.shape)} in the training run"
+            )
+        if source.dtype != target.dtype:
+            raise LoadError(
+                f"node {node_id!r} key {key!r}: dtype {source.dtype} in the state, "
+                f"{target.dtype} in the training run"
+            )
+        copies.append(_Copy(node_id, key, target, source))
+    return copies
+
+
+def _refuse_what_cannot_be_copied(copies: list[_Copy]) -> None:
+    """What only shows when copying, refused before the first copy: a meta tensor (a shape
+    with no values; copying from one raises half way through a load), and one live tensor
+    under two keys (tied weights) given two different values (the last would silently win)."""
+    for copy in copies:
+        if copy.source.device.type == "meta":
+            raise LoadError(
+                f"{copy.where} is a meta tensor in the state: it has a shape but no values to load"
+            )
+        if copy.target.device.type == "meta":
+            raise LoadError(
+                f"{copy.where} is a meta tensor in the training run: it has no memory to load "
+                "values into (materialize the node first, e.g. with to_empty)"
+            )
+    first: dict[tuple, _Copy] = {}
+    for copy in copies:
+        seen = first.setdefault(_memory(copy.target), copy)
+        if seen is not copy and not _same_values(seen.source, copy.source):
+            raise LoadError(
+                f"{seen.where} and {copy.where} are one tensor in the training run (tied "
+                "weights), and the state gives them different values"
+            )
+
+
+def _memory(tensor: torch.Tensor) -> tuple:
+    """What makes two tensors the same live tensor: the same view of the same storage."""
+    if tensor.layout != torch.strided:
+        return (id(tensor),)
+    return (
+        tensor.device,
+        tensor.untyped_storage().data_ptr(),
+        tensor.storage_offset(),
+        tuple(tensor.shape),
+        tensor.stride(),
+        tensor.dtype,
+    )
+
+
+def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    b = b.to(a.device)
+    if torch.equal(a, b):
+        return True
+    if a.is_floating_point() or a.is_complex():
+        return bool(torch.allclose(a, b, rtol=0.0, atol=0.0, equal_nan=True))
+    return False

@@ -29,7 +29,7 @@ from soma.store import Store
 T = TypeVar("T")
 
 
-class RoundError(SomaError):
+class RoundError(SomaError, ValueError):
     """A round cannot go on as asked."""
 
 

@@ -21,7 +21,7 @@ import numbers
 from soma.errors import SomaError
 
 
-class ParticipationError(SomaError):
+class ParticipationError(SomaError, ValueError):
     """A participation or quorum that cannot be met."""
 
 

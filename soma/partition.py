@@ -24,10 +24,12 @@ import numbers
 
 import numpy as np
 
+from soma.errors import SomaError
+
 SCHEMES = ("iid", "dirichlet", "labels_per_client")
 
 
-class PartitionError(ValueError):
+class PartitionError(SomaError, ValueError):
     """A partition cannot be made as asked; the message names the option at fault."""
 
 

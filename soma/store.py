@@ -120,11 +120,12 @@ import torch
 from soma import codecs, tensorfile
 from soma.codecs import register_codec, unregister_codec
 from soma.files import fsync_folder, write_all
-from soma.names import check_name, split_prefix
+from soma.names import MAX_STORE_PATH_BYTES, check_name, split_prefix
 from soma.store_errors import (
     BadBlob,
     BadDigest,
     BadName,
+    BadStore,
     CorruptBlob,
     CorruptName,
     NameConflict,
@@ -138,9 +139,11 @@ from soma.store_errors import (
 __all__ = [
     "Store",
     "check_digest",
+    "check_folder",
     "register_codec",
     "unregister_codec",
     "StoreError",
+    "BadStore",
     "BadName",
     "NameConflict",
     "BadDigest",
@@ -188,6 +191,48 @@ def _cpus() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # pragma: no cover - not Linux
         return os.cpu_count() or 1
+
+
+def check_folder(directory: str | os.PathLike[str]) -> Path:
+    """The absolute path of `directory` if a store can be there, made or not; else `BadStore`.
+
+    Refused before anything is made: a path longer than `MAX_STORE_PATH_BYTES` (with a name
+    of up to `MAX_NAME_BYTES` under it, a file's path would pass PATH_MAX), and anything but
+    a folder where the store or one of its folders must be (a mistyped `--store` naming a
+    file would otherwise fail half way with a bare OSError).
+    """
+    path = Path(os.path.abspath(os.fspath(directory)))
+    size = len(os.fsencode(path))
+    if size > MAX_STORE_PATH_BYTES:
+        raise BadStore(
+            f"store folder {str(path)[:60]!r}... is {size} bytes long; a store's path is at "
+            f"most {MAX_STORE_PATH_BYTES}, so that the names under it stay under PATH_MAX"
+        )
+    culprit = _in_the_way(path)
+    if culprit is not None:
+        what = "a file" if culprit.is_file() else "something other than a folder"
+        if culprit == path:
+            raise BadStore(f"store folder {path} is {what}, not a folder")
+        raise BadStore(f"store folder {path} cannot be a store: {culprit} is {what}")
+    return path
+
+
+def _in_the_way(path: Path) -> Path | None:
+    """The first thing that is there and is not a folder, where the store needs one: its own
+    folders, itself, or the nearest one above it that is there."""
+    for folder in (path / "blobs", path / "names", path / "tmp"):
+        if _there(folder) and not folder.is_dir():
+            return folder
+    for folder in (path, *path.parents):
+        if folder.is_dir():
+            return None
+        if _there(folder):
+            return folder
+    return None
+
+
+def _there(path: Path) -> bool:
+    return path.exists() or path.is_symlink()  # a dangling link is in the way too
 
 
 def check_digest(digest: object) -> str:
@@ -277,7 +322,8 @@ def _write_chunks(fd: int, chunks: Iterable[memoryview]) -> None:
 
 
 class Store:
-    """A content-addressed store in `directory` (made if missing). See the module docs.
+    """A content-addressed store in `directory` (made if missing; refused, with nothing made,
+    where it cannot be: see `check_folder`). See the module docs.
 
     `write_beside_hash`: on a local filesystem with a second CPU, write a new large tensor
     blob while it is hashed instead of after (see "Large values" in the module docs).
@@ -286,7 +332,7 @@ class Store:
     def __init__(
         self, directory: str | os.PathLike[str], *, write_beside_hash: bool = False
     ) -> None:
-        self.directory = Path(os.path.abspath(os.fspath(directory)))
+        self.directory = check_folder(directory)
         self._blobs = self.directory / "blobs"
         self._names = self.directory / "names"
         self._tmp = self.directory / "tmp"

@@ -1,4 +1,5 @@
-"""What `soma.Store` refuses, as one hierarchy: catch `StoreError` for all of it.
+"""What `soma.Store` refuses, as one hierarchy: catch `StoreError` for all of it (and
+`soma.SomaError` for all of it and every other refusal soma makes).
 
 Each refusal also subclasses the builtin a caller would naturally catch
 (`ValueError` for a bad argument, `LookupError` for something absent, `TypeError`
@@ -8,9 +9,16 @@ own classes keeps working.
 
 from __future__ import annotations
 
+from soma.errors import SomaError
 
-class StoreError(Exception):
+
+class StoreError(SomaError):
     """Anything the store refuses."""
+
+
+class BadStore(StoreError, ValueError):
+    """A folder that cannot hold a store: a file is in the way, or its path leaves no room for
+    the names under it; the message names the path."""
 
 
 class BadName(StoreError, ValueError):

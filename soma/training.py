@@ -33,7 +33,7 @@ Parameters = dict[str, dict[str, nn.Parameter]]
 DEFAULT_LR = 0.05
 
 
-class TrainingError(SomaError):
+class TrainingError(SomaError, ValueError):
     """A training run cannot be built as asked."""
 
 

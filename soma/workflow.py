@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from soma import holders
-from soma.errors import SomaError
+from soma.configs import ConfigRefused
 from soma.nodes import export, load
 from soma.participation import policy
 from soma.round import (
@@ -51,14 +51,6 @@ from soma.strategies import (
 from soma.tasks import Task, TaskError, TaskNotFound, load_task
 
 LOG = logging.getLogger("soma.workflow")
-
-
-class ConfigRefused(SomaError):
-    """The run's configuration cannot work; the message starts with the config key(s) to change.
-
-    Raised by the `start` job (and the jobs that read what it checked) before any client
-    trains, so that a mistake costs seconds, not a round of training jobs.
-    """
 
 
 def progress(message: str, *args: Any) -> None:

@@ -225,6 +225,8 @@ REFUSED_NAMES = {
     "newline": "a\nb",
     "DEL": "a\x7fb",
     "C1 control": "a\x85b",
+    "bidirectional override": "a\u202eb",
+    "zero width space": "a\u200bb",
     "hidden segment": "a/.nfs0001",
     "segment too long": "a/" + "x" * 256,
     "lone surrogate": "a\ud800b",

@@ -129,17 +129,20 @@ def test_receipts_are_deterministic_json_with_no_time_and_no_paths(finished) -> 
 
 
 def test_a_bad_config_is_refused_with_the_key_before_any_job_runs(tmp_path) -> None:
-    for override, key in (
-        ("rounds=0", "rounds"),
-        ("roundz=3", "roundz"),
-        ("threads=many", "threads"),
-        ("run=../escape", "run"),
-        ("strategy=nosuch", "strategy"),
-        ('strategy_options={"fedadam": {"bogus": 1}}', "bogus"),
+    for override, said in (
+        ("rounds=0", "config key `rounds`: 0 is less than the minimum of 1"),
+        ("roundz=3", "config key `roundz` is unknown"),
+        ("threads=many", "config key `threads`: 'many' is not of type 'integer'"),
+        ("run=../escape", "config key `run`: '../escape' does not match"),
+        ("strategy=nosuch", "config key `strategy`: 'nosuch' is not valid"),
+        (
+            'strategy_options={"fedadam": {"bogus": 1}}',
+            "config key `strategy_options` (under 'fedadam'): 'bogus' is unknown",
+        ),
     ):
         result = snakemake(tmp_path, "--cores", "1", "--config", override)
         assert result.returncode != 0, override
-        assert key in result.stdout, (override, result.stdout[-2000:])
+        assert said in result.stdout, (override, result.stdout[-2000:])
         assert not (tmp_path / "results").exists() and not (tmp_path / "store").exists()
 
 

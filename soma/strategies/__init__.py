@@ -71,7 +71,7 @@ State = dict[str, Any]
 Parameters = Mapping[str, Mapping[str, torch.nn.Parameter]]
 
 
-class StrategyError(SomaError):
+class StrategyError(SomaError, ValueError):
     """A strategy cannot be found, refused its options, or refuses a round."""
 
 

@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # torch only for the annotations: the Snakefile imports this 
     from torch import nn
 
 
-class TaskError(SomaError):
+class TaskError(SomaError, ValueError):
     """A task cannot be found, refuses its options, or does not answer the protocol."""
 
 
