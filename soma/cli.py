@@ -92,16 +92,13 @@ def client(args: argparse.Namespace) -> int:
     from soma.strategies import check_task_takes_objective, load_strategy
     from soma.tasks import load_task
 
-    for k in args.mine:
-        if k >= args.clients:
-            raise SomaError(f"client {k} is not one of the run's clients 0..{args.clients - 1}")
     torch.set_num_threads(args.threads)
-    store = Store(args.store)
     task_options = _options(args.option, "task")
     strategy_options = _options(args.strategy_option, "strategy")
     task = load_task(args.task, task_options)
     strategy = load_strategy(args.strategy, strategy_options)
     check_task_takes_objective(args.strategy, strategy, task)
+    store = Store(args.store)  # only once the task and the strategy took their options
     nodes = task.nodes(args.seed)
     hosted = []
     for k in args.mine:
@@ -358,6 +355,13 @@ def _check_client(args: argparse.Namespace) -> None:
     _at_least("--rounds", args.rounds, 1)
     _at_least("--threads", args.threads, 1)
     _at_least("--seed", args.seed, 0)
+    for k in args.mine:
+        if k >= args.clients:
+            raise BadArgument(
+                f"--mine: client {k} is not one of the run's clients 0..{args.clients - 1}"
+            )
+    if args.tree is not None:
+        _at_least("--tree", args.tree, 2)
     if math.isnan(args.deadline) or args.deadline < 0:
         raise BadArgument(
             f"--deadline must be a number of seconds >= 0 (inf: forever), not {args.deadline}"

@@ -41,11 +41,11 @@ from soma.round import (
 from soma.runs import identity, training_seed
 from soma.store import Store
 from soma.strategies import (
-    takes_mean,
     Strategy,
     StrategyError,
     check_task_takes_objective,
     load_strategy,
+    takes_mean,
     train_locally,
 )
 from soma.tasks import Task, TaskError, TaskNotFound, load_task
@@ -313,12 +313,8 @@ def train_batch(
     meeting = meeting_of(config, round, started)
     for k in clients:
         meeting.check_client(k)
-    each = [
-        _train_client(task, store, config, meeting, k, started, before.get(k)) for k in clients
-    ]
-    write_receipt(
-        receipt, {"run": meeting.run, "round": round, "batch": batch, "clients": each}
-    )
+    each = [_train_client(task, store, config, meeting, k, started, before.get(k)) for k in clients]
+    write_receipt(receipt, {"run": meeting.run, "round": round, "batch": batch, "clients": each})
 
 
 def clients_in(receipt: Mapping[str, Any]) -> list[dict[str, Any]]:

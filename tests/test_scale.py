@@ -88,7 +88,7 @@ def test_a_process_refuses_a_client_the_run_does_not_have(tmp_path) -> None:
     command += ["--run", "r", "--rounds", "1", "--clients", "4", "--mine", "2-4"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
-    assert "client 4 is not one of the run's clients 0..3" in done.stderr
+    assert "--mine: client 4 is not one of the run's clients 0..3" in done.stderr
 
 
 def test_per_task_hosts_a_block_of_clients_per_slurm_task(tmp_path) -> None:
