@@ -47,6 +47,7 @@ from soma.strategies import (
     Strategy,
     Update,
     check_arrivals,
+    check_strategy_state,
     load_strategy,
     takes_mean,
 )
@@ -466,6 +467,11 @@ def check_inputs(
         raise RoundError(f"{where}: {tree_refusal(meeting.strategy)}")
     arrived = [Arrival(i.client, i.size, i.extra is not None) for i in inputs]
     check_arrivals(strategy, arrived, clients=meeting.clients)
+    check_strategy_state(
+        strategy,
+        lambda: None if meeting.state is None else store.recall_digest(meeting.state),
+        clients=meeting.clients,
+    )
 
 
 def tree_refusal(strategy: str) -> str:

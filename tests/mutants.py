@@ -295,4 +295,5 @@ def _fedavg_folds_any_tensor() -> None:
 # Imported last: they use `mutant` and `_replace` from this module.
 import mutants_fedopt  # noqa: E402, F401
 import mutants_local  # noqa: E402, F401
+import mutants_privacy  # noqa: E402, F401
 import mutants_robust  # noqa: E402, F401

@@ -33,6 +33,10 @@ Optionally:
 - `check(arrivals, *, clients)`: the strategy's own preconditions on who came (how many,
   their sizes, whether they sent an extra), raised as `StrategyError` naming the culprit.
   The round calls it before anything is claimed, so every client is told the real reason.
+- `check_state(state, *, clients)`: the strategy's own preconditions on the state it would
+  step from (DP-FedAvg: whether one more round would take the privacy spent past its
+  budget), raised as `StrategyError`. The round calls it beside `check`, before anything is
+  claimed, reading the state from the store only for a strategy that has this method.
 - `local(*, start, state, mine) -> Objective | None`: the client side. `start` is the global
   weights the round started from, `state` the strategy's server state (SCAFFOLD's c), `mine`
   this client's own state from the last round it took part in (SCAFFOLD's c_i), or None.
@@ -45,10 +49,18 @@ to a client's local objective:
 - `adjust(parameters, lr)`: after each backward, before the optimizer's step; `parameters`
   is `{node_id: {key: Parameter}}` keyed like an export, `lr` the step's learning rate. It
   adds the extra term's gradient to each `.grad`.
-- `finish(trained) -> (extra, mine)`: after training. `extra` is sent beside the weights
-  (an export-shaped map, e.g. SCAFFOLD's delta c_i) and reaches `aggregate` as
-  `Update.extra`; `mine` is kept in the store under this client and round, and comes back
-  as `mine` the next time this client trains. Either may be None.
+- `release(trained, start, *, seed) -> Export` (optional): after training, the weights this
+  client sends instead of the ones it trained (DP-FedAvg's distributed mode: the update
+  clipped, plus this client's share of the noise). `trained` is the export after training,
+  `start` the one before, `seed` the seed this client's training was given (one per client
+  and round, for a strategy that draws at random). `train_locally` loads what it returns
+  into the nodes, so whatever exports them afterwards contributes it. Without it, the
+  trained weights are sent as they are.
+- `finish(trained) -> (extra, mine)`: after training (and after `release`, whose export it
+  is then given). `extra` is sent beside the weights (an export-shaped map, e.g. SCAFFOLD's
+  delta c_i) and reaches `aggregate` as `Update.extra`; `mine` is kept in the store under
+  this client and round, and comes back as `mine` the next time this client trains. Either
+  may be None.
 
 Integer and bool tensors (BatchNorm's `num_batches_tracked`) are counts: every built-in
 strategy leaves them as FedAvg does (the first update's value stands).
@@ -58,7 +70,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -125,6 +137,7 @@ BUILTIN = {
     "median": "soma.strategies.median",
     "trimmed_mean": "soma.strategies.trimmed_mean",
     "krum": "soma.strategies.krum",
+    "dp_fedavg": "soma.strategies.dp_fedavg",
 }
 
 
@@ -163,6 +176,16 @@ def check_arrivals(strategy: Strategy, arrivals: Sequence[Arrival], *, clients: 
         check(arrivals, clients=clients)
 
 
+def check_strategy_state(
+    strategy: Strategy, read_state: Callable[[], State | None], *, clients: int
+) -> None:
+    """The strategy's own preconditions on its state, if it has any; `read_state` is called
+    only then (a state can be a model's worth of tensors, FedAdam's)."""
+    check = getattr(strategy, "check_state", None)
+    if callable(check):
+        check(read_state(), clients=clients)
+
+
 def objective_of(
     strategy: Strategy, *, start: Export, state: State | None, mine: State | None
 ) -> Objective | None:
@@ -182,14 +205,23 @@ def train_locally(
     mine: State | None,
 ) -> tuple[Any, Export | None, State | None]:
     """One client's local training in a round, with the strategy's client side if it has
-    one: (the task's metrics, the extra sent beside the weights, the client's own state)."""
-    from soma.nodes import export
+    one: (the task's metrics, the extra sent beside the weights, the client's own state).
 
-    objective = objective_of(strategy, start=export(nodes), state=state, mine=mine)
+    When the objective has `release`, what it returns is loaded into `nodes` before
+    `finish`: the caller's `export(nodes)` is then what the client sends."""
+    from soma.nodes import export, load
+
+    start = export(nodes)
+    objective = objective_of(strategy, start=start, state=state, mine=mine)
     if objective is None:
         return task.train(nodes, data, seed=seed), None, mine
     metrics = task.train(nodes, data, seed=seed, objective=objective)
-    extra, own = objective.finish(export(nodes))
+    trained = export(nodes)
+    release = getattr(objective, "release", None)
+    if callable(release):
+        trained = release(trained, start, seed=seed)
+        load(nodes, trained)
+    extra, own = objective.finish(trained)
     return metrics, extra, own
 
 

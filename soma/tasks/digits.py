@@ -52,6 +52,7 @@ from soma.strategies import (
     State,
     Update,
     check_arrivals,
+    check_strategy_state,
     check_task_takes_objective,
     load_strategy,
     train_locally,
@@ -526,6 +527,7 @@ def simulate(
             for k, extra in zip(came, extras, strict=True)
         ]
         check_arrivals(rule, arrivals, clients=clients)
+        check_strategy_state(rule, lambda kept=state: kept, clients=clients)
         updates = (
             Update(k, float(sizes[k]), weights_k, extra)
             for k, weights_k, extra in zip(came, sent, extras, strict=True)

@@ -1,0 +1,645 @@
+"""DP-FedAvg (McMahan et al. 2018): FedAvg with client-level differential privacy.
+
+Each round, a client's update (its weights minus the round's start) is clipped to L2 norm
+`clip` (all of its floats together, `soma.privacy.clip`), and Gaussian noise of standard
+deviation z C on the sum (z = `noise_multiplier`) makes the round a Gaussian mechanism whose
+privacy `soma.privacy`'s accountant adds up over the rounds. Integer and bool tensors
+(BatchNorm's counts) are never clipped nor noised: the first update's value stands, as in
+FedAvg.
+
+The estimator is McMahan et al.'s fixed-denominator one: the next weights are
+`start + (sum of clipped updates + noise) / m`, m being the number of clients expected per
+round (`clients_per_round`, every client of the run by default), not the number that came,
+and every client weighing the same. A size-weighted mean, or a mean over whoever came, would
+let one client move the result by more than C / m, and the noise would no longer cover it.
+A round where fewer than m came (a quorum) moves less; its noise is the same. Left null
+under a workflow `participation`, m is every client: the noise and the accounting are those
+of everyone every round (private, with no amplification by sampling), and each step is
+shrunk by the fraction that came.
+
+Two modes:
+
+- `central` (default): the clients send their weights as they trained them and the averager
+  clips, sums and adds N(0, (z C / m)^2) to the mean. It protects the published weights
+  (and the model file) from whoever receives them; the averager and whoever reads the store
+  see every client's update in the clear.
+- `distributed`: each client clips its own update and adds its share of the noise,
+  N(0, (z C)^2 / m), before its weights leave it (`release`, see soma.strategies); the
+  averager only averages. The m shares add up to central DP's noise, so the accounting is
+  the same, and the store only ever holds noisy updates. The epsilon is that of the sum:
+  one client's update on its own carries 1/m of the noise's variance (a multiplier of
+  z / sqrt(m)), so whoever reads the store sees each update far less protected than the
+  sum; secure aggregation, which shows the averager only the sum, is what closes that
+  gap. The averager cannot check that a client clipped or
+  added its noise (noise makes any norm plausible): a client that does not is not
+  protected, and one that sends anything moves the mean as in FedAvg. Every one of the m
+  must come (a round with fewer is refused: their shares would add up to less noise than
+  the accountant counts), so run it with the quorum at its default.
+
+Adaptive clipping (Andrew et al. 2021, `adaptive`): the clip follows the `quantile` of the
+update norms, C <- C exp(-lr (b - quantile)), b being the fraction of updates that were within
+C, estimated from the clients' indicators (each minus 1/2, so one client moves the count by
+1/2) plus N(0, count_noise^2) (`count_noise` defaults to m / 20, as in the paper). The round
+is then accounted with `noise_multiplier` z as a whole: the update's own noise is raised to
+z_D = (z^-2 - (2 count_noise)^-2)^(-1/2) (their Theorem 1), which needs 2 count_noise > z.
+In distributed mode each client sends its indicator (minus 1/2, plus its share of the count
+noise) beside its weights, and the clip reaches the clients through the strategy's state.
+
+The noise is drawn from `soma.privacy.generator` seeded by (`seed`, round), and in
+distributed mode by the client's training seed too (so each client draws its own): a rerun
+round draws the same bits. It is only as secret as the seed, and the strategy's options are
+written in the store's records and the workflow's config: whoever can read them can draw
+the noise again and subtract it. `seed: null` (the default) seeds each draw from the
+operating system instead: private, not reproducible (a rerun round is another averaging).
+
+The state, a JSON value the store keeps with each round's average:
+`{"round", "epsilon", "delta", "budget", "clip", "history"}`: rounds averaged so far, the
+epsilon they spent at `delta`, the clip the next round uses, and the history of (noise
+multiplier, sampling rate, rounds) the accountant composes (`soma.privacy.spent` reads it).
+The sampling rate is m / clients.
+
+`budget`: the epsilon at which the run stops. A round that would take the epsilon past it is
+refused with a StrategyError naming the budget and the epsilon it would reach, before
+anything is claimed (`check_state`, which the round calls beside `check`: `check` does not
+see the state, which holds how many rounds were spent) and again in `aggregate` before any
+arithmetic. The clients of that round have trained by then (nothing of theirs is published),
+and in the workflow the average job fails with the refusal, which stops the run.
+
+Options: `clip` (L2 bound, > 0; the starting one when adaptive), `noise_multiplier` (z,
+>= 0; 0 only clips, and spends an infinite epsilon), `mode`, `clients_per_round` (m: the
+count of the workflow's `participation`; required in distributed mode), `adaptive` (null,
+true for the defaults, or a map of `quantile`, `lr`, `count_noise`), `seed` (null or an
+integer), `delta` (1e-5), `budget` (null or an epsilon). Needs `pip install 'soma[privacy]'`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import numbers
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from soma import privacy
+from soma.nodes import Export
+from soma.strategies import Arrival, Parameters, State, StrategyError, Update
+
+NAME = "dp_fedavg"
+MODES = ("central", "distributed")
+EXTRA = ("dp", "unclipped")  # the node and key of a distributed client's noisy indicator
+
+
+@dataclass(frozen=True)
+class Adaptive:
+    """Andrew et al.'s adaptive clipping: the quantile the clip follows, its learning rate,
+    and the noise on the count of unclipped updates (None: clients per round / 20)."""
+
+    quantile: float = 0.5
+    lr: float = 0.2
+    count_noise: float | None = None
+
+    def count_std(self, expected: int) -> float:
+        return expected / 20 if self.count_noise is None else self.count_noise
+
+
+@dataclass(frozen=True)
+class Options:
+    clip: float
+    noise_multiplier: float
+    mode: str
+    clients_per_round: int | None
+    adaptive: Adaptive | None
+    seed: int | None
+    delta: float
+    budget: float | None
+
+
+@dataclass(frozen=True)
+class Before:
+    """Where a round starts from, read from the state: rounds done, the clip to use, the
+    history so far, and what this round adds to it."""
+
+    round: int
+    clip: float
+    history: list[list[float]]
+    expected: int
+    rate: float
+
+    def history_after(self, multiplier: float) -> list[list[float]]:
+        """The history with this round appended (merged into the last stretch when alike)."""
+        history = [list(s) for s in self.history]
+        if history and history[-1][0] == multiplier and history[-1][1] == self.rate:
+            history[-1][2] += 1
+        else:
+            history.append([multiplier, self.rate, 1])
+        return history
+
+
+# --- the strategy, central ---------------------------------------------------------------------
+
+
+class DPFedAvg:
+    """Central DP-FedAvg: the averager clips, sums, adds the noise and keeps the account."""
+
+    # The round refuses, before anything is claimed, to run us without a start to step from.
+    needs_previous: ClassVar[bool] = True
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+
+    # -- what can be refused before anything is claimed ------------------------------------
+
+    def expected(self, clients: int) -> int:
+        """m: how many clients a round expects (the fixed denominator)."""
+        m = self.options.clients_per_round
+        if m is None:
+            return clients
+        if m > clients:
+            raise StrategyError(
+                f"{NAME} option clients_per_round={m} is more than the run's {clients} clients"
+            )
+        return m
+
+    def update_multiplier(self, expected: int) -> float:
+        """The noise multiplier of the update itself (raised under adaptive clipping)."""
+        z, adaptive = self.options.noise_multiplier, self.options.adaptive
+        if adaptive is None:
+            return z
+        count = adaptive.count_std(expected)
+        try:
+            return privacy.update_multiplier(z, count)
+        except privacy.PrivacyError as error:
+            default = "" if adaptive.count_noise is not None else " (clients per round / 20)"
+            raise StrategyError(
+                f"{NAME} option adaptive.count_noise={count:g}{default} must be more than "
+                f"noise_multiplier / 2 = {z / 2:g}: a count so little noisy would spend the "
+                "whole budget; raise count_noise"
+            ) from error
+
+    def check(self, arrivals: Sequence[Arrival], *, clients: int) -> None:
+        m = self.expected(clients)
+        self.update_multiplier(m)
+        if len(arrivals) > m:
+            raise StrategyError(
+                f"{NAME}: {len(arrivals)} clients came, more than clients_per_round={m}: "
+                "the noise is calibrated to m clients (set clients_per_round to the "
+                "participation's count)"
+            )
+
+    def check_state(self, state: State | None, *, clients: int) -> None:
+        """Refuse the round if it would take the epsilon past the budget."""
+        self.before(state, clients=clients)
+
+    def before(self, state: State | None, *, clients: int) -> Before:
+        """The round's start, read from the state and checked against the budget."""
+        m = self.expected(clients)
+        if state is None:
+            done, clip, history = 0, self.options.clip, []
+        else:
+            done, clip, history = read_state(state)
+        start = Before(done, clip, history, m, m / clients)
+        budget = self.options.budget
+        if budget is not None:
+            after = self.epsilon(start.history_after(self.options.noise_multiplier))
+            if after > budget:
+                so_far = f"{done} round{'' if done == 1 else 's'} so far spent"
+                raise StrategyError(
+                    f"{NAME} option budget={budget:g}: one more round would spend epsilon "
+                    f"{after:.4g} at delta {self.options.delta:g} ({so_far} "
+                    f"{self.epsilon(history):.4g}); the run stops here"
+                )
+        return start
+
+    def epsilon(self, history: Sequence[Sequence[float]]) -> float:
+        try:
+            return privacy.epsilon_of(history, self.options.delta)
+        except privacy.PrivacyError as error:
+            raise StrategyError(f"{NAME}: {error}") from error
+
+    # -- the round ----------------------------------------------------------------------------
+
+    def aggregate(
+        self,
+        previous: Export | None,
+        updates: Iterable[Update],
+        state: State | None,
+        *,
+        clients: int,
+    ) -> tuple[Export, State]:
+        if previous is None:
+            raise StrategyError(
+                f"{NAME} steps from the weights the round started from, and there are none"
+            )
+        start = self.before(state, clients=clients)
+        m = start.expected
+        total, counts, came, unclipped = self.fold(previous, updates, start.clip)
+        if came > m:
+            raise StrategyError(f"{NAME}: {came} clients came, more than clients_per_round={m}")
+        noise_gen = privacy.generator(self.options.seed, "central", start.round + 1)
+        std = privacy.noise_std(start.clip, self.update_multiplier(m), m)
+        noise = privacy.gaussian(previous, std, noise_gen)
+        weights = step(previous, total, noise, counts, m)
+        clip = start.clip
+        if self.options.adaptive is not None:
+            count_noise = self.options.adaptive.count_std(m)
+            noisy = unclipped + count_noise * draw_one(noise_gen)
+            clip = self.next_clip(start.clip, noisy, m)
+        return weights, self.state_after(start, clip)
+
+    def fold(
+        self, previous: Export, updates: Iterable[Update], clip: float
+    ) -> tuple[dict[str, dict[str, torch.Tensor]], dict[str, dict[str, torch.Tensor]], int, float]:
+        """(the sum of the clipped updates, the first update's counts, how many came, the sum
+        of their unclipped indicators minus 1/2): one update in memory at a time."""
+        total = zeros_like_floats(previous)
+        counts: dict[str, dict[str, torch.Tensor]] | None = None
+        came, unclipped = 0, 0.0
+        with torch.no_grad():
+            for update in updates:
+                delta, theirs = difference(previous, update.weights, update.client)
+                clipped, norm = privacy.clip(delta, clip)
+                add_into(total, clipped)
+                unclipped += (1.0 if norm <= clip else 0.0) - 0.5
+                counts = theirs if counts is None else counts
+                came += 1
+        if counts is None:
+            raise StrategyError(f"{NAME}: no client's update to average")
+        return total, counts, came, unclipped
+
+    def next_clip(self, clip: float, noisy_unclipped: float, expected: int) -> float:
+        """The adaptive clip after this round, from the noisy sum of indicators minus 1/2."""
+        adaptive = self.options.adaptive
+        assert adaptive is not None
+        fraction = noisy_unclipped / expected + 0.5
+        return privacy.next_clip(clip, fraction, adaptive.quantile, adaptive.lr)
+
+    def state_after(self, start: Before, clip: float) -> State:
+        history = start.history_after(self.options.noise_multiplier)
+        return {
+            "round": start.round + 1,
+            "epsilon": float(self.epsilon(history)),
+            "delta": float(self.options.delta),
+            "budget": None if self.options.budget is None else float(self.options.budget),
+            "clip": float(clip),
+            "history": history,
+        }
+
+
+# --- the strategy, distributed -----------------------------------------------------------------
+
+
+class DistributedDPFedAvg(DPFedAvg):
+    """Distributed DP-FedAvg: each client clips and adds its share of the noise; the averager
+    only averages, and keeps the account (it cannot check the clipping: see the module)."""
+
+    def check(self, arrivals: Sequence[Arrival], *, clients: int) -> None:
+        super().check(arrivals, clients=clients)
+        m = self.expected(clients)
+        if len(arrivals) < m:
+            raise StrategyError(
+                f"{NAME} mode distributed: {len(arrivals)} of the clients_per_round={m} clients "
+                "came; each adds 1/m of the noise's variance, so the round's noise would be "
+                "below what noise_multiplier promises (run it without a quorum, or in central "
+                "mode)"
+            )
+        if self.options.adaptive is not None:
+            for arrival in arrivals:
+                if not arrival.extra:
+                    raise StrategyError(
+                        f"{NAME}: client {arrival.client} sent no clipped indicator beside its "
+                        "weights (adaptive clipping, distributed mode)"
+                    )
+
+    def local(self, *, start: Export, state: State | None, mine: State | None) -> NoiseShare:
+        done, clip = (0, self.options.clip) if state is None else read_state(state)[:2]
+        m = self.options.clients_per_round
+        assert m is not None  # make() refuses distributed mode without it
+        adaptive = self.options.adaptive
+        return NoiseShare(
+            clip=clip,
+            std=privacy.share_std(clip, self.update_multiplier(m), m),
+            count_std=None if adaptive is None else adaptive.count_std(m) / math.sqrt(m),
+            seed=self.options.seed,
+            round=done + 1,
+        )
+
+    def aggregate(
+        self,
+        previous: Export | None,
+        updates: Iterable[Update],
+        state: State | None,
+        *,
+        clients: int,
+    ) -> tuple[Export, State]:
+        if previous is None:
+            raise StrategyError(
+                f"{NAME} steps from the weights the round started from, and there are none"
+            )
+        start = self.before(state, clients=clients)
+        m = start.expected
+        total = zeros_like_floats(previous)
+        counts: dict[str, dict[str, torch.Tensor]] | None = None
+        came, unclipped = 0, 0.0
+        with torch.no_grad():
+            for update in updates:
+                delta, theirs = difference(previous, update.weights, update.client)
+                add_into(total, delta)
+                counts = theirs if counts is None else counts
+                came += 1
+                if self.options.adaptive is not None:
+                    unclipped += indicator(update)
+        if came != m:
+            raise StrategyError(
+                f"{NAME} mode distributed: {came} of the clients_per_round={m} clients came"
+            )
+        assert counts is not None
+        weights = step(previous, total, {}, counts, m)
+        clip = start.clip
+        if self.options.adaptive is not None:
+            clip = self.next_clip(start.clip, unclipped, m)
+        return weights, self.state_after(start, clip)
+
+
+class NoiseShare:
+    """One client's side of distributed DP-FedAvg: clip its update, add its share of the noise
+    (`release`), and send its noisy clipped indicator beside (`finish`, when adaptive)."""
+
+    def __init__(
+        self, *, clip: float, std: float, count_std: float | None, seed: int | None, round: int
+    ) -> None:
+        self.clip, self.std, self.count_std = clip, std, count_std
+        self.seed, self.round = seed, round
+        self.indicator: float | None = None
+        self.released = False
+
+    def adjust(self, parameters: Parameters, lr: float) -> None:
+        """Nothing: the training itself is FedAvg's."""
+
+    def release(self, trained: Export, start: Export, *, seed: int) -> Export:
+        """The weights this client sends: start + clipped update + its share of the noise."""
+        with torch.no_grad():
+            delta, counts = difference(start, trained, None)
+            clipped, norm = privacy.clip(delta, self.clip)
+            noise_gen = privacy.generator(self.seed, "distributed", self.round, seed)
+            noise = privacy.gaussian(start, self.std, noise_gen)
+            released = step(start, clipped, noise, counts, 1)
+            if self.count_std is not None:
+                within = (1.0 if norm <= self.clip else 0.0) - 0.5
+                self.indicator = within + self.count_std * draw_one(noise_gen)
+        self.released = True
+        return released
+
+    def finish(self, trained: Export) -> tuple[Export | None, State | None]:
+        if not self.released:
+            raise StrategyError(
+                f"{NAME} mode distributed: finish() before release(): the client's weights "
+                "would leave it unclipped and without noise (train with "
+                "soma.strategies.train_locally)"
+            )
+        if self.indicator is None:
+            return None, None
+        node, key = EXTRA
+        return {node: {key: torch.tensor([self.indicator], dtype=torch.float64)}}, None
+
+
+# --- the arithmetic ----------------------------------------------------------------------------
+
+
+def zeros_like_floats(like: Export) -> dict[str, dict[str, torch.Tensor]]:
+    """A zero for every float of `like`, in its working dtype."""
+    zeros: dict[str, dict[str, torch.Tensor]] = {}
+    for node, keys in like.items():
+        for key, tensor in keys.items():
+            if tensor.dtype.is_complex:
+                raise StrategyError(
+                    f"{NAME}: node {node!r} key {key!r} is {tensor.dtype}; differential "
+                    "privacy here clips and noises real floats only"
+                )
+            if privacy.is_coordinate(tensor):
+                dtype = privacy.working_dtype(tensor.dtype)
+                zeros.setdefault(node, {})[key] = torch.zeros(tensor.shape, dtype=dtype)
+    return zeros
+
+
+def difference(
+    start: Export, weights: Export, client: int | None
+) -> tuple[dict[str, dict[str, torch.Tensor]], dict[str, dict[str, torch.Tensor]]]:
+    """(weights - start for every float, in the working dtype; the counts of `weights`),
+    refused by name when the two are not the same network."""
+    who = "the trained weights" if client is None else f"client {client}"
+    delta: dict[str, dict[str, torch.Tensor]] = {}
+    counts: dict[str, dict[str, torch.Tensor]] = {}
+    for node, keys in weights.items():
+        for key in keys:
+            if key not in start.get(node, {}):
+                raise StrategyError(
+                    f"{NAME}: node {node!r} key {key!r} is in {who} but not in the weights "
+                    "the round started from"
+                )
+    for node, keys in start.items():
+        for key, origin in keys.items():
+            theirs = weights.get(node, {}).get(key)
+            if theirs is None:
+                raise StrategyError(
+                    f"{NAME}: node {node!r} key {key!r} is in the weights the round started "
+                    f"from but not in {who}"
+                )
+            if theirs.shape != origin.shape or theirs.dtype != origin.dtype:
+                raise StrategyError(
+                    f"{NAME}: node {node!r} key {key!r} is {tuple(origin.shape)} {origin.dtype} "
+                    f"in the weights the round started from, {tuple(theirs.shape)} "
+                    f"{theirs.dtype} in {who}"
+                )
+            if origin.dtype.is_complex:
+                raise StrategyError(
+                    f"{NAME}: node {node!r} key {key!r} is {origin.dtype}; differential "
+                    "privacy here clips and noises real floats only"
+                )
+            if privacy.is_coordinate(origin):
+                work = privacy.working_dtype(origin.dtype)
+                delta.setdefault(node, {})[key] = theirs.to(work) - origin.to(work)
+            else:
+                counts.setdefault(node, {})[key] = theirs
+    return delta, counts
+
+
+def add_into(total: dict[str, dict[str, torch.Tensor]], update: privacy.Tensors) -> None:
+    for node, keys in total.items():
+        for key, tensor in keys.items():
+            tensor.add_(update[node][key])
+
+
+def step(
+    start: Export,
+    total: privacy.Tensors,
+    noise: privacy.Tensors,
+    counts: privacy.Tensors,
+    expected: int,
+) -> Export:
+    """start + (total / expected) + noise for the floats, in each one's own dtype; the counts
+    as given."""
+    weights: Export = {}
+    for node, keys in start.items():
+        weights[node] = {}
+        for key, origin in keys.items():
+            if not privacy.is_coordinate(origin):
+                weights[node][key] = counts[node][key]
+                continue
+            moved = origin.to(total[node][key].dtype) + total[node][key] / expected
+            drawn = noise.get(node, {}).get(key)
+            if drawn is not None:
+                moved = moved + drawn
+            weights[node][key] = moved.to(origin.dtype)
+    return weights
+
+
+def draw_one(noise_gen: torch.Generator) -> float:
+    """One standard normal draw from the generator (the count's noise, after the update's)."""
+    return float(torch.randn(1, generator=noise_gen, dtype=torch.float64))
+
+
+def indicator(update: Update) -> float:
+    """A distributed client's noisy clipped indicator (minus 1/2), refused by name if absent."""
+    node, key = EXTRA
+    extra = update.extra or {}
+    value = extra.get(node, {}).get(key)
+    if value is None or value.numel() != 1 or not value.dtype.is_floating_point:
+        raise StrategyError(
+            f"{NAME}: client {update.client} sent no clipped indicator ({node}/{key}, one float) "
+            "beside its weights (adaptive clipping, distributed mode)"
+        )
+    number = float(value.reshape(()))
+    if not math.isfinite(number):
+        raise StrategyError(f"{NAME}: client {update.client}'s clipped indicator is {number}")
+    return number
+
+
+# --- the state ---------------------------------------------------------------------------------
+
+
+def read_state(state: object) -> tuple[int, float, list[list[float]]]:
+    """(rounds done, the clip to use, the history), refused by name when the state is not ours."""
+    wanted = {"round", "epsilon", "delta", "budget", "clip", "history"}
+    if not isinstance(state, Mapping) or set(state) != wanted:
+        keys = sorted(state) if isinstance(state, Mapping) else type(state).__name__
+        raise StrategyError(
+            f"{NAME} state holds {keys}, not {sorted(wanted)}: is it another strategy's?"
+        )
+    done, clip, history = state["round"], state["clip"], state["history"]
+    if isinstance(done, bool) or not isinstance(done, int) or done < 0:
+        raise StrategyError(f"{NAME} state round is {done!r}, not a count of rounds")
+    if not _real(clip) or not (math.isfinite(clip) and clip > 0):
+        raise StrategyError(f"{NAME} state clip is {clip!r}, not a number > 0")
+    ok = isinstance(history, (list, tuple)) and all(
+        isinstance(s, (list, tuple))
+        and len(s) == 3
+        and _real(s[0])
+        and _real(s[1])
+        and isinstance(s[2], int)
+        for s in history
+    )
+    if not ok or sum(s[2] for s in history) != done:
+        raise StrategyError(
+            f"{NAME} state history {history!r} is not {done} rounds of "
+            "(noise multiplier, sampling rate, rounds)"
+        )
+    return done, float(clip), [[float(s[0]), float(s[1]), int(s[2])] for s in history]
+
+
+def _real(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# --- the options -------------------------------------------------------------------------------
+
+
+def _number(option: str, value: object, wanted: str, ok) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise StrategyError(f"{NAME} option {option} must be a number {wanted}, not {value!r}")
+    number = float(value)
+    if not (math.isfinite(number) and ok(number)):
+        raise StrategyError(f"{NAME} option {option} must be a number {wanted}, not {value!r}")
+    return number
+
+
+def _adaptive(value: object) -> Adaptive | None:
+    if value is None or value is False:
+        return None
+    if value is True:
+        return Adaptive()
+    if not isinstance(value, Mapping):
+        raise StrategyError(
+            f"{NAME} option adaptive must be null, true or a map of quantile, lr and "
+            f"count_noise, not {value!r}"
+        )
+    unknown = sorted(set(value) - {"quantile", "lr", "count_noise"})
+    if unknown:
+        raise StrategyError(
+            f"{NAME} option adaptive has no {', '.join(map(str, unknown))} "
+            "(it takes quantile, lr and count_noise)"
+        )
+    quantile = _number(
+        "adaptive.quantile", value.get("quantile", 0.5), "in (0, 1)", lambda q: 0 < q < 1
+    )
+    lr = _number("adaptive.lr", value.get("lr", 0.2), "> 0", lambda x: x > 0)
+    count_noise = value.get("count_noise")
+    if count_noise is not None:
+        count_noise = _number("adaptive.count_noise", count_noise, ">= 0", lambda x: x >= 0)
+    return Adaptive(quantile, lr, count_noise)
+
+
+def make(
+    clip: float = 1.0,
+    noise_multiplier: float = 1.0,
+    mode: str = "central",
+    clients_per_round: int | None = None,
+    adaptive: Mapping[str, Any] | bool | None = None,
+    seed: int | None = None,
+    delta: float = 1e-5,
+    budget: float | None = None,
+) -> DPFedAvg:
+    clip = _number("clip", clip, "> 0", lambda x: x > 0)
+    noise_multiplier = _number("noise_multiplier", noise_multiplier, ">= 0", lambda x: x >= 0)
+    if mode not in MODES:
+        raise StrategyError(f"{NAME} option mode must be one of {', '.join(MODES)}, not {mode!r}")
+    if clients_per_round is not None and (
+        isinstance(clients_per_round, bool)
+        or not isinstance(clients_per_round, numbers.Integral)
+        or clients_per_round < 1
+    ):
+        raise StrategyError(
+            f"{NAME} option clients_per_round must be null or an integer >= 1, "
+            f"not {clients_per_round!r}"
+        )
+    if mode == "distributed" and clients_per_round is None:
+        raise StrategyError(
+            f"{NAME} option clients_per_round is needed in distributed mode: each client adds "
+            "1/clients_per_round of the noise's variance (the participation's count, or the "
+            "number of clients)"
+        )
+    if seed is not None and (
+        isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0
+    ):
+        raise StrategyError(f"{NAME} option seed must be null or an integer >= 0, not {seed!r}")
+    delta = _number("delta", delta, "in (0, 1)", lambda d: 0 < d < 1)
+    if budget is not None:
+        budget = _number("budget", budget, "> 0", lambda b: b > 0)
+    if importlib.util.find_spec("dp_accounting") is None:
+        raise StrategyError(f"{NAME} accounts for privacy with dp-accounting: {privacy.INSTALL}")
+    options = Options(
+        clip=clip,
+        noise_multiplier=noise_multiplier,
+        mode=mode,
+        clients_per_round=None if clients_per_round is None else int(clients_per_round),
+        adaptive=_adaptive(adaptive),
+        seed=None if seed is None else int(seed),
+        delta=delta,
+        budget=budget,
+    )
+    strategy = DistributedDPFedAvg(options) if mode == "distributed" else DPFedAvg(options)
+    if clients_per_round is not None:
+        strategy.update_multiplier(int(clients_per_round))  # adaptive's count noise, early
+    return strategy
