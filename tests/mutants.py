@@ -230,8 +230,9 @@ def _holders_always_gone() -> None:
     _replace(soma.holders, "gone", lambda holder: True)
 
 
-# --- strategies: each family registers its own mutants ---------------------------------------
+# --- strategies and secure aggregation: each family registers its own mutants -----------
 # Imported last: they use `mutant` and `_replace` from this module.
 import mutants_fedopt  # noqa: E402, F401
 import mutants_local  # noqa: E402, F401
 import mutants_robust  # noqa: E402, F401
+import mutants_secagg  # noqa: E402, F401
