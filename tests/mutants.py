@@ -291,9 +291,10 @@ def _fedavg_folds_any_tensor() -> None:
     _replace(soma.aggregate, "_unaverageable", lambda tensor: None)
 
 
-# --- strategies: each family registers its own mutants ---------------------------------------
+# --- strategies and secure aggregation: each family registers its own mutants -----------
 # Imported last: they use `mutant` and `_replace` from this module.
 import mutants_fedopt  # noqa: E402, F401
 import mutants_local  # noqa: E402, F401
 import mutants_privacy  # noqa: E402, F401
 import mutants_robust  # noqa: E402, F401
+import mutants_secagg  # noqa: E402, F401

@@ -1,0 +1,65 @@
+"""Secure aggregation: the sum of the clients' weighted exports, and nothing else, to anyone.
+
+The protocol and its layout in the store: `soma.secagg.protocol`. The pieces: Shamir secret
+sharing (`shamir`), fixed point in a ring and its overflow bound (`quantize`), the mask
+generator (`masks`), the primitives taken from `cryptography` (`crypto`), the refusals
+(`errors`). `cryptography` (`pip install 'soma[privacy]'`) is imported on first use only.
+
+    from soma.secagg import secure_sum, average
+
+    weighted, total = secure_sum(store, prefix, export, size,
+                                 mine=k, members=range(10), threshold=6)
+    mean = average(weighted, total, like=export)
+"""
+
+from soma.secagg.errors import (
+    BadInput,
+    BelowThreshold,
+    InconsistentShares,
+    LeftOut,
+    MissingCryptography,
+    NotEnoughShares,
+    SecAggError,
+)
+from soma.secagg.protocol import (
+    DEADLINE,
+    Secrets,
+    Session,
+    advertise,
+    average,
+    check_input,
+    masked_input,
+    published,
+    received_shares,
+    result,
+    reveal,
+    secure_sum,
+    share,
+    unmask,
+)
+from soma.secagg.quantize import FixedPoint
+
+__all__ = [
+    "DEADLINE",
+    "BadInput",
+    "BelowThreshold",
+    "FixedPoint",
+    "InconsistentShares",
+    "LeftOut",
+    "MissingCryptography",
+    "NotEnoughShares",
+    "SecAggError",
+    "Secrets",
+    "Session",
+    "advertise",
+    "average",
+    "check_input",
+    "masked_input",
+    "published",
+    "received_shares",
+    "result",
+    "reveal",
+    "secure_sum",
+    "share",
+    "unmask",
+]
