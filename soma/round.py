@@ -8,6 +8,7 @@ other an answer. The averaging lives under the digest of exactly what the client
 
     <run>/round/<r>/<meeting>/about           the meeting's identity (claimed once)
     <run>/round/<r>/<meeting>/client/<k>      what client k brought: weights, size, extra
+                                              (client/<k // 1000>/<k> beyond 1,000 clients)
     <run>/round/<r>/<meeting>/inputs/<key>/   one averaging of exactly these inputs (soma.once)
     <run>/round/<r>/<meeting>/average         the meeting's average (claimed: the first one)
 
@@ -72,6 +73,10 @@ __all__ = [
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+# The most client records one folder of a meeting holds (see Meeting.client).
+FAN_OUT = 1000
 
 
 def round_prefix(run: str, round: int) -> str:
@@ -178,6 +183,10 @@ class Meeting:
         return f"{self.prefix}/average"
 
     def client(self, k: int) -> str:
+        """Client k's record. A run of more than FAN_OUT clients files them by thousands
+        (`client/<k // 1000>/<k>`), so that no folder holds more than a thousand names."""
+        if self.clients > FAN_OUT:
+            return f"{self.prefix}/client/{k // FAN_OUT}/{k}"
         return f"{self.prefix}/client/{k}"
 
     @property
@@ -322,8 +331,8 @@ def present(store: Store, meeting: Meeting) -> list[int]:
     members = set(meeting.members)
     found = []
     for name in store.bound(prefix):
-        tail = name[len(prefix) :]
-        if tail.isdigit() and int(tail) in members:
+        tail = name.rsplit("/", 1)[1]
+        if tail.isdigit() and int(tail) in members and name == meeting.client(int(tail)):
             found.append(int(tail))
     return sorted(found)
 

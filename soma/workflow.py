@@ -377,7 +377,8 @@ def _log_training(meeting: Meeting, written: Mapping[str, Any], seconds: float) 
 
 
 def _started_name(meeting: Meeting, client: int) -> str:
-    return f"{meeting.prefix}/started/{client}"
+    """Beside the client's record, and fanned out the same way (see Meeting.client)."""
+    return meeting.client(client).replace("/client/", "/started/", 1)
 
 
 def _previous_attempt_died(store: Store, meeting: Meeting, client: int) -> str | None:

@@ -318,3 +318,19 @@ def test_a_tree_with_a_strategy_that_needs_every_update_stops_at_the_start_job(t
     assert done.returncode != 0
     log = (tmp_path / "logs" / "tiny" / "start.log").read_text()
     assert "config keys `strategy`/`tree`: strategy 'median' needs every client's update" in log
+
+
+def test_a_round_of_many_clients_files_their_records_by_thousands(tmp_path) -> None:
+    store = Store(tmp_path)
+    meeting = Meeting("big", 0, 2500, expected=(3, 1999, 2001), quorum=3)
+    assert meeting.client(1999) == f"{meeting.prefix}/client/1/1999"
+    assert Meeting("small", 0, 1000).client(999).endswith("/client/999")
+    for k in (3, 1999, 2001):
+        contribute(store, meeting, weights(k), mine=k, size=1)
+    from soma.round import present
+
+    assert present(store, meeting) == [3, 1999, 2001]
+    folders = {n.rsplit("/", 2)[1] for n in store.bound(f"{meeting.prefix}/client/")}
+    assert folders == {"0", "1", "2"}
+    (row,) = status(store, "big")
+    assert row["written"] == [3, 1999, 2001]
