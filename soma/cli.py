@@ -279,8 +279,16 @@ def _status_line(row: dict[str, Any], several: set[int]) -> str:
     meeting = f" [{row['meeting'][:8]}, {row['strategy']}]" if row["round"] in several else ""
     left = "".join(f"; left out client {x['client']}: {x['why']}" for x in row["left_out"])
     problems = "".join(f"; {problem}" for problem in row["problems"])
-    metrics = _metrics_text(row["metrics"])
+    metrics = _metrics_text(row["metrics"]) + _privacy_text(row.get("privacy"))
     return f"round {row['round']:>4}{meeting}: {written}{missing}; {state}{metrics}{left}{problems}"
+
+
+def _privacy_text(spent: Any) -> str:
+    """The privacy a DP strategy has spent up to the round, as (epsilon, delta)."""
+    if not isinstance(spent, dict):
+        return ""
+    budget = f" of a budget of {spent['budget']:.4g}" if "budget" in spent else ""
+    return f"; privacy spent: epsilon {spent['epsilon']:.4g}{budget} at delta {spent['delta']:g}"
 
 
 def export(args: argparse.Namespace) -> int:

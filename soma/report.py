@@ -23,7 +23,7 @@ def lower_is_better(metric: str) -> bool:
     return metric.endswith(("loss", "error", "mse"))
 
 
-COLUMNS = ("strategy", "round", "federated", "alone", "alone_best", "centralized")
+COLUMNS = ("strategy", "round", "federated", "alone", "alone_best", "centralized", "epsilon")
 START = "start"  # the `round` of the starting weights' row: before round 0
 # What each column is called in the plot's legend, and how it is drawn.
 SERIES = {
@@ -51,7 +51,9 @@ def summary_rows(
     the starting weights' metric, where every column begins (the baselines start from the
     same weights). A metric none of the evaluations has is refused, naming `metric`.
     """
-    federated = {e["round"]: e["metrics"] for e in map(read_receipt, evaluations)}
+    given = [read_receipt(path) for path in evaluations]
+    federated = {e["round"]: e["metrics"] for e in given}
+    spent = {e["round"]: e["privacy"]["epsilon"] for e in given if e.get("privacy")}
     if federated and not any(metric in m for m in federated.values()):
         returned = ", ".join(sorted(next(iter(federated.values()))))
         raise ConfigRefused(
@@ -72,6 +74,8 @@ def summary_rows(
         row = _row(strategy, r, federated[r].get(metric), values, better)
         if central_run:
             row["centralized"] = central_run[r]["metrics"].get(metric)
+        if r in spent:  # a DP strategy's privacy spent up to this round (soma.privacy)
+            row["epsilon"] = spent[r]
         rows.append(row)
     return rows
 

@@ -810,6 +810,21 @@ def status(store: Store, run: str, *, clients: int | None = None) -> list[dict[s
     return [_status_row(store, run, r, key, clients) for r, key in meetings(store, run)]
 
 
+# Strategies whose state accounts for the privacy spent (soma.privacy.spent reads it); only
+# theirs is read by `status`, as another strategy's state may be a model's worth of tensors.
+ACCOUNTING = frozenset({"dp_fedavg"})
+
+
+def privacy_spent(store: Store, record: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The epsilon (and delta) spent up to this round, for a strategy that accounts for it;
+    `record` is an average's record or its workflow receipt (both name strategy and state)."""
+    if record.get("strategy") not in ACCOUNTING or not record.get("state"):
+        return None
+    from soma.privacy import spent
+
+    return spent(store.recall_digest(record["state"]))
+
+
 def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -> dict[str, Any]:
     from soma.errors import SomaError
     from soma.store_errors import StoreError
@@ -831,6 +846,7 @@ def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -
         "averages_by_inputs": {},
         "weights": None,
         "metrics": None,
+        "privacy": None,
         "problems": [],
     }
 
@@ -888,6 +904,7 @@ def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -
         if row["average"]:
             record = read_record(store, row["average"])
             row.update(left_out=record.get("left_out", []), weights=record.get("weights"))
+            row["privacy"] = privacy_spent(store, record)
 
     def metrics() -> None:
         digest = store.resolve(evaluation_name(run, row["weights"]))

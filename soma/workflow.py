@@ -35,6 +35,7 @@ from soma.round import (
     drop,
     dropout_reason,
     evaluation_name,
+    privacy_spent,
     read_record,
     tree_refusal,
 )
@@ -511,12 +512,15 @@ def evaluate(config: Mapping[str, Any], round: int, averaged: str, receipt: str)
     tic = time.perf_counter()
     task = task_of(config)
     store = Store(config["store"])
-    weights = read_receipt(averaged)["weights"]
+    average = read_receipt(averaged)
+    weights = average["weights"]
     metrics = checked_metrics(config, task.evaluate(_nodes_at(task, store, config, weights)))
     kept = keep_evaluation(store, config["run"], weights, metrics)
-    write_receipt(
-        receipt, {"run": config["run"], "round": round, "weights": weights, "metrics": metrics}
-    )
+    evaluation = {"run": config["run"], "round": round, "weights": weights, "metrics": metrics}
+    privacy = privacy_spent(store, average)  # only a DP strategy's state accounts for it
+    if privacy is not None:
+        evaluation["privacy"] = privacy
+    write_receipt(receipt, evaluation)
     LOG.info(
         "round %d: weights %s evaluated: %s; kept as %s (record %s) (%.2f s)",
         round,

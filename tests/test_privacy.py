@@ -525,3 +525,58 @@ else:
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_soma_status_shows_the_privacy_spent_per_round(tmp_path) -> None:
+    import json
+
+    from soma.privacy import epsilon
+    from soma.round import Meeting, average_round, contribute, status
+
+    store = soma.Store(tmp_path)
+    start = store.put_value(net(0, 0, 0))
+    options = {"noise_multiplier": 1.0, "seed": 1}
+    state = None
+    for r in range(2):
+        meeting = Meeting(
+            "dp", r, 1, start=start, state=state, strategy="dp_fedavg", options=options
+        )
+        contribute(store, meeting, net(1, 0, 0), mine=0, size=1)
+        record = store.recall_digest(average_round(store, meeting, deadline=5))
+        start, state = record["weights"], record["state"]
+    rows = status(store, "dp")
+    spent = [row["privacy"] for row in rows]
+    assert [s["round"] for s in spent] == [1, 2] and spent[0]["delta"] == 1e-5
+    assert spent[0]["epsilon"] < spent[1]["epsilon"]
+    assert spent[1]["epsilon"] == pytest.approx(epsilon(1.0, 1.0, 2, 1e-5))
+    command = [sys.executable, "-m", "soma.cli", "status", "--store", str(tmp_path), "--run", "dp"]
+    shown = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
+    assert f"privacy spent: epsilon {spent[1]['epsilon']:.4g} at delta 1e-05" in shown.stdout
+    as_json = subprocess.run([*command, "--json"], capture_output=True, text=True, check=True)
+    assert json.loads(as_json.stdout)[1]["privacy"] == spent[1]
+
+
+def test_the_workflows_summary_has_the_epsilon_spent_per_round(tmp_path) -> None:
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(root / "Snakefile"),
+        "-d",
+        str(tmp_path),
+    ]
+    command += ["--cores", "2", "--configfile", str(root / "tests/fixtures/tiny.yaml")]
+    command += [str(root / "tests/fixtures/no-baselines.yaml"), "--config", "strategy=dp_fedavg"]
+    command += ["strategy_options={dp_fedavg: {noise_multiplier: 2.0, seed: 1}}", "run=dp"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = (tmp_path / "results/dp/summary.tsv").read_text().splitlines()
+    header = lines[0].split("\t")
+    assert header[-1] == "epsilon"
+    shown = [float(line.split("\t")[-1]) for line in lines[2:]]  # after the start row
+    expected = [privacy.epsilon(2.0, 1.0, r, 1e-5) for r in (1, 2)]
+    assert shown == pytest.approx(expected, rel=1e-3)

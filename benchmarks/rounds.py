@@ -1,0 +1,649 @@
+"""What a federated round costs as processes, jobs and files, against one Python loop.
+
+    python benchmarks/rounds.py            # 50 rounds, a 5-round workflow, 1,000 and 10,000 clients
+    python benchmarks/rounds.py --quick    # 10 rounds, a 3-round workflow, 1,000 clients
+
+soma's rounds meet in a shared folder: every client is a process (or a job) that imports
+torch, trains, writes its export to the store and polls for the average. This measures what
+that costs beyond the arithmetic, against "the floor": one Python process that trains all
+the clients each round and averages them with `soma.fedavg`, nothing written, nothing
+polled (`soma.tasks.digits.simulate`, as benchmarks/strategies.py runs it). Everything is
+measured in the same run, on the digits task with its defaults (10 clients holding two
+digits each, 2 local epochs), every child with one torch thread (SOMA_THREADS=1,
+OMP_NUM_THREADS=1):
+
+1. the floor, for --rounds R rounds (wall time of the whole process, imports included, and
+   per round); and `python -c 'import torch'` (median of 3), the least any process pays;
+2. `soma client`, one process per client: 10 processes started together, wall time until
+   the last one exits;
+3. `soma client` hosting several clients per process (`--mine 0-4`, `--mine 5-9`; and one
+   process, `--mine 0-9`);
+4. the Snakemake workflow on the local executor (--cores 2) for --workflow-rounds rounds,
+   with a train job per client (`clients_per_job=1`) and one train job per round
+   (`clients_per_job=10`): wall time, the steady time per round (between the first and the
+   last round's average receipt), and the per-job overhead beyond importing torch: the
+   median of every job's Snakemake benchmark seconds (logs/<run>/benchmark/**/*.tsv) less
+   the import-torch floor, and the same for the train jobs alone;
+5. peak memory: the max RSS of every process, read from `os.wait4` (the kernel's
+   ru_maxrss of the child), and for workflow jobs from their benchmark files;
+6. one round of 1,000 and 10,000 clients (the control task with 8 examples and 1 epoch per
+   client) over 2 `soma client` processes averaging through the tree (`--tree 32`), and the
+   flat average of the same 1,000 clients; against the same N trained and averaged in one
+   process (`soma.fedavg` over an iterator: one model at a time). "averaging" is the time
+   from the last client's contribution until both processes hold the average; its parts,
+   the largest over the processes, are the inputs' check, the tree's nodes, and the final
+   averaging. Memory is the largest max RSS, above a process that only imports torch and
+   soma's modules (the baseline RSS), in bytes of one model; and `snakemake -n` of a
+   1,000-client, 10-round DAG with 50 and with 1 client per train job.
+
+Each table gives ratios to its floor; a "targets" section at the end says which of the
+issue's targets are met. Wall times include the processes' start and imports, on purpose:
+that is what a round of processes pays. The machine's load is printed with the header;
+timings from a loaded machine are longer, ratios less so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+SNAKEFILE = REPO / "Snakefile"
+CLIENTS = 10
+DIGITS = "soma.tasks.digits"
+CONTROL = "soma.tasks.control"
+CONTROL_OPTIONS = {"examples": 8, "epochs": 1}
+FAN_IN = 32
+DAG_CLIENTS, DAG_ROUNDS = 1000, 10
+MIB = 1024 * 1024
+BASELINE_IMPORTS = "import torch, soma, soma.cli, soma.round, soma.store, soma.tree, soma.tasks"
+
+# The issue's targets.
+CLIENT_RATIO_TARGET = 2.0  # 2 soma client processes, at most this x the floor's wall time
+ROUND_ABOVE_TARGET = 3.0  # workflow, one train job per round: seconds a round above the floor
+JOB_OVERHEAD_TARGET = 0.5  # seconds per job beyond `import torch`
+MODEL_MEMORY_TARGET = 3.0  # every process's RSS above the baseline, in models
+DAG_TARGET = 30.0  # seconds of `snakemake -n`
+
+
+# --- Children: started together, reaped with their rusage ---------------------------------
+
+
+class ChildFailed(RuntimeError):
+    """A measured process exited non-zero; the message ends with its stderr."""
+
+
+@dataclass
+class Finished:
+    name: str
+    seconds: float  # from the common start until this process was reaped
+    max_rss: int  # bytes (the kernel's ru_maxrss of this child)
+    out: Path
+    err: Path
+
+
+def child_env() -> dict[str, str]:
+    """One thread everywhere; this checkout's soma first on the path."""
+    env = dict(os.environ)
+    for name in ("SOMA_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[name] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env
+
+
+def run_together(commands: dict[str, list[str]], folder: Path) -> tuple[float, list[Finished]]:
+    """Start every command at once (cwd `folder`, output to files there), wait for all; the
+    wall time until the last exits, and each one's exit time and max RSS (`os.wait4`)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    env, started, handles = child_env(), {}, []
+    tic = time.perf_counter()
+    for name, argv in commands.items():
+        out, err = folder / f"{name}.out", folder / f"{name}.err"
+        handles += [open(out, "wb"), open(err, "wb")]
+        proc = subprocess.Popen(argv, stdout=handles[-2], stderr=handles[-1], cwd=folder, env=env)
+        started[proc.pid] = (name, proc, out, err)
+    finished, failed = [], []
+    while len(finished) < len(started):
+        pid, status, usage = os.wait4(-1, 0)
+        if pid not in started:
+            continue
+        name, proc, out, err = started[pid]
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        finished.append(Finished(name, time.perf_counter() - tic, usage.ru_maxrss * 1024, out, err))
+        if proc.returncode != 0:
+            failed.append(f"{name} exited {proc.returncode}: {err.read_text()[-1500:].strip()}")
+    wall = time.perf_counter() - tic
+    for handle in handles:
+        handle.close()
+    if failed:
+        raise ChildFailed("; ".join(failed))
+    return wall, sorted(finished, key=lambda f: list(commands).index(f.name))
+
+
+def last_json(path: Path) -> dict[str, Any]:
+    lines = path.read_text().strip().splitlines()
+    return json.loads(lines[-1]) if lines else {}
+
+
+def me(job: dict[str, Any]) -> list[str]:
+    """The command line of this file as a child doing `job`."""
+    return [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(job)]
+
+
+def soma_client(store: Path, rounds: int, clients: int, mine: str, task: str, *extra: str):
+    options = CONTROL_OPTIONS if task == CONTROL else {}
+    argv = ["client", "--store", str(store), "--run", "bench", "--rounds", str(rounds)]
+    argv += ["--clients", str(clients), "--mine", mine, "--task", task, "--evaluate", "none"]
+    for key, value in options.items():
+        argv += ["--option", f"{key}={value}"]
+    return [*argv, *extra]
+
+
+# --- What the children do ------------------------------------------------------------------
+
+
+def model_bytes(weights: dict) -> int:
+    return sum(t.numel() * t.element_size() for node in weights.values() for t in node.values())
+
+
+def floor_child(rounds: int) -> None:
+    """The digits federation in this process: train 10 clients, soma.fedavg, R times."""
+    import torch
+
+    torch.set_num_threads(1)
+    from soma.tasks import digits
+
+    task = digits.make()
+    tic = time.perf_counter()
+    result = digits.simulate(task, CLIENTS, rounds, every=rounds, baselines=False)
+    loop = time.perf_counter() - tic
+    accuracy = result["federated"][-1]["accuracy"]
+    print(json.dumps({"loop": loop, "accuracy": accuracy, "model": model_bytes(result["weights"])}))
+
+
+def scale_floor_child(clients: int) -> None:
+    """N control clients trained in this process and folded into one soma.fedavg (an
+    iterator of (export, size): one model held at a time)."""
+    import torch
+
+    torch.set_num_threads(1)
+    from soma import fedavg
+    from soma.nodes import export, load
+    from soma.tasks import load_task
+
+    task = load_task(CONTROL, CONTROL_OPTIONS)
+    nodes = task.nodes(0)
+    start = export(nodes)
+    training = 0.0
+
+    def trained():
+        nonlocal training
+        for k in range(clients):
+            tic = time.perf_counter()
+            load(nodes, start)
+            data = task.shard(k, clients)
+            task.train(nodes, data, seed=k)
+            yield export(nodes), task.size(data)
+            training += time.perf_counter() - tic
+
+    tic = time.perf_counter()
+    mean = fedavg(trained())
+    loop = time.perf_counter() - tic
+    print(json.dumps({"loop": loop, "averaging": loop - training, "model": model_bytes(mean)}))
+
+
+def _timed_method(cls: type, name: str, totals: dict[str, float]) -> None:
+    method = getattr(cls, name)
+
+    def timed(self, *args, **kwargs):
+        tic = time.perf_counter()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            totals[name] += time.perf_counter() - tic
+
+    setattr(cls, name, timed)
+
+
+def client_child(argv: list[str], report: str) -> int:
+    """`soma client argv...`, timing its averaging: when this process last contributed and
+    got each round's average (time.time(), comparable across processes), and the seconds it
+    spent checking the inputs, building tree nodes and computing the final average."""
+    import soma.round as round_module
+    from soma import cli
+
+    seconds = {"check": 0.0, "share": 0.0, "compute": 0.0}
+    contributed: dict[int, float] = {}
+    averaged: dict[int, float] = {}
+    contribute, average_round = round_module.contribute, round_module.average_round
+
+    def timed_contribute(store, meeting, *args, **kwargs):
+        made = contribute(store, meeting, *args, **kwargs)
+        contributed[meeting.round] = time.time()
+        return made
+
+    def timed_average_round(store, meeting, **kwargs):
+        digest = average_round(store, meeting, **kwargs)
+        averaged[meeting.round] = time.time()
+        return digest
+
+    round_module.contribute = timed_contribute
+    round_module.average_round = timed_average_round
+    for name in seconds:
+        _timed_method(round_module._Averaging, name, seconds)
+    code = cli.main(argv)
+    times = {"seconds": seconds, "contributed": contributed, "averaged": averaged}
+    Path(report).write_text(json.dumps(times))
+    return code
+
+
+def child(job: dict[str, Any]) -> int:
+    if job["kind"] == "floor":
+        floor_child(job["rounds"])
+    elif job["kind"] == "scale_floor":
+        scale_floor_child(job["clients"])
+    elif job["kind"] == "client":
+        return client_child(job["argv"], job["report"])
+    return 0
+
+
+# --- 1-3: the floor, and soma client processes ---------------------------------------------
+
+
+def import_floor(folder: Path, repeats: int = 3) -> dict[str, float]:
+    """`python -c 'import torch'`: the median wall time and max RSS of `repeats` runs."""
+    runs = [run_together({"import": [sys.executable, "-c", "import torch"]}, folder) for _ in range(repeats)]
+    return {
+        "wall": statistics.median(wall for wall, _ in runs),
+        "rss": statistics.median(done[0].max_rss for _, done in runs),
+    }
+
+
+def baseline_rss(folder: Path) -> int:
+    """The max RSS of a process that only imports torch and the soma modules a client uses."""
+    _, done = run_together({"baseline": [sys.executable, "-c", BASELINE_IMPORTS]}, folder)
+    return done[0].max_rss
+
+
+def the_floor(rounds: int, folder: Path) -> dict[str, Any]:
+    wall, done = run_together({"floor": me({"kind": "floor", "rounds": rounds})}, folder)
+    result = last_json(done[0].out)
+    return {"row": "floor: one process, in-process loop", "processes": 1, "wall": wall,
+            "rss": [done[0].max_rss], "accuracy": result["accuracy"], "loop": result["loop"],
+            "model": result["model"]}  # fmt: skip
+
+
+def clients_in_processes(rounds: int, per_process: int, folder: Path) -> dict[str, Any]:
+    """`soma client` for 10 digits clients, `per_process` clients a process, all at once."""
+    store = folder / "store"
+    commands = {}
+    for first in range(0, CLIENTS, per_process):
+        mine = f"{first}-{first + per_process - 1}" if per_process > 1 else str(first)
+        argv = soma_client(store, rounds, CLIENTS, mine, DIGITS)
+        commands[f"p{first}"] = [sys.executable, "-m", "soma.cli", *argv]
+    wall, done = run_together(commands, folder)
+    accuracy = last_json(done[0].out).get("evaluation", {}).get("accuracy")
+    shutil.rmtree(store, ignore_errors=True)
+    return {"row": f"soma client, {per_process} client(s) a process", "processes": len(done),
+            "wall": wall, "rss": [d.max_rss for d in done], "accuracy": accuracy}  # fmt: skip
+
+
+def mib(value: float | None) -> str:
+    return "-" if value is None else f"{value / MIB:.0f}"
+
+
+def processes_table(rows: list[dict[str, Any]], floor: dict[str, Any], torch_rss: float) -> str:
+    head = ["run", "processes", "wall s", "x floor", "s/round", "largest max RSS MiB"]
+    head += ["above import torch MiB", "sum of max RSS MiB", "test accuracy"]
+    lines = [" | ".join(head), " | ".join("---" for _ in head)]
+    for row in rows:
+        if "error" in row:
+            lines.append(f"{row['row']} | failed: {row['error'][:300]}")
+            continue
+        largest = max(row["rss"])
+        accuracy = "-" if row.get("accuracy") is None else f"{row['accuracy']:.3f}"
+        per_round = "-" if row.get("rounds") is None else f"{row['wall'] / row['rounds']:.3f}"
+        lines.append(" | ".join([
+            row["row"], str(row["processes"]), f"{row['wall']:.2f}",
+            f"{row['wall'] / floor['wall']:.2f}", per_round, mib(largest),
+            mib(largest - torch_rss), mib(sum(row["rss"])), accuracy,
+        ]))  # fmt: skip
+    return "\n".join(lines)
+
+
+# --- 4: the workflow -----------------------------------------------------------------------
+
+
+def snakemake(folder: Path, config: list[str], *flags: str) -> list[str]:
+    argv = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(folder)]
+    return [*argv, *flags, "--cores", "2", "--config", *config, f"store={folder / 'store'}"]
+
+
+def job_benchmarks(folder: Path, run: str) -> list[dict[str, Any]]:
+    """Every job's Snakemake benchmark: its path, seconds (`s`) and max RSS (MiB)."""
+    jobs = []
+    root = folder / "logs" / run / "benchmark"
+    for tsv in sorted(root.rglob("*.tsv")):
+        rows = list(tsv.read_text().splitlines())
+        head, last = rows[0].split("\t"), rows[-1].split("\t")
+        values = dict(zip(head, last, strict=False))
+        try:
+            rss = float(values.get("max_rss", "nan")) * MIB
+        except ValueError:
+            rss = float("nan")
+        jobs.append({"job": str(tsv.relative_to(root)), "s": float(values["s"]), "rss": rss})
+    return jobs
+
+
+def steady_per_round(folder: Path, run: str, rounds: int) -> float | None:
+    """Seconds between the first and the last round's average receipt, per round."""
+    if rounds < 2:
+        return None
+    receipts = [folder / "results" / run / "round" / str(r) / "average.json" for r in (0, rounds - 1)]
+    first, last = (path.stat().st_mtime for path in receipts)
+    return (last - first) / (rounds - 1)
+
+
+def the_workflow(rounds: int, per_job: int, folder: Path) -> dict[str, Any]:
+    config = [f"rounds={rounds}", f"clients={CLIENTS}", "run=bench", f"clients_per_job={per_job}"]
+    config.append('baselines={"alone": false, "centralized": false}')
+    wall, done = run_together({"snakemake": snakemake(folder, config)}, folder)
+    jobs = job_benchmarks(folder, "bench")
+    train = [j["s"] for j in jobs if "/client/" in j["job"] or "/batch/" in j["job"]]
+    row = {"per_job": per_job, "rounds": rounds, "wall": wall, "jobs": len(jobs),
+           "median_job": statistics.median(j["s"] for j in jobs),
+           "median_train": statistics.median(train), "largest_job_rss": max(j["rss"] for j in jobs),
+           "snakemake_rss": done[0].max_rss, "steady": steady_per_round(folder, "bench", rounds)}  # fmt: skip
+    shutil.rmtree(folder, ignore_errors=True)
+    return row
+
+
+def workflow_table(rows: list[dict[str, Any]], floor_round: float, torch_floor: float) -> str:
+    head = ["clients_per_job", "jobs", "wall s", "s/round (wall)", "steady s/round"]
+    head += ["above floor s/round", "x floor a round", "median job s", "- import torch"]
+    head += ["median train job s", "- import torch", "largest job RSS MiB", "snakemake RSS MiB"]
+    lines = [" | ".join(head), " | ".join("---" for _ in head)]
+    for row in rows:
+        if "error" in row:
+            lines.append(f"{row['per_job']} | failed: {row['error'][:300]}")
+            continue
+        steady = row["steady"] if row["steady"] is not None else row["wall"] / row["rounds"]
+        lines.append(" | ".join([
+            str(row["per_job"]), str(row["jobs"]), f"{row['wall']:.1f}",
+            f"{row['wall'] / row['rounds']:.2f}", f"{steady:.2f}", f"{steady - floor_round:.2f}",
+            f"{steady / floor_round:.0f}", f"{row['median_job']:.2f}",
+            f"{row['median_job'] - torch_floor:+.2f}", f"{row['median_train']:.2f}",
+            f"{row['median_train'] - torch_floor:+.2f}", mib(row["largest_job_rss"]),
+            mib(row["snakemake_rss"]),
+        ]))  # fmt: skip
+    return "\n".join(lines)
+
+
+# --- 6: one round of many clients, and the DAG of a big run --------------------------------
+
+
+def scale_floor(clients: int, folder: Path) -> dict[str, Any]:
+    wall, done = run_together({"floor": me({"kind": "scale_floor", "clients": clients})}, folder)
+    result = last_json(done[0].out)
+    return {"clients": clients, "how": "in-process floor", "processes": 1, "wall": wall,
+            "averaging": result["averaging"], "rss": [done[0].max_rss], "model": result["model"],
+            "parts": None}  # fmt: skip
+
+
+def one_round(clients: int, tree: int | None, folder: Path) -> dict[str, Any]:
+    """One round of `clients` control clients over 2 processes, each timing its averaging."""
+    store, half = folder / "store", clients // 2
+    extra = ("--tree", str(tree)) if tree else ()
+    commands, reports = {}, []
+    for name, mine in (("a", f"0-{half - 1}"), ("b", f"{half}-{clients - 1}")):
+        reports.append(folder / f"{name}.times.json")
+        argv = soma_client(store, 1, clients, mine, CONTROL, *extra)
+        commands[name] = me({"kind": "client", "argv": argv, "report": str(reports[-1])})
+    wall, done = run_together(commands, folder)
+    times = [json.loads(path.read_text()) for path in reports]
+    averaging = max(t["averaged"]["0"] for t in times) - max(t["contributed"]["0"] for t in times)
+    parts = {name: max(t["seconds"][name] for t in times) for name in ("check", "share", "compute")}
+    shutil.rmtree(folder, ignore_errors=True)
+    how = f"soma client, tree {tree}" if tree else "soma client, flat"
+    return {"clients": clients, "how": how, "processes": 2, "wall": wall, "averaging": averaging,
+            "rss": [d.max_rss for d in done], "parts": parts}  # fmt: skip
+
+
+def one_client_rss(folder: Path) -> int:
+    """The max RSS of a `soma client` process that trains one control client for one round."""
+    argv = soma_client(folder / "store", 1, 1, "0", CONTROL)
+    _, done = run_together({"one": [sys.executable, "-m", "soma.cli", *argv]}, folder)
+    shutil.rmtree(folder, ignore_errors=True)
+    return done[0].max_rss
+
+
+def scale_table(rows: list[dict[str, Any]], baseline: int, one_client: int) -> str:
+    head = ["clients", "how", "processes", "wall s", "x floor", "averaging s"]
+    head += ["check/tree/final s", "largest max RSS MiB", "above baseline MiB", "in models"]
+    head += ["above 1-client process MiB"]
+    lines = [" | ".join(head), " | ".join("---" for _ in head)]
+    floors = {row["clients"]: row for row in rows if row["how"] == "in-process floor"}
+    for row in rows:
+        if "error" in row:
+            lines.append(f"{row['clients']} | {row['how']} | failed: {row['error'][:300]}")
+            continue
+        floor = floors.get(row["clients"])
+        ratio = "-" if floor is None or "error" in floor else f"{row['wall'] / floor['wall']:.2f}"
+        model = next((r["model"] for r in rows if "model" in r), None)
+        above = max(row["rss"]) - baseline
+        in_models = "-" if not model else f"{above / model:,.0f}"
+        parts = row["parts"]
+        split = "-" if parts is None else "/".join(f"{parts[k]:.2f}" for k in parts)
+        lines.append(" | ".join([
+            f"{row['clients']:,}", row["how"], str(row["processes"]), f"{row['wall']:.1f}",
+            ratio, f"{row['averaging']:.2f}", split, mib(max(row["rss"])), mib(above), in_models,
+            mib(max(row["rss"]) - one_client),
+        ]))  # fmt: skip
+    return "\n".join(lines)
+
+
+def dry_run(per_job: int, folder: Path) -> dict[str, Any]:
+    """`snakemake -n` of the 1,000-client, 10-round control run with `per_job` per train job."""
+    config = [f"task={CONTROL}", "metric=loss", f"clients={DAG_CLIENTS}", f"rounds={DAG_ROUNDS}"]
+    config += [f"clients_per_job={per_job}", f"tree={{fan_in: {FAN_IN}}}", "run=dag"]
+    wall, done = run_together({"dry": snakemake(folder, config, "-n")}, folder)
+    total = re.search(r"^total\s+(\d+)", done[0].out.read_text(), re.MULTILINE)
+    shutil.rmtree(folder, ignore_errors=True)
+    jobs = int(total.group(1)) if total else None
+    return {"per_job": per_job, "wall": wall, "jobs": jobs, "rss": done[0].max_rss}
+
+
+def dag_table(rows: list[dict[str, Any]]) -> str:
+    lines = ["clients_per_job | jobs | snakemake -n s | max RSS MiB", "--- | --- | --- | ---"]
+    for row in rows:
+        if "error" in row:
+            lines.append(f"{row['per_job']} | failed: {row['error'][:300]}")
+        else:
+            lines.append(f"{row['per_job']} | {row['jobs']} | {row['wall']:.1f} | {mib(row['rss'])}")
+    return "\n".join(lines)
+
+
+# --- Targets --------------------------------------------------------------------------------
+
+
+@dataclass
+class Targets:
+    lines: list[str] = field(default_factory=list)
+
+    def say(self, what: str, met: bool | None, measured: str) -> None:
+        verdict = "not measured" if met is None else ("met" if met else "NOT MET")
+        self.lines.append(f"- {what}: {verdict} ({measured})")
+
+
+def judge(results: dict[str, Any], args: argparse.Namespace) -> list[str]:
+    targets = Targets()
+    floor, torch_floor = results["floor"], results["import"]["wall"]
+    two = next((r for r in results["processes"] if r.get("processes") == 2), {})
+    if "wall" in two:
+        ratio = two["wall"] / floor["wall"]
+        measured = f"{two['wall']:.1f} s against {floor['wall']:.1f} s: {ratio:.2f}x"
+        met: bool | None = ratio <= CLIENT_RATIO_TARGET
+    else:
+        measured, met = "failed", None
+    what = f"2 soma client processes, {CLIENTS} clients x {args.rounds} rounds, <= 2x the floor"
+    targets.say(what, met, measured)
+    floor_round = floor["wall"] / args.rounds
+    batched = next((r for r in results["workflow"] if r["per_job"] == CLIENTS), {})
+    if "wall" in batched:
+        steady = batched["steady"] or batched["wall"] / batched["rounds"]
+        measured = f"{steady:.2f} s a round, {steady - floor_round:.2f} s above the floor's"
+        met = steady - floor_round <= ROUND_ABOVE_TARGET
+    else:
+        measured, met = "failed", None
+    targets.say("workflow, one train job per round, <= 3 s a round above the floor", met, measured)
+    ran = [r for r in results["workflow"] if "wall" in r]
+    overheads = [(r["per_job"], r["median_job"] - torch_floor) for r in ran]
+    measured = ", ".join(f"clients_per_job={k}: {o:+.2f} s" for k, o in overheads) or "failed"
+    met = all(o <= JOB_OVERHEAD_TARGET for _, o in overheads) if overheads else None
+    targets.say("per-job overhead <= 0.5 s beyond import torch (median job)", met, measured)
+    biggest = max(args.scale)
+    tree = [r for r in results["scale"] if r["clients"] == biggest and "tree" in r["how"]]
+    model = next((r["model"] for r in results["scale"] if "model" in r), None)
+    if tree and "rss" in tree[0] and model:
+        above = max(tree[0]["rss"]) - results["baseline"]
+        measured = (
+            f"largest process {mib(max(tree[0]['rss']))} MiB, {above / MIB:.1f} MiB above the "
+            f"baseline's {mib(results['baseline'])} MiB = {above / model:,.0f} models of "
+            f"{model:,} bytes"
+        )
+        met = above <= MODEL_MEMORY_TARGET * model
+    else:
+        measured, met = "failed", None
+    what = f"{biggest:,}-client tree: every process under 3x one model's memory above baseline"
+    targets.say(what, met, measured)
+    dags = [r for r in results["dag"] if "wall" in r]
+    measured = ", ".join(f"clients_per_job={r['per_job']}: {r['wall']:.1f} s" for r in dags)
+    met = all(r["wall"] < DAG_TARGET for r in dags) if dags else None
+    what = f"snakemake -n of {DAG_CLIENTS:,} clients x {DAG_ROUNDS} rounds under 30 s"
+    targets.say(what, met, measured or "failed")
+    return targets.lines
+
+
+# --- The parent ------------------------------------------------------------------------------
+
+
+def attempt(row: dict[str, Any], measure, *args) -> dict[str, Any]:
+    """`measure(*args)`, or `row` with the error when a child failed (the run goes on)."""
+    try:
+        return measure(*args)
+    except ChildFailed as error:
+        print(f"  failed: {error}", flush=True)
+        return {**row, "error": str(error)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="10 rounds, 3 in the workflow, 1,000 clients")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds of rows 1-3 (50)")
+    parser.add_argument("--workflow-rounds", type=int, default=None, help="workflow rounds (5)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        return child(json.loads(args.child))
+    args.rounds = args.rounds or (10 if args.quick else 50)
+    args.workflow_rounds = args.workflow_rounds or (3 if args.quick else 5)
+    args.scale = (1000,) if args.quick else (1000, 10_000)
+    if args.rounds < 1 or args.workflow_rounds < 1:
+        raise SystemExit("--rounds and --workflow-rounds must be at least 1")
+
+    start = time.perf_counter()
+    print(
+        f"{CLIENTS} digits clients, {args.rounds} rounds ({args.workflow_rounds} in the "
+        f"workflow), one torch thread per process, load average {os.getloadavg()[0]:.1f} "
+        f"(on {os.cpu_count()} cores), python {sys.version.split()[0]}",
+        flush=True,
+    )
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="soma-rounds-") as tmp:
+        folder = Path(tmp)
+        results["import"] = import_floor(folder / "import")
+        results["floor"] = floor = the_floor(args.rounds, folder / "floor")
+        torch_floor = results["import"]["wall"]
+        print(f"  import torch {torch_floor:.2f} s; floor {floor['wall']:.2f} s", flush=True)
+        rows = [{"row": "python -c 'import torch' (median of 3)", "processes": 1,
+                 "wall": torch_floor, "rss": [results["import"]["rss"]]},
+                {**floor, "rounds": args.rounds}]  # fmt: skip
+        for per_process in (1, 5, 10):
+            row = {"row": f"soma client, {per_process} a process", "processes": CLIENTS // per_process}
+            place = folder / f"clients{per_process}"
+            made = attempt(row, clients_in_processes, args.rounds, per_process, place)
+            rows.append({**made, "rounds": args.rounds})
+            print(f"  {made['row']}: {made.get('wall', float('nan')):.1f} s", flush=True)
+        results["processes"] = rows
+
+        results["workflow"] = []
+        for per_job in (1, CLIENTS):
+            place = folder / f"workflow{per_job}"
+            made = attempt({"per_job": per_job}, the_workflow, args.workflow_rounds, per_job, place)
+            results["workflow"].append(made)
+            print(f"  workflow clients_per_job={per_job}: {made.get('wall', float('nan')):.1f} s", flush=True)
+
+        results["baseline"] = baseline_rss(folder / "baseline")
+        results["one_client"] = one_client_rss(folder / "one")
+        results["scale"] = []
+        for clients in args.scale:
+            runs = [("in-process floor", scale_floor, (clients,)), (f"tree {FAN_IN}", one_round, (clients, FAN_IN))]
+            if clients == min(args.scale):
+                runs.append(("flat", one_round, (clients, None)))
+            for how, measure, extra in runs:
+                row = {"clients": clients, "how": how}
+                place = folder / f"scale{clients}-{how.split()[0]}"
+                made = attempt(row, measure, *extra, place)
+                results["scale"].append(made)
+                print(f"  {clients:,} clients, {how}: {made.get('wall', float('nan')):.1f} s", flush=True)
+
+        results["dag"] = []
+        for per_job in (50, 1):
+            made = attempt({"per_job": per_job}, dry_run, per_job, folder / f"dag{per_job}")
+            results["dag"].append(made)
+            print(f"  snakemake -n, clients_per_job={per_job}: {made.get('wall', float('nan')):.1f} s", flush=True)
+
+    print(f"\n## 1-3, 5: {CLIENTS} digits clients x {args.rounds} rounds (x floor: wall time against the floor's)\n")
+    print(processes_table(results["processes"], floor, results["import"]["rss"]))
+    print(
+        f"\nthe floor's loop alone (no imports): {floor['loop']:.2f} s, "
+        f"{floor['loop'] / args.rounds * 1000:.1f} ms a round; the digits model is "
+        f"{floor['model']:,} bytes"
+    )
+    floor_round = floor["wall"] / args.rounds
+    print(
+        f"\n## 4, 5: the workflow, {CLIENTS} clients x {args.workflow_rounds} rounds, --cores 2 "
+        f"(floor: {floor_round:.3f} s a round, import torch {torch_floor:.2f} s)\n"
+    )
+    print(workflow_table(results["workflow"], floor_round, torch_floor))
+    print(
+        "\nsteady s/round: between round 0's and the last round's average receipt; "
+        "jobs: start, train, average, evaluate, summary, model"
+    )
+    print(
+        f"\n## 6: one round of many control clients ({CONTROL_OPTIONS}), 2 processes; "
+        f"baseline RSS {mib(results['baseline'])} MiB ({BASELINE_IMPORTS}); "
+        f"a 1-client process {mib(results['one_client'])} MiB\n"
+    )
+    print(scale_table(results["scale"], results["baseline"], results["one_client"]))
+    print(f"\n## 6: snakemake -n, {DAG_CLIENTS:,} control clients x {DAG_ROUNDS} rounds, tree {FAN_IN}\n")
+    print(dag_table(results["dag"]))
+    print("\n## targets\n")
+    print("\n".join(judge(results, args)))
+    print(f"\ntotal: {time.perf_counter() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
