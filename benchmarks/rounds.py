@@ -194,8 +194,9 @@ def scale_floor_child(clients: int) -> None:
             load(nodes, start)
             data = task.shard(k, clients)
             task.train(nodes, data, seed=k)
-            yield export(nodes), task.size(data)
+            weights = export(nodes)
             training += time.perf_counter() - tic
+            yield weights, task.size(data)
 
     tic = time.perf_counter()
     mean = fedavg(trained())
@@ -263,7 +264,10 @@ def child(job: dict[str, Any]) -> int:
 
 def import_floor(folder: Path, repeats: int = 3) -> dict[str, float]:
     """`python -c 'import torch'`: the median wall time and max RSS of `repeats` runs."""
-    runs = [run_together({"import": [sys.executable, "-c", "import torch"]}, folder) for _ in range(repeats)]
+    runs = [
+        run_together({"import": [sys.executable, "-c", "import torch"]}, folder)
+        for _ in range(repeats)
+    ]
     return {
         "wall": statistics.median(wall for wall, _ in runs),
         "rss": statistics.median(done[0].max_rss for _, done in runs),
@@ -279,9 +283,15 @@ def baseline_rss(folder: Path) -> int:
 def the_floor(rounds: int, folder: Path) -> dict[str, Any]:
     wall, done = run_together({"floor": me({"kind": "floor", "rounds": rounds})}, folder)
     result = last_json(done[0].out)
-    return {"row": "floor: one process, in-process loop", "processes": 1, "wall": wall,
-            "rss": [done[0].max_rss], "accuracy": result["accuracy"], "loop": result["loop"],
-            "model": result["model"]}  # fmt: skip
+    return {
+        "row": "floor: one process, in-process loop",
+        "processes": 1,
+        "wall": wall,
+        "rss": [done[0].max_rss],
+        "accuracy": result["accuracy"],
+        "loop": result["loop"],
+        "model": result["model"],
+    }
 
 
 def clients_in_processes(rounds: int, per_process: int, folder: Path) -> dict[str, Any]:
@@ -295,8 +305,13 @@ def clients_in_processes(rounds: int, per_process: int, folder: Path) -> dict[st
     wall, done = run_together(commands, folder)
     accuracy = last_json(done[0].out).get("evaluation", {}).get("accuracy")
     shutil.rmtree(store, ignore_errors=True)
-    return {"row": f"soma client, {per_process} client(s) a process", "processes": len(done),
-            "wall": wall, "rss": [d.max_rss for d in done], "accuracy": accuracy}  # fmt: skip
+    return {
+        "row": f"soma client, {per_process} client(s) a process",
+        "processes": len(done),
+        "wall": wall,
+        "rss": [d.max_rss for d in done],
+        "accuracy": accuracy,
+    }
 
 
 def mib(value: float | None) -> str:
@@ -314,11 +329,21 @@ def processes_table(rows: list[dict[str, Any]], floor: dict[str, Any], torch_rss
         largest = max(row["rss"])
         accuracy = "-" if row.get("accuracy") is None else f"{row['accuracy']:.3f}"
         per_round = "-" if row.get("rounds") is None else f"{row['wall'] / row['rounds']:.3f}"
-        lines.append(" | ".join([
-            row["row"], str(row["processes"]), f"{row['wall']:.2f}",
-            f"{row['wall'] / floor['wall']:.2f}", per_round, mib(largest),
-            mib(largest - torch_rss), mib(sum(row["rss"])), accuracy,
-        ]))  # fmt: skip
+        lines.append(
+            " | ".join(
+                [
+                    row["row"],
+                    str(row["processes"]),
+                    f"{row['wall']:.2f}",
+                    f"{row['wall'] / floor['wall']:.2f}",
+                    per_round,
+                    mib(largest),
+                    mib(largest - torch_rss),
+                    mib(sum(row["rss"])),
+                    accuracy,
+                ]
+            )
+        )
     return "\n".join(lines)
 
 
@@ -350,7 +375,9 @@ def steady_per_round(folder: Path, run: str, rounds: int) -> float | None:
     """Seconds between the first and the last round's average receipt, per round."""
     if rounds < 2:
         return None
-    receipts = [folder / "results" / run / "round" / str(r) / "average.json" for r in (0, rounds - 1)]
+    receipts = [
+        folder / "results" / run / "round" / str(r) / "average.json" for r in (0, rounds - 1)
+    ]
     first, last = (path.stat().st_mtime for path in receipts)
     return (last - first) / (rounds - 1)
 
@@ -361,10 +388,17 @@ def the_workflow(rounds: int, per_job: int, folder: Path) -> dict[str, Any]:
     wall, done = run_together({"snakemake": snakemake(folder, config)}, folder)
     jobs = job_benchmarks(folder, "bench")
     train = [j["s"] for j in jobs if "/client/" in j["job"] or "/batch/" in j["job"]]
-    row = {"per_job": per_job, "rounds": rounds, "wall": wall, "jobs": len(jobs),
-           "median_job": statistics.median(j["s"] for j in jobs),
-           "median_train": statistics.median(train), "largest_job_rss": max(j["rss"] for j in jobs),
-           "snakemake_rss": done[0].max_rss, "steady": steady_per_round(folder, "bench", rounds)}  # fmt: skip
+    row = {
+        "per_job": per_job,
+        "rounds": rounds,
+        "wall": wall,
+        "jobs": len(jobs),
+        "median_job": statistics.median(j["s"] for j in jobs),
+        "median_train": statistics.median(train),
+        "largest_job_rss": max(j["rss"] for j in jobs),
+        "snakemake_rss": done[0].max_rss,
+        "steady": steady_per_round(folder, "bench", rounds),
+    }
     shutil.rmtree(folder, ignore_errors=True)
     return row
 
@@ -379,14 +413,25 @@ def workflow_table(rows: list[dict[str, Any]], floor_round: float, torch_floor: 
             lines.append(f"{row['per_job']} | failed: {row['error'][:300]}")
             continue
         steady = row["steady"] if row["steady"] is not None else row["wall"] / row["rounds"]
-        lines.append(" | ".join([
-            str(row["per_job"]), str(row["jobs"]), f"{row['wall']:.1f}",
-            f"{row['wall'] / row['rounds']:.2f}", f"{steady:.2f}", f"{steady - floor_round:.2f}",
-            f"{steady / floor_round:.0f}", f"{row['median_job']:.2f}",
-            f"{row['median_job'] - torch_floor:+.2f}", f"{row['median_train']:.2f}",
-            f"{row['median_train'] - torch_floor:+.2f}", mib(row["largest_job_rss"]),
-            mib(row["snakemake_rss"]),
-        ]))  # fmt: skip
+        lines.append(
+            " | ".join(
+                [
+                    str(row["per_job"]),
+                    str(row["jobs"]),
+                    f"{row['wall']:.1f}",
+                    f"{row['wall'] / row['rounds']:.2f}",
+                    f"{steady:.2f}",
+                    f"{steady - floor_round:.2f}",
+                    f"{steady / floor_round:.0f}",
+                    f"{row['median_job']:.2f}",
+                    f"{row['median_job'] - torch_floor:+.2f}",
+                    f"{row['median_train']:.2f}",
+                    f"{row['median_train'] - torch_floor:+.2f}",
+                    mib(row["largest_job_rss"]),
+                    mib(row["snakemake_rss"]),
+                ]
+            )
+        )
     return "\n".join(lines)
 
 
@@ -396,9 +441,16 @@ def workflow_table(rows: list[dict[str, Any]], floor_round: float, torch_floor: 
 def scale_floor(clients: int, folder: Path) -> dict[str, Any]:
     wall, done = run_together({"floor": me({"kind": "scale_floor", "clients": clients})}, folder)
     result = last_json(done[0].out)
-    return {"clients": clients, "how": "in-process floor", "processes": 1, "wall": wall,
-            "averaging": result["averaging"], "rss": [done[0].max_rss], "model": result["model"],
-            "parts": None}  # fmt: skip
+    return {
+        "clients": clients,
+        "how": "in-process floor",
+        "processes": 1,
+        "wall": wall,
+        "averaging": result["averaging"],
+        "rss": [done[0].max_rss],
+        "model": result["model"],
+        "parts": None,
+    }
 
 
 def one_round(clients: int, tree: int | None, folder: Path) -> dict[str, Any]:
@@ -416,8 +468,15 @@ def one_round(clients: int, tree: int | None, folder: Path) -> dict[str, Any]:
     parts = {name: max(t["seconds"][name] for t in times) for name in ("check", "share", "compute")}
     shutil.rmtree(folder, ignore_errors=True)
     how = f"soma client, tree {tree}" if tree else "soma client, flat"
-    return {"clients": clients, "how": how, "processes": 2, "wall": wall, "averaging": averaging,
-            "rss": [d.max_rss for d in done], "parts": parts}  # fmt: skip
+    return {
+        "clients": clients,
+        "how": how,
+        "processes": 2,
+        "wall": wall,
+        "averaging": averaging,
+        "rss": [d.max_rss for d in done],
+        "parts": parts,
+    }
 
 
 def one_client_rss(folder: Path) -> int:
@@ -445,11 +504,23 @@ def scale_table(rows: list[dict[str, Any]], baseline: int, one_client: int) -> s
         in_models = "-" if not model else f"{above / model:,.0f}"
         parts = row["parts"]
         split = "-" if parts is None else "/".join(f"{parts[k]:.2f}" for k in parts)
-        lines.append(" | ".join([
-            f"{row['clients']:,}", row["how"], str(row["processes"]), f"{row['wall']:.1f}",
-            ratio, f"{row['averaging']:.2f}", split, mib(max(row["rss"])), mib(above), in_models,
-            mib(max(row["rss"]) - one_client),
-        ]))  # fmt: skip
+        lines.append(
+            " | ".join(
+                [
+                    f"{row['clients']:,}",
+                    row["how"],
+                    str(row["processes"]),
+                    f"{row['wall']:.1f}",
+                    ratio,
+                    f"{row['averaging']:.2f}",
+                    split,
+                    mib(max(row["rss"])),
+                    mib(above),
+                    in_models,
+                    mib(max(row["rss"]) - one_client),
+                ]
+            )
+        )
     return "\n".join(lines)
 
 
@@ -470,7 +541,9 @@ def dag_table(rows: list[dict[str, Any]]) -> str:
         if "error" in row:
             lines.append(f"{row['per_job']} | failed: {row['error'][:300]}")
         else:
-            lines.append(f"{row['per_job']} | {row['jobs']} | {row['wall']:.1f} | {mib(row['rss'])}")
+            lines.append(
+                f"{row['per_job']} | {row['jobs']} | {row['wall']:.1f} | {mib(row['rss'])}"
+            )
     return "\n".join(lines)
 
 
@@ -541,15 +614,98 @@ def judge(results: dict[str, Any], args: argparse.Namespace) -> list[str]:
 def attempt(row: dict[str, Any], measure, *args) -> dict[str, Any]:
     """`measure(*args)`, or `row` with the error when a child failed (the run goes on)."""
     try:
-        return measure(*args)
+        made = measure(*args)
     except ChildFailed as error:
-        print(f"  failed: {error}", flush=True)
-        return {**row, "error": str(error)}
+        made = {**row, "error": str(error)}
+    label = made.get("row") or made.get("how") or f"clients_per_job={made.get('per_job')}"
+    size = f"{made['clients']:,} clients, " if "clients" in made else ""
+    took = f"{made['wall']:.1f} s" if "wall" in made else f"failed: {made['error'][:500]}"
+    print(f"  {size}{label}: {took}", flush=True)
+    return made
+
+
+def measure_processes(args: argparse.Namespace, folder: Path, results: dict[str, Any]) -> None:
+    """1-3: import torch, the floor, and soma client with 1, 5 and 10 clients a process."""
+    results["import"] = imported = import_floor(folder / "import")
+    results["floor"] = floor = the_floor(args.rounds, folder / "floor")
+    print(f"  import torch {imported['wall']:.2f} s; floor {floor['wall']:.2f} s", flush=True)
+    rows = [
+        {"row": "python -c 'import torch' (median of 3)", "processes": 1,
+         "wall": imported["wall"], "rss": [imported["rss"]]},
+        {**floor, "rounds": args.rounds},
+    ]  # fmt: skip
+    for per_process in (1, 5, 10):
+        row = {"row": f"soma client, {per_process} a process", "processes": CLIENTS // per_process}
+        place = folder / f"clients{per_process}"
+        made = attempt(row, clients_in_processes, args.rounds, per_process, place)
+        rows.append({**made, "rounds": args.rounds})
+    results["processes"] = rows
+
+
+def measure_workflow(args: argparse.Namespace, folder: Path, results: dict[str, Any]) -> None:
+    """4: the workflow with a train job per client, and with one per round."""
+    results["workflow"] = [
+        attempt({"per_job": k}, the_workflow, args.workflow_rounds, k, folder / f"workflow{k}")
+        for k in (1, CLIENTS)
+    ]
+
+
+def measure_scale(args: argparse.Namespace, folder: Path, results: dict[str, Any]) -> None:
+    """6: the baselines of memory, then one round of N clients: in one process, through the
+    tree, and (for the smallest N) flat."""
+    results["baseline"] = baseline_rss(folder / "baseline")
+    results["one_client"] = one_client_rss(folder / "one")
+    results["scale"] = []
+    for clients in args.scale:
+        runs = [("in-process floor", scale_floor, (clients,))]
+        runs.append((f"soma client, tree {FAN_IN}", one_round, (clients, FAN_IN)))
+        if clients == min(args.scale):
+            runs.append(("soma client, flat", one_round, (clients, None)))
+        for how, measure, extra in runs:
+            place = folder / f"scale{clients}-{len(results['scale'])}"
+            row = {"clients": clients, "how": how}
+            results["scale"].append(attempt(row, measure, *extra, place))
+
+
+def measure_dag(folder: Path, results: dict[str, Any]) -> None:
+    """6: `snakemake -n` of the big run, 50 clients and 1 client a train job."""
+    results["dag"] = [attempt({"per_job": k}, dry_run, k, folder / f"dag{k}") for k in (50, 1)]
+
+
+def report(args: argparse.Namespace, results: dict[str, Any]) -> None:
+    floor, torch_floor = results["floor"], results["import"]["wall"]
+    floor_round = floor["wall"] / args.rounds
+    print(f"\n## 1-3, 5: {CLIENTS} digits clients x {args.rounds} rounds, x floor in wall time\n")
+    print(processes_table(results["processes"], floor, results["import"]["rss"]))
+    print(
+        f"\nthe floor's loop alone (no imports): {floor['loop']:.2f} s, "
+        f"{floor['loop'] / args.rounds * 1000:.1f} ms a round; the digits model is "
+        f"{floor['model']:,} bytes"
+    )
+    print(
+        f"\n## 4, 5: the workflow, {CLIENTS} clients x {args.workflow_rounds} rounds, --cores 2 "
+        f"(floor: {floor_round:.3f} s a round, import torch {torch_floor:.2f} s)\n"
+    )
+    print(workflow_table(results["workflow"], floor_round, torch_floor))
+    print(
+        "\nsteady s/round: between round 0's and the last round's average receipt; "
+        "jobs: start, train, average, evaluate, summary, model"
+    )
+    print(
+        f"\n## 6: one round of many control clients ({CONTROL_OPTIONS}), 2 processes; "
+        f"baseline RSS {mib(results['baseline'])} MiB ({BASELINE_IMPORTS}); "
+        f"a 1-client process {mib(results['one_client'])} MiB\n"
+    )
+    print(scale_table(results["scale"], results["baseline"], results["one_client"]))
+    print(f"\n## 6: snakemake -n, {DAG_CLIENTS:,} control clients x {DAG_ROUNDS} rounds\n")
+    print(dag_table(results["dag"]))
+    print("\n## targets\n")
+    print("\n".join(judge(results, args)))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="10 rounds, 3 in the workflow, 1,000 clients")
+    parser.add_argument("--quick", action="store_true", help="10 rounds, 3 in the workflow, 1,000")
     parser.add_argument("--rounds", type=int, default=None, help="rounds of rows 1-3 (50)")
     parser.add_argument("--workflow-rounds", type=int, default=None, help="workflow rounds (5)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -572,75 +728,11 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="soma-rounds-") as tmp:
         folder = Path(tmp)
-        results["import"] = import_floor(folder / "import")
-        results["floor"] = floor = the_floor(args.rounds, folder / "floor")
-        torch_floor = results["import"]["wall"]
-        print(f"  import torch {torch_floor:.2f} s; floor {floor['wall']:.2f} s", flush=True)
-        rows = [{"row": "python -c 'import torch' (median of 3)", "processes": 1,
-                 "wall": torch_floor, "rss": [results["import"]["rss"]]},
-                {**floor, "rounds": args.rounds}]  # fmt: skip
-        for per_process in (1, 5, 10):
-            row = {"row": f"soma client, {per_process} a process", "processes": CLIENTS // per_process}
-            place = folder / f"clients{per_process}"
-            made = attempt(row, clients_in_processes, args.rounds, per_process, place)
-            rows.append({**made, "rounds": args.rounds})
-            print(f"  {made['row']}: {made.get('wall', float('nan')):.1f} s", flush=True)
-        results["processes"] = rows
-
-        results["workflow"] = []
-        for per_job in (1, CLIENTS):
-            place = folder / f"workflow{per_job}"
-            made = attempt({"per_job": per_job}, the_workflow, args.workflow_rounds, per_job, place)
-            results["workflow"].append(made)
-            print(f"  workflow clients_per_job={per_job}: {made.get('wall', float('nan')):.1f} s", flush=True)
-
-        results["baseline"] = baseline_rss(folder / "baseline")
-        results["one_client"] = one_client_rss(folder / "one")
-        results["scale"] = []
-        for clients in args.scale:
-            runs = [("in-process floor", scale_floor, (clients,)), (f"tree {FAN_IN}", one_round, (clients, FAN_IN))]
-            if clients == min(args.scale):
-                runs.append(("flat", one_round, (clients, None)))
-            for how, measure, extra in runs:
-                row = {"clients": clients, "how": how}
-                place = folder / f"scale{clients}-{how.split()[0]}"
-                made = attempt(row, measure, *extra, place)
-                results["scale"].append(made)
-                print(f"  {clients:,} clients, {how}: {made.get('wall', float('nan')):.1f} s", flush=True)
-
-        results["dag"] = []
-        for per_job in (50, 1):
-            made = attempt({"per_job": per_job}, dry_run, per_job, folder / f"dag{per_job}")
-            results["dag"].append(made)
-            print(f"  snakemake -n, clients_per_job={per_job}: {made.get('wall', float('nan')):.1f} s", flush=True)
-
-    print(f"\n## 1-3, 5: {CLIENTS} digits clients x {args.rounds} rounds (x floor: wall time against the floor's)\n")
-    print(processes_table(results["processes"], floor, results["import"]["rss"]))
-    print(
-        f"\nthe floor's loop alone (no imports): {floor['loop']:.2f} s, "
-        f"{floor['loop'] / args.rounds * 1000:.1f} ms a round; the digits model is "
-        f"{floor['model']:,} bytes"
-    )
-    floor_round = floor["wall"] / args.rounds
-    print(
-        f"\n## 4, 5: the workflow, {CLIENTS} clients x {args.workflow_rounds} rounds, --cores 2 "
-        f"(floor: {floor_round:.3f} s a round, import torch {torch_floor:.2f} s)\n"
-    )
-    print(workflow_table(results["workflow"], floor_round, torch_floor))
-    print(
-        "\nsteady s/round: between round 0's and the last round's average receipt; "
-        "jobs: start, train, average, evaluate, summary, model"
-    )
-    print(
-        f"\n## 6: one round of many control clients ({CONTROL_OPTIONS}), 2 processes; "
-        f"baseline RSS {mib(results['baseline'])} MiB ({BASELINE_IMPORTS}); "
-        f"a 1-client process {mib(results['one_client'])} MiB\n"
-    )
-    print(scale_table(results["scale"], results["baseline"], results["one_client"]))
-    print(f"\n## 6: snakemake -n, {DAG_CLIENTS:,} control clients x {DAG_ROUNDS} rounds, tree {FAN_IN}\n")
-    print(dag_table(results["dag"]))
-    print("\n## targets\n")
-    print("\n".join(judge(results, args)))
+        measure_processes(args, folder, results)
+        measure_workflow(args, folder, results)
+        measure_scale(args, folder, results)
+        measure_dag(folder, results)
+    report(args, results)
     print(f"\ntotal: {time.perf_counter() - start:.0f} s")
     return 0
 

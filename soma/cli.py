@@ -119,14 +119,20 @@ def client(args: argparse.Namespace) -> int:
             expected=expected,
             quorum=quorum,
             tree=args.tree,
+            secure=args.secure_aggregation,
         )
         taking_part = [h for h in hosted if h.index in meeting.members]
-        metrics = {}
-        for i, h in enumerate(taking_part):
-            if i > 0:  # the one before trained these nodes: every client starts from the start
-                load(nodes, store.recall_digest(start))
-            metrics[h.index] = _take_part(store, meeting, task, strategy, nodes, h, args)
-        digest = average_round(store, meeting, deadline=args.deadline)
+        metrics: dict[int, Any] = {}
+        if meeting.secure is not None:
+            digest = _secure_round(
+                store, meeting, task, strategy, nodes, taking_part, metrics, args
+            )
+        else:
+            for i, h in enumerate(taking_part):
+                if i > 0:  # the one before trained these nodes: each starts from the start
+                    load(nodes, store.recall_digest(start))
+                metrics[h.index] = _take_part(store, meeting, task, strategy, nodes, h, args)
+            digest = average_round(store, meeting, deadline=args.deadline)
         record = read_record(store, digest)
         load(nodes, store.recall_digest(record["weights"]))
         start, state = record["weights"], record["state"]
@@ -207,6 +213,39 @@ def _take_part(store, meeting, task, strategy, nodes, hosted: Hosted, args) -> A
         return None
     hosted.own = own
     return metrics
+
+
+def _secure_round(store, meeting, task, strategy, nodes, taking_part, metrics, args) -> str:
+    """The round under secure aggregation (soma.secure_round): this process's clients go
+    through its phases together; the average record's digest."""
+    from soma import secure_round
+    from soma.nodes import export, load
+    from soma.runs import training_seed
+    from soma.strategies import train_locally
+
+    by_index = {h.index: h for h in taking_part}
+    start = meeting.start
+
+    def train(k: int):
+        hosted = by_index[k]
+        load(nodes, store.recall_digest(start))
+        seed = training_seed(args.seed, meeting.round, k)
+        try:
+            metrics[k], _, _ = train_locally(
+                strategy, task, nodes, hosted.data, seed=seed, state=None, mine=None
+            )
+            trained = export(nodes)
+            secure_round.check_export(meeting, k, trained, hosted.size)
+            return trained, hosted.size
+        except Exception as error:  # it shared its keys: the others unmask without it
+            print(f"soma: client {k} drops out of {meeting.what}: {error}", file=sys.stderr)
+            return None
+
+    deadline = args.deadline
+    secure_round.take_part(store, meeting, sorted(by_index), train, deadline=deadline)
+    return secure_round.average_round(
+        store, meeting, strategy, took_part=bool(taking_part), deadline=deadline
+    )
 
 
 class NoStore(SomaError, ValueError):
@@ -370,6 +409,8 @@ def _check_client(args: argparse.Namespace) -> None:
             )
     if args.tree is not None:
         _at_least("--tree", args.tree, 2)
+    if args.secure_aggregation is not None:
+        _check_secure(args)
     if math.isnan(args.deadline) or args.deadline < 0:
         raise BadArgument(
             f"--deadline must be a number of seconds >= 0 (inf: forever), not {args.deadline}"
@@ -383,6 +424,31 @@ def _check_client(args: argparse.Namespace) -> None:
         load_strategy(args.strategy, _options(args.strategy_option, "strategy"))
     except StrategyError as error:
         raise BadArgument(f"--strategy/--strategy-option: {error}") from None
+
+
+def _check_secure(args: argparse.Namespace) -> None:
+    """A threshold the rounds can meet, a strategy that steps from the mean, no tree."""
+    from soma.participation import sample_size
+    from soma.round import RoundError
+    from soma.secure_round import check_strategy
+    from soma.strategies import load_strategy
+
+    sampled = sample_size(args.participation, args.clients)
+    if not 2 <= args.secure_aggregation <= sampled:
+        raise BadArgument(
+            f"--secure-aggregation {args.secure_aggregation}: the threshold must be between 2 "
+            f"and the {sampled} clients of a round"
+        )
+    if args.tree is not None:
+        raise BadArgument("--secure-aggregation and --tree: a secure round is summed flat")
+    try:
+        check_strategy(
+            args.strategy, load_strategy(args.strategy, _options(args.strategy_option, "strategy"))
+        )
+    except RoundError as error:
+        raise BadArgument(
+            f"--secure-aggregation with --strategy {args.strategy}: {error}"
+        ) from None
 
 
 def _check_option_names(task: str, options: dict[str, Any]) -> None:
@@ -455,6 +521,15 @@ def parser() -> argparse.ArgumentParser:
         "once --deadline has passed: a count or a fraction (default: all of them)",
     )
     c.add_argument("--seed", type=int, default=0, help="the seed of the starting weights")
+    c.add_argument(
+        "--secure-aggregation",
+        type=int,
+        default=None,
+        metavar="T",
+        help="secure aggregation (soma.secagg): nobody, the averager included, reads a "
+        "client's weights, only their sum; T of the round's clients must come to unmask it "
+        "(FedAvg-style strategies; needs the `privacy` extra)",
+    )
     c.add_argument(
         "--tree",
         type=int,

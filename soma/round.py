@@ -109,6 +109,7 @@ class Meeting:
     expected: tuple[int, ...] | None = None
     quorum: int | None = None
     tree: int | None = None  # the fan-in of hierarchical averaging (soma.tree); None: flat
+    secure: int | None = None  # secure aggregation's threshold (soma.secure_round); None: off
 
     def __post_init__(self) -> None:
         run = self.run
@@ -136,6 +137,13 @@ class Meeting:
             )
         if self.tree is not None:
             check_fan_in(self.tree)
+        if self.secure is not None and (
+            not _is_int(self.secure) or not 2 <= self.secure <= len(self.members)
+        ):
+            raise RoundError(
+                f"secure aggregation's threshold {self.secure!r} must be a count between 2 "
+                f"and the round's {len(self.members)} clients"
+            )
 
     @property
     def members(self) -> list[int]:
@@ -164,6 +172,7 @@ class Meeting:
             "quorum": self.quorum,
             # only when set, so that every flat run keeps the key it always had
             **({} if self.tree is None else {"tree": self.tree}),
+            **({} if self.secure is None else {"secure": self.secure}),
         }
 
     @property

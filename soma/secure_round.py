@@ -1,0 +1,207 @@
+"""A round under secure aggregation: the clients' sum is unmasked, never their exports.
+
+The same meeting as any round (soma.round.Meeting, keyed also by the threshold), with the
+secure sum's session under `<meeting>/secagg` (soma.secagg) instead of the clients'
+exports in the clear:
+
+    <meeting>/secagg/...        keys, encrypted shares, masked inputs, revealed shares, sum
+    <meeting>/client/<k>        that client k took part ("secure": the session), no weights
+    <meeting>/inputs/<key>/     the averaging of the published sum, once (soma.once)
+    <meeting>/average           the meeting's average: the strategy's step from the mean
+
+A process hosts one client or several (`soma client --mine 0-4`); its clients go through
+each phase together, so that none of them waits at a barrier for another it has not yet
+run. Keys and shares are made before training: a client whose training fails has shared,
+and the round recovers it from the others' shares (with at least `threshold` of them). The
+averager learns the size-weighted sum and the total size, steps the strategy from their
+quotient (only strategies that step from the mean: `from_mean`), and the record names who
+contributed and who dropped out, never a client's weights.
+
+Integer and bool tensors (BatchNorm's counts) are not summed (soma.secagg refuses them:
+keeping one client's would reveal it); the round keeps the start's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from soma import holders, once
+from soma.nodes import Export
+from soma.once import POLL, Backoff, Place
+from soma.round import Meeting, RoundError, tree_refusal
+from soma.store import Store
+from soma.strategies import Strategy, takes_mean
+
+
+def session_prefix(meeting: Meeting) -> str:
+    return f"{meeting.prefix}/secagg"
+
+
+def check_strategy(name: str, strategy: Strategy) -> None:
+    """Secure aggregation hands the strategy the mean alone, never an update."""
+    if not takes_mean(strategy):
+        refusal = tree_refusal(name).replace("hierarchical averaging (tree)", "secure aggregation")
+        raise RoundError(refusal.replace("or no tree", "or no secure aggregation"))
+
+
+def floats_of(export: Export) -> Export:
+    """What is summed: the float tensors (counts stay the start's)."""
+    return {
+        node: {k: t for k, t in keys.items() if t.dtype.is_floating_point}
+        for node, keys in export.items()
+    }
+
+
+def session_of(meeting: Meeting):
+    from soma.secagg import Session
+
+    if meeting.secure is None:
+        raise RoundError(f"{meeting.what} is not under secure aggregation")
+    return Session(session_prefix(meeting), tuple(meeting.members), meeting.secure)
+
+
+def check_export(meeting: Meeting, client: int, export: Export, size: float | None) -> None:
+    """What the secure sum would refuse of this export (NaN, infinities, a value past the
+    ring's bound), refused before it is masked: its client then drops out, saying why."""
+    from soma.secagg import check_input
+
+    check_input(session_of(meeting), client, floats_of(export), size)
+
+
+def take_part(
+    store: Store,
+    meeting: Meeting,
+    clients: Sequence[int],
+    train: Callable[[int], tuple[Export, float | None] | None],
+    *,
+    deadline: float | None = 3600.0,
+    backoff: Backoff = POLL,
+) -> list[int]:
+    """Clients `clients` of this process through every phase; `train(k)` is client k's
+    (export, size), or None when it drops out. The clients that contributed."""
+    from soma.secagg import advertise, masked_input, reveal, share
+
+    session = session_of(meeting)
+    secrets = {k: advertise(store, session, k) for k in clients}
+    for k in clients:
+        share(store, session, secrets[k], deadline=deadline, backoff=backoff)
+    contributed = []
+    for k in clients:
+        trained = train(k)
+        if trained is None:
+            continue  # it shared: the others' shares unmask the round without it
+        export, size = trained
+        masked_input(
+            store, session, secrets[k], floats_of(export), size, deadline=deadline, backoff=backoff
+        )
+        record = {"client": k, "secure": session.prefix, "by": holders.me()}
+        store.keep(meeting.client(k), record)
+        contributed.append(k)
+    for k in contributed:
+        reveal(store, session, secrets[k], deadline=deadline, backoff=backoff)
+    return contributed
+
+
+class _SecureAveraging:
+    """The averaging of a published secure sum, as `soma.once` asks about it."""
+
+    def __init__(self, store: Store, meeting: Meeting, strategy: Strategy, unmask: bool) -> None:
+        self.store, self.meeting, self.strategy = store, meeting, strategy
+        self.what, self.unmask = meeting.what, unmask
+
+    def done(self) -> str | None:
+        return self.store.resolve(self.meeting.average)
+
+    def ready(self, past: bool) -> str | None:
+        if self.unmask:  # a client of the round: unmask (once, whoever claims it), then go on
+            from soma.secagg import unmask
+
+            unmask(self.store, session_of(self.meeting))
+            self.unmask = False
+        return self.store.resolve(f"{session_prefix(self.meeting)}/sum")
+
+    def check(self, inputs: str) -> None:
+        check_strategy(self.meeting.strategy, self.strategy)
+
+    def place(self, inputs: str) -> Place:
+        key = hashlib.sha256(f"{self.meeting.key}/secure/{inputs}".encode()).hexdigest()
+        return Place(f"{self.meeting.prefix}/inputs/{key}")
+
+    def compute(self, inputs: str, me: dict[str, Any]) -> str:
+        return _average(self.store, self.meeting, self.strategy, inputs, me)
+
+    def settle(self, published: str) -> str:
+        if self.store.resolve(self.meeting.average) is None:
+            once.publish(self.store, self.meeting.average, published)
+        return self.store.resolve(self.meeting.average) or published
+
+    def missing(self) -> tuple[list[int], str]:
+        return [], " (the secure sum was never published)"
+
+
+def _average(
+    store: Store, meeting: Meeting, strategy: Strategy, sum_digest: str, me: dict[str, Any]
+) -> str:
+    from soma.secagg import average
+
+    result = store.recall_digest(sum_digest)
+    assert isinstance(result, dict)
+    previous = store.recall_digest(meeting.start)
+    mean = average(result["weighted"], result["total"], like=floats_of(previous))
+    whole = {node: {**keys, **mean.get(node, {})} for node, keys in previous.items()}
+    state = None if meeting.state is None else store.recall_digest(meeting.state)
+    weights, new_state = strategy.from_mean(previous, whole, state, clients=meeting.clients)
+    came = set(result["contributors"])
+    record = {
+        "run": meeting.run,
+        "round": meeting.round,
+        "meeting": meeting.key,
+        "clients": meeting.clients,
+        "strategy": meeting.strategy,
+        "options": dict(meeting.options),
+        "start": meeting.start,
+        "state_before": meeting.state,
+        "expected": meeting.members,
+        "quorum": meeting.needed,
+        "left_out": [
+            {
+                "client": k,
+                "why": "dropped out after sharing its keys"
+                if k in result["dropped"]
+                else "never came",
+            }
+            for k in meeting.members
+            if k not in came
+        ],  # fmt: skip
+        "inputs": [{"client": k, "secure": True} for k in sorted(came)],
+        "secure": {
+            "sum": sum_digest,
+            "threshold": meeting.secure,
+            "error_bound": result["error_bound"],
+        },
+        "weights": store.put_value(weights),
+        "state": None if new_state is None else store.put_value(new_state),
+        "averaged_by": me,
+    }
+    return store.put_value(record)
+
+
+def average_round(
+    store: Store,
+    meeting: Meeting,
+    strategy: Strategy,
+    *,
+    took_part: bool,
+    deadline: float | None = 3600.0,
+    backoff: Backoff = POLL,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str:
+    """The meeting's average record (digest), once the secure sum is published: a process
+    whose clients took part unmasks (whoever claims it first), any other waits for it."""
+    if meeting.start is None:
+        raise RoundError(f"{meeting.what}: a secure round needs the weights it started from")
+    work = _SecureAveraging(store, meeting, strategy, unmask=took_part)
+    return once.once(store, work, deadline=deadline, backoff=backoff, sleep=sleep)

@@ -1,0 +1,156 @@
+"""Secure aggregation in a run: `soma client --secure-aggregation T` (soma.secure_round)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from soma.nodes import export, load
+from soma.round import status
+from soma.runs import training_seed
+from soma.secagg.quantize import FixedPoint
+from soma.store import Store
+from soma.strategies import load_strategy, train_locally
+from soma.tasks import load_task
+
+torch.set_num_threads(1)
+HERE = Path(__file__).parent
+OPTIONS = ["--option", "examples=32"]
+
+
+def soma_clients(store: Path, groups: list[str], *flags: str, rounds: int = 2) -> list[list[dict]]:
+    command = [sys.executable, str(HERE / "round_worker.py"), "client", "--store", str(store)]
+    command += ["--run", "sec", "--rounds", str(rounds), "--clients", "4", "--deadline", "120"]
+    command += [*OPTIONS, "--evaluate", "none", *flags]
+    running = [
+        subprocess.Popen(
+            [*command, "--mine", mine], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for mine in groups
+    ]
+    lines = []
+    for process in running:
+        out, err = process.communicate(timeout=600)
+        assert process.returncode == 0, err
+        lines.append([json.loads(line) for line in out.splitlines() if '"round"' in line])
+    return lines
+
+
+def weights_of(store: Path, digest: str) -> dict:
+    return Store(store).recall_digest(digest)
+
+
+def trained_exports(store: Store, start: str) -> dict[int, dict]:
+    """Each client's round-0 export, trained again here as its process trained it."""
+    task = load_task("soma.tasks.control", {"examples": 32})
+    strategy = load_strategy("fedavg")
+    out = {}
+    for k in range(4):
+        nodes = task.nodes(0)
+        load(nodes, store.recall_digest(start))
+        train_locally(
+            strategy, task, nodes, task.shard(k, 4), seed=training_seed(0, 0, k), state=None,
+            mine=None,
+        )  # fmt: skip
+        out[k] = export(nodes)
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict:
+    base = tmp_path_factory.mktemp("secure")
+    plain = soma_clients(base / "plain", ["0", "1", "2", "3"])
+    secure = soma_clients(base / "secure", ["0-1", "2-3"], "--secure-aggregation", "3")
+    return {"base": base, "plain": plain, "secure": secure}
+
+
+def test_the_secure_average_is_fedavg_within_the_quantization_bound(runs) -> None:
+    base = runs["base"]
+    for r in range(2):
+        (plain,) = {line[r]["weights"] for line in runs["plain"]}
+        (secure,) = {line[r]["weights"] for line in runs["secure"]}
+        a, b = weights_of(base / "plain", plain), weights_of(base / "secure", secure)
+        for node in a:
+            for key in a[node]:
+                # round 0 within the fixed point's step; round 1 started from other bits
+                torch.testing.assert_close(b[node][key], a[node][key], atol=1e-5, rtol=1e-4)
+    rows = status(Store(base / "secure"), "sec")
+    record = Store(base / "secure").recall_digest(rows[0]["average"])
+    assert record["secure"]["threshold"] == 3
+    assert record["inputs"] == [{"client": k, "secure": True} for k in range(4)]
+    assert rows[0]["written"] == [0, 1, 2, 3], "status sees who took part"
+
+
+def test_no_blob_in_a_secure_runs_store_is_or_correlates_with_a_clients_export(runs) -> None:
+    store = Store(runs["base"] / "secure")
+    record = store.recall_digest(status(store, "sec")[0]["average"])
+    exports = trained_exports(store, record["start"])
+    published = {
+        row["average"] and store.recall_digest(row["average"])["secure"]["sum"]
+        for row in status(store, "sec")
+    }
+    fixed, compared = FixedPoint(), 0
+    for path in sorted((store.directory / "blobs").rglob("*")):
+        if not path.is_file() or path.name in published:
+            continue
+        try:
+            tensors = store.get_tensors(path.name)
+        except Exception:  # noqa: BLE001 - a JSON record, not tensors
+            continue
+        for tensor in tensors.values():
+            array = tensor.numpy().reshape(-1)
+            array = fixed.decode(array) if array.dtype == fixed.dtype else array.astype(float)
+            for k, theirs in exports.items():
+                for node, keys in theirs.items():
+                    for key, t in keys.items():
+                        target = t.double().numpy().reshape(-1)
+                        if array.size != target.size:
+                            continue
+                        compared += 1
+                        where = f"blob {path.name} and client {k}'s {node}.{key}"
+                        assert not np.allclose(array, target, atol=1e-6, rtol=0), where
+                        if tensor.dtype == torch.uint64 and array.size >= 32:
+                            r = np.corrcoef(array, target)[0, 1]
+                            assert abs(r) <= 0.5, f"{where}: r = {r:.3f}"
+    assert compared > 50, "the scan compared what it was meant to"
+
+
+def test_a_strategy_that_needs_every_update_is_refused_with_secure_aggregation(tmp_path) -> None:
+    command = [sys.executable, "-m", "soma.cli", "client", "--store", str(tmp_path / "s")]
+    command += ["--run", "r", "--rounds", "1", "--clients", "4", "--mine", "0"]
+    command += ["--secure-aggregation", "3", "--strategy", "median"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("soma: --secure-aggregation with --strategy median: ")
+    assert "needs every client's update" in done.stderr
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_client_that_drops_out_after_sharing_is_unmasked_without_it(tmp_path) -> None:
+    task = ["--task", "diverging", "--option", "bad_client=1"]
+    command = [sys.executable, str(HERE / "round_worker.py"), "client", "--store", str(tmp_path)]
+    command += ["--run", "sec", "--rounds", "1", "--clients", "4", "--deadline", "15"]
+    command += [*OPTIONS, *task, "--evaluate", "none", "--secure-aggregation", "3"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE / "fixtures"), *sys.path]))
+    running = [
+        subprocess.Popen(
+            [*command, "--mine", mine], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env=env,
+        )
+        for mine in ("0-1", "2-3")
+    ]  # fmt: skip
+    outputs = [p.communicate(timeout=300) for p in running]
+    for p, (_, err) in zip(running, outputs, strict=True):
+        assert p.returncode == 0, err
+    assert "client 1 drops out of round 0" in outputs[0][1]
+    (row,) = status(Store(tmp_path), "sec")
+    record = Store(tmp_path).recall_digest(row["average"])
+    assert [i["client"] for i in record["inputs"]] == [0, 2, 3]
+    assert record["left_out"] == [{"client": 1, "why": "dropped out after sharing its keys"}]
