@@ -220,6 +220,7 @@ def _secure_round(store, meeting, task, strategy, nodes, taking_part, metrics, a
     through its phases together; the average record's digest."""
     from soma import secure_round
     from soma.nodes import export, load
+    from soma.round import dropout_reason
     from soma.runs import training_seed
     from soma.strategies import train_locally
 
@@ -238,8 +239,9 @@ def _secure_round(store, meeting, task, strategy, nodes, taking_part, metrics, a
             secure_round.check_export(meeting, k, trained, hosted.size)
             return trained, hosted.size
         except Exception as error:  # it shared its keys: the others unmask without it
-            print(f"soma: client {k} drops out of {meeting.what}: {error}", file=sys.stderr)
-            return None
+            why = dropout_reason(error)
+            print(f"soma: client {k} drops out of {meeting.what}: {why}", file=sys.stderr)
+            return why
 
     deadline = args.deadline
     secure_round.take_part(store, meeting, sorted(by_index), train, deadline=deadline)

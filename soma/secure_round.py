@@ -75,14 +75,14 @@ def take_part(
     store: Store,
     meeting: Meeting,
     clients: Sequence[int],
-    train: Callable[[int], tuple[Export, float | None] | None],
+    train: Callable[[int], tuple[Export, float | None] | str],
     *,
     deadline: float | None = 3600.0,
     backoff: Backoff = POLL,
 ) -> list[int]:
     """Clients `clients` of this process through every phase; `train(k)` is client k's
-    (export, size), or None when it drops out. The clients that contributed."""
-    from soma.secagg import advertise, masked_input, reveal, share
+    (export, size), or why it drops out (text). The clients that contributed."""
+    from soma.secagg import advertise, masked_input, reveal, share, withdraw
 
     session = session_of(meeting)
     secrets = {k: advertise(store, session, k) for k in clients}
@@ -91,8 +91,9 @@ def take_part(
     contributed = []
     for k in clients:
         trained = train(k)
-        if trained is None:
-            continue  # it shared: the others' shares unmask the round without it
+        if isinstance(trained, str):  # it shared: the others' shares unmask without it
+            withdraw(store, session, k, trained)
+            continue
         export, size = trained
         masked_input(
             store, session, secrets[k], floats_of(export), size, deadline=deadline, backoff=backoff

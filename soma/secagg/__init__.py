@@ -36,6 +36,7 @@ from soma.secagg.protocol import (
     secure_sum,
     share,
     unmask,
+    withdraw,
 )
 from soma.secagg.quantize import FixedPoint
 
@@ -62,4 +63,5 @@ __all__ = [
     "secure_sum",
     "share",
     "unmask",
+    "withdraw",
 ]

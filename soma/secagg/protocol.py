@@ -63,6 +63,7 @@ Layout, under the session's prefix (names are claimed: written once, never repla
     <prefix>/masked/<k>        k's masked input: its layout, and its ring elements (uint64 tensors)
     <prefix>/reveal/<k>        k's revealed shares: b of each contributor, s of each dropped client
     <prefix>/roster/<phase>    who is in, for keys, shares and masked (claimed once)
+    <prefix>/withdrawn/<k>     k will not go on, and why: no barrier waits for it
     <prefix>/unmasked/...      soma.once's claim, takeovers, audit and published result
     <prefix>/sum               the result (claimed): weighted sum, total, who contributed, dropped
 
@@ -438,8 +439,12 @@ def _roster_digest(
         if digest is not None:
             return digest
         here = _clients_in(store, session.name(phase) + "/", expected)
+        out = set(_clients_in(store, session.name("withdrawn") + "/", expected)) - set(here)
         past = deadline is not None and time.monotonic() - started > deadline
-        if len(here) == len(expected) or (past and len(here) >= session.threshold):
+        accounted = len(here) + len(out) == len(expected)  # nobody else is coming
+        if accounted and len(here) < session.threshold:
+            raise _below(session, phase, expected, here, time.monotonic() - started)
+        if accounted or (past and len(here) >= session.threshold):
             record = {
                 "phase": phase,
                 "expected": expected,
@@ -817,6 +822,15 @@ def received_shares(store: Store, session: Session, secrets: Secrets) -> dict[in
                 "to a share from it to us (changed, or not ours)"
             )
     return dict(sorted(received.items()))
+
+
+def withdraw(store: Store, session: Session, mine: int, why: str) -> None:
+    """Say that client `mine` will not go on (its training failed, its export was refused):
+    the barriers after it then go on without waiting for it until their deadline. Its
+    secrets were shared, so the sum is unmasked without it (with at least the threshold)."""
+    session.check_member(mine)
+    record = {"client": mine, "why": str(why)}
+    store.claim(session.name("withdrawn", mine), store.put_value(record))
 
 
 def reveal(
