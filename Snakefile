@@ -47,6 +47,22 @@ except ParticipationError as error:
         f"config keys `clients`/`participation`/`quorum`: {error}"
     ) from None
 
+# Secure aggregation's threshold must fit every round's sample, and its rounds are a job per
+# client and phase (not batched, not a tree, yet).
+secure = config.get("secure_aggregation")
+if secure:
+    sampled_count = sample_size(config.get("participation"), config["clients"])
+    if not 2 <= secure["threshold"] <= sampled_count:
+        raise ParticipationError(
+            f"config key `secure_aggregation`: threshold {secure['threshold']} must be between "
+            f"2 and the {sampled_count} clients of a round"
+        )
+    if config.get("clients_per_job", 1) != 1 or config.get("tree"):
+        raise ParticipationError(
+            "config keys `secure_aggregation`/`clients_per_job`/`tree`: a secure round is a "
+            "job per client and phase, summed flat (clients_per_job 1, tree null)"
+        )
+
 # A deep chain of rounds recurses through Snakemake's DAG code about a frame per job.
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 50 * config["rounds"] + 10_000))
 

@@ -131,6 +131,7 @@ def meeting_of(config: Mapping[str, Any], round: int, started: Mapping[str, Any]
         expected=expected,
         quorum=quorum,
         tree=(config.get("tree") or {}).get("fan_in"),
+        secure=(config.get("secure_aggregation") or {}).get("threshold"),
     )
 
 
@@ -216,6 +217,9 @@ def checked_strategy(config: Mapping[str, Any], task: Task) -> Strategy:
         raise ConfigRefused(f"config keys `strategy`/`task`: {error}") from error
     if config.get("tree") and not takes_mean(strategy):
         raise ConfigRefused(f"config keys `strategy`/`tree`: {tree_refusal(name)}")
+    if config.get("secure_aggregation") and not takes_mean(strategy):
+        refusal = tree_refusal(name).replace("hierarchical averaging (tree)", "secure aggregation")
+        raise ConfigRefused(f"config keys `strategy`/`secure_aggregation`: {refusal}")
     return strategy
 
 

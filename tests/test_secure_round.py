@@ -154,3 +154,64 @@ def test_a_client_that_drops_out_after_sharing_is_unmasked_without_it(tmp_path) 
     record = Store(tmp_path).recall_digest(row["average"])
     assert [i["client"] for i in record["inputs"]] == [0, 2, 3]
     assert record["left_out"] == [{"client": 1, "why": "dropped out after sharing its keys"}]
+
+
+# --- the workflow -----------------------------------------------------------------------------
+
+ROOT = HERE.parent
+
+
+def snakemake(workdir: Path, *config: str) -> None:
+    command = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(workdir)]
+    command += ["--cores", "2", "--configfile", str(HERE / "fixtures/tiny.yaml")]
+    command += [str(HERE / "fixtures/no-baselines.yaml"), "--config", "clients=3", *config]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+
+
+def test_the_workflow_under_secure_aggregation_trains_fedavg_within_the_bound(tmp_path) -> None:
+    snakemake(tmp_path / "plain", "run=sec")
+    snakemake(tmp_path / "secure", "run=sec", "secure_aggregation={threshold: 2}")
+    for r in range(2):
+        receipts = [
+            json.loads((tmp_path / side / f"results/sec/round/{r}/average.json").read_text())
+            for side in ("plain", "secure")
+        ]
+        plain, secure = (
+            Store(tmp_path / side / "store").recall_digest(receipt["weights"])
+            for side, receipt in zip(("plain", "secure"), receipts, strict=True)
+        )
+        for node in plain:
+            for key in plain[node]:
+                torch.testing.assert_close(
+                    secure[node][key], plain[node][key], atol=1e-5, rtol=1e-4
+                )
+        assert receipts[1]["inputs"] == [{"client": k, "secure": True} for k in range(3)]
+    private = sorted((tmp_path / "secure/private/sec").rglob("*.json"))
+    assert len(private) == 2 * 3 * 2, "each client's secrets, per round, before and after sharing"
+    assert {p.stat().st_mode & 0o777 for p in private} == {0o600}
+    store = Store(tmp_path / "secure" / "store")
+    for name in store.bound("sec/round/"):
+        if "/client/" in name:
+            assert "weights" not in store.recall(name), f"{name} holds a client's weights"
+
+
+def test_a_secure_workflow_with_a_strategy_that_needs_every_update_stops_at_the_start(
+    tmp_path,
+) -> None:
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(ROOT / "Snakefile"),
+        "-d",
+        str(tmp_path),
+    ]
+    command += ["--cores", "1", "--configfile", str(HERE / "fixtures/tiny.yaml")]
+    command += [str(HERE / "fixtures/no-baselines.yaml"), "--config", "strategy=krum"]
+    command += ["secure_aggregation={threshold: 2}"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode != 0
+    log = (tmp_path / "logs/tiny/start.log").read_text()
+    assert "config keys `strategy`/`secure_aggregation`: strategy 'krum' needs every" in log

@@ -283,6 +283,36 @@ class Secrets:
     def __reduce__(self) -> Any:
         raise TypeError("a client's secure-aggregation secrets are never pickled")
 
+    def private_record(self) -> dict[str, Any]:
+        """Everything private, as text, for a client whose phases run in separate processes
+        (the workflow's jobs): written by `keep_private` to the client's own folder, never to
+        the store. What is derived from it (the keys read, the AES keys) is derived again."""
+        return {
+            "session": self.session.prefix,
+            "client": self.mine,
+            "c": crypto.private_bytes(self._c).hex(),
+            "s": crypto.private_bytes(self._s).hex(),
+            "b": self._b.hex(),
+            "own": None if self._own is None else [format(x, "x") for x in self._own],
+        }
+
+    @classmethod
+    def from_private_record(cls, session: Session, record: Mapping[str, Any]) -> Secrets:
+        """The secrets `private_record` wrote, for the same session and client."""
+        if record.get("session") != session.prefix:
+            raise SecAggError(
+                f"secrets of session {record.get('session')!r}, not of {session.prefix!r}"
+            )
+        secrets = cls.__new__(cls)
+        secrets.session, secrets.mine = session, session.check_member(record["client"])
+        secrets._c = crypto.private_from_bytes(bytes.fromhex(record["c"]))
+        secrets._s = crypto.private_from_bytes(bytes.fromhex(record["s"]))
+        secrets._b = bytes.fromhex(record["b"])
+        own = record.get("own")
+        secrets._own = None if own is None else (int(own[0], 16), int(own[1], 16))
+        secrets._keys, secrets._share_keys = None, {}
+        return secrets
+
     def public(self) -> dict[str, Any]:
         """What `advertise` publishes: the public keys and the self-mask commitment."""
         return {

@@ -13,6 +13,9 @@ CLIENTS = config["clients"]
 SEED = config["seed"]
 PARTICIPATION = config["participation"]
 CLIENTS_PER_JOB = config["clients_per_job"]
+SECURE = config["secure_aggregation"] is not None
+# A client's secure-aggregation secrets between its jobs: its own folder, never the store.
+PRIVATE = f"private/{RUN}"
 BASELINES = config["baselines"]
 # What a job's result depends on besides its input files, as params, so that Snakemake reruns
 # jobs whose task, options or seed changed (its `params` rerun trigger).
@@ -27,6 +30,7 @@ TASK = json.dumps(
         "participation": PARTICIPATION,
         "quorum": config["quorum"],
         "tree": config["tree"],
+        "secure_aggregation": config["secure_aggregation"],
     },
     sort_keys=True,
 )
@@ -99,10 +103,26 @@ def batch_inputs(wildcards):
     return {"previous": starting_point(wildcards), "before": sorted(befores)}
 
 
+def phase_receipts(phase):
+    """An input function: every sampled client's receipt of `phase` in the round (secure
+    aggregation's barrier: a phase starts once the one before is done everywhere)."""
+
+    def receipts(wildcards):
+        round = int(wildcards.round)
+        return expand(
+            f"{RESULTS}/round/{round}/{phase}/{{client}}.json",
+            client=sampled(SEED, round, CLIENTS, PARTICIPATION),
+        )
+
+    return receipts
+
+
 def client_receipts(wildcards):
     """The receipts of the clients sampled for the round (only they train in it): one per
     client, or one per batch of `clients_per_job`."""
     round = int(wildcards.round)
+    if SECURE:  # the average unmasks once every client revealed its shares
+        return phase_receipts("reveal")(wildcards)
     if CLIENTS_PER_JOB == 1:
         return expand(
             f"{RESULTS}/round/{round}/client/{{client}}.json",

@@ -19,7 +19,11 @@ rule start:
         "../scripts/start.py"
 
 
-if CLIENTS_PER_JOB == 1:
+if SECURE:
+
+    include: "secure.smk"
+
+elif CLIENTS_PER_JOB == 1:
 
     rule train:
         input:

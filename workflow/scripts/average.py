@@ -5,10 +5,18 @@ from soma import workflow
 sm = snakemake  # noqa: F821
 with workflow.logged(sm.log[0]):
     workflow.threads(sm.threads)
-    workflow.average(
-        sm.config,
-        int(sm.wildcards.round),
-        list(sm.input.clients),
-        sm.input.previous,
-        sm.output[0],
-    )
+    if sm.config["secure_aggregation"]:  # the inputs are the clients' revealed shares
+        from soma import secure_jobs
+
+        secure_jobs.average(
+            sm.config, int(sm.wildcards.round), sm.input.previous, list(sm.input.clients),
+            sm.output[0],
+        )  # fmt: skip
+    else:
+        workflow.average(
+            sm.config,
+            int(sm.wildcards.round),
+            list(sm.input.clients),
+            sm.input.previous,
+            sm.output[0],
+        )

@@ -1,0 +1,81 @@
+# A round under secure aggregation (config `secure_aggregation`): each phase of soma.secagg
+# a job per client, each after the phase before is done for every client of the round (the
+# DAG is the barrier), then the round's average unmasks the sum. See soma/secure_jobs.py.
+
+
+rule keys:
+    input:
+        previous=starting_point,
+    output:
+        receipt=f"{RESULTS}/round/{{round}}/keys/{{client}}.json",
+        private=f"{PRIVATE}/round/{{round}}/client/{{client}}.keys.json",
+    log:
+        f"{LOGS}/round/{{round}}/keys/{{client}}.log",
+    benchmark:
+        f"{LOGS}/benchmark/round/{{round}}/keys/{{client}}.tsv"
+    conda:
+        "../envs/soma.yaml"
+    params:
+        task=TASK,
+    script:
+        "../scripts/secure_keys.py"
+
+
+rule share:
+    input:
+        previous=starting_point,
+        private=f"{PRIVATE}/round/{{round}}/client/{{client}}.keys.json",
+        advertised=phase_receipts("keys"),
+    output:
+        receipt=f"{RESULTS}/round/{{round}}/share/{{client}}.json",
+        shared=f"{PRIVATE}/round/{{round}}/client/{{client}}.shared.json",
+    log:
+        f"{LOGS}/round/{{round}}/share/{{client}}.log",
+    benchmark:
+        f"{LOGS}/benchmark/round/{{round}}/share/{{client}}.tsv"
+    conda:
+        "../envs/soma.yaml"
+    params:
+        task=TASK,
+    script:
+        "../scripts/secure_share.py"
+
+
+rule train:
+    input:
+        previous=starting_point,
+        private=f"{PRIVATE}/round/{{round}}/client/{{client}}.shared.json",
+        shares=phase_receipts("share"),
+    output:
+        f"{RESULTS}/round/{{round}}/client/{{client}}.json",
+    log:
+        f"{LOGS}/round/{{round}}/client/{{client}}.log",
+    benchmark:
+        f"{LOGS}/benchmark/round/{{round}}/client/{{client}}.tsv"
+    conda:
+        "../envs/soma.yaml"
+    threads: config["threads"]
+    params:
+        task=TASK,
+    script:
+        "../scripts/secure_train.py"
+
+
+rule reveal:
+    input:
+        previous=starting_point,
+        private=f"{PRIVATE}/round/{{round}}/client/{{client}}.shared.json",
+        trained=f"{RESULTS}/round/{{round}}/client/{{client}}.json",
+        everyone=phase_receipts("client"),
+    output:
+        f"{RESULTS}/round/{{round}}/reveal/{{client}}.json",
+    log:
+        f"{LOGS}/round/{{round}}/reveal/{{client}}.log",
+    benchmark:
+        f"{LOGS}/benchmark/round/{{round}}/reveal/{{client}}.tsv"
+    conda:
+        "../envs/soma.yaml"
+    params:
+        task=TASK,
+    script:
+        "../scripts/secure_reveal.py"

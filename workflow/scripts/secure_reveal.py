@@ -1,0 +1,15 @@
+"""A client's revealed shares, that unmask its round's sum (rule `reveal`)."""
+
+from soma import secure_jobs, workflow
+
+sm = snakemake  # noqa: F821
+with workflow.logged(sm.log[0]):
+    secure_jobs.reveal(
+        sm.config,
+        int(sm.wildcards.round),
+        int(sm.wildcards.client),
+        sm.input.previous,
+        sm.input.private,
+        sm.input.trained,
+        sm.output[0],
+    )

@@ -1,0 +1,15 @@
+"""A client's secrets shared among its round's clients (rule `share`)."""
+
+from soma import secure_jobs, workflow
+
+sm = snakemake  # noqa: F821
+with workflow.logged(sm.log[0]):
+    secure_jobs.share(
+        sm.config,
+        int(sm.wildcards.round),
+        int(sm.wildcards.client),
+        sm.input.previous,
+        sm.input.private,
+        sm.output.receipt,
+        sm.output.shared,
+    )

@@ -1,0 +1,15 @@
+"""A client's training, sent as a masked input only (rule `train` under secure aggregation)."""
+
+from soma import secure_jobs, workflow
+
+sm = snakemake  # noqa: F821
+with workflow.logged(sm.log[0]):
+    workflow.threads(sm.threads)
+    secure_jobs.train(
+        sm.config,
+        int(sm.wildcards.round),
+        int(sm.wildcards.client),
+        sm.input.previous,
+        sm.input.private,
+        sm.output[0],
+    )
