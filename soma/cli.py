@@ -5,6 +5,9 @@ Each task is client `$SLURM_PROCID` unless `--mine` says otherwise.
     srun -n 4 soma client --store /shared/soma --run cifar --rounds 10 --clients 4
     soma status --store /shared/soma --run cifar [--json]
     soma export --store /shared/soma --run cifar [--round 9] -o cifar.safetensors
+    soma verify --store /shared/soma [--run cifar]      exit 1 when anything is damaged
+    soma repair --store /shared/soma [--run cifar] [--dry-run]
+    soma gc --store /shared/soma [--keep-runs cifar ...] [--dry-run] [--min-age 24h]
 """
 
 from __future__ import annotations
@@ -466,6 +469,104 @@ def _check_option_names(task: str, options: dict[str, Any]) -> None:
         )
 
 
+def _progress_bar(label: str):
+    """A progress line on stderr when it is a terminal (else None): bytes, percent, speed;
+    redrawn at most ten times a second, and ended by `done()`."""
+    if not sys.stderr.isatty():
+        return None
+    import time
+
+    started = time.monotonic()
+    shown = [0.0]
+
+    def show(done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - shown[0] < 0.1 and done < total:
+            return
+        shown[0] = now
+        rate = done / max(now - started, 1e-9) / 1e6
+        percent = 100.0 * done / total if total else 100.0
+        print(
+            f"\r{label}: {done / 1e9:.2f}/{total / 1e9:.2f} GB {percent:5.1f}% {rate:7.0f} MB/s",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    show.done = lambda: print("", file=sys.stderr)  # type: ignore[attr-defined]
+    return show
+
+
+def _print_report(report: Any, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(report.as_dict(), indent=2, sort_keys=True))
+    else:
+        for line in report.lines():
+            print(line)
+
+
+def verify(args: argparse.Namespace) -> int:
+    """Every blob hashed against its name, every name and reference present: exit 1 when
+    anything is damaged, each problem said with its path and what fixes it."""
+    from soma.health import verify as verify_store
+
+    store = _existing_store(args.store)
+    bar = _progress_bar("verify")
+    try:
+        report = verify_store(store, args.run, progress=bar)
+    finally:
+        if bar is not None:
+            bar.done()
+    _print_report(report, args.json)
+    return 0 if report.clean else 1
+
+
+def repair(args: argparse.Namespace) -> int:
+    """Rebuild what can be recomputed (averages, from their inputs); exit 1 when damage is
+    left, each said with the job whose rerun fixes it."""
+    from soma.health import repair as repair_store
+
+    store = _existing_store(args.store)
+    bar = _progress_bar("verify")
+    try:
+        report = repair_store(store, args.run, dry_run=args.dry_run, progress=bar)
+    finally:
+        if bar is not None:
+            bar.done()
+    _print_report(report, args.json)
+    return 0 if report.clean else 1
+
+
+def _duration(text: str) -> float:
+    """Seconds from `90`, `90s`, `30m`, `6h` or `2d`."""
+    scale = {"s": 1, "m": 60, "h": 3600, "d": 86400}.get(text[-1:], None)
+    try:
+        return float(text[:-1] if scale else text) * (scale or 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration (90, 90s, 30m, 6h or 2d)"
+        ) from None
+
+
+def gc(args: argparse.Namespace) -> int:
+    """Remove unreachable blobs older than --min-age and temporaries of writers that are
+    gone; with --keep-runs, every other run's names first. Exit 1 when damage kept it from
+    removing blobs (it says which, and that `soma repair` comes first)."""
+    from soma.health import gc as collect
+    from soma.store import REFRESH_AFTER
+
+    if args.min_age < 2 * REFRESH_AFTER:
+        raise SystemExit(
+            f"soma: gc --min-age {args.min_age:g}s is below {2 * REFRESH_AFTER:g}s: a live writer "
+            f"refreshes a blob it puts only when it is older than {REFRESH_AFTER:g}s, so gc "
+            "could remove a blob under it"
+        )
+    store = _existing_store(args.store)
+    report = collect(store, keep_runs=args.keep_runs, dry_run=args.dry_run, min_age=args.min_age)
+    _print_report(report, args.json)
+    return 1 if report.blocked else 0
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="soma", description=__doc__.split("\n")[0])
     commands = top.add_subparsers(dest="command", required=True)
@@ -584,6 +685,44 @@ def parser() -> argparse.ArgumentParser:
     )
     e.add_argument("-o", "--output", required=True, help="the model file to write")
     e.set_defaults(func=export)
+    v = commands.add_parser(
+        "verify", help="hash every blob, check every name and reference; exit 1 on damage"
+    )
+    v.add_argument("--store", required=True)
+    v.add_argument("--run", default=None, help="only what this run's names reach")
+    v.add_argument("--json", action="store_true", help="machine-readable output")
+    v.set_defaults(func=verify)
+    r = commands.add_parser(
+        "repair", help="rebuild damaged averages from their inputs; say what reruns the rest"
+    )
+    r.add_argument("--store", required=True)
+    r.add_argument("--run", default=None, help="only what this run's names reach")
+    r.add_argument("--dry-run", action="store_true", help="say what would be done; do nothing")
+    r.add_argument("--json", action="store_true", help="machine-readable output")
+    r.set_defaults(func=repair)
+    g = commands.add_parser(
+        "gc", help="remove unreachable blobs and temporaries of writers that are gone"
+    )
+    g.add_argument("--store", required=True)
+    g.add_argument(
+        "--keep-runs",
+        nargs="+",
+        default=None,
+        metavar="RUN",
+        help="remove the names of every run but these first (default: keep every name)",
+    )
+    g.add_argument(
+        "--dry-run", action="store_true", help="say what would be removed; remove nothing"
+    )
+    g.add_argument(
+        "--min-age",
+        type=_duration,
+        default=24 * 3600.0,
+        metavar="DURATION",
+        help="remove only what was untouched this long: 90s, 30m, 6h, 2d (default 24h)",
+    )
+    g.add_argument("--json", action="store_true", help="machine-readable output")
+    g.set_defaults(func=gc)
     return top
 
 

@@ -9,6 +9,8 @@ own classes keeps working.
 
 from __future__ import annotations
 
+import os
+
 from soma.errors import SomaError
 
 
@@ -42,13 +44,22 @@ class UnknownName(StoreError, LookupError):
 
 
 class CorruptBlob(StoreError):
-    """A blob whose bytes no longer hash to its digest: `path`, `expected`, `actual`."""
+    """A blob whose bytes no longer hash to its digest: `path`, `expected`, `actual`.
+
+    The advice is only what works: deleting the blob would not (a published average is
+    never recomputed by rerunning its round, which finds it published); `soma repair`
+    rebuilds an average's blobs from its inputs, and names the job whose rerun writes any
+    other blob again (a put of those bytes replaces the blob, which the read marked).
+    """
 
     def __init__(self, path: str, expected: str, actual: str) -> None:
         self.path, self.expected, self.actual = path, expected, actual
+        store = os.path.dirname(os.path.dirname(os.path.dirname(path))) or "."
         super().__init__(
             f"blob {path} is corrupt: its name says sha256 {expected} but its bytes hash to "
-            f"{actual}; it was changed after it was written (delete it and keep the value again)"
+            f"{actual}; it was changed after it was written. Run `soma repair --store {store}`: "
+            "it rebuilds an average's blobs from the average's inputs, and otherwise says which "
+            "job to rerun (rerunning what wrote a blob replaces it)"
         )
 
 

@@ -1,0 +1,286 @@
+"""Rebuilding what a store lost from what it still holds, kept only when it hashes right.
+
+A content-addressed store is its own checksum: a lost blob's digest is known (a name or a
+record holds it), so any way of making its bytes again is checked by hashing them; a
+candidate that does not hash to the lost digest is never kept. What soma can remake:
+
+- an average's `weights` and `state`: `recompute_average` runs the record's strategy over
+  the inputs it names, exactly as the round did (deterministic arithmetic);
+- a meeting's identity (`<meeting>/about`): its fields are in the meeting's average records
+  and the run's other meetings (task, options, seed), and the meeting's key is the
+  sha256 of the identity, so a candidate is checked twice;
+- an average's record: the identity, the client records (which inputs: the place's key is
+  the digest of exactly those), the averager's holder record (`computed/`), the left-out
+  clients, and the recomputed weights and state; it mirrors `soma.round._average`'s record,
+  and when that changes (a field added), the candidates stop hashing right and the record
+  is reported lost, never replaced by a wrong one;
+- a holder's record of the averager (`claimed`, `computed/`, `takeover/`): the average
+  record names it (`averaged_by`).
+
+A client's own record (it says who sent it, and when) and a train job's `started` record
+cannot be remade; the first is replaced by rerunning the client (soma.advice says how).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from soma import codecs
+from soma.errors import SomaError
+from soma.reach import ROUND_NAME, Graph
+from soma.store import Store
+from soma.store_errors import StoreError
+
+_LEFT = ("came after the round was averaged", "never came")
+_MAX_TRIES = 4096  # candidates (records, or who came), at most, per lost record
+
+
+def recompute_average(store: Store, record: dict[str, Any]) -> tuple[str, str | None]:
+    """Put an average's weights and state again, computed from what its record names
+    (strategy, options, start, state before, clients, inputs in order) exactly as the round
+    did; their digests. Deterministic, so equal to the record's when its inputs are sound."""
+    from soma.strategies import Update, load_strategy
+
+    strategy = load_strategy(record["strategy"], record.get("options") or {})
+    start, before = record.get("start"), record.get("state_before")
+    previous = None if start is None else store.recall_digest(start, lazy=True)
+    state = None if before is None else store.recall_digest(before)
+
+    def updates() -> Iterator[Update]:
+        for given in record["inputs"]:
+            extra = given.get("extra")
+            yield Update(
+                client=given["client"],
+                size=given["size"],
+                weights=store.recall_digest(given["weights"], lazy=True),
+                extra=None if extra is None else store.recall_digest(extra, lazy=True),
+            )
+
+    weights, new_state = strategy.aggregate(previous, updates(), state, clients=record["clients"])
+    return store.put_value(weights), None if new_state is None else store.put_value(new_state)
+
+
+def digest_of(value: object) -> str:
+    """The digest `Store.put_value` gives a value without tensors, computed, not written."""
+    encoded = codecs.encode(value)
+    if encoded.maps or encoded.loose:
+        raise ValueError("digest_of takes a value without tensors")
+    return hashlib.sha256(codecs.record_bytes(encoded.tree, None)).hexdigest()
+
+
+def rebuild_record(store: Store, graph: Graph, digest: str) -> str | None:
+    """Put record `digest` back if it can be remade from what the store still holds (see
+    the module docs); what it was (for the report), or None."""
+    for name in [ref.name for ref in graph.parents.get(digest, []) if ref.name is not None]:
+        m = ROUND_NAME.match(name)
+        if not m:
+            continue
+        run, r, key, rest = m["run"], int(m["round"]), m["meeting"], m["rest"]
+        prefix = f"{run}/round/{r}/{key}"
+        if rest == "about":
+            found, what = _abouts(store, graph, run, r, key), "the identity of"
+        elif rest == "average" or re.fullmatch(r"inputs/[0-9a-f]{64}/published", rest):
+            place = rest.split("/")[1] if rest != "average" else None
+            found, what = _averages(store, graph, prefix, place), "the average record of"
+        elif re.fullmatch(r"inputs/[0-9a-f]{64}/(claimed|computed/\w+|takeover/\d+)", rest):
+            found, what = _holders(store, graph, prefix, rest.split("/")[1]), "a holder record of"
+        else:
+            continue
+        for value in itertools.islice(found, _MAX_TRIES):
+            if digest_of(value) == digest:
+                if store.put_value(value) != digest:  # pragma: no cover - digest_of is put's
+                    raise AssertionError(f"record {digest} did not come back as itself")
+                return f"{what} round {r} of run {run!r} (record {digest}, name {name!r})"
+    return None
+
+
+def _record(store: Store, graph: Graph, name: str) -> dict[str, Any] | None:
+    """The record a name holds, when it can be read (None: lost, corrupt, or not a dict)."""
+    digest = graph.names.get(name)
+    if digest is None:
+        return None
+    try:
+        value = store.recall_digest(digest)
+    except (StoreError, SomaError, OSError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _named(graph: Graph, prefix: str) -> list[str]:
+    return sorted(n for n in graph.names if n.startswith(prefix))
+
+
+def _meeting_averages(store: Store, graph: Graph, prefix: str) -> list[dict[str, Any]]:
+    names = [f"{prefix}/average"] + [
+        n for n in _named(graph, f"{prefix}/inputs/") if n.endswith("/published")
+    ]
+    return [r for r in (_record(store, graph, n) for n in names) if r and "inputs" in r]
+
+
+def _abouts(store: Store, graph: Graph, run: str, r: int, key: str) -> Iterator[dict]:
+    """Identities of the meeting, from its averages and the run's other meetings' configs;
+    each checked against the meeting's key (the identity's sha256) before it is offered."""
+    configs: list[dict] = []
+    for name in _named(graph, f"{run}/round/"):
+        about = _record(store, graph, name) if name.endswith("/about") else None
+        if about and isinstance(about.get("config"), dict) and about["config"] not in configs:
+            configs.append(about["config"])
+    configs.append({})
+    for a in _meeting_averages(store, graph, f"{run}/round/{r}/{key}"):
+        members, clients, needed = a.get("expected"), a.get("clients"), a.get("quorum")
+        everyone = members == list(range(clients)) if isinstance(clients, int) else False
+        for config in configs:
+            for expected in [None, members] if everyone else [members]:
+                for quorum in [None, needed] if needed == len(members or []) else [needed]:
+                    identity = {
+                        "clients": clients,
+                        "start": a.get("start"),
+                        "state": a.get("state_before"),
+                        "strategy": a.get("strategy"),
+                        "options": a.get("options"),
+                        "config": config,
+                        "expected": expected,
+                        "quorum": quorum,
+                    }
+                    if hashlib.sha256(codecs.canonical_json(identity)).hexdigest() == key:
+                        yield {"run": run, "round": r, **identity}
+
+
+def _holders(store: Store, graph: Graph, prefix: str, place: str) -> Iterator[dict]:
+    """The averager's holder record, as the place's published average names it."""
+    average = _record(store, graph, f"{prefix}/inputs/{place}/published")
+    if average and isinstance(average.get("averaged_by"), dict):
+        yield average["averaged_by"]
+
+
+def _averages(store: Store, graph: Graph, prefix: str, place: str | None) -> Iterator[dict]:
+    """Average records of the meeting's averaging at `place` (None: any of its places),
+    reassembled as `soma.round._average` wrote them."""
+    from soma.round import Input, Meeting, inputs_key
+
+    about = _record(store, graph, f"{prefix}/about")
+    if about is None:
+        return
+    identity = {k: v for k, v in about.items() if k not in ("run", "round")}
+    try:
+        meeting = Meeting(
+            about["run"],
+            about["round"],
+            identity["clients"],
+            identity.get("start"),
+            identity.get("state"),
+            identity.get("strategy", "fedavg"),
+            identity.get("options") or {},
+            identity.get("config") or {},
+            None if identity.get("expected") is None else tuple(identity["expected"]),
+            identity.get("quorum"),
+        )
+    except (SomaError, KeyError, TypeError):
+        return
+    came, dropped = [], {}
+    for k in meeting.members:
+        name = f"{prefix}/client/{k}"
+        record = _record(store, graph, name)
+        if record is None:
+            continue
+        if "dropped" in record:
+            dropped[k] = str(record["dropped"])
+        elif "weights" in record:
+            came.append(
+                Input(
+                    k, record["weights"], record.get("size"), record.get("extra"), graph.names[name]
+                )
+            )
+    places = (
+        [place]
+        if place
+        else sorted(
+            {
+                n.split("/")[-2]
+                for n in _named(graph, f"{prefix}/inputs/")
+                if n.endswith("/published")
+            }
+        )
+    )
+    for key in places:
+        for inputs in itertools.islice(_subsets(came, meeting.needed), _MAX_TRIES):
+            if inputs_key(meeting.key, inputs) == key:
+                yield from _average_records(store, graph, meeting, inputs, dropped, prefix, key)
+                break
+
+
+def _subsets(came: list, needed: int) -> Iterator[list]:
+    """Who may have come: everyone who wrote, then fewer, down to the quorum."""
+    for size in range(len(came), max(needed, 1) - 1, -1):
+        yield from (list(c) for c in itertools.combinations(came, size))
+
+
+def _average_records(
+    store: Store,
+    graph: Graph,
+    meeting,
+    inputs: list,
+    dropped: dict[int, str],
+    prefix: str,
+    key: str,
+) -> Iterator[dict]:
+    holders = [
+        r
+        for r in (_record(store, graph, n) for n in _named(graph, f"{prefix}/inputs/{key}/"))
+        if r and "host" in r and "pid" in r
+    ]
+    if not holders:
+        return
+    try:
+        weights, state = recompute_average(
+            store,
+            {
+                "strategy": meeting.strategy,
+                "options": dict(meeting.options),
+                "start": meeting.start,
+                "state_before": meeting.state,
+                "clients": meeting.clients,
+                "inputs": [{"client": i.client, "weights": i.weights, "size": i.size,
+                            "extra": i.extra} for i in inputs],
+            },
+        )  # fmt: skip
+    except (SomaError, StoreError, OSError, KeyError, TypeError, ValueError):
+        return
+    came = {i.client for i in inputs}
+    left = [k for k in meeting.members if k not in came]
+    undropped = [k for k in left if k not in dropped]
+    for reasons in itertools.product(_LEFT, repeat=len(undropped)):
+        why = dict(zip(undropped, reasons, strict=True))
+        left_out = [{"client": k, "why": dropped.get(k) or why[k]} for k in left]
+        for with_records in (True, False):  # gather names the client records; the workflow not
+            for by in holders:
+                yield {
+                    "run": meeting.run,
+                    "round": meeting.round,
+                    "meeting": meeting.key,
+                    "clients": meeting.clients,
+                    "strategy": meeting.strategy,
+                    "options": dict(meeting.options),
+                    "start": meeting.start,
+                    "state_before": meeting.state,
+                    "expected": meeting.members,
+                    "quorum": meeting.needed,
+                    "left_out": left_out,
+                    "inputs": [
+                        {
+                            "client": i.client,
+                            "weights": i.weights,
+                            "size": i.size,
+                            "extra": i.extra,
+                            "record": i.record if with_records else None,
+                        }
+                        for i in inputs
+                    ],
+                    "weights": weights,
+                    "state": state,
+                    "averaged_by": by,
+                }
