@@ -364,7 +364,8 @@ def check_arguments(args: argparse.Namespace) -> None:
     """Every argument of the command, checked before it runs: a refused command has made
     nothing (no store behind a mistyped path), read nothing and trained nothing."""
     _check_store(args.store)
-    _check_run(args.run)
+    if getattr(args, "run", None) is not None:
+        _check_run(args.run)
     if getattr(args, "clients", None) is not None:
         _at_least("--clients", args.clients, 1)
     if getattr(args, "round", None) is not None:

@@ -50,6 +50,11 @@ def recompute_average(store: Store, record: dict[str, Any]) -> tuple[str, str | 
     previous = None if start is None else store.recall_digest(start, lazy=True)
     state = None if before is None else store.recall_digest(before)
 
+    if record.get("tree") or record.get("secure"):  # the strategy stepped from the mean
+        mean = _mean_again(store, record, previous)
+        weights, new_state = strategy.from_mean(previous, mean, state, clients=record["clients"])
+        return store.put_value(weights), None if new_state is None else store.put_value(new_state)
+
     def updates() -> Iterator[Update]:
         for given in record["inputs"]:
             extra = given.get("extra")
@@ -62,6 +67,20 @@ def recompute_average(store: Store, record: dict[str, Any]) -> tuple[str, str | 
 
     weights, new_state = strategy.aggregate(previous, updates(), state, clients=record["clients"])
     return store.put_value(weights), None if new_state is None else store.put_value(new_state)
+
+
+def _mean_again(store: Store, record: dict[str, Any], previous: Any) -> Any:
+    """The mean a tree (soma.tree) or a secure sum (soma.secure_round) handed the strategy."""
+    if record.get("secure"):
+        from soma.secure_round import mean_of_sum
+
+        return mean_of_sum(store, record["secure"]["sum"], store.recall_digest(record["start"]))
+    from soma import tree
+
+    leaves = [tree.Leaf(i["weights"], 1.0 if i["size"] is None else float(i["size"]))
+              for i in record["inputs"]]  # fmt: skip
+    root = tree.recompute(store, leaves, record["tree"]["fan_in"])
+    return store.recall_digest(root.mean, lazy=True)
 
 
 def digest_of(value: object) -> str:
@@ -183,7 +202,7 @@ def _averages(store: Store, graph: Graph, prefix: str, place: str | None) -> Ite
         return
     came, dropped = [], {}
     for k in meeting.members:
-        name = f"{prefix}/client/{k}"
+        name = meeting.client(k)
         record = _record(store, graph, name)
         if record is None:
             continue

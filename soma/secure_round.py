@@ -143,16 +143,23 @@ class _SecureAveraging:
         return [], " (the secure sum was never published)"
 
 
-def _average(
-    store: Store, meeting: Meeting, strategy: Strategy, sum_digest: str, me: dict[str, Any]
-) -> str:
+def mean_of_sum(store: Store, sum_digest: str, previous: Export) -> Export:
+    """The clients' mean from the published secure sum: its floats, the start's counts."""
     from soma.secagg import average
 
     result = store.recall_digest(sum_digest)
     assert isinstance(result, dict)
-    previous = store.recall_digest(meeting.start)
     mean = average(result["weighted"], result["total"], like=floats_of(previous))
-    whole = {node: {**keys, **mean.get(node, {})} for node, keys in previous.items()}
+    return {node: {**keys, **mean.get(node, {})} for node, keys in previous.items()}
+
+
+def _average(
+    store: Store, meeting: Meeting, strategy: Strategy, sum_digest: str, me: dict[str, Any]
+) -> str:
+    result = store.recall_digest(sum_digest)
+    assert isinstance(result, dict)
+    previous = store.recall_digest(meeting.start)
+    whole = mean_of_sum(store, sum_digest, previous)
     state = None if meeting.state is None else store.recall_digest(meeting.state)
     weights, new_state = strategy.from_mean(previous, whole, state, clients=meeting.clients)
     came = set(result["contributors"])

@@ -210,6 +210,23 @@ def reduce(
     return root
 
 
+def recompute(store: Store, leaves: Sequence[Leaf], fan_in: int) -> Node:
+    """The root `reduce` publishes, computed again here without claiming or publishing
+    anything (each node's mean put again: `soma repair` rebuilds a lost or corrupt one).
+    The same arithmetic in the same order, so the same bits."""
+    level: Sequence[Leaf | Node] = list(leaves)
+    for width in widths(len(leaves), check_fan_in(fan_in)):
+        below = level
+        level = []
+        for index in range(width):
+            digest = _fold(store, [below[j] for j in children(index, len(below), fan_in)])
+            record = read_record(store, digest)
+            level.append(Node(record["mean"], float(record["weight"])))
+    root = level[0]
+    assert isinstance(root, Node)
+    return root
+
+
 def leaves_of(inputs: Sequence[Any]) -> list[Leaf]:
     """The round's inputs (anything with `.weights` and `.size`) as leaves, in their order."""
     return [Leaf(i.weights, 1.0 if i.size is None else float(i.size)) for i in inputs]

@@ -529,3 +529,33 @@ def test_a_soma_client_rerun_as_advised_repairs_its_export(tmp_path: Path) -> No
     )
     assert done.returncode == 0, done.stderr
     assert health.verify(store).clean
+
+
+def test_repair_rebuilds_a_tree_average_and_the_tree_nodes_bit_for_bit(tmp_path: Path) -> None:
+    """An average made through a tree (soma.tree) is rebuilt through the same tree."""
+    store = Store(tmp_path / "store")
+    start = store.put_value(weights(0))
+    threads = [
+        threading.Thread(
+            target=soma.gather,
+            args=(store, weights(k)),
+            kwargs=dict(run="t", round=0, clients=5, mine=k, size=k + 1, deadline=60,
+                        backoff=QUICK, start=start, strategy="fedadam", tree=2),
+        )  # fmt: skip
+        for k in range(5)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    (row,) = soma.round.status(store, "t")
+    record = store.recall_digest(row["average"])
+    assert record["tree"]["fan_in"] == 2
+    victims = [tensor_blob(store, record["weights"]), tensor_blob(store, record["tree"]["mean"])]
+    originals = [store.blob_path(v).read_bytes() for v in victims]
+    for victim in victims:
+        damage(store.blob_path(victim), "flip")
+    report = health.repair(store)
+    assert report.clean, report.lines()
+    assert [store.blob_path(v).read_bytes() for v in victims] == originals
+    assert health.verify(store).clean

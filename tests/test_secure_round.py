@@ -215,3 +215,17 @@ def test_a_secure_workflow_with_a_strategy_that_needs_every_update_stops_at_the_
     assert done.returncode != 0
     log = (tmp_path / "logs/tiny/start.log").read_text()
     assert "config keys `strategy`/`secure_aggregation`: strategy 'krum' needs every" in log
+
+
+def test_repair_rebuilds_a_secure_average_from_the_published_sum(runs) -> None:
+    from soma import health
+
+    store = Store(runs["base"] / "secure")
+    record = store.recall_digest(status(store, "sec")[0]["average"])
+    victim = store.blob_path(record["weights"])
+    original = victim.read_bytes()
+    victim.chmod(0o644)
+    victim.unlink()
+    report = health.repair(store)
+    assert report.clean, report.lines()
+    assert victim.read_bytes() == original
