@@ -539,8 +539,18 @@ def test_repair_rebuilds_a_tree_average_and_the_tree_nodes_bit_for_bit(tmp_path:
         threading.Thread(
             target=soma.gather,
             args=(store, weights(k)),
-            kwargs=dict(run="t", round=0, clients=5, mine=k, size=k + 1, deadline=60,
-                        backoff=QUICK, start=start, strategy="fedadam", tree=2),
+            kwargs=dict(
+                run="t",
+                round=0,
+                clients=5,
+                mine=k,
+                size=k + 1,
+                deadline=60,
+                backoff=QUICK,
+                start=start,
+                strategy="fedadam",
+                tree=2,
+            ),
         )  # fmt: skip
         for k in range(5)
     ]

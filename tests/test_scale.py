@@ -263,7 +263,11 @@ def test_a_job_of_several_clients_trains_the_bits_of_a_job_per_client(tmp_path) 
     run = ["clients=4", "participation=3", "strategy=scaffold", "run=batched"]
     snakemake(tmp_path / "one", *run)
     snakemake(tmp_path / "batch", *run, "clients_per_job=2")
+    snakemake(tmp_path / "round", *run, "clients_per_job=3")  # the round's 3: one job a round
     assert averages(tmp_path / "one", "batched") == averages(tmp_path / "batch", "batched")
+    assert averages(tmp_path / "one", "batched") == averages(tmp_path / "round", "batched")
+    logs = tmp_path / "round" / "logs" / "batched" / "round"
+    assert sorted(p.name for p in (logs / "1").iterdir()) == ["evaluation.log", "round.log"]
     base = tmp_path / "batch" / "results" / "batched" / "round"
     assert sorted(p.name for p in (base / "1").rglob("*.json")) == [
         "0.json", "1.json", "average.json", "evaluation.json"

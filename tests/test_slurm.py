@@ -377,13 +377,14 @@ def test_a_round_per_submission_gives_the_receipts_of_a_local_run(cluster, tmp_p
     jobs = submitted(by_slurm.output)
     completed(jobs)
     folders = sorted(Path(log).parent.name for log in jobs.values())
-    train = "train" if per_job == 1 else "train_batch"
-    assert folders == [
-        f"group_round0_average_evaluate_start_{train}",
-        f"group_round1_average_evaluate_{train}",
-        "rule_model",
-        "rule_summary",
-    ], by_slurm.tail()
+    if per_job == 1:
+        rounds = [
+            "group_round0_average_evaluate_start_train",
+            "group_round1_average_evaluate_train",
+        ]
+    else:  # a round is one job (rule `round`), and its evaluation
+        rounds = ["group_round0_evaluate_round_start", "group_round1_evaluate_round"]
+    assert folders == [*rounds, "rule_model", "rule_summary"], by_slurm.tail()
     assert receipts(under_slurm) == receipts(local)
     assert len(receipts(local)) == 6 + (10 if per_job == 1 else 2)  # start, 2+2, tsv
 

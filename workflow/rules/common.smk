@@ -14,6 +14,11 @@ SEED = config["seed"]
 PARTICIPATION = config["participation"]
 CLIENTS_PER_JOB = config["clients_per_job"]
 SECURE = config["secure_aggregation"] is not None
+# A batch as large as a round's sample: the round is one job, that trains every client and
+# averages them (one interpreter, one torch import a round), writing both receipts.
+ONE_JOB_A_ROUND = not SECURE and CLIENTS_PER_JOB >= len(
+    sampled(SEED, 0, CLIENTS, PARTICIPATION)
+)
 # A client's secure-aggregation secrets between its jobs: its own folder, never the store.
 PRIVATE = f"private/{RUN}"
 BASELINES = config["baselines"]
@@ -89,7 +94,8 @@ def training_inputs(wildcards):
 
 
 def batch_clients(wildcards):
-    return batches(int(wildcards.round))[int(wildcards.batch)]
+    """The batch's clients; a round in one job (ONE_JOB_A_ROUND) is its batch 0."""
+    return batches(int(wildcards.round))[int(getattr(wildcards, "batch", 0))]
 
 
 def batch_before(wildcards):

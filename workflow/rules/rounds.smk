@@ -23,6 +23,9 @@ if SECURE:
 
     include: "secure.smk"
 
+elif ONE_JOB_A_ROUND:
+    pass  # rule `round`, below, trains and averages
+
 elif CLIENTS_PER_JOB == 1:
 
     rule train:
@@ -64,18 +67,42 @@ else:
             "../scripts/train_batch.py"
 
 
-rule average:
-    input:
-        clients=client_receipts,
-        previous=starting_point,
-    output:
-        f"{RESULTS}/round/{{round}}/average.json",
-    log:
-        f"{LOGS}/round/{{round}}/average.log",
-    benchmark:
-        f"{LOGS}/benchmark/round/{{round}}/average.tsv"
-    conda:
-        "../envs/soma.yaml"
-    threads: config["threads"]
-    script:
-        "../scripts/average.py"
+if ONE_JOB_A_ROUND:
+
+    rule round:
+        input:
+            unpack(batch_inputs),
+        output:
+            batch=f"{RESULTS}/round/{{round}}/batch/0.json",
+            average=f"{RESULTS}/round/{{round}}/average.json",
+        log:
+            f"{LOGS}/round/{{round}}/round.log",
+        benchmark:
+            f"{LOGS}/benchmark/round/{{round}}/round.tsv"
+        conda:
+            "../envs/soma.yaml"
+        threads: config["threads"]
+        params:
+            task=TASK,
+            clients=batch_clients,
+            before=batch_before,
+        script:
+            "../scripts/round.py"
+
+else:
+
+    rule average:
+        input:
+            clients=client_receipts,
+            previous=starting_point,
+        output:
+            f"{RESULTS}/round/{{round}}/average.json",
+        log:
+            f"{LOGS}/round/{{round}}/average.log",
+        benchmark:
+            f"{LOGS}/benchmark/round/{{round}}/average.tsv"
+        conda:
+            "../envs/soma.yaml"
+        threads: config["threads"]
+        script:
+            "../scripts/average.py"
