@@ -68,6 +68,12 @@ FAN_IN = 32
 DAG_CLIENTS, DAG_ROUNDS = 1000, 10
 MIB = 1024 * 1024
 BASELINE_IMPORTS = "import torch, soma, soma.cli, soma.round, soma.store, soma.tree, soma.tasks"
+# Section 7: exports of one float32 node of 4M floats (16 MiB), averaged through a tree of
+# fan-in 8 by 2 processes, flat, and naively; memory sampled from /proc every 20 ms.
+MEMORY_FLOATS = 4 << 20
+MEMORY_MODEL = MEMORY_FLOATS * 4
+MEMORY_FAN_IN = 8
+SAMPLE_EVERY = 0.02
 
 # The issue's targets.
 CLIENT_RATIO_TARGET = 2.0  # 2 soma client processes, at most this x the floor's wall time
@@ -91,6 +97,8 @@ class Finished:
     max_rss: int  # bytes (the kernel's ru_maxrss of this child)
     out: Path
     err: Path
+    # with sampling: the largest of each /proc/<pid>/status field seen (bytes), e.g. RssAnon
+    peaks: dict[str, int] = field(default_factory=dict)
 
 
 def child_env() -> dict[str, str]:
@@ -102,9 +110,31 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def run_together(commands: dict[str, list[str]], folder: Path) -> tuple[float, list[Finished]]:
+STATUS_FIELDS = ("VmRSS", "RssAnon", "RssFile", "RssShmem")
+
+
+def memory_status(pid: int | str = "self") -> dict[str, int]:
+    """The memory fields of /proc/<pid>/status, in bytes ({} once the process is gone)."""
+    found = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in STATUS_FIELDS or key == "VmHWM":
+                    found[key] = int(value.split()[0]) * 1024  # "1234 kB"
+    except (OSError, ValueError, IndexError):
+        pass
+    return found
+
+
+def run_together(
+    commands: dict[str, list[str]], folder: Path, sample_every: float | None = None
+) -> tuple[float, list[Finished]]:
     """Start every command at once (cwd `folder`, output to files there), wait for all; the
-    wall time until the last exits, and each one's exit time and max RSS (`os.wait4`)."""
+    wall time until the last exits, and each one's exit time and max RSS (`os.wait4`).
+    With `sample_every` (seconds), also each one's peak of /proc/<pid>/status's memory
+    fields (`Finished.peaks`), read that often while it runs: a sampled peak, which can miss
+    a spike shorter than the interval."""
     folder.mkdir(parents=True, exist_ok=True)
     env, started, handles = child_env(), {}, []
     tic = time.perf_counter()
@@ -113,16 +143,34 @@ def run_together(commands: dict[str, list[str]], folder: Path) -> tuple[float, l
         handles += [open(out, "wb"), open(err, "wb")]
         proc = subprocess.Popen(argv, stdout=handles[-2], stderr=handles[-1], cwd=folder, env=env)
         started[proc.pid] = (name, proc, out, err)
+    peaks: dict[int, dict[str, int]] = {pid: {} for pid in started}
     finished, failed = [], []
-    while len(finished) < len(started):
-        pid, status, usage = os.wait4(-1, 0)
-        if pid not in started:
-            continue
+
+    def reap(pid: int, status: int, usage: Any) -> None:
         name, proc, out, err = started[pid]
         proc.returncode = os.waitstatus_to_exitcode(status)
-        finished.append(Finished(name, time.perf_counter() - tic, usage.ru_maxrss * 1024, out, err))
+        seconds, rss = time.perf_counter() - tic, usage.ru_maxrss * 1024
+        finished.append(Finished(name, seconds, rss, out, err, peaks[pid]))
         if proc.returncode != 0:
             failed.append(f"{name} exited {proc.returncode}: {err.read_text()[-1500:].strip()}")
+
+    running = set(started)
+    while running:
+        if sample_every is None:
+            pid, status, usage = os.wait4(-1, 0)
+            if pid in running:
+                running.discard(pid)
+                reap(pid, status, usage)
+            continue
+        for pid in sorted(running):
+            for key, value in memory_status(pid).items():
+                peaks[pid][key] = max(value, peaks[pid].get(key, 0))
+            pid_, status, usage = os.wait4(pid, os.WNOHANG)
+            if pid_ == pid:
+                running.discard(pid)
+                reap(pid, status, usage)
+        if running:
+            time.sleep(sample_every)
     wall = time.perf_counter() - tic
     for handle in handles:
         handle.close()
@@ -249,6 +297,48 @@ def client_child(argv: list[str], report: str) -> int:
     return code
 
 
+def memory_child(job: dict[str, Any]) -> None:
+    """Section 7, one process: the same imports whatever it does (the baseline stops there),
+    then the setup (keep N random exports), the tree, the flat stream or the naive average.
+    Prints its seconds of work and its own /proc/self/status at the end, as JSON."""
+    import torch
+
+    torch.set_num_threads(1)
+    from soma import holders
+    from soma.aggregate import fedavg
+    from soma.store import Store
+    from soma.tree import Leaf, reduce
+
+    what, seconds, made = job["what"], 0.0, {}
+    if what != "baseline":
+        store = Store(job["store"])
+        plan = Path(job["plan"])
+        tic = time.perf_counter()
+        if what == "setup":
+            digests, sizes = [], []
+            for k in range(job["clients"]):
+                values = torch.randn(job["floats"], generator=torch.Generator().manual_seed(k))
+                digests.append(store.put_value({"node": {"weight": values}}))
+                sizes.append(1 + k % 7)
+                del values
+            plan.write_text(json.dumps({"digests": digests, "sizes": sizes}))
+        else:
+            kept = json.loads(plan.read_text())
+            pairs = list(zip(kept["digests"], kept["sizes"], strict=True))
+            if what == "tree":
+                leaves = [Leaf(d, float(size)) for d, size in pairs]
+                me = holders.me(role="bench", what=job["name"])
+                root = reduce(store, "mem", leaves, job["fan_in"], me=me)
+                made = {"root": root.mean}
+            elif what == "flat":
+                fedavg((store.recall_digest(d, lazy=True), size) for d, size in pairs)
+            elif what == "naive":
+                exports = [store.recall_digest(d) for d, _ in pairs]
+                fedavg(exports, [size for _, size in pairs])
+        seconds = time.perf_counter() - tic
+    print(json.dumps({"work": seconds, "status": memory_status(), **made}))
+
+
 def child(job: dict[str, Any]) -> int:
     if job["kind"] == "floor":
         floor_child(job["rounds"])
@@ -256,6 +346,8 @@ def child(job: dict[str, Any]) -> int:
         scale_floor_child(job["clients"])
     elif job["kind"] == "client":
         return client_child(job["argv"], job["report"])
+    elif job["kind"] == "memory":
+        memory_child(job)
     return 0
 
 
@@ -547,6 +639,193 @@ def dag_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+# --- 7: memory per process, with a model big enough to see -----------------------------------
+
+
+MEMORY_ROWS = {
+    "tree": f"(a) soma.tree.reduce, fan-in {MEMORY_FAN_IN}, 2 processes sharing it",
+    "flat": "(b) flat soma.fedavg over lazy recalls (an iterator)",
+    "naive": "(c) naive: every export recalled eagerly, then soma.fedavg",
+}
+
+
+def _anon(done: Finished) -> int:
+    """The peak anonymous memory seen: sampled, or the process's own reading at its end."""
+    final = last_json(done.out).get("status", {}).get("RssAnon", 0)
+    return max(done.peaks.get("RssAnon", 0), final)
+
+
+def memory_section(clients: int, folder: Path) -> dict[str, Any]:
+    """Keep `clients` exports of MEMORY_MODEL bytes (a helper process), then measure, each
+    in fresh processes: a baseline that only imports (twice, the smaller kept), the tree
+    with 2 processes, the flat stream, and the naive average."""
+    store, plan = folder / "store", folder / "plan.json"
+
+    def job(what: str, name: str = "") -> list[str]:
+        return me(
+            {"kind": "memory", "what": what, "name": name, "store": str(store),
+             "plan": str(plan), "clients": clients, "floats": MEMORY_FLOATS,
+             "fan_in": MEMORY_FAN_IN}
+        )  # fmt: skip
+
+    section: dict[str, Any] = {"clients": clients, "rows": []}
+    try:
+        section["setup"], _ = run_together({"setup": job("setup")}, folder / "setup")
+        print(f"  memory: {clients} exports of {mib(MEMORY_MODEL)} MiB kept in "
+              f"{section['setup']:.1f} s", flush=True)  # fmt: skip
+        baselines = [
+            run_together({"baseline": job("baseline")}, folder / f"baseline{k}", SAMPLE_EVERY)[1][0]
+            for k in range(2)
+        ]
+        section["baseline"] = {
+            "rss": min(b.max_rss for b in baselines),
+            "anon": min(_anon(b) for b in baselines),
+        }
+        commands = {
+            "tree": {"p0": job("tree", "p0"), "p1": job("tree", "p1")},
+            "flat": {"flat": job("flat")},
+            "naive": {"naive": job("naive")},
+        }
+        for what, row in MEMORY_ROWS.items():
+            section["rows"].append(
+                attempt({"row": row}, memory_row, row, commands[what], folder / what)
+            )
+    except ChildFailed as error:
+        section["error"] = str(error)
+        print(f"  memory: failed: {section['error'][:500]}", flush=True)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return section
+
+
+def memory_row(row: str, commands: dict[str, list[str]], folder: Path) -> dict[str, Any]:
+    wall, done = run_together(commands, folder, SAMPLE_EVERY)
+    reports = [last_json(d.out) for d in done]
+    roots = {r["root"] for r in reports if "root" in r}
+    if len(roots) > 1:
+        raise ChildFailed(f"the tree's processes returned different roots: {sorted(roots)}")
+    return {
+        "row": row,
+        "processes": len(done),
+        "wall": wall,
+        "work": [r["work"] for r in reports],
+        "rss": [d.max_rss for d in done],
+        "anon": [_anon(d) for d in done],
+        "file": [d.peaks.get("RssFile", 0) for d in done],
+        "samples": SAMPLE_EVERY,
+    }
+
+
+def memory_table(section: dict[str, Any]) -> str:
+    head = ["row", "processes", "wall s", "work s", "peak RSS above baseline MiB", "in models"]
+    head += ["peak anonymous above baseline MiB (sampled)", "in models"]
+    lines = [" | ".join(head), " | ".join("---" for _ in head)]
+    base = section.get("baseline", {})
+    for row in section["rows"]:
+        if "error" in row:
+            lines.append(f"{row['row']} | failed: {row['error'][:300]}")
+            continue
+        rss = [r - base["rss"] for r in row["rss"]]
+        anon = [a - base["anon"] for a in row["anon"]]
+
+        def each(values: list[int], unit: float, fmt: str) -> str:
+            return " / ".join(format(v / unit, fmt) for v in values)
+
+        lines.append(
+            " | ".join(
+                [
+                    row["row"],
+                    str(row["processes"]),
+                    f"{row['wall']:.1f}",
+                    " / ".join(f"{w:.1f}" for w in row["work"]),
+                    each(rss, MIB, ".0f"),
+                    each(rss, MEMORY_MODEL, ".1f"),
+                    each(anon, MIB, ".0f"),
+                    each(anon, MEMORY_MODEL, ".1f"),
+                ]
+            )
+        )
+    return "\n".join(lines)
+
+
+def memory_report(section: dict[str, Any]) -> None:
+    base = section.get("baseline")
+    print(
+        f"\n## 7: memory per process: {section['clients']} exports of one float32 node of "
+        f"{MEMORY_FLOATS:,} floats (one model = {mib(MEMORY_MODEL)} MiB), kept beforehand by a "
+        f"helper process" + (f" in {section['setup']:.1f} s" if "setup" in section else "")
+    )
+    if base:
+        print(
+            f"baseline: a process that imports torch, soma.store, soma.tree, soma.aggregate, "
+            f"soma.holders and stops: max RSS {mib(base['rss'])} MiB, anonymous "
+            f"{mib(base['anon'])} MiB (the smaller of 2 runs)\n"
+        )
+    if "error" in section:
+        print(f"failed: {section['error'][:1000]}")
+    if section["rows"]:
+        print(memory_table(section))
+    print(
+        "\nx / y: each process of the row. work s: the averaging alone, imports excluded. "
+        "RSS is the kernel's max RSS (ru_maxrss): it includes the file-backed pages of the "
+        "lazily recalled blobs (copy-on-write mmap) while they are mapped and touched, which "
+        "the kernel can drop and re-read; anonymous is RssAnon of /proc/<pid>/status, the "
+        f"largest of samples every {SAMPLE_EVERY * 1000:.0f} ms and the process's own reading "
+        "at its end: a sampled peak, which can miss a spike shorter than the interval."
+    )
+
+
+def bookkeeping(results: dict[str, Any]) -> tuple[float, str] | None:
+    """MiB of max RSS per 1,000 clients in section 6's tree rows: the slope between the
+    smallest and largest N, or from a 1-client process when there is one N."""
+    tree = sorted(
+        (r for r in results.get("scale", []) if "tree" in r["how"] and "rss" in r),
+        key=lambda r: r["clients"],
+    )
+    if len(tree) >= 2 and tree[-1]["clients"] > tree[0]["clients"]:
+        low, high = tree[0], tree[-1]
+        grown = max(high["rss"]) - max(low["rss"])
+        how = f"from {low['clients']:,} to {high['clients']:,} clients"
+        return grown / MIB / (high["clients"] - low["clients"]) * 1000, how
+    if tree and "one_client" in results and tree[0]["clients"] > 1:
+        grown = max(tree[0]["rss"]) - results["one_client"]
+        how = f"from a 1-client process to {tree[0]['clients']:,} clients"
+        return grown / MIB / (tree[0]["clients"] - 1) * 1000, how
+    return None
+
+
+def judge_memory(results: dict[str, Any], targets: Targets) -> None:
+    """The memory target on section 7's row (a): every process's anonymous memory above
+    the baseline under 3 models; with section 6's bookkeeping projected to 10,000."""
+    section = results.get("memory", {})
+    base = section.get("baseline")
+    tree = next((r for r in section.get("rows", []) if "tree" in r["row"]), {})
+    what = (
+        "hierarchical aggregation: every process under 3x one model's memory (section 7 "
+        "row a, anonymous above baseline)"
+    )
+    if not base or "anon" not in tree:
+        targets.say(what, None, section.get("error", "failed")[:300])
+        return
+    anon = [(a - base["anon"]) / MEMORY_MODEL for a in tree["anon"]]
+    rss = [(r - base["rss"]) / MEMORY_MODEL for r in tree["rss"]]
+    measured = (
+        f"{section['clients']} clients, fan-in {MEMORY_FAN_IN}, 2 processes: "
+        + ", ".join(f"{a:.2f}" for a in anon)
+        + f" models of {mib(MEMORY_MODEL)} MiB (sampled every {SAMPLE_EVERY * 1000:.0f} ms); "
+        "with the mapped blobs' file pages (max RSS) " + ", ".join(f"{r:.2f}" for r in rss)
+    )
+    slope = bookkeeping(results)
+    if slope is not None:
+        per_1000, how = slope
+        extra = per_1000 * 10 / (MEMORY_MODEL / MIB)
+        measured += (
+            f"; bookkeeping {per_1000:.1f} MiB per 1,000 clients ({how}, section 6) would add "
+            f"{extra:.2f} models of this size at 10,000 clients"
+        )
+    targets.say(what, max(anon) < MODEL_MEMORY_TARGET, measured)
+
+
 # --- Targets --------------------------------------------------------------------------------
 
 
@@ -585,20 +864,22 @@ def judge(results: dict[str, Any], args: argparse.Namespace) -> list[str]:
     measured = ", ".join(f"clients_per_job={k}: {o:+.2f} s" for k, o in overheads) or "failed"
     met = all(o <= JOB_OVERHEAD_TARGET for _, o in overheads) if overheads else None
     targets.say("per-job overhead <= 0.5 s beyond import torch (median job)", met, measured)
+    judge_memory(results, targets)
     biggest = max(args.scale)
     tree = [r for r in results["scale"] if r["clients"] == biggest and "tree" in r["how"]]
-    model = next((r["model"] for r in results["scale"] if "model" in r), None)
-    if tree and "rss" in tree[0] and model:
+    if tree and "rss" in tree[0]:
         above = max(tree[0]["rss"]) - results["baseline"]
         measured = (
-            f"largest process {mib(max(tree[0]['rss']))} MiB, {above / MIB:.1f} MiB above the "
-            f"baseline's {mib(results['baseline'])} MiB = {above / model:,.0f} models of "
-            f"{model:,} bytes"
+            f"{tree[0]['wall']:.0f} s; largest process {mib(max(tree[0]['rss']))} MiB, "
+            f"{above / MIB:.1f} MiB above the baseline's {mib(results['baseline'])} MiB"
         )
-        met = above <= MODEL_MEMORY_TARGET * model
+        slope = bookkeeping(results)
+        if slope is not None:
+            measured += f"; max RSS grows {slope[0]:.1f} MiB per 1,000 clients ({slope[1]})"
+        met = True
     else:
-        measured, met = "failed", None
-    what = f"{biggest:,}-client tree: every process under 3x one model's memory above baseline"
+        measured, met = tree[0].get("error", "failed")[:300] if tree else "not run", False
+    what = f"{biggest:,}-client round through the tree (section 6, control task) completes"
     targets.say(what, met, measured)
     dags = [r for r in results["dag"] if "wall" in r]
     measured = ", ".join(f"clients_per_job={r['per_job']}: {r['wall']:.1f} s" for r in dags)
@@ -672,6 +953,11 @@ def measure_dag(folder: Path, results: dict[str, Any]) -> None:
     results["dag"] = [attempt({"per_job": k}, dry_run, k, folder / f"dag{k}") for k in (50, 1)]
 
 
+def measure_memory(args: argparse.Namespace, folder: Path, results: dict[str, Any]) -> None:
+    """7: memory per process with a 16 MiB model: tree, flat, naive."""
+    results["memory"] = memory_section(args.memory_clients, folder / "memory")
+
+
 def report(args: argparse.Namespace, results: dict[str, Any]) -> None:
     floor, torch_floor = results["floor"], results["import"]["wall"]
     floor_round = floor["wall"] / args.rounds
@@ -699,8 +985,29 @@ def report(args: argparse.Namespace, results: dict[str, Any]) -> None:
     print(scale_table(results["scale"], results["baseline"], results["one_client"]))
     print(f"\n## 6: snakemake -n, {DAG_CLIENTS:,} control clients x {DAG_ROUNDS} rounds\n")
     print(dag_table(results["dag"]))
+    memory_report(results["memory"])
     print("\n## targets\n")
     print("\n".join(judge(results, args)))
+
+
+def only_memory(args: argparse.Namespace) -> int:
+    """`--only memory`: section 7 and its target, nothing else."""
+    start = time.perf_counter()
+    print(
+        f"section 7 only: {args.memory_clients} exports of {mib(MEMORY_MODEL)} MiB, load "
+        f"average {os.getloadavg()[0]:.1f} (on {os.cpu_count()} cores)",
+        flush=True,
+    )
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="soma-rounds-") as tmp:
+        measure_memory(args, Path(tmp), results)
+    memory_report(results["memory"])
+    targets = Targets()
+    judge_memory(results, targets)
+    print("\n## targets\n")
+    print("\n".join(targets.lines))
+    print(f"\ntotal: {time.perf_counter() - start:.0f} s")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -708,10 +1015,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="10 rounds, 3 in the workflow, 1,000")
     parser.add_argument("--rounds", type=int, default=None, help="rounds of rows 1-3 (50)")
     parser.add_argument("--workflow-rounds", type=int, default=None, help="workflow rounds (5)")
+    parser.add_argument(
+        "--memory-clients", type=int, default=None, help="exports in section 7 (64; 16 quick)"
+    )
+    parser.add_argument("--only", choices=["memory"], help="run and report only this section")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         return child(json.loads(args.child))
+    args.memory_clients = args.memory_clients or (16 if args.quick else 64)
+    if args.memory_clients < 2:
+        raise SystemExit("--memory-clients must be at least 2")
+    if args.only == "memory":
+        return only_memory(args)
     args.rounds = args.rounds or (10 if args.quick else 50)
     args.workflow_rounds = args.workflow_rounds or (3 if args.quick else 5)
     args.scale = (1000,) if args.quick else (1000, 10_000)
@@ -732,6 +1048,7 @@ def main(argv: list[str] | None = None) -> int:
         measure_workflow(args, folder, results)
         measure_scale(args, folder, results)
         measure_dag(folder, results)
+        measure_memory(args, folder, results)
     report(args, results)
     print(f"\ntotal: {time.perf_counter() - start:.0f} s")
     return 0

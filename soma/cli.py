@@ -229,6 +229,7 @@ def _secure_round(store, meeting, task, strategy, nodes, taking_part, metrics, a
 
     by_index = {h.index: h for h in taking_part}
     start = meeting.start
+    state = None if meeting.state is None else store.recall_digest(meeting.state)
 
     def train(k: int):
         hosted = by_index[k]
@@ -236,11 +237,11 @@ def _secure_round(store, meeting, task, strategy, nodes, taking_part, metrics, a
         seed = training_seed(args.seed, meeting.round, k)
         try:
             metrics[k], _, _ = train_locally(
-                strategy, task, nodes, hosted.data, seed=seed, state=None, mine=None
+                strategy, task, nodes, hosted.data, seed=seed, state=state, mine=None
             )
-            trained = export(nodes)
-            secure_round.check_export(meeting, k, trained, hosted.size)
-            return trained, hosted.size
+            trained, weight = export(nodes), secure_round.weight_of(strategy, hosted.size)
+            secure_round.check_export(meeting, k, trained, weight)
+            return trained, weight
         except Exception as error:  # it shared its keys: the others unmask without it
             why = dropout_reason(error)
             print(f"soma: client {k} drops out of {meeting.what}: {why}", file=sys.stderr)

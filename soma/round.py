@@ -591,7 +591,8 @@ def _tree_root(
     if not _uses_tree(meeting, inputs):
         return None
     place = f"{meeting.prefix}/inputs/{inputs_key(meeting.key, inputs)}"
-    return tree.reduce(store, place, tree.leaves_of(inputs), meeting.tree, me=me)
+    leaves = tree.leaves_of(inputs, uniform=getattr(meeting.strategy_object(), "uniform", False))
+    return tree.reduce(store, place, leaves, meeting.tree, me=me)
 
 
 class _Averaging:

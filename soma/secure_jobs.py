@@ -106,10 +106,12 @@ def train(
         data = task.shard(client, config["clients"])
         size = task.size(data)
         seed = training_seed(config["seed"], round, client)
+        state = None if started.get("state") is None else store.recall_digest(started["state"])
+        strategy = strategy_of(config)
         metrics, _, _ = train_locally(
-            strategy_of(config), task, nodes, data, seed=seed, state=None, mine=None
+            strategy, task, nodes, data, seed=seed, state=state, mine=None
         )
-        trained = export(nodes)
+        trained, size = export(nodes), secure_round.weight_of(strategy, size)
         secure_round.check_export(meeting, client, trained, size)
     except Exception as error:
         if not meeting.may_go_on_without_some:

@@ -33,7 +33,7 @@ from soma.nodes import Export
 from soma.once import POLL, Backoff, Place
 from soma.round import Meeting, RoundError, tree_refusal
 from soma.store import Store
-from soma.strategies import Strategy, takes_mean
+from soma.strategies import Arrival, Strategy, check_arrivals, takes_mean
 
 
 def session_prefix(meeting: Meeting) -> str:
@@ -61,6 +61,12 @@ def session_of(meeting: Meeting):
     if meeting.secure is None:
         raise RoundError(f"{meeting.what} is not under secure aggregation")
     return Session(session_prefix(meeting), tuple(meeting.members), meeting.secure)
+
+
+def weight_of(strategy: Strategy, size: float | None) -> float | None:
+    """What a client's export weighs in the secure sum: its size, or 1 for a strategy that
+    weighs every client the same (`uniform`: distributed DP's sensitivity bound)."""
+    return None if getattr(strategy, "uniform", False) else size
 
 
 def check_export(meeting: Meeting, client: int, export: Export, size: float | None) -> None:
@@ -161,6 +167,8 @@ def _average(
     previous = store.recall_digest(meeting.start)
     whole = mean_of_sum(store, sum_digest, previous)
     state = None if meeting.state is None else store.recall_digest(meeting.state)
+    arrived = [Arrival(k, None, False) for k in result["contributors"]]
+    check_arrivals(strategy, arrived, clients=meeting.clients)  # e.g. distributed DP's m
     weights, new_state = strategy.from_mean(previous, whole, state, clients=meeting.clients)
     came = set(result["contributors"])
     record = {

@@ -227,9 +227,10 @@ def recompute(store: Store, leaves: Sequence[Leaf], fan_in: int) -> Node:
     return root
 
 
-def leaves_of(inputs: Sequence[Any]) -> list[Leaf]:
-    """The round's inputs (anything with `.weights` and `.size`) as leaves, in their order."""
-    return [Leaf(i.weights, 1.0 if i.size is None else float(i.size)) for i in inputs]
+def leaves_of(inputs: Sequence[Any], *, uniform: bool = False) -> list[Leaf]:
+    """The round's inputs (anything with `.weights` and `.size`) as leaves, in their order;
+    `uniform`: every input weighs 1 (a strategy that does not weigh by size)."""
+    return [Leaf(i.weights, 1.0 if uniform or i.size is None else float(i.size)) for i in inputs]
 
 
 def walk(store: Store, prefix: str, count: int, fan_in: int) -> Iterator[tuple[int, int, Place]]:

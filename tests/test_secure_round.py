@@ -229,3 +229,31 @@ def test_repair_rebuilds_a_secure_average_from_the_published_sum(runs) -> None:
     report = health.repair(store)
     assert report.clean, report.lines()
     assert victim.read_bytes() == original
+
+
+def test_distributed_dp_inside_the_secure_sum_is_the_plain_distributed_run(tmp_path) -> None:
+    """Each client clips and adds its share of the noise before masking: the averager sees
+    only the noisy sum, which is the plain distributed run's mean within the fixed point."""
+    dp = ["--strategy", "dp_fedavg", "--strategy-option", "mode=distributed"]
+    dp += ["--strategy-option", "clients_per_round=4", "--strategy-option", "seed=7"]
+    dp += ["--strategy-option", "noise_multiplier=0.5", "--strategy-option", "clip=0.5"]
+    plain = soma_clients(tmp_path / "plain", ["0-3"], *dp)
+    secure = soma_clients(tmp_path / "secure", ["0-1", "2-3"], *dp, "--secure-aggregation", "3")
+    for r in range(2):
+        a = weights_of(tmp_path / "plain", plain[0][r]["weights"])
+        b = weights_of(tmp_path / "secure", secure[0][r]["weights"])
+        for node in a:
+            for key in a[node]:
+                torch.testing.assert_close(b[node][key], a[node][key], atol=1e-5, rtol=1e-4)
+    spent = [row["privacy"] for row in status(Store(tmp_path / "secure"), "sec")]
+    assert [s["round"] for s in spent] == [1, 2] and spent[1]["epsilon"] > spent[0]["epsilon"]
+
+
+def test_adaptive_clipping_is_refused_with_secure_aggregation(tmp_path) -> None:
+    command = [sys.executable, "-m", "soma.cli", "client", "--store", str(tmp_path / "s")]
+    command += ["--run", "r", "--rounds", "1", "--clients", "4", "--mine", "0"]
+    command += ["--secure-aggregation", "3", "--strategy", "dp_fedavg"]
+    for option in ("mode=distributed", "clients_per_round=4", 'adaptive={"count_noise": 1}'):
+        command += ["--strategy-option", option]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "needs every client's update" in done.stderr

@@ -30,6 +30,8 @@ Optionally:
   `fedavg(updates)`. Hierarchical averaging (soma.tree) computes the mean as a tree of
   partial means and hands it here; a strategy without it (median, Krum, SCAFFOLD) is
   refused under a tree.
+- `uniform = True`: every client weighs the same in the mean, whatever its size (DP's
+  sensitivity bound); a tree or a secure sum then weighs each client 1.
 - `check(arrivals, *, clients)`: the strategy's own preconditions on who came (how many,
   their sizes, whether they sent an extra), raised as `StrategyError` naming the culprit.
   The round calls it before anything is claimed, so every client is told the real reason.

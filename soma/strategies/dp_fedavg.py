@@ -293,7 +293,32 @@ class DPFedAvg:
 
 class DistributedDPFedAvg(DPFedAvg):
     """Distributed DP-FedAvg: each client clips and adds its share of the noise; the averager
-    only averages, and keeps the account (it cannot check the clipping: see the module)."""
+    only averages, and keeps the account (it cannot check the clipping: see the module).
+
+    The mode that composes with secure aggregation: the averager needs only the clients'
+    mean, with every client weighing the same (`uniform`: sizes are not weights here), so it
+    steps `from_mean` (soma.secure_round, soma.tree). Adaptive clipping needs each client's
+    indicator beside its weights, so it has no `from_mean`, and is refused there."""
+
+    uniform = True  # every client weighs the same, whatever its size (the sensitivity bound)
+
+    def __init__(self, options: Options) -> None:
+        super().__init__(options)
+        if options.adaptive is not None:
+            self.from_mean = None  # type: ignore[assignment]  # needs each client's indicator
+
+    def from_mean(
+        self, previous: Export | None, mean: Export, state: State | None, *, clients: int
+    ) -> tuple[Export, State]:
+        """The step from the uniform mean of the m clients' released weights: the mean (the
+        noise is in it, from the clients' shares), and the account of the round."""
+        if previous is None:
+            raise StrategyError(
+                f"{NAME} steps from the weights the round started from, and there are none"
+            )
+        start = self.before(state, clients=clients)
+        delta, counts = difference(previous, mean, None)
+        return step(previous, delta, {}, counts, 1), self.state_after(start, start.clip)
 
     def check(self, arrivals: Sequence[Arrival], *, clients: int) -> None:
         super().check(arrivals, clients=clients)
