@@ -53,6 +53,10 @@ OMP_NUM_THREADS=1):
    pages while they are mapped and touched), and anonymous memory (RssAnon of
    /proc/<pid>/status, sampled by the parent every 20 ms: a sampled peak, which can miss a
    spike shorter than that). Wall time includes imports; "work" is the averaging alone.
+   Anonymous memory includes what malloc keeps after a free: glibc raises its mmap
+   threshold after freeing the first 16 MiB block, so a process that folds several nodes
+   can show a second model's worth of freed heap (with MALLOC_MMAP_THRESHOLD_=131072 in
+   the environment it does not).
 
 Each table gives ratios to its floor; a "targets" section at the end says which of the
 issue's targets are met. The memory target ("hierarchical aggregation of 10,000 clients

@@ -252,6 +252,8 @@ def _average_records(
     prefix: str,
     key: str,
 ) -> Iterator[dict]:
+    from soma.round import record_head
+
     holders = [
         r
         for r in (_record(store, graph, n) for n in _named(graph, f"{prefix}/inputs/{key}/"))
@@ -283,16 +285,7 @@ def _average_records(
         for with_records in (True, False):  # gather names the client records; the workflow not
             for by in holders:
                 yield {
-                    "run": meeting.run,
-                    "round": meeting.round,
-                    "meeting": meeting.key,
-                    "clients": meeting.clients,
-                    "strategy": meeting.strategy,
-                    "options": dict(meeting.options),
-                    "start": meeting.start,
-                    "state_before": meeting.state,
-                    "expected": meeting.members,
-                    "quorum": meeting.needed,
+                    **record_head(meeting),
                     "left_out": left_out,
                     "inputs": [
                         {

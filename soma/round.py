@@ -549,16 +549,7 @@ def _average(
         if k not in came
     ]
     record = {
-        "run": meeting.run,
-        "round": meeting.round,
-        "meeting": meeting.key,
-        "clients": meeting.clients,
-        "strategy": meeting.strategy,
-        "options": dict(meeting.options),
-        "start": meeting.start,
-        "state_before": meeting.state,
-        "expected": meeting.members,
-        "quorum": meeting.needed,
+        **record_head(meeting),
         "left_out": left_out,
         "inputs": [
             {
@@ -577,6 +568,22 @@ def _average(
     if root is not None:
         record["tree"] = {"fan_in": meeting.tree, "mean": root.mean, "weight": root.weight}
     return store.put_value(record)
+
+
+def record_head(meeting: Meeting) -> dict[str, Any]:
+    """What every average record says first: the round and the meeting it averaged."""
+    return {
+        "run": meeting.run,
+        "round": meeting.round,
+        "meeting": meeting.key,
+        "clients": meeting.clients,
+        "strategy": meeting.strategy,
+        "options": dict(meeting.options),
+        "start": meeting.start,
+        "state_before": meeting.state,
+        "expected": meeting.members,
+        "quorum": meeting.needed,
+    }
 
 
 def _uses_tree(meeting: Meeting, inputs: Sequence[Input]) -> bool:

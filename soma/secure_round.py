@@ -31,7 +31,7 @@ from typing import Any
 from soma import holders, once
 from soma.nodes import Export
 from soma.once import POLL, Backoff, Place
-from soma.round import Meeting, RoundError, tree_refusal
+from soma.round import Meeting, RoundError, record_head, tree_refusal
 from soma.store import Store
 from soma.strategies import Arrival, Strategy, check_arrivals, takes_mean
 
@@ -172,16 +172,7 @@ def _average(
     weights, new_state = strategy.from_mean(previous, whole, state, clients=meeting.clients)
     came = set(result["contributors"])
     record = {
-        "run": meeting.run,
-        "round": meeting.round,
-        "meeting": meeting.key,
-        "clients": meeting.clients,
-        "strategy": meeting.strategy,
-        "options": dict(meeting.options),
-        "start": meeting.start,
-        "state_before": meeting.state,
-        "expected": meeting.members,
-        "quorum": meeting.needed,
+        **record_head(meeting),
         "left_out": [
             {
                 "client": k,
