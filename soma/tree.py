@@ -114,8 +114,12 @@ def _fold(store: Store, parts: Sequence[Leaf | Node]) -> str:
     if total == 0:  # children that weigh nothing: any mean will do, it is folded at weight 0
         weights = [1.0] * len(parts)
     digests = [p.weights if isinstance(p, Leaf) else p.mean for p in parts]
-    exports = (store.recall_digest(d, lazy=True) for d in digests)
-    mean = fedavg(zip(exports, weights, strict=True))
+
+    def pairs() -> Iterator[tuple[Any, float]]:  # one input mapped at a time (zip would keep
+        for digest, weight in zip(digests, weights, strict=True):  # the one before alive)
+            yield store.recall_digest(digest, lazy=True), weight
+
+    mean = fedavg(pairs())
     return store.put_value({"mean": store.put_value(mean), "weight": total})
 
 

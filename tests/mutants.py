@@ -291,6 +291,84 @@ def _fedavg_folds_any_tensor() -> None:
     _replace(soma.aggregate, "_unaverageable", lambda tensor: None)
 
 
+# --- scale (soma/tree.py, soma/cli.py) -----------------------------------------------------
+
+
+@mutant(
+    "tree_folds_unweighted",
+    caught_by=["tests/test_scale.py", "-k", "deep_tree or one_node or taken_over"],
+)
+def _tree_folds_unweighted() -> None:
+    """A node's mean weighs its children the same, whatever their weights."""
+    import dataclasses
+
+    import soma.tree
+
+    real = soma.tree._fold
+
+    def unweighted(store, parts):
+        return real(store, [dataclasses.replace(part, weight=1.0) for part in parts])
+
+    _replace(soma.tree, "_fold", unweighted)
+
+
+@mutant(
+    "tree_drops_the_last_child",
+    caught_by=["tests/test_scale.py", "-k", "widths_and_children or deep_tree"],
+)
+def _tree_drops_the_last_child() -> None:
+    """A node's children stop one short: the last input of every full node is never folded."""
+    import soma.tree
+
+    _replace(
+        soma.tree,
+        "children",
+        lambda index, below, fan_in: range(index * fan_in, min((index + 1) * fan_in, below) - 1),
+    )
+
+
+@mutant(
+    "tree_claims_nothing",
+    caught_by=["tests/test_scale.py", "-k", "whoever_does_which_node"],
+)
+def _tree_claims_nothing() -> None:
+    """Every helper computes every node it finds unpublished: nodes computed more than once."""
+    import soma.once
+    import soma.tree
+
+    _replace(soma.tree, "_offset", lambda who, width: 0)
+    real = soma.once._claim
+
+    def always(store, place, who, *, check_holder):
+        real(store, place, who, check_holder=check_holder)
+        return True
+
+    _replace(soma.once, "_claim", always)
+
+
+@mutant(
+    "secure_round_keeps_the_export_in_the_clear",
+    caught_by=["tests/test_secure_round.py", "-k", "correlates"],
+)
+def _secure_round_keeps_the_export_in_the_clear() -> None:
+    """A secure round that also keeps each trained export in the store, as a plain round does."""
+    import soma.secure_round
+    from soma.once import POLL
+
+    real = soma.secure_round.take_part
+
+    def leaky(store, meeting, clients, train, *, deadline=3600.0, backoff=POLL):
+        def leak(k):
+            trained = train(k)
+            if not isinstance(trained, str):
+                store.put_value(trained[0])
+            return trained
+
+        return real(store, meeting, clients, leak, deadline=deadline, backoff=backoff)
+
+    _replace(soma.secure_round, "take_part", leaky)
+
+
 # --- strategies and secure aggregation: each family registers its own mutants -----------
 
 # --- a store's health (soma/health.py, and the store's part of it) -----------------------
