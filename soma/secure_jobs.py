@@ -27,9 +27,9 @@ from soma.store import Store
 from soma.strategies import train_locally
 from soma.workflow import (
     LOG,
-    _nodes_at,
-    _numbers,
+    json_numbers,
     meeting_of,
+    nodes_at,
     read_receipt,
     strategy_of,
     task_of,
@@ -102,7 +102,7 @@ def train(
     secrets = _secrets(meeting, private)
     task = task_of(config)
     try:
-        nodes = _nodes_at(task, store, config, started["weights"])
+        nodes = nodes_at(task, store, config, started["weights"])
         data = task.shard(client, config["clients"])
         size = task.size(data)
         seed = training_seed(config["seed"], round, client)
@@ -124,7 +124,7 @@ def train(
     floats = secure_round.floats_of(trained)
     masked_input(store, secrets.session, secrets, floats, size, deadline=DEADLINE)
     store.keep(meeting.client(client), {"client": client, "secure": secrets.session.prefix})
-    written = {**_receipt(meeting, client), "secure": True, "metrics": _numbers(metrics)}
+    written = {**_receipt(meeting, client), "secure": True, "metrics": json_numbers(metrics)}
     write_receipt(receipt, written)
     LOG.info(
         "%s, client %d: trained, sent its masked input (%.2f s)",

@@ -135,7 +135,7 @@ def meeting_of(config: Mapping[str, Any], round: int, started: Mapping[str, Any]
     )
 
 
-def _numbers(metrics: Mapping[str, Any]) -> dict[str, Any]:
+def json_numbers(metrics: Mapping[str, Any]) -> dict[str, Any]:
     """Metrics as JSON numbers; a NaN or infinite one (a diverging loss) as null, since a
     receipt is strict JSON."""
 
@@ -245,7 +245,7 @@ def checked_metrics(config: Mapping[str, Any], metrics: Mapping[str, Any]) -> di
             f"config key `metric`: the task's evaluate() returns "
             f"{returned or 'no metrics'}; not {metric!r}"
         )
-    return _numbers(metrics)
+    return json_numbers(metrics)
 
 
 def keep_evaluation(store: Store, run: str, weights: str, metrics: Mapping[str, Any]) -> str:
@@ -269,7 +269,7 @@ def shown(metrics: Mapping[str, Any]) -> str:
     return ", ".join(f"{k} {shown_value(v)}" for k, v in sorted(metrics.items())) or "nothing"
 
 
-def _nodes_at(task: Task, store: Store, config: Mapping[str, Any], weights: str) -> dict:
+def nodes_at(task: Task, store: Store, config: Mapping[str, Any], weights: str) -> dict:
     nodes = task.nodes(config["seed"])
     load(nodes, store.recall_digest(weights))
     return nodes
@@ -421,7 +421,7 @@ def _train_and_contribute(
     started: Mapping[str, Any],
     own: str | None,
 ) -> dict[str, Any]:
-    nodes = _nodes_at(task, store, config, started["weights"])
+    nodes = nodes_at(task, store, config, started["weights"])
     data = task.shard(client, config["clients"])
     size = task.size(data)
     metrics, extra, own_next = train_locally(
@@ -446,7 +446,7 @@ def _train_and_contribute(
         "size": size,
         "extra": mine.extra,
         "own": mine.own,
-        "metrics": _numbers(metrics),
+        "metrics": json_numbers(metrics),
     }
 
 
@@ -518,7 +518,7 @@ def evaluate(config: Mapping[str, Any], round: int, averaged: str, receipt: str)
     store = Store(config["store"])
     average = read_receipt(averaged)
     weights = average["weights"]
-    metrics = checked_metrics(config, task.evaluate(_nodes_at(task, store, config, weights)))
+    metrics = checked_metrics(config, task.evaluate(nodes_at(task, store, config, weights)))
     kept = keep_evaluation(store, config["run"], weights, metrics)
     evaluation = {"run": config["run"], "round": round, "weights": weights, "metrics": metrics}
     privacy = privacy_spent(store, average)  # only a DP strategy's state accounts for it
@@ -546,18 +546,18 @@ def _baseline(
     """Train from the start on one body of data for as many rounds, evaluating each; each
     round in the log, since a baseline job runs as long as the whole federation."""
     store = Store(config["store"])
-    nodes = _nodes_at(task, store, config, start)
+    nodes = nodes_at(task, store, config, start)
     per_round = []
     for r in range(config["rounds"]):
         tic = time.perf_counter()
         trained = task.train(nodes, data, seed=training_seed(config["seed"], r, client))
-        metrics = _numbers(task.evaluate(nodes))
+        metrics = json_numbers(task.evaluate(nodes))
         per_round.append({"round": r, "metrics": metrics})
         LOG.info(
             "%s, round %d: trained (%s), evaluated %s (%.2f s)",
             who,
             r,
-            shown(_numbers(trained if isinstance(trained, Mapping) else {})),
+            shown(json_numbers(trained if isinstance(trained, Mapping) else {})),
             shown(metrics),
             time.perf_counter() - tic,
         )
