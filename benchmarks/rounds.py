@@ -22,11 +22,12 @@ OMP_NUM_THREADS=1):
 3. `soma client` hosting several clients per process (`--mine 0-4`, `--mine 5-9`; and one
    process, `--mine 0-9`);
 4. the Snakemake workflow on the local executor (--cores 2) for --workflow-rounds rounds,
-   with a train job per client (`clients_per_job=1`) and one train job per round
-   (`clients_per_job=10`): wall time, the steady time per round (between the first and the
-   last round's average receipt), and the per-job overhead beyond importing torch: the
-   median of every job's Snakemake benchmark seconds (logs/<run>/benchmark/**/*.tsv) less
-   the import-torch floor, and the same for the train jobs alone;
+   with a train job per client (`clients_per_job=1`) and one job per round (rule `round`,
+   which trains and averages: `clients_per_job=10`): wall time, the steady time per round
+   (between the first and the last round's average receipt), and the per-job overhead
+   beyond importing torch: the median of every job's Snakemake benchmark seconds
+   (logs/<run>/benchmark/**/*.tsv) less the import-torch floor, and the same for the train
+   jobs alone;
 5. peak memory: the max RSS of every process, read from `os.wait4` (the kernel's
    ru_maxrss of the child), and for workflow jobs from their benchmark files;
 6. one round of 1,000 and 10,000 clients (the control task with 8 examples and 1 epoch per
@@ -509,7 +510,12 @@ def the_workflow(rounds: int, per_job: int, folder: Path) -> dict[str, Any]:
     config.append('baselines={"alone": false, "centralized": false}')
     wall, done = run_together({"snakemake": snakemake(folder, config)}, folder)
     jobs = job_benchmarks(folder, "bench")
-    train = [j["s"] for j in jobs if "/client/" in j["job"] or "/batch/" in j["job"]]
+    # the train jobs: one per client, per batch, or (a batch of the whole round) the round's
+    train = [
+        j["s"]
+        for j in jobs
+        if "/client/" in j["job"] or "/batch/" in j["job"] or j["job"].endswith("/round.tsv")
+    ]
     row = {
         "per_job": per_job,
         "rounds": rounds,

@@ -1,0 +1,80 @@
+"""A round per Slurm submission: the workflow under Slurm against the local executor.
+
+    bash tests/slurm/start.sh              # the single-node test cluster (root, Debian 12)
+    python benchmarks/slurm_rounds.py      # 2 rounds x 5 clients of digits, each way
+
+The same config (tests/fixtures/tiny.yaml with 5 clients and no baselines) runs four ways,
+one after the other, each in a fresh folder: locally (`--cores 2`), and under Slurm with
+profiles/slurm-test (every job its own submission) and profiles/slurm-test-rounds (a round
+per submission: Snakemake's `groups:`), each with a train job per client and with one job
+a round (`clients_per_job=5`). It prints each wall time, the Slurm submissions, and the
+ratio to the local run of the same `clients_per_job`; and whether the receipts are the
+local run's, byte for byte. The issue's target: a round per submission within 2x local.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ROOT / "tests" / "fixtures" / "tiny.yaml"
+
+
+def config(workdir: Path, per_job: int) -> Path:
+    values = yaml.safe_load(TINY.read_text())
+    values.update(run="tiny", rounds=2, clients=5, threads=1, store=str(workdir / "store"))
+    values.update(baselines={"alone": False, "centralized": False}, clients_per_job=per_job)
+    path = workdir / "config.yaml"
+    path.write_text(yaml.safe_dump(values, sort_keys=True))
+    return path
+
+
+def run(workdir: Path, per_job: int, profile: str | None) -> tuple[float, int]:
+    """Wall seconds of one whole workflow, and how many Slurm submissions it made."""
+    command = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile")]
+    command += ["--configfile", str(config(workdir, per_job))]
+    command += ["--cores", "2"] if profile is None else ["--profile", str(ROOT / profile)]
+    started = time.monotonic()
+    done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=1800)
+    seconds = time.monotonic() - started
+    if done.returncode != 0:
+        raise SystemExit(f"{profile or 'local'} failed:\n{(done.stdout + done.stderr)[-3000:]}")
+    return seconds, (done.stdout + done.stderr).count("has been submitted with SLURM jobid")
+
+
+def receipts(workdir: Path) -> dict[str, bytes]:
+    base = workdir / "results"
+    return {str(p.relative_to(base)): p.read_bytes() for p in sorted(base.rglob("*.json"))}
+
+
+def main() -> None:
+    if shutil.which("sbatch") is None:
+        raise SystemExit("no sbatch here: start the test cluster (bash tests/slurm/start.sh)")
+    print("way | clients_per_job | submissions | wall s | x local | receipts as local")
+    print("--- | --- | --- | --- | --- | ---")
+    with tempfile.TemporaryDirectory(prefix="soma-slurm-rounds-") as tmp:
+        for per_job in (1, 5):
+            local = Path(tmp) / f"local-{per_job}"
+            local.mkdir()
+            base, _ = run(local, per_job, None)
+            print(f"local --cores 2 | {per_job} | - | {base:.1f} | 1.00 | -")
+            for profile in ("profiles/slurm-test", "profiles/slurm-test-rounds"):
+                workdir = Path(tmp) / f"{Path(profile).name}-{per_job}"
+                workdir.mkdir()
+                seconds, submissions = run(workdir, per_job, profile)
+                same = "yes" if receipts(workdir) == receipts(local) else "NO"
+                print(
+                    f"{profile} | {per_job} | {submissions} | {seconds:.1f} | "
+                    f"{seconds / base:.2f} | {same}"
+                )
+
+
+if __name__ == "__main__":
+    main()
