@@ -451,12 +451,12 @@ def check_inputs(
         )
     _check_sizes(inputs, where)
     for digest, what in [(meeting.start, "the round's start"), (meeting.state, "its state")]:
-        if digest is not None and not store.blob_path(digest).exists():
+        if digest is not None and not store.has(digest):
             raise RoundError(f"{where}: {what} {digest} is not in the store")
     first: tuple[int, Signature] | None = None
     for i in inputs:
         for digest, what in [(i.weights, "weights"), (i.extra, "extra")]:
-            if digest is not None and not store.blob_path(digest).exists():
+            if digest is not None and not store.has(digest):
                 raise RoundError(
                     f"{where}: client {i.client}'s {what} {digest} are not in the store"
                 )
