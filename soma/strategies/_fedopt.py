@@ -239,13 +239,13 @@ def check_state(strategy: str, moments: tuple[str, ...], state: object, previous
                 )
 
 
-def check_like(strategy: str, previous: Tensors, mean: Tensors) -> None:
-    """The updates must be the network the round started from, key for key."""
+def check_like(strategy: str, previous: Tensors, mean: Tensors, who: str = "the updates") -> None:
+    """`mean` (the updates, or `who`) must be the network the round started from, key for key."""
     for node, keys in mean.items():
         for key in keys:
             if key not in previous.get(node, {}):
                 raise StrategyError(
-                    f"{strategy}: node {node!r} key {key!r} is in the updates but not in "
+                    f"{strategy}: node {node!r} key {key!r} is in {who} but not in "
                     "the weights the round started from"
                 )
     for node, keys in previous.items():
@@ -254,13 +254,13 @@ def check_like(strategy: str, previous: Tensors, mean: Tensors) -> None:
             if theirs is None:
                 raise StrategyError(
                     f"{strategy}: node {node!r} key {key!r} is in the weights the round "
-                    "started from but not in the updates"
+                    f"started from but not in {who}"
                 )
             if theirs.shape != tensor.shape or theirs.dtype != tensor.dtype:
                 raise StrategyError(
                     f"{strategy}: node {node!r} key {key!r} is {tuple(tensor.shape)} "
                     f"{tensor.dtype} in the weights the round started from, "
-                    f"{tuple(theirs.shape)} {theirs.dtype} in the updates"
+                    f"{tuple(theirs.shape)} {theirs.dtype} in {who}"
                 )
 
 

@@ -86,6 +86,7 @@ import torch
 from soma import privacy
 from soma.nodes import Export
 from soma.strategies import Arrival, Parameters, State, StrategyError, Update
+from soma.strategies._fedopt import check_like
 
 NAME = "dp_fedavg"
 MODES = ("central", "distributed")
@@ -221,6 +222,14 @@ class DPFedAvg:
 
     # -- the round ----------------------------------------------------------------------------
 
+    def begin(self, previous: Export | None, state: State | None, *, clients: int) -> Before:
+        """Where a round starts (its weights, the account so far), or a refusal."""
+        if previous is None:
+            raise StrategyError(
+                f"{NAME} steps from the weights the round started from, and there are none"
+            )
+        return self.before(state, clients=clients)
+
     def aggregate(
         self,
         previous: Export | None,
@@ -229,11 +238,7 @@ class DPFedAvg:
         *,
         clients: int,
     ) -> tuple[Export, State]:
-        if previous is None:
-            raise StrategyError(
-                f"{NAME} steps from the weights the round started from, and there are none"
-            )
-        start = self.before(state, clients=clients)
+        start = self.begin(previous, state, clients=clients)
         m = start.expected
         total, counts, came, unclipped = self.fold(previous, updates, start.clip)
         if came > m:
@@ -312,11 +317,7 @@ class DistributedDPFedAvg(DPFedAvg):
     ) -> tuple[Export, State]:
         """The step from the uniform mean of the m clients' released weights: the mean (the
         noise is in it, from the clients' shares), and the account of the round."""
-        if previous is None:
-            raise StrategyError(
-                f"{NAME} steps from the weights the round started from, and there are none"
-            )
-        start = self.before(state, clients=clients)
+        start = self.begin(previous, state, clients=clients)
         delta, counts = difference(previous, mean, None)
         return step(previous, delta, {}, counts, 1), self.state_after(start, start.clip)
 
@@ -359,11 +360,7 @@ class DistributedDPFedAvg(DPFedAvg):
         *,
         clients: int,
     ) -> tuple[Export, State]:
-        if previous is None:
-            raise StrategyError(
-                f"{NAME} steps from the weights the round started from, and there are none"
-            )
-        start = self.before(state, clients=clients)
+        start = self.begin(previous, state, clients=clients)
         m = start.expected
         total = zeros_like_floats(previous)
         counts: dict[str, dict[str, torch.Tensor]] | None = None
@@ -455,29 +452,12 @@ def difference(
     """(weights - start for every float, in the working dtype; the counts of `weights`),
     refused by name when the two are not the same network."""
     who = "the trained weights" if client is None else f"client {client}"
+    check_like(NAME, start, weights, who)
     delta: dict[str, dict[str, torch.Tensor]] = {}
     counts: dict[str, dict[str, torch.Tensor]] = {}
-    for node, keys in weights.items():
-        for key in keys:
-            if key not in start.get(node, {}):
-                raise StrategyError(
-                    f"{NAME}: node {node!r} key {key!r} is in {who} but not in the weights "
-                    "the round started from"
-                )
     for node, keys in start.items():
         for key, origin in keys.items():
-            theirs = weights.get(node, {}).get(key)
-            if theirs is None:
-                raise StrategyError(
-                    f"{NAME}: node {node!r} key {key!r} is in the weights the round started "
-                    f"from but not in {who}"
-                )
-            if theirs.shape != origin.shape or theirs.dtype != origin.dtype:
-                raise StrategyError(
-                    f"{NAME}: node {node!r} key {key!r} is {tuple(origin.shape)} {origin.dtype} "
-                    f"in the weights the round started from, {tuple(theirs.shape)} "
-                    f"{theirs.dtype} in {who}"
-                )
+            theirs = weights[node][key]
             if origin.dtype.is_complex:
                 raise StrategyError(
                     f"{NAME}: node {node!r} key {key!r} is {origin.dtype}; differential "
