@@ -26,18 +26,11 @@ from soma import holders
 from soma.errors import SomaError
 
 
-def _options(pairs: list[str], of: str) -> dict[str, Any]:
-    """`key=value` options; values are read as JSON when they parse, else kept as text."""
-    options: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"soma: {of} option {pair!r} is not key=value")
-        try:
-            options[key] = json.loads(value)
-        except json.JSONDecodeError:
-            options[key] = value
-    return options
+def _options(given: list[str], of: str) -> dict[str, Any]:
+    """`KEY=VALUE` options, read as the workflow reads them (soma.run.options)."""
+    from soma.run.options import pairs
+
+    return pairs(given, "--option" if of == "task" else "--strategy-option")
 
 
 def _count_or_fraction(text: str) -> int | float:

@@ -4,11 +4,11 @@ Snakemake hands a nested value given on the command line (`--config 'baselines={
 false}'`) over as text at every leaf, and reads a top-level one as the first of an
 integer, a float, `True`/`False` or YAML that it parses as: `run=2024` arrives as 2024,
 `run=007` as 7, `run=nan` as a float NaN, `run=True` as a bool. Nested leaves are read back
-as the YAML the user typed, so that the schema judges what was meant; a name (`run`,
-`store`, ...) is always text, the very text typed after `key=` on the command line (from
-Snakemake's own record of it, which every job is given too), or else the value's own text
-(`run: 2024` in a config file is '2024'). A schema refusal names the config key
-(`schema_refusal`).
+as the YAML scalar the user typed (`soma.run.options.scalar`, the one rule of every mode),
+so that the schema judges what was meant; a name (`run`, `store`, ...) is always text, the
+very text typed after `key=` on the command line (from Snakemake's own record of it, which
+every job is given too), or else the value's own text (`run: 2024` in a config file is
+'2024'). A schema refusal names the config key (`schema_refusal`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from soma.errors import SomaError
+from soma.run.options import scalar
 
 # Top-level keys that are names, whatever they look like.
 TEXT_KEYS = ("run", "store", "task", "metric", "strategy")
@@ -31,22 +32,11 @@ class ConfigRefused(SomaError, ValueError):
     """
 
 
-def _scalar(text: str) -> Any:
-    """A leaf given as text, read as the YAML scalar it spells ("false", "3", "0.5")."""
-    import yaml
-
-    try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
-    return value if isinstance(value, (bool, int, float)) or value is None else text
-
-
 def _leaves(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {k: _leaves(v) for k, v in value.items()}
     if isinstance(value, str):
-        return _scalar(value)
+        return scalar(value)
     return value
 
 

@@ -39,6 +39,7 @@ from soma.round import (
     read_record,
     tree_refusal,
 )
+from soma.run.options import typed
 from soma.runs import identity, training_seed
 from soma.store import Store
 from soma.strategies import (
@@ -93,21 +94,16 @@ def options_of(config: Mapping[str, Any]) -> dict[str, Any]:
     """The chosen task's options: `task_options` holds each task's under its import path.
 
     Snakemake's `--config 'task_options={...}'` hands nested values over as text, so a text
-    value is read as a YAML scalar ("3" is 3, "false" is False, "mlp" stays "mlp").
+    value is read as `soma client --option` reads it (`soma.run.options.value`: "3" is 3,
+    "false" is False, "1e-1" is 0.1, "mlp" stays "mlp").
     """
-    import yaml
-
-    options = dict((config.get("task_options") or {}).get(config["task"]) or {})
-    return {k: yaml.safe_load(v) if isinstance(v, str) else v for k, v in options.items()}
+    return typed((config.get("task_options") or {}).get(config["task"]))
 
 
 def strategy_options_of(config: Mapping[str, Any]) -> dict[str, Any]:
     """The chosen strategy's options: `strategy_options` holds each strategy's under its name."""
-    import yaml
-
     chosen = config.get("strategy", "fedavg")
-    options = dict((config.get("strategy_options") or {}).get(chosen) or {})
-    return {k: yaml.safe_load(v) if isinstance(v, str) else v for k, v in options.items()}
+    return typed((config.get("strategy_options") or {}).get(chosen))
 
 
 def strategy_of(config: Mapping[str, Any]) -> Strategy:
