@@ -8,8 +8,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 
 from soma.configs import ConfigRefused, default_run, schema_refusal, typed
-from soma.participation import ParticipationError, quorum_size, sample_size
-from soma.tasks import check_option_names
+from soma.run.spec import RunSpec
 
 min_version("8.0")
 
@@ -32,36 +31,13 @@ except WorkflowError as error:
         raise
     raise ConfigRefused(said) from None
 
-# What the schema cannot say and needs no torch, refused naming the config keys: the task's
-# option names (when its module declares OPTIONS), and a quorum the sample cannot meet. The
-# rest (the task imports, its option values, its partition for this many clients, the
-# metric) is checked by the `start` job, before any client trains.
-check_option_names(config["task"], config["task_options"].get(config["task"]) or {})
-try:
-    quorum_size(
-        config.get("quorum"),
-        sample_size(config.get("participation"), config["clients"]),
-    )
-except ParticipationError as error:
-    raise ParticipationError(
-        f"config keys `clients`/`participation`/`quorum`: {error}"
-    ) from None
-
-# Secure aggregation's threshold must fit every round's sample, and its rounds are a job per
-# client and phase (not batched, not a tree, yet).
-secure = config.get("secure_aggregation")
-if secure:
-    sampled_count = sample_size(config.get("participation"), config["clients"])
-    if not 2 <= secure["threshold"] <= sampled_count:
-        raise ParticipationError(
-            f"config key `secure_aggregation`: threshold {secure['threshold']} must be between "
-            f"2 and the {sampled_count} clients of a round"
-        )
-    if config.get("clients_per_job", 1) != 1 or config.get("tree"):
-        raise ParticipationError(
-            "config keys `secure_aggregation`/`clients_per_job`/`tree`: a secure round is a "
-            "job per client and phase, summed flat (clients_per_job 1, tree null)"
-        )
+# What the schema cannot say and needs no torch, refused naming the config keys (the run
+# layer's one pure check, soma.run.spec): the task's option names (when its module declares
+# OPTIONS), a quorum the sample cannot meet, secure aggregation's threshold and what it
+# excludes. The rest (the task imports, its option values, its partition for this many
+# clients, the strategy fits, the metric) is checked by the `start` job, before any client
+# trains.
+RunSpec.from_config(config).check()
 
 # A deep chain of rounds recurses through Snakemake's DAG code about a frame per job.
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 50 * config["rounds"] + 10_000))

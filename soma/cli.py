@@ -18,19 +18,15 @@ import logging
 import math
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from soma import holders
 from soma.errors import SomaError
+from soma.run.spec import BadArgument
 
-
-def _options(given: list[str], of: str) -> dict[str, Any]:
-    """`KEY=VALUE` options, read as the workflow reads them (soma.run.options)."""
-    from soma.run.options import pairs
-
-    return pairs(given, "--option" if of == "task" else "--strategy-option")
+if TYPE_CHECKING:
+    from soma.run.step import Hosted
 
 
 def _count_or_fraction(text: str) -> int | float:
@@ -64,79 +60,35 @@ def clients_of(text: str) -> list[int]:
     return sorted(chosen)
 
 
-@dataclass
-class Hosted:
-    """One client this process trains: its shard, the size it weighs, its own strategy state."""
-
-    index: int
-    data: Any
-    size: int
-    own: Any = None
-
-
 def client(args: argparse.Namespace) -> int:
     """Every round: train each hosted client that the round samples, from the round's start,
-    contribute it, and leave with the average (whoever finds the round complete averages)."""
+    contribute it, and leave with the average (whoever finds the round complete averages);
+    the run layer's loop (soma.run.drive). The task and the strategy are made and checked
+    (RunSpec.checked) before anything is written: a refused run leaves no store behind."""
     import torch
 
-    from soma.nodes import export, load
-    from soma.once import read_record
-    from soma.participation import policy
-    from soma.round import Meeting, average_round
-    from soma.runs import identity
+    from soma.run.drive import drive
+    from soma.run.spec import RunSpec
     from soma.store import Store
-    from soma.strategies import check_task_takes_objective, load_strategy
-    from soma.tasks import load_task
 
     torch.set_num_threads(args.threads)
-    task_options = _options(args.option, "task")
-    strategy_options = _options(args.strategy_option, "strategy")
-    task = load_task(args.task, task_options)
-    strategy = load_strategy(args.strategy, strategy_options)
-    check_task_takes_objective(args.strategy, strategy, task)
-    store = Store(args.store)  # only once the task and the strategy took their options
-    nodes = task.nodes(args.seed)
-    hosted = []
-    for k in args.mine:
-        data = task.shard(k, args.clients)
-        hosted.append(Hosted(k, data, task.size(data)))
-    start, state = store.put_value(export(nodes)), None
-    for r in range(args.rounds):
-        expected, quorum = policy(args.seed, r, args.clients, args.participation, args.quorum)
-        meeting = Meeting(
-            args.run,
-            r,
-            args.clients,
-            start=start,
-            state=state,
-            strategy=args.strategy,
-            options=strategy_options,
-            config=identity(args.task, task_options, args.seed),
-            expected=expected,
-            quorum=quorum,
-            tree=args.tree,
-            secure=args.secure_aggregation,
-        )
-        taking_part = [h for h in hosted if h.index in meeting.members]
-        metrics: dict[int, Any] = {}
-        if meeting.secure is not None:
-            digest = _secure_round(
-                store, meeting, task, strategy, nodes, taking_part, metrics, args
-            )
-        else:
-            for i, h in enumerate(taking_part):
-                if i > 0:  # the one before trained these nodes: each starts from the start
-                    load(nodes, store.recall_digest(start))
-                metrics[h.index] = _take_part(store, meeting, task, strategy, nodes, h, args)
-            digest = average_round(store, meeting, deadline=args.deadline)
-        record = read_record(store, digest)
-        load(nodes, store.recall_digest(record["weights"]))
-        start, state = record["weights"], record["state"]
-        print(json.dumps(_round_line(args, r, hosted, digest, start, metrics)), flush=True)
-        _log_round(task, nodes, args, r, record)
+    spec = RunSpec.from_args(args)
+    task, strategy = spec.checked()
+    store = Store(args.store)  # only once the run was checked whole
+
+    def after(done, driven) -> None:
+        line = _round_line(args, done.round, driven.hosted, done.average, done.record, done)
+        print(json.dumps(line), flush=True)
+        _log_round(task, driven.nodes, args, done.round, done.record)
+
+    driven = drive(spec, store, task, strategy, deadline=args.deadline, after=after)
     print(
         json.dumps(
-            {**_who(args, hosted), "done": args.rounds, "evaluation": task.evaluate(nodes)},
+            {
+                **_who(args, driven.hosted),
+                "done": args.rounds,
+                "evaluation": task.evaluate(driven.nodes),
+            },
             sort_keys=True,
         ),
         flush=True,
@@ -151,9 +103,10 @@ def _who(args: argparse.Namespace, hosted: list[Hosted]) -> dict[str, Any]:
     return {"clients": [h.index for h in hosted]}
 
 
-def _round_line(args, r, hosted, digest, weights, metrics) -> dict[str, Any]:
+def _round_line(args, r, hosted, digest, record, done) -> dict[str, Any]:
     """What a round left this process with, as one JSON line (sorted keys)."""
-    line = {**_who(args, hosted), "round": r, "average": digest, "weights": weights}
+    metrics = done.metrics
+    line = {**_who(args, hosted), "round": r, "average": digest, "weights": record["weights"]}
     if len(hosted) == 1:
         line.update(size=hosted[0].size, train=metrics.get(hosted[0].index))
     else:
@@ -183,68 +136,6 @@ def _log_round(task, nodes, args, round: int, record: dict[str, Any]) -> None:
 
 def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _take_part(store, meeting, task, strategy, nodes, hosted: Hosted, args) -> Any:
-    """Train, and contribute; or, when the task fails or the export is refused, drop out
-    saying why (the round goes on without this client if its quorum allows). The metrics."""
-    from soma.nodes import export
-    from soma.round import contribute, drop, dropout_reason
-    from soma.runs import training_seed
-    from soma.strategies import train_locally
-
-    state = None if meeting.state is None else store.recall_digest(meeting.state)
-    seed = training_seed(args.seed, meeting.round, hosted.index)
-    try:
-        metrics, extra, own = train_locally(
-            strategy, task, nodes, hosted.data, seed=seed, state=state, mine=hosted.own
-        )
-        contribute(
-            store, meeting, export(nodes), mine=hosted.index, size=hosted.size, extra=extra, own=own
-        )
-    except Exception as error:  # the task failed or the export was refused: drop out
-        why = dropout_reason(error)
-        drop(store, meeting, mine=hosted.index, why=why)
-        print(f"soma: client {hosted.index} drops out of {meeting.what}: {why}", file=sys.stderr)
-        return None
-    hosted.own = own
-    return metrics
-
-
-def _secure_round(store, meeting, task, strategy, nodes, taking_part, metrics, args) -> str:
-    """The round under secure aggregation (soma.secure_round): this process's clients go
-    through its phases together; the average record's digest."""
-    from soma import secure_round
-    from soma.nodes import export, load
-    from soma.round import dropout_reason
-    from soma.runs import training_seed
-    from soma.strategies import train_locally
-
-    by_index = {h.index: h for h in taking_part}
-    start = meeting.start
-    state = None if meeting.state is None else store.recall_digest(meeting.state)
-
-    def train(k: int):
-        hosted = by_index[k]
-        load(nodes, store.recall_digest(start))
-        seed = training_seed(args.seed, meeting.round, k)
-        try:
-            metrics[k], _, _ = train_locally(
-                strategy, task, nodes, hosted.data, seed=seed, state=state, mine=None
-            )
-            trained, weight = export(nodes), secure_round.weight_of(strategy, hosted.size)
-            secure_round.check_export(meeting, k, trained, weight)
-            return trained, weight
-        except Exception as error:  # it shared its keys: the others unmask without it
-            why = dropout_reason(error)
-            print(f"soma: client {k} drops out of {meeting.what}: {why}", file=sys.stderr)
-            return why
-
-    deadline = args.deadline
-    secure_round.take_part(store, meeting, sorted(by_index), train, deadline=deadline)
-    return secure_round.average_round(
-        store, meeting, strategy, took_part=bool(taking_part), deadline=deadline
-    )
 
 
 class NoStore(SomaError, ValueError):
@@ -345,10 +236,6 @@ def export(args: argparse.Namespace) -> int:
 # --- the arguments, all checked before anything is read, made or trained -----------------
 
 
-class BadArgument(SomaError, ValueError):
-    """A command-line argument refused before the command does anything; names the option."""
-
-
 def one_line(error: BaseException) -> str:
     """The error's message on one line: a refusal is one line of stderr, never a traceback."""
     return "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
@@ -394,74 +281,16 @@ def _check_run(run: str) -> None:
 
 
 def _check_client(args: argparse.Namespace) -> None:
-    """`soma client`'s numbers, its sampling and its strategy; the task's option names (its
-    values are the task's to judge, when it is made)."""
-    from soma.participation import ParticipationError, quorum_size, sample_size
-    from soma.strategies import StrategyError, load_strategy
+    """`soma client`'s own argument (--deadline), then the run's pure check (soma.run.spec:
+    numbers, sampling, secure aggregation, tree, the task's option names); the task and the
+    strategy are made and checked together by `client`, before it writes anything."""
+    from soma.run.spec import RunSpec
 
-    _at_least("--rounds", args.rounds, 1)
-    _at_least("--threads", args.threads, 1)
-    _at_least("--seed", args.seed, 0)
-    for k in args.mine:
-        if k >= args.clients:
-            raise BadArgument(
-                f"--mine: client {k} is not one of the run's clients 0..{args.clients - 1}"
-            )
-    if args.tree is not None:
-        _at_least("--tree", args.tree, 2)
-    if args.secure_aggregation is not None:
-        _check_secure(args)
     if math.isnan(args.deadline) or args.deadline < 0:
         raise BadArgument(
             f"--deadline must be a number of seconds >= 0 (inf: forever), not {args.deadline}"
         )
-    try:
-        quorum_size(args.quorum, sample_size(args.participation, args.clients))
-    except ParticipationError as error:
-        raise BadArgument(f"--participation/--quorum: {error}") from None
-    _check_option_names(args.task, _options(args.option, "task"))
-    try:
-        load_strategy(args.strategy, _options(args.strategy_option, "strategy"))
-    except StrategyError as error:
-        raise BadArgument(f"--strategy/--strategy-option: {error}") from None
-
-
-def _check_secure(args: argparse.Namespace) -> None:
-    """A threshold the rounds can meet, a strategy that steps from the mean, no tree."""
-    from soma.participation import sample_size
-    from soma.round import RoundError
-    from soma.secure_round import check_strategy
-    from soma.strategies import load_strategy
-
-    sampled = sample_size(args.participation, args.clients)
-    if not 2 <= args.secure_aggregation <= sampled:
-        raise BadArgument(
-            f"--secure-aggregation {args.secure_aggregation}: the threshold must be between 2 "
-            f"and the {sampled} clients of a round"
-        )
-    if args.tree is not None:
-        raise BadArgument("--secure-aggregation and --tree: a secure round is summed flat")
-    try:
-        check_strategy(
-            args.strategy, load_strategy(args.strategy, _options(args.strategy_option, "strategy"))
-        )
-    except RoundError as error:
-        raise BadArgument(
-            f"--secure-aggregation with --strategy {args.strategy}: {error}"
-        ) from None
-
-
-def _check_option_names(task: str, options: dict[str, Any]) -> None:
-    """An option the task does not take, when its module declares them (read, not run)."""
-    from soma.tasks import declared_options
-
-    declared = declared_options(task)
-    unknown = sorted(set(options) - set(declared)) if declared is not None else []
-    if unknown:
-        raise BadArgument(
-            f"--option {', '.join(map(repr, unknown))}: not an option of task {task!r}, "
-            f"which takes {', '.join(declared)}"
-        )
+    RunSpec.from_args(args).check()
 
 
 def _progress_bar(label: str):

@@ -20,16 +20,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from soma import secure_round
-from soma.nodes import export
 from soma.round import Meeting, dropout_reason
-from soma.runs import training_seed
+from soma.run import step
+from soma.run.step import Hosted
 from soma.store import Store
-from soma.strategies import train_locally
 from soma.workflow import (
     LOG,
     json_numbers,
     meeting_of,
-    nodes_at,
     read_receipt,
     strategy_of,
     task_of,
@@ -92,8 +90,9 @@ def train(
     private: str,
     receipt: str,
 ) -> None:
-    """Phase 3: train, then write only the masked input; or withdraw, saying why."""
-    from soma.secagg import masked_input, withdraw
+    """Phase 3: train, then write only the masked input; or withdraw, saying why (the one
+    client step, soma.run.step: the job fails when the round cannot go on without it)."""
+    from soma.secagg import masked_input
 
     tic = time.perf_counter()
     store = Store(config["store"])
@@ -102,25 +101,18 @@ def train(
     secrets = _secrets(meeting, private)
     task = task_of(config)
     try:
-        nodes = nodes_at(task, store, config, started["weights"])
         data = task.shard(client, config["clients"])
-        size = task.size(data)
-        seed = training_seed(config["seed"], round, client)
-        state = None if started.get("state") is None else store.recall_digest(started["state"])
-        strategy = strategy_of(config)
-        metrics, _, _ = train_locally(
-            strategy, task, nodes, data, seed=seed, state=state, mine=None
-        )
-        trained, size = export(nodes), secure_round.weight_of(strategy, size)
-        secure_round.check_export(meeting, client, trained, size)
+        hosted = Hosted(client, data, task.size(data))
     except Exception as error:
-        if not meeting.may_go_on_without_some:
-            raise
-        why = dropout_reason(error)
-        withdraw(store, secrets.session, client, why)
-        LOG.warning("client %d drops out of %s: %s", client, meeting.what, why)
-        write_receipt(receipt, {**_receipt(meeting, client), "dropped": why})
+        done = step.leave(store, meeting, client, dropout_reason(error))
+    else:
+        nodes = task.nodes(config["seed"])
+        done = step.secure(store, meeting, task, strategy_of(config), nodes, hosted)
+    if done.dropped is not None:  # withdrawn, and the round goes on without it
+        write_receipt(receipt, {**_receipt(meeting, client), "dropped": done.dropped})
         return
+    trained, size = done.trained
+    metrics = done.metrics
     floats = secure_round.floats_of(trained)
     masked_input(store, secrets.session, secrets, floats, size, deadline=DEADLINE)
     store.keep(meeting.client(client), {"client": client, "secure": secrets.session.prefix})

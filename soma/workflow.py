@@ -26,31 +26,25 @@ import torch
 from soma import holders
 from soma.configs import ConfigRefused
 from soma.nodes import export, load
-from soma.participation import policy
 from soma.round import (
     Input,
     Meeting,
     average_inputs,
-    contribute,
-    drop,
     dropout_reason,
     evaluation_name,
     privacy_spent,
     read_record,
-    tree_refusal,
 )
-from soma.run.options import typed
-from soma.runs import identity, training_seed
+from soma.run import step
+from soma.run.spec import RunSpec
+from soma.run.step import Hosted
+from soma.runs import training_seed
 from soma.store import Store
 from soma.strategies import (
     Strategy,
-    StrategyError,
-    check_task_takes_objective,
     load_strategy,
-    takes_mean,
-    train_locally,
 )
-from soma.tasks import Task, TaskError, TaskNotFound, load_task
+from soma.tasks import Task, load_task
 
 LOG = logging.getLogger("soma.workflow")
 
@@ -83,52 +77,32 @@ def read_receipt(path: str | os.PathLike) -> dict[str, Any]:
         return json.load(receipt)
 
 
-def task_of(config: Mapping[str, Any]) -> Task:
-    """The configured task; a module in the working directory is importable too."""
+def spec_of(config: Mapping[str, Any]) -> RunSpec:
+    """The run the config describes (soma.run.spec), as every job reads it."""
+    return RunSpec.from_config(config)
+
+
+def _importable_here() -> None:
+    """A task module in the working directory is importable too."""
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    return load_task(config["task"], options_of(config))
 
 
-def options_of(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The chosen task's options: `task_options` holds each task's under its import path.
-
-    Snakemake's `--config 'task_options={...}'` hands nested values over as text, so a text
-    value is read as `soma client --option` reads it (`soma.run.options.value`: "3" is 3,
-    "false" is False, "1e-1" is 0.1, "mlp" stays "mlp").
-    """
-    return typed((config.get("task_options") or {}).get(config["task"]))
-
-
-def strategy_options_of(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The chosen strategy's options: `strategy_options` holds each strategy's under its name."""
-    chosen = config.get("strategy", "fedavg")
-    return typed((config.get("strategy_options") or {}).get(chosen))
+def task_of(config: Mapping[str, Any]) -> Task:
+    """The configured task, with its options (read as `soma.run.options` reads text)."""
+    _importable_here()
+    spec = spec_of(config)
+    return load_task(spec.task, dict(spec.task_options))
 
 
 def strategy_of(config: Mapping[str, Any]) -> Strategy:
-    return load_strategy(config.get("strategy", "fedavg"), strategy_options_of(config))
+    spec = spec_of(config)
+    return load_strategy(spec.strategy, dict(spec.strategy_options))
 
 
 def meeting_of(config: Mapping[str, Any], round: int, started: Mapping[str, Any]) -> Meeting:
     """Where round `round`'s clients meet: keyed by the receipt it started from and the run."""
-    expected, quorum = policy(
-        config["seed"], round, config["clients"], config.get("participation"), config.get("quorum")
-    )
-    return Meeting(
-        run=config["run"],
-        round=round,
-        clients=config["clients"],
-        start=started["weights"],
-        state=started.get("state"),
-        strategy=config.get("strategy", "fedavg"),
-        options=strategy_options_of(config),
-        config=identity(config["task"], options_of(config), config["seed"]),
-        expected=expected,
-        quorum=quorum,
-        tree=(config.get("tree") or {}).get("fan_in"),
-        secure=(config.get("secure_aggregation") or {}).get("threshold"),
-    )
+    return spec_of(config).meeting(round, started["weights"], started.get("state"))
 
 
 def json_numbers(metrics: Mapping[str, Any]) -> dict[str, Any]:
@@ -149,14 +123,13 @@ def start(config: Mapping[str, Any], receipt: str) -> None:
     The first job of a run, so everything the Snakefile could not check without torch is
     checked here, before any client trains: the task imports and takes its options, the
     strategy (a built-in or an import path) takes its options and fits the task, the task can
-    serve this many clients (`check(clients)`), and the configured metric is one that
-    `evaluate()` returns. Each refusal names the config key to change. The evaluation of
-    the starting weights is the summary's `start` row and the plot's first point.
+    serve this many clients (`check(clients)`): the run layer's `RunSpec.checked()`; and the
+    configured metric is one that `evaluate()` returns. Each refusal names the config key.
+    The evaluation of the starting weights is the summary's `start` row and the plot's first point.
     """
     tic = time.perf_counter()
-    task = checked_task(config)
-    checked_strategy(config, task)
-    check_clients(config, task)
+    _importable_here()
+    task, _ = spec_of(config).checked()
     nodes = task.nodes(config["seed"])
     exported = export(nodes)  # before evaluate(), which may move the nodes to a device
     metrics = checked_metrics(config, task.evaluate(nodes))
@@ -184,52 +157,6 @@ def start(config: Mapping[str, Any], receipt: str) -> None:
         time.perf_counter() - tic,
     )
     progress("start: %s %s", config["metric"], shown_value(metrics[config["metric"]]))
-
-
-def checked_task(config: Mapping[str, Any]) -> Task:
-    """The configured task, or a refusal naming `task` (nothing there) or `task_options`."""
-    try:
-        return task_of(config)
-    except TaskNotFound as error:
-        raise ConfigRefused(f"config key `task`: {error}") from error
-    except TaskError as error:  # OptionsRefused, or whatever else the task refused
-        raise ConfigRefused(
-            f"config key `task_options` (under {config['task']!r}): {error}"
-        ) from error
-
-
-def checked_strategy(config: Mapping[str, Any], task: Task) -> Strategy:
-    """The configured strategy, made with its options, fitting the task's train()."""
-    name = config.get("strategy", "fedavg")
-    try:
-        strategy = strategy_of(config)
-    except StrategyError as error:
-        raise ConfigRefused(
-            f"config keys `strategy`/`strategy_options` (under {name!r}): {error}"
-        ) from error
-    try:
-        check_task_takes_objective(name, strategy, task)
-    except StrategyError as error:
-        raise ConfigRefused(f"config keys `strategy`/`task`: {error}") from error
-    if config.get("tree") and not takes_mean(strategy):
-        raise ConfigRefused(f"config keys `strategy`/`tree`: {tree_refusal(name)}")
-    if config.get("secure_aggregation") and not takes_mean(strategy):
-        refusal = tree_refusal(name).replace("hierarchical averaging (tree)", "secure aggregation")
-        raise ConfigRefused(f"config keys `strategy`/`secure_aggregation`: {refusal}")
-    return strategy
-
-
-def check_clients(config: Mapping[str, Any], task: Task) -> None:
-    """The task's own check that its options can serve `clients` clients, if it has one."""
-    check = getattr(task, "check", None)
-    if not callable(check):
-        return
-    try:
-        check(config["clients"])
-    except (TaskError, ValueError) as error:
-        raise ConfigRefused(
-            f"config keys `clients`/`task_options` (under {config['task']!r}): {error}"
-        ) from error
 
 
 def checked_metrics(config: Mapping[str, Any], metrics: Mapping[str, Any]) -> dict[str, Any]:
@@ -283,11 +210,12 @@ def train(
 
     `before` is this client's receipt of the last round it took part in, if any: it names the
     client's own strategy state (SCAFFOLD's c_i), which this round's training continues from.
-    When the round may go on without some of its clients (a quorum below its sample), a
-    client that cannot take part drops out instead of failing the run: its training raised,
-    its export was refused (NaN, infinities), or its previous attempt at this job died (a
-    retry after the process was killed or its Slurm job was cancelled). Its receipt and its
-    record in the store then say why, and the round's average names it as left out.
+    A client that cannot take part (its training raised, its export was refused: NaN,
+    infinities) records why in the store (soma.run.step, as in every mode). When the round may
+    go on without some of its clients (a quorum below its sample), it drops out instead of
+    failing the run, as it does when its previous attempt at this job died (a retry after the
+    process was killed or its Slurm job was cancelled): its receipt says why, and the round's
+    average names it as left out. Otherwise the job fails, naming the client and the reason.
     """
     task = task_of(config)
     store = Store(config["store"])
@@ -349,11 +277,28 @@ def _train_client(
         return _drop_out(store, meeting, client, f"died: {died}")
     try:
         own = _own_state(before, client)
-        written = _train_and_contribute(task, store, config, meeting, client, started, own)
+        data = task.shard(client, config["clients"])
+        own = None if own is None else store.recall_digest(own)
+        hosted = Hosted(client, data, task.size(data), own=own)
     except Exception as error:
-        if not meeting.may_go_on_without_some:
-            raise
         return _drop_out(store, meeting, client, dropout_reason(error))
+    nodes = task.nodes(config["seed"])
+    done = step.plain(store, meeting, task, strategy_of(config), nodes, hosted)
+    if done.dropped is not None:
+        return _dropped(meeting, client, done.dropped)
+    made = done.contribution
+    written = {
+        "run": meeting.run,
+        "round": meeting.round,
+        "client": client,
+        "meeting": meeting.key,
+        "started_from": started["weights"],
+        "weights": made.weights,
+        "size": hosted.size,
+        "extra": made.extra,
+        "own": made.own,
+        "metrics": json_numbers(done.metrics),
+    }
     _log_training(meeting, written, time.perf_counter() - tic)
     return written
 
@@ -397,52 +342,18 @@ def _previous_attempt_died(store: Store, meeting: Meeting, client: int) -> str |
 
 
 def _drop_out(store: Store, meeting: Meeting, client: int, why: str) -> dict[str, Any]:
-    drop(store, meeting, mine=client, why=why)
-    LOG.warning("client %d drops out of %s: %s", client, meeting.what, why)
+    """The client leaves the round (soma.run.step.leave: recorded, and an error when the
+    round cannot go on without it); its receipt."""
+    return _dropped(meeting, client, step.leave(store, meeting, client, why).dropped)
+
+
+def _dropped(meeting: Meeting, client: int, why: str) -> dict[str, Any]:
     return {
         "run": meeting.run,
         "round": meeting.round,
         "client": client,
         "meeting": meeting.key,
         "dropped": why,
-    }
-
-
-def _train_and_contribute(
-    task: Task,
-    store: Store,
-    config: Mapping[str, Any],
-    meeting: Meeting,
-    client: int,
-    started: Mapping[str, Any],
-    own: str | None,
-) -> dict[str, Any]:
-    nodes = nodes_at(task, store, config, started["weights"])
-    data = task.shard(client, config["clients"])
-    size = task.size(data)
-    metrics, extra, own_next = train_locally(
-        strategy_of(config),
-        task,
-        nodes,
-        data,
-        seed=training_seed(config["seed"], meeting.round, client),
-        state=None if started.get("state") is None else store.recall_digest(started["state"]),
-        mine=None if own is None else store.recall_digest(own),
-    )
-    mine = contribute(
-        store, meeting, export(nodes), mine=client, size=size, extra=extra, own=own_next
-    )
-    return {
-        "run": meeting.run,
-        "round": meeting.round,
-        "client": client,
-        "meeting": meeting.key,
-        "started_from": started["weights"],
-        "weights": mine.weights,
-        "size": size,
-        "extra": mine.extra,
-        "own": mine.own,
-        "metrics": json_numbers(metrics),
     }
 
 

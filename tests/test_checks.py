@@ -150,18 +150,23 @@ def config(**changes) -> dict:
 
 
 def test_each_refusal_of_the_start_checks_names_its_key() -> None:
+    from soma.run.spec import RunSpec
+
+    def checked(**changes):
+        return RunSpec.from_config(config(**changes)).checked()
+
     with pytest.raises(workflow.ConfigRefused, match=r"^config key `task`: "):
-        workflow.checked_task(config(task="nosuch"))
+        checked(task="nosuch")
     with pytest.raises(workflow.ConfigRefused, match=r"^config key `task_options` "):
-        workflow.checked_task(config(task_options={"soma.tasks.digits": {"lr": -1}}))
-    task = workflow.checked_task(config())
+        checked(task_options={"soma.tasks.digits": {"lr": -1}})
+    checked()
     with pytest.raises(workflow.ConfigRefused, match=r"^config keys `strategy`/`strategy_opt"):
-        workflow.checked_strategy(
-            config(strategy="soma.strategies.fedadam", strategy_options={
-                "soma.strategies.fedadam": {"bogus": 1}}), task
-        )  # fmt: skip
+        checked(
+            strategy="soma.strategies.fedadam",
+            strategy_options={"soma.strategies.fedadam": {"bogus": 1}},
+        )
     with pytest.raises(workflow.ConfigRefused, match=r"^config keys `clients`/`task_options`"):
-        workflow.check_clients(config(clients=1), task)
+        checked(clients=1)
     with pytest.raises(workflow.ConfigRefused, match=r"^config key `metric`: .* accuracy, loss"):
         workflow.checked_metrics(config(metric="f1"), {"accuracy": 0.5, "loss": 1.0})
     assert workflow.checked_metrics(config(), {"accuracy": float("nan")}) == {"accuracy": None}

@@ -1,0 +1,113 @@
+"""The round loop of a process that hosts clients: `soma client` (its clients, `--mine`) and
+`soma simulate` (every client of the run, in one interpreter). Both run this one loop, the
+one client step (soma.run.step) and the one meeting (RunSpec.meeting), so a run simulated
+trains the very bits of the same run under `soma client` (and under the workflow).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from soma.run import step
+from soma.run.spec import RunSpec
+from soma.run.step import Hosted
+from soma.store import Store
+
+
+@dataclass
+class Round:
+    """What one round left this process with: the average's record and digest, and each
+    hosted client's training metrics (None: it dropped out)."""
+
+    round: int
+    average: str
+    record: dict[str, Any]
+    metrics: dict[int, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Driven:
+    """A driven run: the task's nodes at the last average, the hosted clients, each round."""
+
+    nodes: Any
+    hosted: list[Hosted]
+    rounds: list[Round]
+
+    @property
+    def weights(self) -> str:
+        """The digest of the last round's average weights."""
+        return self.rounds[-1].record["weights"]
+
+
+def drive(
+    spec: RunSpec,
+    store: Store,
+    task: Any,
+    strategy: Any,
+    *,
+    deadline: float | None,
+    after: Callable[[Round, Driven], None] | None = None,
+) -> Driven:
+    """Every round of `spec` for its clients `spec.mine`: train each one the round samples
+    (soma.run.step), then leave with the round's average (whoever finds the round complete
+    averages it). `after(round, driven)` is called once a round is averaged, its weights
+    loaded into `driven.nodes`. `task` and `strategy` are `spec.checked()`'s."""
+    from soma.nodes import export, load
+    from soma.once import read_record
+    from soma.round import average_round
+
+    nodes = task.nodes(spec.seed)
+    hosted = []
+    for k in spec.mine or ():
+        data = task.shard(k, spec.clients)
+        hosted.append(Hosted(k, data, task.size(data)))
+    driven = Driven(nodes, hosted, [])
+    start, state = store.put_value(export(nodes)), None
+    for r in range(spec.rounds):
+        meeting = spec.meeting(r, start, state)
+        taking_part = [h for h in hosted if h.index in meeting.members]
+        metrics: dict[int, Any] = {}
+        if meeting.secure is not None:
+            digest = _secure_round(
+                store, meeting, task, strategy, nodes, taking_part, metrics, deadline
+            )
+        else:
+            for h in taking_part:
+                metrics[h.index] = step.plain(store, meeting, task, strategy, nodes, h).metrics
+            digest = average_round(store, meeting, deadline=deadline)
+        record = read_record(store, digest)
+        load(nodes, store.recall_digest(record["weights"]))
+        start, state = record["weights"], record["state"]
+        driven.rounds.append(Round(r, digest, record, metrics))
+        if after is not None:
+            after(driven.rounds[-1], driven)
+    return driven
+
+
+def _secure_round(
+    store: Store,
+    meeting: Any,
+    task: Any,
+    strategy: Any,
+    nodes: Any,
+    taking_part: list[Hosted],
+    metrics: dict[int, Any],
+    deadline: float | None,
+) -> str:
+    """The round under secure aggregation (soma.secure_round): this process's clients go
+    through its phases together, each trained by the one client step; the average's digest."""
+    from soma import secure_round
+
+    by_index = {h.index: h for h in taking_part}
+
+    def train(k: int):
+        done = step.secure(store, meeting, task, strategy, nodes, by_index[k])
+        metrics[k] = done.metrics
+        return done.dropped if done.dropped is not None else done.trained
+
+    secure_round.take_part(store, meeting, sorted(by_index), train, deadline=deadline)
+    return secure_round.average_round(
+        store, meeting, strategy, took_part=bool(taking_part), deadline=deadline
+    )

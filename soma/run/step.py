@@ -1,0 +1,118 @@
+"""One client's part in a round, the same in every mode: train from the round's start, release
+what the strategy releases, contribute (plain) or hand the export to secure aggregation's
+masking (secure); or leave the round, saying why.
+
+Used by `soma client` and `soma simulate` (through soma.run.drive), the workflow's train jobs
+(soma.workflow) and its secure train jobs (soma.secure_jobs). A client that cannot take part
+(its task raised, its export was refused) always records why (a drop-out record, or under
+secure aggregation its withdrawal), so that its peers learn it at once instead of waiting out
+their deadline. When the round can go on without it (a quorum below the round's sample), the
+process goes on; otherwise it raises `CannotTakePart`, naming the client and the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from soma.nodes import Export, export, load
+from soma.once import RoundError
+from soma.round import Contribution, Meeting, contribute, drop, dropout_reason
+from soma.runs import training_seed
+from soma.store import Store
+from soma.strategies import Strategy, train_locally
+
+LOG = logging.getLogger("soma.client")
+
+
+class CannotTakePart(RoundError):
+    """A client could not take part in a round that cannot go on without it; names the
+    client, the round and why (its drop-out is recorded already)."""
+
+
+@dataclass
+class Hosted:
+    """One client a process trains: its shard, the size it weighs, its own strategy state
+    (SCAFFOLD's c_i: the object, carried from the last round it trained)."""
+
+    index: int
+    data: Any
+    size: int
+    own: Any = None
+
+
+@dataclass
+class Outcome:
+    """What a client's step came to: its training metrics and what it wrote (plain: the
+    contribution; secure: the export and the weight it is summed with), or why it left."""
+
+    client: int
+    metrics: Any = None
+    contribution: Contribution | None = None
+    trained: tuple[Export, float | None] | None = None
+    dropped: str | None = None
+
+
+def _train(
+    store: Store, meeting: Meeting, task: Any, strategy: Strategy, nodes: Any, hosted: Hosted
+) -> tuple[Any, Export | None, Any]:
+    """Train `hosted` from the round's start with its (run seed, round, client) seed."""
+    load(nodes, store.recall_digest(meeting.start))
+    state = None if meeting.state is None else store.recall_digest(meeting.state)
+    seed = training_seed(meeting.config["seed"], meeting.round, hosted.index)
+    return train_locally(
+        strategy, task, nodes, hosted.data, seed=seed, state=state, mine=hosted.own
+    )
+
+
+def plain(
+    store: Store, meeting: Meeting, task: Any, strategy: Strategy, nodes: Any, hosted: Hosted
+) -> Outcome:
+    """Train and contribute, or leave saying why (see the module). `hosted.own` becomes the
+    client's new own state."""
+    try:
+        metrics, extra, own = _train(store, meeting, task, strategy, nodes, hosted)
+        made = contribute(
+            store, meeting, export(nodes), mine=hosted.index, size=hosted.size, extra=extra,
+            own=own,
+        )  # fmt: skip
+    except Exception as error:  # the task failed or the export was refused
+        return leave(store, meeting, hosted.index, dropout_reason(error))
+    hosted.own = own
+    return Outcome(hosted.index, metrics=metrics, contribution=made)
+
+
+def secure(
+    store: Store, meeting: Meeting, task: Any, strategy: Strategy, nodes: Any, hosted: Hosted
+) -> Outcome:
+    """Train, and check the export secure aggregation would mask (its `trained`), or
+    withdraw saying why (see the module); masking it is soma.secure_round's."""
+    from soma import secure_round
+
+    try:
+        metrics, _, _ = _train(store, meeting, task, strategy, nodes, hosted)
+        trained, weight = export(nodes), secure_round.weight_of(strategy, hosted.size)
+        secure_round.check_export(meeting, hosted.index, trained, weight)
+    except Exception as error:  # it shared its keys: the others unmask without it
+        return leave(store, meeting, hosted.index, dropout_reason(error))
+    return Outcome(hosted.index, metrics=metrics, trained=(trained, weight))
+
+
+def leave(store: Store, meeting: Meeting, client: int, why: str) -> Outcome:
+    """Record that `client` leaves the round and why (a drop-out; under secure aggregation
+    its withdrawal); then go on if the round can without it, else raise CannotTakePart."""
+    if meeting.secure is not None:
+        from soma.secagg import withdraw
+        from soma.secure_round import session_of
+
+        withdraw(store, session_of(meeting), client, why)
+    else:
+        drop(store, meeting, mine=client, why=why)
+    if not meeting.may_go_on_without_some:
+        raise CannotTakePart(
+            f"client {client} cannot take part in {meeting.what}, which needs all of its "
+            f"{len(meeting.members)} clients: {why}"
+        )
+    LOG.warning("client %d drops out of %s: %s", client, meeting.what, why)
+    return Outcome(client, dropped=why)
