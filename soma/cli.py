@@ -391,9 +391,31 @@ def gc(args: argparse.Namespace) -> int:
     return 1 if report.blocked else 0
 
 
+class _Defaults(argparse.HelpFormatter):
+    """`--help` shows every option's default: the value itself, unless the help already
+    says it (`default: ...`) or the option has none (a flag off, an empty list, None)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if "default" in text or action.required or default is argparse.SUPPRESS:
+            return text
+        if isinstance(default, bool) or default is None or default == []:
+            return text + " (default: none)" if action.nargs != 0 else text
+        return text + " (default: %(default)s)"
+
+
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="soma", description=__doc__.split("\n")[0])
+    top = argparse.ArgumentParser(
+        prog="soma", description=__doc__.split("\n")[0], formatter_class=_Defaults
+    )
     commands = top.add_subparsers(dest="command", required=True)
+    commands_add = commands.add_parser
+
+    def add_parser(*args: Any, **kwargs: Any) -> argparse.ArgumentParser:
+        return commands_add(*args, formatter_class=_Defaults, **kwargs)
+
+    commands.add_parser = add_parser  # type: ignore[method-assign]
     c = commands.add_parser("client", help="train one client's shard for every round")
     c.add_argument("--store", required=True, help="the shared folder every task can see")
     c.add_argument("--run", required=True, help="the run's name (two runs may share a store)")
@@ -455,7 +477,7 @@ def parser() -> argparse.ArgumentParser:
         metavar="T",
         help="secure aggregation (soma.secagg): nobody, the averager included, reads a "
         "client's weights, only their sum; T of the round's clients must come to unmask it "
-        "(FedAvg-style strategies; needs the `privacy` extra)",
+        "(FedAvg-style strategies; needs the `privacy` extra; default: off)",
     )
     c.add_argument(
         "--tree",
@@ -482,7 +504,7 @@ def parser() -> argparse.ArgumentParser:
         "--threads",
         type=int,
         default=int(os.environ.get("SOMA_THREADS", "1")),
-        help="torch threads (default 1: safe when jobs share cores)",
+        help="torch threads (default: $SOMA_THREADS, else 1: safe when jobs share cores)",
     )
     c.set_defaults(func=client)
     s = commands.add_parser("status", help="per round: who wrote, who is missing, the average")
