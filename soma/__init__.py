@@ -30,6 +30,7 @@ _WHERE = {
     "StrategyError": "soma.strategies",
     "load_strategy": "soma.strategies",
     "TrainingRun": "soma.training",
+    "simulate": "soma.run.simulate",
 }
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "StrategyError",
     "load_strategy",
     "TrainingRun",
+    "simulate",
 ]
 
 
@@ -83,6 +85,7 @@ if TYPE_CHECKING:  # for type checkers and editors: the same names, imported eag
         average_round,
         gather,
     )
+    from soma.run.simulate import simulate
     from soma.store import Store
     from soma.store_errors import StoreError
     from soma.strategies import StrategyError, load_strategy

@@ -64,36 +64,38 @@ def client(args: argparse.Namespace) -> int:
     """Every round: train each hosted client that the round samples, from the round's start,
     contribute it, and leave with the average (whoever finds the round complete averages);
     the run layer's loop (soma.run.drive). The task and the strategy are made and checked
-    (RunSpec.checked) before anything is written: a refused run leaves no store behind."""
+    (RunSpec.checked) before anything is written: a refused run leaves no store behind.
+
+    `soma simulate` is this very command with every client hosted here (soma.run.simulate),
+    and without --store a temporary store, removed at the end."""
     import torch
 
     from soma.run.drive import drive
+    from soma.run.simulate import store_at
     from soma.run.spec import RunSpec
-    from soma.store import Store
 
     torch.set_num_threads(args.threads)
     spec = RunSpec.from_args(args)
     task, strategy = spec.checked()
-    store = Store(args.store)  # only once the run was checked whole
+    with store_at(args.store) as store:  # only once the run was checked whole
+        driven = drive(
+            spec, store, task, strategy, deadline=args.deadline, after=_printer(args, task)
+        )
+        evaluation = task.evaluate(driven.nodes)
+    line = {**_who(args, driven.hosted), "done": args.rounds, "evaluation": evaluation}
+    print(json.dumps(line, sort_keys=True), flush=True)
+    return 0
+
+
+def _printer(args: argparse.Namespace, task: Any):
+    """What a process says after each round: its JSON line, and the round's log line."""
 
     def after(done, driven) -> None:
         line = _round_line(args, done.round, driven.hosted, done.average, done.record, done)
         print(json.dumps(line), flush=True)
         _log_round(task, driven.nodes, args, done.round, done.record)
 
-    driven = drive(spec, store, task, strategy, deadline=args.deadline, after=after)
-    print(
-        json.dumps(
-            {
-                **_who(args, driven.hosted),
-                "done": args.rounds,
-                "evaluation": task.evaluate(driven.nodes),
-            },
-            sort_keys=True,
-        ),
-        flush=True,
-    )
-    return 0
+    return after
 
 
 def _who(args: argparse.Namespace, hosted: list[Hosted]) -> dict[str, Any]:
@@ -244,14 +246,15 @@ def one_line(error: BaseException) -> str:
 def check_arguments(args: argparse.Namespace) -> None:
     """Every argument of the command, checked before it runs: a refused command has made
     nothing (no store behind a mistyped path), read nothing and trained nothing."""
-    _check_store(args.store)
+    if args.store is not None:
+        _check_store(args.store)
     if getattr(args, "run", None) is not None:
         _check_run(args.run)
     if getattr(args, "clients", None) is not None:
         _at_least("--clients", args.clients, 1)
     if getattr(args, "round", None) is not None:
         _at_least("--round", args.round, 0)
-    if args.command == "client":
+    if args.command in ("client", "simulate"):
         _check_client(args)
 
 
@@ -405,36 +408,8 @@ class _Defaults(argparse.HelpFormatter):
         return text + " (default: %(default)s)"
 
 
-def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(
-        prog="soma", description=__doc__.split("\n")[0], formatter_class=_Defaults
-    )
-    commands = top.add_subparsers(dest="command", required=True)
-    commands_add = commands.add_parser
-
-    def add_parser(*args: Any, **kwargs: Any) -> argparse.ArgumentParser:
-        return commands_add(*args, formatter_class=_Defaults, **kwargs)
-
-    commands.add_parser = add_parser  # type: ignore[method-assign]
-    c = commands.add_parser("client", help="train one client's shard for every round")
-    c.add_argument("--store", required=True, help="the shared folder every task can see")
-    c.add_argument("--run", required=True, help="the run's name (two runs may share a store)")
-    c.add_argument("--rounds", type=int, required=True)
-    c.add_argument("--clients", type=int, required=True)
-    c.add_argument(
-        "--mine",
-        type=clients_of,
-        default=None,
-        help="the clients this process trains: 3, 0-4 or 0,2,5-7 (default: $SLURM_PROCID, "
-        "or with --per-task B, task p's B clients p*B..p*B+B-1)",
-    )
-    c.add_argument(
-        "--per-task",
-        type=int,
-        default=1,
-        metavar="B",
-        help="clients per task when --mine is not given (default 1)",
-    )
+def _run_arguments(c: argparse.ArgumentParser) -> None:
+    """What a run is and how a process drives it: `soma client`'s and `soma simulate`'s."""
     c.add_argument("--task", default="soma.tasks.control", help="a task's import path")
     c.add_argument(
         "--option",
@@ -506,7 +481,53 @@ def parser() -> argparse.ArgumentParser:
         default=int(os.environ.get("SOMA_THREADS", "1")),
         help="torch threads (default: $SOMA_THREADS, else 1: safe when jobs share cores)",
     )
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="soma", description=__doc__.split("\n")[0], formatter_class=_Defaults
+    )
+    commands = top.add_subparsers(dest="command", required=True)
+    commands_add = commands.add_parser
+
+    def add_parser(*args: Any, **kwargs: Any) -> argparse.ArgumentParser:
+        return commands_add(*args, formatter_class=_Defaults, **kwargs)
+
+    commands.add_parser = add_parser  # type: ignore[method-assign]
+    c = commands.add_parser("client", help="train one client's shard for every round")
+    c.add_argument("--store", required=True, help="the shared folder every task can see")
+    c.add_argument("--run", required=True, help="the run's name (two runs may share a store)")
+    c.add_argument("--rounds", type=int, required=True)
+    c.add_argument("--clients", type=int, required=True)
+    c.add_argument(
+        "--mine",
+        type=clients_of,
+        default=None,
+        help="the clients this process trains: 3, 0-4 or 0,2,5-7 (default: $SLURM_PROCID, "
+        "or with --per-task B, task p's B clients p*B..p*B+B-1)",
+    )
+    c.add_argument(
+        "--per-task",
+        type=int,
+        default=1,
+        metavar="B",
+        help="clients per task when --mine is not given (default 1)",
+    )
+    _run_arguments(c)
     c.set_defaults(func=client)
+    m = commands.add_parser(
+        "simulate", help="every client of a run in this one process (the bits of soma client)"
+    )
+    m.add_argument(
+        "--store",
+        default=None,
+        help="the store to keep the run in (default: a temporary folder, removed at the end)",
+    )
+    m.add_argument("--run", default="simulation", help="the run's name")
+    m.add_argument("--rounds", type=int, required=True)
+    m.add_argument("--clients", type=int, required=True)
+    _run_arguments(m)
+    m.set_defaults(func=client)
     s = commands.add_parser("status", help="per round: who wrote, who is missing, the average")
     s.add_argument("--store", required=True)
     s.add_argument("--run", required=True)
@@ -596,6 +617,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     if getattr(args, "command", None) == "client" and args.mine is None:
         args.mine = _mine_from_slurm(args)
+    if getattr(args, "command", None) == "simulate":
+        args.mine = list(range(args.clients)) if args.clients > 0 else []
     try:
         check_arguments(args)
         return args.func(args)

@@ -71,6 +71,10 @@ OPTIONS = {
 }
 
 
+# soma.simulate's keyword argument of a field, where its name is not the field's.
+ARGUMENTS = {"secure": "secure_aggregation", "mine": "clients"}
+
+
 def _frozen(options: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return MappingProxyType(dict(options or {}))
 
@@ -82,7 +86,8 @@ class RunSpec:
     averaged (`tree`: a fan-in; `secure`: secure aggregation's threshold), its seed, and how
     its clients are hosted (`per_job` clients a job or task; `mine`: this process's clients,
     None for the workflow, whose jobs each name theirs). `given` says where it came from
-    ("config" or "args"): a refusal names the config key or the option accordingly."""
+    ("config", "args" or "library": soma.simulate): a refusal names the config key, the
+    option or the keyword argument accordingly."""
 
     run: str
     task: str
@@ -192,12 +197,15 @@ class RunSpec:
         """`config keys `a`/`b`` or `--a/--b`: what a refusal of these fields names."""
         if self.given == "args":
             return "/".join(OPTIONS[f] for f in fields)
+        if self.given == "library":  # soma.simulate's keyword arguments
+            keys = "/".join(f"`{ARGUMENTS.get(f, f)}`" for f in fields)
+            return f"simulate() argument{'s' if len(fields) > 1 else ''} {keys}"
         keys = "/".join(f"`{CONFIG_KEYS[f]}`" for f in fields)
         return f"config key{'s' if len(fields) > 1 else ''} {keys}"
 
     def refused(self, message: str) -> SomaError:
         """The refusal of this spec's source: a ConfigRefused or a BadArgument."""
-        return (BadArgument if self.given == "args" else ConfigRefused)(message)
+        return (ConfigRefused if self.given == "config" else BadArgument)(message)
 
     def _at_least(self, name: str, least: int) -> None:
         value = getattr(self, name)
@@ -252,8 +260,8 @@ class RunSpec:
         unknown = sorted(set(self.task_options) - set(declared)) if declared is not None else []
         if unknown:
             raise self.refused(
-                f"--option {', '.join(map(repr, unknown))}: not an option of task "
-                f"{self.task!r}, which takes {', '.join(declared)}"
+                f"{self.named('task_options')} {', '.join(map(repr, unknown))}: not an option "
+                f"of task {self.task!r}, which takes {', '.join(declared)}"
             )
 
     def checked(self) -> tuple[Task, Strategy]:

@@ -1,0 +1,101 @@
+"""A federated run simulated: every client of the run in one interpreter, for any task.
+
+`soma simulate` and `soma.simulate(...)` run the very loop of `soma client` (soma.run.drive)
+with every client hosted by this one process: the same client step, the same seeds
+(soma.runs.training_seed), the same meetings in a store, so its weights are bit-identical to
+those of `soma client` (and of the workflow) for the same run. Without a store it uses a
+temporary folder, removed at the end.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from soma.run.drive import Round, drive
+from soma.run.options import typed
+from soma.run.spec import RunSpec
+
+if TYPE_CHECKING:
+    from soma.store import Store
+
+
+@dataclass
+class Simulated:
+    """A simulated run: each round (its average's record and digest, each client's training
+    metrics), the digest of the last average's weights, and their evaluation by the task."""
+
+    rounds: list[Round]
+    weights: str
+    evaluation: Any
+    nodes: Any
+
+
+def simulate(
+    task: str,
+    *,
+    clients: int,
+    rounds: int,
+    task_options: Mapping[str, Any] | None = None,
+    strategy: str = "fedavg",
+    strategy_options: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    participation: int | float | None = None,
+    quorum: int | float | None = None,
+    secure_aggregation: int | None = None,
+    tree: int | None = None,
+    run: str = "simulation",
+    store: str | Path | None = None,
+    deadline: float | None = 3600.0,
+    after: Callable[[Round, Any], None] | None = None,
+) -> Simulated:
+    """Run `rounds` rounds of `clients` clients of `task` in this interpreter (see the
+    module). Options given as text read as everywhere else (soma.run.options); the run is
+    checked whole (RunSpec.checked) before anything is written."""
+    spec = RunSpec(
+        run=run,
+        task=task,
+        clients=clients,
+        rounds=rounds,
+        task_options=typed(task_options),
+        strategy=strategy,
+        strategy_options=typed(strategy_options),
+        seed=seed,
+        participation=participation,
+        quorum=quorum,
+        secure=secure_aggregation,
+        tree=tree,
+        mine=tuple(range(clients)) if isinstance(clients, int) else None,
+        given="library",
+    )
+    return simulate_spec(spec, store, deadline=deadline, after=after)
+
+
+def simulate_spec(
+    spec: RunSpec,
+    store: str | Path | None,
+    *,
+    deadline: float | None,
+    after: Callable[[Round, Any], None] | None = None,
+) -> Simulated:
+    """`simulate` of a spec whose `mine` is every client."""
+    task, strategy = spec.checked()
+    with store_at(store) as kept:
+        driven = drive(spec, kept, task, strategy, deadline=deadline, after=after)
+        return Simulated(driven.rounds, driven.weights, task.evaluate(driven.nodes), driven.nodes)
+
+
+@contextmanager
+def store_at(path: str | Path | None) -> Iterator[Store]:
+    """The store at `path`, or (None) one in a temporary folder, removed at the end."""
+    from soma.store import Store
+
+    if path is not None:
+        yield Store(path)
+        return
+    with tempfile.TemporaryDirectory(prefix="soma-simulate-") as folder:
+        yield Store(folder)
