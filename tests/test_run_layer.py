@@ -1,0 +1,152 @@
+"""The run layer (soma.run): one option rule, one check, one client step, one loop, so that
+the same run trains the same bits under the workflow, `soma client` and `soma simulate`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from soma.run.options import value
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures"
+TINY = FIXTURES / "tiny.yaml"
+NO_BASELINES = FIXTURES / "no-baselines.yaml"
+
+# The options as text, the way a user types them; typed_task refuses any other type.
+TYPED = {"lr": "1e-1", "halve": "yes", "epochs": "007"}
+FLAGS = [f"--option={k}={v}" for k, v in TYPED.items()]
+
+
+def env() -> dict[str, str]:
+    """Every mode imports soma from this tree and the fixture task from tests/fixtures."""
+    environ = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{FIXTURES}", OMP_NUM_THREADS="1")
+    environ.pop("SLURM_PROCID", None)
+    return environ
+
+
+def soma(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "soma.cli", *args],
+        cwd=cwd,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def last_weights(out: str) -> str:
+    rounds = [json.loads(line) for line in out.splitlines() if '"round"' in line]
+    return rounds[-1]["weights"]
+
+
+def run_args(*extra: str) -> list[str]:
+    return ["--rounds", "2", "--clients", "2", "--task", "typed_task", *FLAGS, *extra]
+
+
+def test_a_value_typed_as_text_reads_as_yaml_with_json_numbers() -> None:
+    assert value("1e-1") == 0.1 and value("1E5") == 1e5 and value("-2e3") == -2000.0
+    assert value("yes") is True and value("off") is False and value("007") == 7
+    assert value("mlp") == "mlp" and value("") is None and value("[1, 2]") == [1, 2]
+    assert value("a: b: c") == "a: b: c"  # not YAML: kept as text
+
+
+def test_the_same_text_trains_the_same_bits_in_the_workflow_soma_client_and_simulate(
+    tmp_path,
+) -> None:
+    # soma client: two processes, as srun starts them
+    command = [sys.executable, "-m", "soma.cli", "client", "--store", "store", "--run", "typed"]
+    processes = [
+        subprocess.Popen(
+            [*command, *run_args("--mine", str(k))],
+            cwd=tmp_path,
+            env=env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for k in range(2)
+    ]
+    outs = []
+    for process in processes:
+        out, err = process.communicate(timeout=600)
+        assert process.returncode == 0, err
+        outs.append(out)
+    by_client = {last_weights(out) for out in outs}
+    assert len(by_client) == 1
+    # soma simulate: both clients in one process, a temporary store
+    simulated = soma("simulate", *run_args(), cwd=tmp_path)
+    assert simulated.returncode == 0, simulated.stderr
+    assert {last_weights(simulated.stdout)} == by_client
+    # the workflow: the options handed over by Snakemake as text
+    workdir = tmp_path / "workflow"
+    workdir.mkdir()
+    options = ", ".join(f"{k}: {v}" for k, v in TYPED.items())
+    done = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(workdir)]
+        + ["--configfile", str(TINY), str(NO_BASELINES), "--cores", "1", "--config"]
+        + ["run=typed", "task=typed_task", "metric=loss"]
+        + [f"task_options={{typed_task: {{{options}}}}}"],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    average = workdir / "results" / "typed" / "round" / "1" / "average.json"
+    assert {json.loads(average.read_text())["weights"]} == by_client
+
+
+def test_the_library_simulates_the_same_bits_as_soma_simulate(tmp_path, monkeypatch) -> None:
+    import soma as library
+
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    simulated = soma("simulate", *run_args(), "--store", "kept", cwd=tmp_path)
+    assert simulated.returncode == 0, simulated.stderr
+    assert (tmp_path / "kept" / "blobs").is_dir()  # a store given is kept
+    done = library.simulate("typed_task", clients=2, rounds=2, task_options=TYPED)
+    assert done.weights == last_weights(simulated.stdout)
+
+
+@pytest.mark.parametrize("command", ["client", "simulate"])
+def test_a_tree_with_a_strategy_that_needs_every_update_is_refused_with_nothing_written(
+    tmp_path, command
+) -> None:
+    mine = ("--mine", "0") if command == "client" else ()
+    done = soma(
+        command, "--store", "store", "--run", "r", "--rounds", "1", "--clients", "2", *mine,
+        "--tree", "2", "--strategy", "median", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("soma: --strategy/--tree: "), done.stderr
+    assert "median" in lines[0] and done.stdout == ""
+    assert not (tmp_path / "store").exists()
+
+
+def test_a_simulation_without_a_store_leaves_no_folder(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    done = soma("simulate", "--rounds", "1", "--clients", "2", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_help_shows_every_default() -> None:
+    from soma.cli import parser
+
+    commands = parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    for name, sub in commands.items():
+        formatter = sub._get_formatter()
+        for action in sub._actions:
+            if action.required or not action.option_strings or action.nargs == 0:
+                continue  # a flag (--json, --help) is off unless given
+            shown = formatter._get_help_string(action)
+            assert "default" in shown, f"soma {name} --help: {action.option_strings} {shown!r}"
+    client = commands["client"].format_help()
+    assert "(default: 3600.0)" in " ".join(client.split()), client
