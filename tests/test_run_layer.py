@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from soma.run.options import value
+from soma.run import options
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -51,6 +51,7 @@ def run_args(*extra: str) -> list[str]:
 
 
 def test_a_value_typed_as_text_reads_as_yaml_with_json_numbers() -> None:
+    value = options.value
     assert value("1e-1") == 0.1 and value("1E5") == 1e5 and value("-2e3") == -2000.0
     assert value("yes") is True and value("off") is False and value("007") == 7
     assert value("mlp") == "mlp" and value("") is None and value("[1, 2]") == [1, 2]
@@ -116,18 +117,37 @@ def test_the_library_simulates_the_same_bits_as_soma_simulate(tmp_path, monkeypa
 
 @pytest.mark.parametrize("command", ["client", "simulate"])
 def test_a_tree_with_a_strategy_that_needs_every_update_is_refused_with_nothing_written(
-    tmp_path, command
+    tmp_path, command, capsys
 ) -> None:
-    mine = ("--mine", "0") if command == "client" else ()
-    done = soma(
-        command, "--store", "store", "--run", "r", "--rounds", "1", "--clients", "2", *mine,
-        "--tree", "2", "--strategy", "median", cwd=tmp_path,
-    )  # fmt: skip
-    assert done.returncode == 1, done.stdout
-    lines = done.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("soma: --strategy/--tree: "), done.stderr
-    assert "median" in lines[0] and done.stdout == ""
-    assert not (tmp_path / "store").exists()
+    from soma.cli import main
+
+    store = tmp_path / "store"
+    mine = ["--mine", "0"] if command == "client" else []
+    given = ["--store", str(store), "--run", "r", "--rounds", "1", "--clients", "2", *mine]
+    given += ["--deadline", "2"]  # were it not refused, client 0 would not wait for client 1
+    assert main([command, *given, "--tree", "2", "--strategy", "median"]) == 1
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("soma: --strategy/--tree: "), err
+    assert "median" in lines[0] and out == ""
+    assert not store.exists()
+
+
+def test_a_client_that_cannot_take_part_leaves_saying_why_and_stops_a_round_that_needs_it(
+    tmp_path,
+) -> None:
+    from soma.round import Meeting, read_record
+    from soma.run.step import CannotTakePart, leave
+    from soma.store import Store
+
+    store = Store(tmp_path)
+    needed = Meeting("r", 0, 3)
+    with pytest.raises(CannotTakePart, match=r"^client 1 cannot take part in round 0 .*: failed"):
+        leave(store, needed, 1, "failed: it broke")
+    assert read_record(store, store.resolve(needed.client(1)))["dropped"] == "failed: it broke"
+    spared = Meeting("r", 0, 3, quorum=2)
+    assert leave(store, spared, 1, "failed: it broke").dropped == "failed: it broke"
+    assert read_record(store, store.resolve(spared.client(1)))["dropped"] == "failed: it broke"
 
 
 def test_a_simulation_without_a_store_leaves_no_folder(tmp_path, monkeypatch) -> None:

@@ -128,7 +128,7 @@ def test_a_strategy_that_needs_every_update_is_refused_with_secure_aggregation(t
     command += ["--secure-aggregation", "3", "--strategy", "median"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and "Traceback" not in done.stderr
-    assert done.stderr.startswith("soma: --secure-aggregation with --strategy median: ")
+    assert done.stderr.startswith("soma: --strategy/--secure-aggregation: strategy 'median'")
     assert "needs every client's update" in done.stderr
     assert not (tmp_path / "s").exists()
 
