@@ -3,6 +3,7 @@
 Each task is client `$SLURM_PROCID` unless `--mine` says otherwise.
 
     srun -n 4 soma client --store /shared/soma --run cifar --rounds 10 --clients 4
+    soma simulate --rounds 10 --clients 4 [--store /tmp/s]   every client in this process
     soma status --store /shared/soma --run cifar [--json]
     soma export --store /shared/soma --run cifar [--round 9] -o cifar.safetensors
     soma verify --store /shared/soma [--run cifar]      exit 1 when anything is damaged
