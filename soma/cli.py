@@ -92,7 +92,7 @@ def _printer(args: argparse.Namespace, task: Any):
     """What a process says after each round: its JSON line, and the round's log line."""
 
     def after(done, driven) -> None:
-        line = _round_line(args, done.round, driven.hosted, done.average, done.record, done)
+        line = _round_line(args, driven.hosted, done)
         print(json.dumps(line), flush=True)
         _log_round(task, driven.nodes, args, done.round, done.record)
 
@@ -106,10 +106,10 @@ def _who(args: argparse.Namespace, hosted: list[Hosted]) -> dict[str, Any]:
     return {"clients": [h.index for h in hosted]}
 
 
-def _round_line(args, r, hosted, digest, record, done) -> dict[str, Any]:
+def _round_line(args, hosted, done) -> dict[str, Any]:
     """What a round left this process with, as one JSON line (sorted keys)."""
-    metrics = done.metrics
-    line = {**_who(args, hosted), "round": r, "average": digest, "weights": record["weights"]}
+    metrics, weights = done.metrics, done.record["weights"]
+    line = {**_who(args, hosted), "round": done.round, "average": done.average, "weights": weights}
     if len(hosted) == 1:
         line.update(size=hosted[0].size, train=metrics.get(hosted[0].index))
     else:
