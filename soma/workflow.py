@@ -273,7 +273,7 @@ def _train_client(
     """One client's training in a round, or its drop-out: the receipt either way."""
     tic = time.perf_counter()
     died = _previous_attempt_died(store, meeting, client)
-    if died and meeting.may_go_on_without_some:
+    if died and step.goes_on_without_some(meeting):
         return _drop_out(store, meeting, client, f"died: {died}")
     try:
         own = _own_state(before, client)

@@ -6,8 +6,8 @@ Used by `soma client` and `soma simulate` (through soma.run.drive), the workflow
 (soma.workflow) and its secure train jobs (soma.secure_jobs). A client that cannot take part
 (its task raised, its export was refused) always records why (a drop-out record, or under
 secure aggregation its withdrawal), so that its peers learn it at once instead of waiting out
-their deadline. When the round can go on without it (a quorum below the round's sample), the
-process goes on; otherwise it raises `CannotTakePart`, naming the client and the reason.
+their deadline. When the round can go on without it (`goes_on_without_some`), the process
+goes on; otherwise it raises `CannotTakePart`, naming the client and the reason.
 """
 
 from __future__ import annotations
@@ -109,10 +109,19 @@ def leave(store: Store, meeting: Meeting, client: int, why: str) -> Outcome:
         withdraw(store, session_of(meeting), client, why)
     else:
         drop(store, meeting, mine=client, why=why)
-    if not meeting.may_go_on_without_some:
+    if not goes_on_without_some(meeting):
         raise CannotTakePart(
             f"client {client} cannot take part in {meeting.what}, which needs all of its "
             f"{len(meeting.members)} clients: {why}"
         )
     LOG.warning("client %d drops out of %s: %s", client, meeting.what, why)
     return Outcome(client, dropped=why)
+
+
+def goes_on_without_some(meeting: Meeting) -> bool:
+    """Whether the round can be averaged without some of its clients: a quorum below its
+    sample; under secure aggregation a threshold below it (the sum is unmasked with any
+    `threshold` of the round's clients, and secure aggregation does not read the quorum)."""
+    if meeting.secure is not None:
+        return meeting.secure < len(meeting.members)
+    return meeting.may_go_on_without_some
