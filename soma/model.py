@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import struct
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -42,7 +41,7 @@ import torch
 
 from soma import tensorfile
 from soma.errors import SomaError
-from soma.files import fsync_folder, write_all
+from soma.files import write_atomic
 from soma.nodes import Export
 from soma.store_errors import StoreError
 
@@ -150,26 +149,10 @@ def save_model(
     if path.is_dir():
         raise ModelError(f"cannot write the model to {str(path)!r}: it is a folder")
     plan = _plan(export, metadata or {})
-    temporary = folder / f".{path.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
     try:
-        fd = os.open(temporary, flags, 0o666)
-    except OSError as error:
-        raise ModelError(f"cannot write the model to {str(path)!r}: {error}") from None
-    try:
-        try:
-            for chunk in plan.chunks():
-                write_all(fd, chunk)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temporary, path)
-    except BaseException as error:
-        temporary.unlink(missing_ok=True)
-        if isinstance(error, OSError):  # a full disk, a quota: said in one line by the CLI
-            raise ModelError(f"cannot write the model to {str(path)!r}: {error}") from error
-        raise
-    fsync_folder(folder)
+        write_atomic(path, plan.chunks())
+    except OSError as error:  # a full disk, a quota: said in one line by the CLI
+        raise ModelError(f"cannot write the model to {str(path)!r}: {error}") from error
     return path
 
 

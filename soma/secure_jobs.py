@@ -39,6 +39,8 @@ from soma.workflow import (
 # Each phase waits for the ones before through the DAG; this is only how long a job waits
 # for a record another job wrote, on a folder slow to show it.
 DEADLINE = 600.0
+# A client's secrets: readable by its own user only, whatever the umask (see the module docs).
+PRIVATE = 0o600
 
 
 def _secrets(meeting: Meeting, private: str):
@@ -59,7 +61,7 @@ def keys(
 
     meeting = meeting_of(config, round, read_receipt(previous))
     secrets = advertise(Store(config["store"]), secure_round.session_of(meeting), client)
-    write_receipt(private, secrets.private_record())
+    write_receipt(private, secrets.private_record(), mode=PRIVATE)
     write_receipt(receipt, {**_receipt(meeting, client), "phase": "keys"})
     LOG.info("%s, client %d: keys advertised", meeting.what, client)
 
@@ -79,7 +81,7 @@ def share(
     meeting = meeting_of(config, round, read_receipt(previous))
     secrets = _secrets(meeting, private)
     among = share_secrets(Store(config["store"]), secrets.session, secrets, deadline=DEADLINE)
-    write_receipt(shared, secrets.private_record())
+    write_receipt(shared, secrets.private_record(), mode=PRIVATE)
     write_receipt(receipt, {**_receipt(meeting, client), "phase": "share", "among": among})
     LOG.info("%s, client %d: secrets shared among clients %s", meeting.what, client, among)
 

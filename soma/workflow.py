@@ -15,7 +15,6 @@ import logging
 import math
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -25,6 +24,7 @@ import torch
 
 from soma import holders
 from soma.configs import ConfigRefused
+from soma.files import write_atomic
 from soma.nodes import export, load
 from soma.participation import policy
 from soma.round import (
@@ -60,21 +60,15 @@ def progress(message: str, *args: Any) -> None:
     LOG.info(message, *args, extra={"progress": True})
 
 
-def write_receipt(path: str | os.PathLike, receipt: Mapping[str, Any]) -> None:
-    """Deterministic JSON, atomically: a temp file beside it, fsync, rename."""
+def write_receipt(
+    path: str | os.PathLike, receipt: Mapping[str, Any], *, mode: int | None = None
+) -> None:
+    """Deterministic JSON, atomically (`soma.files.write_atomic`): a receipt is a file as the
+    umask says; a secret passes `mode=0o600`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(receipt, sort_keys=True, indent=2, allow_nan=False) + "\n"
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    write_atomic(path, text.encode("utf-8"), mode=mode)
 
 
 def read_receipt(path: str | os.PathLike) -> dict[str, Any]:

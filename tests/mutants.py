@@ -500,6 +500,32 @@ def _verify_skips_hashing() -> None:
     )
 
 
+# --- the one atomic writer (soma/files.py) --------------------------------------------------
+
+
+@mutant(
+    "write_atomic_writes_in_place",
+    caught_by=["tests/test_files.py", "-k", "killed"],
+)
+def _write_atomic_writes_in_place() -> None:
+    """The file is truncated and written under its final name: a writer killed half way
+    leaves a partial file (or the new one where the old was wanted)."""
+    import soma.files
+    import soma.workflow
+
+    def in_place(path, data, *, mode=None):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 if mode is None else mode)
+        try:
+            whole = isinstance(data, bytes | bytearray | memoryview)
+            for chunk in [data] if whole else data:
+                soma.files.write_all(fd, memoryview(chunk).cast("B"))
+        finally:
+            os.close(fd)
+
+    _replace(soma.files, "write_atomic", in_place)
+    soma.workflow.write_atomic = soma.files.write_atomic
+
+
 # --- strategies: each family registers its own mutants ---------------------------------------
 # Imported last: they use `mutant` and `_replace` from this module.
 import mutants_fedopt  # noqa: E402, F401
