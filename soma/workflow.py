@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from soma import holders
+from soma import holders, runs
 from soma.configs import ConfigRefused
 from soma.files import write_atomic
 from soma.nodes import export, load
@@ -141,8 +141,9 @@ def json_numbers(metrics: Mapping[str, Any]) -> dict[str, Any]:
     return {k: number(v) for k, v in sorted(metrics.items())}
 
 
-def start(config: Mapping[str, Any], receipt: str) -> None:
-    """The run's starting weights, from the seed, kept in the store, and their evaluation.
+def start(config: Mapping[str, Any], receipt: str, run_record: str | None = None) -> None:
+    """The run's starting weights, from the seed, kept in the store, and their evaluation;
+    and `run_record`, what the run is (`soma.runs.record`), where its receipts live.
 
     The first job of a run, so everything the Snakefile could not check without torch is
     checked here, before any client trains: the task imports and takes its options, the
@@ -162,6 +163,8 @@ def start(config: Mapping[str, Any], receipt: str) -> None:
     weights = store.put_value(exported)
     store.bind(f"{config['run']}/start", weights)
     keep_evaluation(store, config["run"], weights, metrics)
+    if run_record is not None:
+        write_receipt(run_record, runs.record(config))
     write_receipt(
         receipt,
         {
