@@ -42,6 +42,7 @@ from soma.once import (
     current_holder,
     read_record,
 )
+from soma.runs import differences, shown
 from soma.store import Store
 from soma.strategies import (
     Arrival,
@@ -59,6 +60,7 @@ __all__ = [
     "Backoff",
     "Input",
     "Meeting",
+    "MeetingsDiffer",
     "RoundError",
     "RoundIncomplete",
     "average_inputs",
@@ -500,6 +502,142 @@ def tree_refusal(strategy: str) -> str:
     )
 
 
+# --- meetings of one round that differ ------------------------------------------------------
+
+
+class MeetingsDiffer(RoundError):
+    """Clients of one run and round meet apart: the settings they were given differ."""
+
+
+def settings(about: Mapping[str, Any]) -> dict[str, Any]:
+    """A meeting's identity (its `about` record) by the names a user sets (the config's keys,
+    where there is one), so that two meetings are told apart key by key."""
+    config = dict(about.get("config") or {})
+    return {
+        "task": config.pop("task", None),
+        "task_options": config.pop("options", None) or {},
+        "seed": config.pop("seed", None),
+        **config,
+        "clients": about.get("clients"),
+        "strategy": about.get("strategy"),
+        "strategy_options": about.get("options") or {},
+        "expected": about.get("expected"),
+        "quorum": about.get("quorum"),
+        "tree": about.get("tree"),
+        "secure_aggregation": about.get("secure"),
+    }
+
+
+# How a meeting's starting point is said when it is all that differs.
+STARTING_POINT = {"start": "start weights", "state": "strategy state"}
+
+
+def meeting_differences(
+    theirs: Mapping[str, Any], mine: Mapping[str, Any]
+) -> list[tuple[str, Any, Any]]:
+    """The settings two meetings' `about` records differ in (see `soma.runs.differences`);
+    only when they differ in none, their starting points (the start weights, the strategy's
+    state), which the settings of the rounds before decide."""
+    found = differences(settings(theirs), settings(mine))
+    if found:
+        return found
+    return [
+        (said, theirs.get(key), mine.get(key))
+        for key, said in STARTING_POINT.items()
+        if theirs.get(key) != mine.get(key)
+    ]
+
+
+def said_apart(found: Sequence[tuple[str, Any, Any]]) -> tuple[str, str]:
+    """`found` (from `meeting_differences`) said from each side: ("strategy fedadam",
+    "strategy fedavg"); a digest is shortened to 12 characters."""
+
+    def value(v: Any) -> str:
+        text = shown(v)
+        return text[:12] if isinstance(v, str) and len(v) == 64 else text
+
+    return (
+        ", ".join(f"{key} {value(a)}" for key, a, _ in found),
+        ", ".join(f"{key} {value(b)}" for key, _, b in found),
+    )
+
+
+# How often a waiting client looks for its clients in other meetings of its round (seconds).
+ELSEWHERE_EVERY = 1.0
+
+
+class _Elsewhere:
+    """Whether a client this meeting waits for joined another meeting of the same run and
+    round instead, which nobody would ever average with this one.
+
+    A record (or started marker) there counts when its writer may be alive, or when it was
+    written while this meeting waited: a record left by a crashed run whose process is
+    provably gone does not stop a new one. A meeting already averaged is past, not a rival.
+    """
+
+    def __init__(self, store: Store, meeting: Meeting) -> None:
+        self.store, self.meeting = store, meeting
+        self.folder = round_prefix(meeting.run, meeting.round)
+        self.seen: set[str] | None = None  # the records there at the first look
+        self.next = 0.0
+
+    def check(self, waiting: Sequence[int]) -> None:
+        now = time.monotonic()
+        if now < self.next or not waiting:
+            return
+        self.next = now + ELSEWHERE_EVERY
+        waiting_for = set(waiting)
+        first, seen = self.seen is None, set()
+        alive: dict[str, bool] = {}
+        for key in self.store.entries(self.folder):
+            prefix = f"{self.folder}/{key}"
+            if not self._rival(key):
+                continue
+            for name in self.store.bound(f"{prefix}/client/") + self.store.bound(
+                f"{prefix}/started/"
+            ):
+                tail = name.rsplit("/", 1)[1]
+                if not tail.isdigit() or int(tail) not in waiting_for:
+                    continue
+                seen.add(name)
+                if not first:
+                    if name not in (self.seen or ()):
+                        raise self._apart(key, int(tail))
+                    continue
+                record = read_record(self.store, self.store.resolve(name))
+                holder = record.get("by", record)
+                said = codecs.canonical_json(holder).decode()
+                if said not in alive:
+                    alive[said] = not holders.gone(holder)
+                if alive[said]:
+                    raise self._apart(key, int(tail))
+        if first:
+            self.seen = seen
+
+    def _rival(self, key: str) -> bool:
+        """Another meeting of the round, not yet averaged."""
+        average = f"{self.folder}/{key}/average"
+        return key != self.meeting.key and self.store.resolve(average) is None
+
+    def _apart(self, key: str, client: int) -> MeetingsDiffer:
+        digest = self.store.resolve(f"{self.folder}/{key}/about")
+        theirs = None if digest is None else read_record(self.store, digest)
+        mine = {"run": self.meeting.run, "round": self.meeting.round, **self.meeting.identity()}
+        found = [] if theirs is None else meeting_differences(theirs, mine)
+        if not found:
+            joined = f"joined another meeting of it ({key[:12]}), whose settings are not recorded"
+        elif found[0][0] in STARTING_POINT.values():
+            there, here = said_apart(found)
+            joined = f"joined with the same settings but another start, {there}; you have {here}"
+        else:
+            there, here = said_apart(found)
+            joined = f"joined with {there}; you have {here}"
+        return MeetingsDiffer(
+            f"{self.meeting.what}: client {client} {joined}. The two never meet: give every "
+            "client of a run the same settings, or name another run"
+        )
+
+
 # --- averaging ------------------------------------------------------------------------------
 
 
@@ -662,10 +800,15 @@ def average_round(
     published.
     """
 
+    elsewhere = _Elsewhere(store, meeting)
+
     def ready(past: bool) -> list[Input] | None:
-        """Everyone accounted for; or, past the deadline, at least the quorum came."""
+        """Everyone accounted for; or, past the deadline, at least the quorum came. A client
+        waited for that joined another meeting of the round is said at once (MeetingsDiffer)."""
         here = present(store, meeting)
         accounted = _complete(here, len(meeting.members))
+        if not accounted:
+            elsewhere.check([k for k in meeting.members if k not in here])
         if not (accounted or past):
             return None
         came, dropped = arrivals(store, meeting, here)

@@ -560,6 +560,16 @@ class Store:
         walk(self._names.joinpath(*whole), "".join(f"{s}/" for s in whole), True)
         return sorted(found)
 
+    def entries(self, folder: str) -> list[str]:
+        """What is directly in the folder of names `folder` (`"cifar/round/3/"`: that round's
+        meetings), names and folders alike, sorted: one listing, where `bound` walks them."""
+        whole, _ = split_prefix(folder.rstrip("/") + "/")
+        try:
+            with os.scandir(self._names.joinpath(*whole)) as found:
+                return sorted(e.name for e in found if not e.name.startswith("."))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
     # --- values ----------------------------------------------------------------------
 
     def keep(self, name: str, value: object) -> str:

@@ -500,6 +500,33 @@ def _verify_skips_hashing() -> None:
     )
 
 
+# --- meetings of one round that differ (soma/round.py) ---------------------------------------
+
+
+@mutant(
+    "elsewhere_never_looks",
+    caught_by=["tests/test_round.py", "-k", "at_once or another_start"],
+)
+def _elsewhere_never_looks() -> None:
+    """A client that joined another meeting of the round is never noticed: both sides wait
+    out the deadline and blame each other for never coming."""
+    import soma.round
+
+    _replace(soma.round._Elsewhere, "check", lambda self, waiting: None)
+
+
+@mutant(
+    "elsewhere_counts_averaged_meetings",
+    caught_by=["tests/test_round.py", "-k", "rival"],
+)
+def _elsewhere_counts_averaged_meetings() -> None:
+    """A meeting of the round already averaged (an earlier run under that name) is taken for
+    a rival: a new run is stopped by the old one's records."""
+    import soma.round
+
+    _replace(soma.round._Elsewhere, "_rival", lambda self, key: key != self.meeting.key)
+
+
 # --- the one atomic writer (soma/files.py) --------------------------------------------------
 
 
