@@ -263,7 +263,7 @@ def choose_average(
             where = f"round {round} of run {run!r}" if round is not None else f"run {run!r}"
             how = "no average" if not matches else f"{len(matches)} averages"
             verb = "starts" if not matches else "start"
-            listed = _listing(store, matches or pool, pool)
+            listed = _listing(store, run, matches or pool, pool)
             raise ModelError(f"{how} of {where} {verb} with {average!r}: {listed}")
         return matches[0]
     last = max(done)
@@ -272,7 +272,7 @@ def choose_average(
         raise ModelError(
             f"round {last} of run {run!r} has {len(pool)} averages (two runs under one name, "
             f"or a rerun with other inputs); choose one with --average DIGEST (a unique prefix "
-            f"will do): {_listing(store, pool, pool)}"
+            f"will do): {_listing(store, run, pool, pool)}"
         )
     return last, next(iter(done[last]))
 
@@ -289,11 +289,16 @@ def _spans(rounds: list[int]) -> str:
 
 
 def _listing(
-    store: Store, listed: Iterable[tuple[int, str]], meeting: Mapping[tuple[int, str], str]
+    store: Store,
+    run: str,
+    listed: Iterable[tuple[int, str]],
+    meeting: Mapping[tuple[int, str], str],
 ) -> str:
-    """Each candidate average by digest, with what tells it apart."""
-    from soma.round import read_record
+    """Each candidate average by digest, with what tells it apart: the settings its meeting
+    differs in from the round's other meetings (see soma.round.labels), who came."""
+    from soma.round import labels, read_record
 
+    apart = labels(store, run, {(r, key) for (r, _), key in meeting.items()})
     lines = []
     for r, digest in sorted(listed):
         try:
@@ -302,7 +307,9 @@ def _listing(
             what = f"strategy {record.get('strategy')}, clients {came}"
         except (SomaError, StoreError, OSError) as error:
             what = f"unreadable: {error}"
-        lines.append(f"{digest} (round {r}, meeting {meeting[(r, digest)][:12]}, {what})")
+        key = meeting[(r, digest)]
+        told = apart.get((r, key)) or f"meeting {key[:12]}"
+        lines.append(f"{digest} (round {r}, {told}, {what})")
     return "; ".join(lines)
 
 

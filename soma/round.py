@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -562,6 +562,35 @@ def said_apart(found: Sequence[tuple[str, Any, Any]]) -> tuple[str, str]:
     )
 
 
+def labels(store: Store, run: str, found: Iterable[tuple[int, str]]) -> dict[tuple[int, str], str]:
+    """Per (round, meeting key) of `found`, what tells the meeting apart from the other
+    meetings of its round: the settings it differs in, with its own values ("strategy
+    fedadam"); "" for a round's only meeting, or a meeting whose `about` cannot be read."""
+    from soma.errors import SomaError
+    from soma.store_errors import StoreError
+
+    by_round: dict[int, list[str]] = {}
+    for r, key in found:
+        by_round.setdefault(r, []).append(key)
+    told: dict[tuple[int, str], str] = {}
+    for r, keys in by_round.items():
+        abouts: dict[str, Mapping[str, Any] | None] = {}
+        for key in keys if len(keys) > 1 else ():
+            try:
+                digest = store.resolve(f"{round_prefix(run, r)}/{key}/about")
+                abouts[key] = None if digest is None else read_record(store, digest)
+            except (SomaError, StoreError, OSError):
+                abouts[key] = None
+        for key in keys:
+            mine, apart = abouts.get(key), {}
+            for other, theirs in abouts.items():
+                if other != key and mine is not None and theirs is not None:
+                    for name, _, value in meeting_differences(theirs, mine):
+                        apart.setdefault(name, value)
+            told[(r, key)] = said_apart([(k, None, v) for k, v in sorted(apart.items())])[1]
+    return told
+
+
 # How often a waiting client looks for its clients in other meetings of its round (seconds).
 ELSEWHERE_EVERY = 1.0
 
@@ -962,12 +991,17 @@ def status(store: Store, run: str, *, clients: int | None = None) -> list[dict[s
     and why, who averages, the average, how many averagings were computed, and the metrics
     the workflow recorded for the average's weights.
 
+    `apart` is what tells the meeting from the other meetings of its round (see `labels`).
     Who was expected is what the meeting recorded; `clients` only where none is recorded
     (never guessed from the clients that wrote). A record or name that cannot be read (a
     corrupt blob, a name file that holds no digest) is one of the row's `problems`, so that
     one bad round never hides the others.
     """
-    return [_status_row(store, run, r, key, clients) for r, key in meetings(store, run)]
+    found = meetings(store, run)
+    apart = labels(store, run, found)
+    return [
+        {**_status_row(store, run, r, key, clients), "apart": apart[(r, key)]} for r, key in found
+    ]
 
 
 # Strategies whose state accounts for the privacy spent (soma.privacy.spent reads it); only

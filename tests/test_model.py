@@ -205,6 +205,7 @@ def test_a_round_with_two_averages_is_refused_listing_them_and_one_is_chosen_by_
         line = refused(export(store, "twice", out, *flags))
         assert "2 averages" in line and "--average" in line
         assert all(a in line for a in averages)
+        assert "(round 0, seed 0," in line and "(round 0, seed 1," in line, "what tells them apart"
     assert not out.exists()
     chosen = averages[1]
     done = export(store, "twice", out, "--average", chosen[:10])
