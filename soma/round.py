@@ -4,7 +4,10 @@ A round is remembered by what went into it. Its clients meet under a name keyed 
 weights they started from and the run's identity (the client count, the strategy, its
 options and its state, and whatever else the caller declares the run to be: task, options,
 seed), so two runs that share a name but not their inputs never meet, and never hand each
-other an answer. The averaging lives under the digest of exactly what the clients brought:
+other an answer. A client waiting for another that joined a different meeting of its run and
+round (other settings) is told at once, naming the settings that differ (`MeetingsDiffer`);
+`soma status` labels a round's meetings by them (`labels`). The averaging lives under the
+digest of exactly what the clients brought:
 
     <run>/round/<r>/<meeting>/about           the meeting's identity (claimed once)
     <run>/round/<r>/<meeting>/client/<k>      what client k brought: weights, size, extra
@@ -595,6 +598,11 @@ def labels(store: Store, run: str, found: Iterable[tuple[int, str]]) -> dict[tup
 ELSEWHERE_EVERY = 1.0
 
 
+# When this process began: a note from another meeting (see _Elsewhere) older than that was
+# left for somebody else, by a run long gone.
+_SINCE = time.time()
+
+
 class _Elsewhere:
     """Whether a client this meeting waits for joined another meeting of the same run and
     round instead, which nobody would ever average with this one.
@@ -602,6 +610,9 @@ class _Elsewhere:
     A record (or started marker) there counts when its writer may be alive, or when it was
     written while this meeting waited: a record left by a crashed run whose process is
     provably gone does not stop a new one. A meeting already averaged is past, not a rival.
+    Whoever finds a rival leaves it a note (`<rival>/apart/<its own key>`) before it stops:
+    the rival may still be training its other clients, and by its first look the finder's
+    records are a gone process's; a note written since the rival's process began counts.
     """
 
     def __init__(self, store: Store, meeting: Meeting) -> None:
@@ -618,6 +629,7 @@ class _Elsewhere:
         waiting_for = set(waiting)
         first, seen = self.seen is None, set()
         alive: dict[str, bool] = {}
+        noted = self._noted()
         for key in self.store.entries(self.folder):
             prefix = f"{self.folder}/{key}"
             if not self._rival(key):
@@ -629,12 +641,15 @@ class _Elsewhere:
                 if not tail.isdigit() or int(tail) not in waiting_for:
                     continue
                 seen.add(name)
+                if key in noted:
+                    raise self._apart(key, int(tail))
                 if not first:
                     if name not in (self.seen or ()):
                         raise self._apart(key, int(tail))
                     continue
-                record = read_record(self.store, self.store.resolve(name))
-                holder = record.get("by", record)
+                holder = self._writer(name)
+                if holder is None:
+                    continue
                 said = codecs.canonical_json(holder).decode()
                 if said not in alive:
                     alive[said] = not holders.gone(holder)
@@ -643,12 +658,54 @@ class _Elsewhere:
         if first:
             self.seen = seen
 
+    def _noted(self) -> set[str]:
+        """The meetings that left this one a note since this process began."""
+        found = set()
+        for name in self.store.bound(f"{self.meeting.prefix}/apart/"):
+            note = self._record(name)
+            at = None if note is None else note.get("at")
+            if isinstance(at, int | float) and at >= _SINCE:
+                found.add(name.rsplit("/", 1)[1])
+        return found
+
+    def _tell(self, key: str, client: int) -> None:
+        """Leave meeting `key` a note that this one found its client there (best effort)."""
+        from soma.errors import SomaError
+        from soma.store_errors import StoreError
+
+        note = {"client": client, "at": time.time(), "by": holders.me()}
+        try:
+            self.store.keep(f"{self.folder}/{key}/apart/{self.meeting.key}", note)
+        except (SomaError, StoreError, OSError):
+            pass
+
+    def _record(self, name: str) -> dict[str, Any] | None:
+        """The record `name` names; None when it cannot be read (it is not this meeting's to
+        judge: `soma verify` says so)."""
+        from soma.errors import SomaError
+        from soma.store_errors import StoreError
+
+        try:
+            digest = self.store.resolve(name)
+            record = None if digest is None else read_record(self.store, digest)
+        except (SomaError, StoreError, OSError):
+            return None
+        return record if isinstance(record, dict) else None
+
+    def _writer(self, name: str) -> dict[str, Any] | None:
+        """Who wrote the record (or started marker) `name`, if it can be read."""
+        record = self._record(name)
+        holder = None if record is None else record.get("by", record)
+        return holder if isinstance(holder, dict) else None
+
     def _rival(self, key: str) -> bool:
         """Another meeting of the round, not yet averaged."""
         average = f"{self.folder}/{key}/average"
         return key != self.meeting.key and self.store.resolve(average) is None
 
     def _apart(self, key: str, client: int) -> MeetingsDiffer:
+        """The refusal naming `client` and what differs; meeting `key` is told first."""
+        self._tell(key, client)
         digest = self.store.resolve(f"{self.folder}/{key}/about")
         theirs = None if digest is None else read_record(self.store, digest)
         mine = {"run": self.meeting.run, "round": self.meeting.round, **self.meeting.identity()}

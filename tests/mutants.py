@@ -527,6 +527,18 @@ def _elsewhere_counts_averaged_meetings() -> None:
     _replace(soma.round._Elsewhere, "_rival", lambda self, key: key != self.meeting.key)
 
 
+@mutant(
+    "elsewhere_leaves_no_note",
+    caught_by=["tests/test_round.py", "-k", "note"],
+)
+def _elsewhere_leaves_no_note() -> None:
+    """Whoever finds a rival stops without telling it: a rival still training its other
+    clients finds only a gone process's records, and waits out its deadline."""
+    import soma.round
+
+    _replace(soma.round._Elsewhere, "_tell", lambda self, key, client: None)
+
+
 # --- the one atomic writer (soma/files.py) --------------------------------------------------
 
 

@@ -456,6 +456,26 @@ def test_a_client_in_an_averaged_or_abandoned_meeting_of_the_round_is_no_rival(t
         average_round(store, M("r", 0, 2), deadline=60, backoff=QUICK)
 
 
+def test_who_finds_a_rival_leaves_it_a_note_it_heeds_when_the_finder_is_gone(tmp_path) -> None:
+    store = Store(tmp_path)
+    mine, theirs = M("r", 0, 2, config={"seed": 1}), M("r", 0, 2, config={"seed": 2})
+    contribute(store, theirs, weights(1), mine=1)  # still training its other clients
+    contribute(store, mine, weights(0), mine=0)
+    with pytest.raises(soma.round.MeetingsDiffer, match="client 1 joined with seed 2"):
+        average_round(store, mine, deadline=60, backoff=QUICK)
+    # the finder has stopped: its record is a gone process's, and only the note tells
+    gone = holders.me()
+    gone["pid_start"] = -1
+    store.keep(mine.client(0), {**store.recall(mine.client(0)), "by": gone})
+    with pytest.raises(soma.round.MeetingsDiffer, match="client 0 joined with seed 1"):
+        average_round(store, theirs, deadline=60, backoff=QUICK)
+    # a note older than this process is some run long gone's: no rival then
+    (note,) = store.bound(f"{theirs.prefix}/apart/")
+    store.keep(note, {**store.recall(note), "at": 0})
+    with pytest.raises(RoundIncomplete, match="client 0 never came"):
+        average_round(store, theirs, deadline=0.5, backoff=QUICK)
+
+
 def test_only_another_start_is_said_so(tmp_path) -> None:
     store = Store(tmp_path)
     start = store.put_value(weights(9))
