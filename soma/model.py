@@ -238,17 +238,20 @@ def averages(store: Store, run: str) -> dict[int, dict[str, str]]:
     it belongs to. Several in one round are two runs under one name, or a round rerun with
     other inputs (one meeting, two averagings). An unknown run is refused, naming the runs
     the store holds."""
+    from soma import layout
     from soma.once import Place
-    from soma.round import check_run, round_prefix
+    from soma.round import check_run
 
     found: dict[int, dict[str, str]] = {}
     for r, key in check_run(store, run):
         found.setdefault(r, {})
-        prefix = f"{round_prefix(run, r)}/{key}"
-        under = f"{prefix}/inputs/"
-        inputs = {n[len(under) :].split("/")[0] for n in store.bound(under)}
-        named = [store.resolve(f"{prefix}/average")]
-        named += [store.resolve(Place(f"{prefix}/inputs/{a}").published) for a in sorted(inputs)]
+        prefix = layout.meeting(run, r, key)
+        under = layout.inputs(prefix)
+        inputs = {layout.under(n, under) for n in store.bound(under)}
+        named = [store.resolve(layout.average(prefix))]
+        named += [
+            store.resolve(Place(layout.averaging(prefix, a)).published) for a in sorted(inputs)
+        ]
         for digest in named:
             if digest is not None:
                 found[r][digest] = key

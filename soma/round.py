@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from soma import codecs, holders, once, tensorfile, tree
+from soma import codecs, holders, layout, once, records, tensorfile, tree
 from soma.nodes import Export
 from soma.once import (
     POLL,
@@ -73,14 +73,6 @@ __all__ = [
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-# The most client records one folder of a meeting holds (see Meeting.client).
-FAN_OUT = 1000
-
-
-def round_prefix(run: str, round: int) -> str:
-    return f"{run}/round/{round}"
 
 
 @dataclass(frozen=True)
@@ -181,22 +173,28 @@ class Meeting:
 
     @property
     def prefix(self) -> str:
-        return f"{round_prefix(self.run, self.round)}/{self.key}"
+        return layout.meeting(self.run, self.round, self.key)
 
     @property
     def about(self) -> str:
-        return f"{self.prefix}/about"
+        return layout.about(self.prefix)
 
     @property
     def average(self) -> str:
-        return f"{self.prefix}/average"
+        return layout.average(self.prefix)
 
     def client(self, k: int) -> str:
         """Client k's record. A run of more than FAN_OUT clients files them by thousands
         (`client/<k // 1000>/<k>`), so that no folder holds more than a thousand names."""
-        if self.clients > FAN_OUT:
-            return f"{self.prefix}/client/{k // FAN_OUT}/{k}"
-        return f"{self.prefix}/client/{k}"
+        return layout.client(self.prefix, k, self.clients)
+
+    def started(self, k: int) -> str:
+        """A workflow train job's marker for client k: beside its record, fanned out alike."""
+        return layout.started(self.prefix, k, self.clients)
+
+    def averaging(self, key: str) -> str:
+        """The place of the averaging of the inputs whose digest is `key` (soma.once)."""
+        return layout.averaging(self.prefix, key)
 
     @property
     def what(self) -> str:
@@ -307,15 +305,10 @@ def contribute(
     extra_digest = None if extra is None else store.put_value(extra)
     own_digest = None if own is None else store.put_value(own)
     _announce(store, meeting)
-    record = {
-        "client": mine,
-        "size": size,
-        "weights": weights,
-        "extra": extra_digest,
-        "own": own_digest,
-        "by": holders.me(),
-    }
-    return Contribution(store.keep(meeting.client(mine), record), weights, extra_digest, own_digest)
+    record = records.ClientRecord(mine, weights, size, extra_digest, own_digest, holders.me())
+    return Contribution(
+        store.keep(meeting.client(mine), record.value()), weights, extra_digest, own_digest
+    )
 
 
 def drop(store: Store, meeting: Meeting, *, mine: int, why: str) -> str:
@@ -323,8 +316,8 @@ def drop(store: Store, meeting: Meeting, *, mine: int, why: str) -> str:
     its job died): the others need not wait for it, and the average's record names it."""
     meeting.check_client(mine)
     _announce(store, meeting)
-    record = {"client": mine, "dropped": str(why), "by": holders.me()}
-    return store.keep(meeting.client(mine), record)
+    record = records.DropRecord(mine, str(why), holders.me())
+    return store.keep(meeting.client(mine), record.value())
 
 
 def dropout_reason(error: BaseException) -> str:
@@ -336,13 +329,13 @@ def dropout_reason(error: BaseException) -> str:
 
 def present(store: Store, meeting: Meeting) -> list[int]:
     """The members whose records (an export or a drop-out) are in the meeting, sorted."""
-    prefix = f"{meeting.prefix}/client/"
+    prefix = layout.clients(meeting.prefix)
     members = set(meeting.members)
     found = []
     for name in store.bound(prefix):
-        tail = name.rsplit("/", 1)[1]
-        if tail.isdigit() and int(tail) in members and name == meeting.client(int(tail)):
-            found.append(int(tail))
+        k = layout.client_of(name[len(meeting.prefix) + 1 :])
+        if k is not None and k in members and name == meeting.client(k):
+            found.append(k)
     return sorted(found)
 
 
@@ -350,12 +343,18 @@ def arrivals(store: Store, meeting: Meeting, here: list[int]) -> tuple[list[Inpu
     """What each present member brought: its part in the average, or why it dropped out."""
     inputs, dropped = [], {}
     for k in here:
-        digest = store.resolve(meeting.client(k))
-        record = read_record(store, digest)
-        if "dropped" in record:
-            dropped[k] = str(record["dropped"])
+        name = meeting.client(k)
+        digest = store.resolve(name)
+        record = records.read_client(store, digest, client=k, name=name)
+        if isinstance(record, records.DropRecord):
+            dropped[k] = record.dropped
+        elif isinstance(record, records.ClientRecord):
+            inputs.append(Input(k, record.weights, record.size, record.extra, digest))
         else:
-            inputs.append(Input(k, record["weights"], record["size"], record.get("extra"), digest))
+            raise records.RecordError(
+                f"{meeting.what}: client {k}'s record {name!r} is a secure round's, in a round "
+                "in the clear"
+            )
     return inputs, dropped
 
 
@@ -539,51 +538,25 @@ def _average(
     came = {i.client for i in inputs}
     here = present(store, meeting)
     dropped = arrivals(store, meeting, here)[1]
-    left_out = [
-        {
-            "client": k,
-            "why": dropped.get(k)
-            or ("came after the round was averaged" if k in here else "never came"),
-        }
+    left_out = {
+        k: dropped.get(k) or ("came after the round was averaged" if k in here else "never came")
         for k in meeting.members
         if k not in came
-    ]
-    record = {
-        **record_head(meeting),
-        "left_out": left_out,
-        "inputs": [
-            {
-                "client": i.client,
-                "weights": i.weights,
-                "size": i.size,
-                "extra": i.extra,
-                "record": i.record,
-            }
-            for i in inputs
+    }
+    record = records.average_record(
+        meeting,
+        left_out=left_out,
+        inputs=[
+            records.input_entry(i.client, i.weights, i.size, i.extra, i.record) for i in inputs
         ],
-        "weights": store.put_value(weights),
-        "state": None if new_state is None else store.put_value(new_state),
-        "averaged_by": me,
-    }
-    if root is not None:
-        record["tree"] = {"fan_in": meeting.tree, "mean": root.mean, "weight": root.weight}
-    return store.put_value(record)
-
-
-def record_head(meeting: Meeting) -> dict[str, Any]:
-    """What every average record says first: the round and the meeting it averaged."""
-    return {
-        "run": meeting.run,
-        "round": meeting.round,
-        "meeting": meeting.key,
-        "clients": meeting.clients,
-        "strategy": meeting.strategy,
-        "options": dict(meeting.options),
-        "start": meeting.start,
-        "state_before": meeting.state,
-        "expected": meeting.members,
-        "quorum": meeting.needed,
-    }
+        weights=store.put_value(weights),
+        state=None if new_state is None else store.put_value(new_state),
+        averaged_by=me,
+        tree=None
+        if root is None
+        else {"fan_in": meeting.tree, "mean": root.mean, "weight": root.weight},
+    )
+    return record.put(store)
 
 
 def _uses_tree(meeting: Meeting, inputs: Sequence[Input]) -> bool:
@@ -597,7 +570,7 @@ def _tree_root(
 ) -> tree.Node | None:
     if not _uses_tree(meeting, inputs):
         return None
-    place = f"{meeting.prefix}/inputs/{inputs_key(meeting.key, inputs)}"
+    place = meeting.averaging(inputs_key(meeting.key, inputs))
     leaves = tree.leaves_of(inputs, uniform=getattr(meeting.strategy_object(), "uniform", False))
     return tree.reduce(store, place, leaves, meeting.tree, me=me)
 
@@ -626,7 +599,7 @@ class _Averaging:
         check_inputs(self.store, self.meeting, self.strategy, inputs)
 
     def place(self, inputs: list[Input]) -> Place:
-        return Place(f"{self.meeting.prefix}/inputs/{inputs_key(self.meeting.key, inputs)}")
+        return Place(self.meeting.averaging(inputs_key(self.meeting.key, inputs)))
 
     def share(self, inputs: list[Input], me: dict[str, Any]) -> None:
         """Work any process may do before the claim: the tree's nodes, spread among all."""
@@ -714,7 +687,7 @@ def average_inputs(
 
 def weights_of_average(store: Store, digest: str) -> Export:
     """The mean weights an average record (by digest) names."""
-    return store.recall_digest(read_record(store, digest)["weights"])
+    return store.recall_digest(records.read_average(store, digest).weights)
 
 
 def gather(
@@ -776,25 +749,12 @@ class UnknownRun(RoundError):
 def runs(store: Store) -> list[str]:
     """The runs with rounds in the store. A run's name may hold '/' but never a 'round'
     segment (see Meeting), so the first `round/<digits>` in a name ends the run's name."""
-    found = set()
-    for name in store.bound():
-        parts = name.split("/")
-        for i in range(1, len(parts) - 1):
-            if parts[i] == "round" and parts[i + 1].isdigit():
-                found.add("/".join(parts[:i]))
-                break
-    return sorted(found)
+    return layout.runs(store.bound())
 
 
 def meetings(store: Store, run: str) -> list[tuple[int, str]]:
     """Every (round, meeting key) of the run in the store, in round order."""
-    prefix = f"{run}/round/"
-    found = set()
-    for name in store.bound(prefix):
-        parts = name[len(prefix) :].split("/")
-        if len(parts) >= 3 and parts[0].isdigit():
-            found.add((int(parts[0]), parts[1]))
-    return sorted(found)
+    return layout.meetings(store.bound(layout.rounds(run)), run)
 
 
 def check_run(store: Store, run: str) -> list[tuple[int, str]]:
@@ -802,7 +762,7 @@ def check_run(store: Store, run: str) -> list[tuple[int, str]]:
     start), an UnknownRun naming the runs it does hold: a mistyped name is told so, never
     shown as a run with no rounds."""
     found = meetings(store, run)
-    if not found and store.resolve(f"{run}/start") is None:
+    if not found and store.resolve(layout.start(run)) is None:
         held = runs(store)
         holds = f"the runs it holds: {', '.join(map(repr, held))}" if held else "it holds no runs"
         raise UnknownRun(f"no run {run!r} in the store at {store.directory} ({holds})")
@@ -811,7 +771,7 @@ def check_run(store: Store, run: str) -> list[tuple[int, str]]:
 
 def evaluation_name(run: str, weights: str) -> str:
     """Where the workflow keeps the metrics of weights `weights` (`{"metrics", "weights"}`)."""
-    return f"{run}/evaluation/{weights}"
+    return layout.evaluation(run, weights)
 
 
 def status(store: Store, run: str, *, clients: int | None = None) -> list[dict[str, Any]]:
@@ -846,7 +806,7 @@ def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -
     from soma.errors import SomaError
     from soma.store_errors import StoreError
 
-    prefix = f"{round_prefix(run, r)}/{key}"
+    prefix = layout.meeting(run, r, key)
     row: dict[str, Any] = {
         "round": r,
         "meeting": key,
@@ -874,7 +834,7 @@ def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -
             row["problems"].append(f"cannot read its {what}: {error}")
 
     def about() -> None:
-        digest = store.resolve(f"{prefix}/about")
+        digest = store.resolve(layout.about(prefix))
         record = read_record(store, digest) if digest else {}
         count = record.get("clients", clients)
         expected = record.get("expected") or (None if count is None else list(range(count)))
@@ -886,22 +846,16 @@ def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -
         )
 
     def written() -> None:
-        row["written"] = sorted(
-            int(n.rsplit("/", 1)[1])
-            for n in store.bound(f"{prefix}/client/")
-            if n.rsplit("/", 1)[1].isdigit()
-        )
+        names = store.bound(layout.clients(prefix))
+        found = (layout.client_of(n[len(prefix) + 1 :]) for n in names)
+        row["written"] = sorted(k for k in found if k is not None)
 
     def averagings() -> None:
-        found = sorted(
-            {
-                n[len(prefix) + len("/inputs/") :].split("/")[0]
-                for n in store.bound(f"{prefix}/inputs/")
-            }
-        )
+        under = layout.inputs(prefix)
+        found = sorted({layout.under(n, under) for n in store.bound(under)})
         holder, computed = None, 0
         for a in found:
-            place = Place(f"{prefix}/inputs/{a}")
+            place = Place(layout.averaging(prefix, a))
             computed += once.computations(store, place)
             latest = current_holder(store, place)
             pending = store.resolve(place.published) is None
@@ -913,15 +867,15 @@ def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -
                 }
         row.update(averaging=holder, averagings=computed)
         row["averages_by_inputs"] = {
-            a: store.resolve(Place(f"{prefix}/inputs/{a}").published) for a in found
+            a: store.resolve(Place(layout.averaging(prefix, a)).published) for a in found
         }
 
     def average() -> None:
-        row["average"] = store.resolve(f"{prefix}/average")
+        row["average"] = store.resolve(layout.average(prefix))
         if row["average"]:
-            record = read_record(store, row["average"])
-            row.update(left_out=record.get("left_out", []), weights=record.get("weights"))
-            row["privacy"] = privacy_spent(store, record)
+            record = records.read_average(store, row["average"])
+            row.update(left_out=record.left_out, weights=record.weights)
+            row["privacy"] = privacy_spent(store, record.value())
 
     def metrics() -> None:
         digest = store.resolve(evaluation_name(run, row["weights"]))

@@ -23,10 +23,11 @@ from typing import Any
 
 import torch
 
-from soma import holders
+from soma import holders, layout
 from soma.configs import ConfigRefused
 from soma.nodes import export, load
 from soma.participation import policy
+from soma.records import AverageRecord, read_average
 from soma.round import (
     Input,
     Meeting,
@@ -166,7 +167,7 @@ def start(config: Mapping[str, Any], receipt: str) -> None:
     metrics = checked_metrics(config, task.evaluate(nodes))
     store = Store(config["store"])
     weights = store.put_value(exported)
-    store.bind(f"{config['run']}/start", weights)
+    store.bind(layout.start(config["run"]), weights)
     keep_evaluation(store, config["run"], weights, metrics)
     write_receipt(
         receipt,
@@ -183,7 +184,7 @@ def start(config: Mapping[str, Any], receipt: str) -> None:
         config["run"],
         weights,
         config["seed"],
-        f"{config['run']}/start",
+        layout.start(config["run"]),
         shown(metrics),
         time.perf_counter() - tic,
     )
@@ -383,7 +384,7 @@ def _log_training(meeting: Meeting, written: Mapping[str, Any], seconds: float) 
 
 def _started_name(meeting: Meeting, client: int) -> str:
     """Beside the client's record, and fanned out the same way (see Meeting.client)."""
-    return meeting.client(client).replace("/client/", "/started/", 1)
+    return meeting.started(client)
 
 
 def _previous_attempt_died(store: Store, meeting: Meeting, client: int) -> str | None:
@@ -465,20 +466,20 @@ def average(
                     Input(given["client"], given["weights"], given["size"], given.get("extra"))
                 )
     digest = average_inputs(store, meeting, inputs, deadline=config.get("average_deadline"))
-    record = read_record(store, digest)
+    record = read_average(store, digest)
     write_receipt(
         receipt,
         {
             "run": config["run"],
             "round": round,
             "strategy": meeting.strategy,
-            "weights": record["weights"],
-            "state": record["state"],
+            "weights": record.weights,
+            "state": record.state,
             "inputs": [
                 {"client": i["client"], "weights": i["weights"], "size": i["size"]}
-                for i in record["inputs"]
+                for i in record.inputs
             ],
-            "left_out": record["left_out"],
+            "left_out": record.left_out,
         },
     )
     _log_average(meeting, inputs, record, digest, time.perf_counter() - tic)
@@ -487,7 +488,7 @@ def average(
 def _log_average(
     meeting: Meeting,
     inputs: Sequence[Input],
-    record: Mapping[str, Any],
+    record: AverageRecord,
     digest: str,
     seconds: float,
 ) -> None:
@@ -495,11 +496,11 @@ def _log_average(
     clients = ", ".join(str(i.client) for i in inputs) or "nobody"
     sizes = ", ".join(str(i.size) for i in inputs)
     LOG.info("%s: %s of clients %s (sizes %s)", meeting.what, meeting.strategy, clients, sizes)
-    for left in record["left_out"]:
+    for left in record.left_out:
         LOG.warning("%s: client %s left out: %s", meeting.what, left["client"], left["why"])
     LOG.info(
         "averaged weights %s (record %s, under %s) (%.2f s)",
-        record["weights"],
+        record.weights,
         digest,
         meeting.prefix,
         seconds,
