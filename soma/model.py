@@ -312,14 +312,14 @@ def _listing(
     store: Store, listed: Iterable[tuple[int, str]], meeting: Mapping[tuple[int, str], str]
 ) -> str:
     """Each candidate average by digest, with what tells it apart."""
-    from soma.round import read_record
+    from soma.records import read_average
 
     lines = []
     for r, digest in sorted(listed):
         try:
-            record = read_record(store, digest)
-            came = [i.get("client") for i in record.get("inputs", [])]
-            what = f"strategy {record.get('strategy')}, clients {came}"
+            record = read_average(store, digest)
+            came = [i.get("client") for i in record.inputs]
+            what = f"strategy {record.strategy}, clients {came}"
         except (SomaError, StoreError, OSError) as error:
             what = f"unreadable: {error}"
         lines.append(f"{digest} (round {r}, meeting {meeting[(r, digest)][:12]}, {what})")
@@ -336,12 +336,12 @@ def export_average(
 ) -> dict[str, Any]:
     """Write the weights of one average of `run` (see `choose_average`) as the model file
     `path`; its provenance."""
-    from soma.round import read_record
+    from soma.records import read_average
 
     r, digest = choose_average(store, run, round, average)
-    record = read_record(store, digest)
-    made = provenance(record)
-    save_model(store.recall_digest(record["weights"], lazy=True), path, made)
+    record = read_average(store, digest)
+    made = provenance(record.value())
+    save_model(store.recall_digest(record.weights, lazy=True), path, made)
     return {**made, "average": digest}
 
 

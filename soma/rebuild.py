@@ -135,10 +135,18 @@ def _named(graph: Graph, prefix: str) -> list[str]:
     return sorted(n for n in graph.names if n.startswith(prefix))
 
 
+def _published(graph: Graph, prefix: str) -> dict[str, str]:
+    """The meeting's published averagings: {the place's key: its `published` name}."""
+    found = {}
+    for name in _named(graph, layout.inputs(prefix)):
+        parsed = layout.parse(name)
+        if parsed is not None and parsed.published:
+            found[parsed.published] = name
+    return found
+
+
 def _meeting_averages(store: Store, graph: Graph, prefix: str) -> list[dict[str, Any]]:
-    names = [layout.average(prefix)] + [
-        n for n in _named(graph, layout.inputs(prefix)) if n.endswith("/published")
-    ]
+    names = [layout.average(prefix), *_published(graph, prefix).values()]
     return [r for r in (_record(store, graph, n) for n in names) if r and "inputs" in r]
 
 
@@ -147,7 +155,8 @@ def _abouts(store: Store, graph: Graph, run: str, r: int, key: str) -> Iterator[
     each checked against the meeting's key (the identity's sha256) before it is offered."""
     configs: list[dict] = []
     for name in _named(graph, layout.rounds(run)):
-        about = _record(store, graph, name) if name.endswith("/about") else None
+        parsed = layout.parse(name)
+        about = _record(store, graph, name) if parsed and parsed.rest == "about" else None
         if about and isinstance(about.get("config"), dict) and about["config"] not in configs:
             configs.append(about["config"])
     configs.append({})
@@ -216,17 +225,7 @@ def _averages(store: Store, graph: Graph, prefix: str, place: str | None) -> Ite
             dropped[k] = record.dropped
         elif isinstance(record, records.ClientRecord):
             came.append(Input(k, record.weights, record.size, record.extra, graph.names[name]))
-    places = (
-        [place]
-        if place
-        else sorted(
-            {
-                n.split("/")[-2]
-                for n in _named(graph, layout.inputs(prefix))
-                if n.endswith("/published")
-            }
-        )
-    )
+    places = [place] if place else sorted(_published(graph, prefix))
     for key in places:
         for inputs in itertools.islice(_subsets(came, meeting.needed), _MAX_TRIES):
             if inputs_key(meeting.key, inputs) == key:

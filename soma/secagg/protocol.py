@@ -232,7 +232,9 @@ class Session:
             members, threshold = tuple(about["members"]), about["threshold"]
             precision_bits, ring_bits = about["precision_bits"], about["ring_bits"]
         except (KeyError, TypeError):
-            raise SecAggError(f"{prefix}/about is not a secure sum of version {VERSION}") from None
+            raise SecAggError(
+                f"{layout.session(prefix, 'about')} is not a secure sum of version {VERSION}"
+            ) from None
         return cls(prefix, members, threshold, precision_bits, ring_bits)
 
 
