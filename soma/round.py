@@ -12,10 +12,11 @@ other an answer. The averaging lives under the digest of exactly what the client
     <run>/round/<r>/<meeting>/inputs/<key>/   one averaging of exactly these inputs (soma.once)
     <run>/round/<r>/<meeting>/average         the meeting's average (claimed: the first one)
 
-Both modes use this one layout. `gather` (the same call on every client, `soma client`
-under srun) averages whoever's records are there once all are; the workflow's averaging
-job averages exactly the inputs its client jobs reported (`average_inputs`). A round rerun
-with different weights is a different averaging; one with the same weights finds the
+Both modes use this one layout (spelled and parsed by soma.layout alone, its records typed
+by soma.records). `gather` (the same call on every client, `soma client` under srun)
+averages whoever's records are there once all are; the workflow's averaging job averages
+exactly the inputs its client jobs reported (`average_inputs`). A round rerun with different
+weights is a different averaging; one with the same weights finds the
 average it already had. Weights and strategy states are values of their own in the store
 (`Store.put_value`), and records name them by digest, so a record is a few hundred bytes
 of JSON that a waiting client reads without touching a tensor.
