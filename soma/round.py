@@ -50,7 +50,11 @@ from soma.strategies import (
     check_arrivals,
     check_strategy_state,
     load_strategy,
+    mean_strategies,
+    needs_previous,
+    privacy_of,
     takes_mean,
+    uniform,
 )
 from soma.tree import check_fan_in
 
@@ -476,7 +480,7 @@ def check_inputs(
         problem = _differ(first[1], theirs, f"client {first[0]}", f"client {i.client}")
         if problem:
             raise RoundError(f"{where}: two different networks: {problem}")
-    if meeting.start is None and getattr(strategy, "needs_previous", False):
+    if meeting.start is None and needs_previous(strategy):
         raise RoundError(
             f"{where}: strategy {meeting.strategy!r} steps from the weights the round started "
             "from, and nobody said which (pass start=)"
@@ -496,7 +500,7 @@ def tree_refusal(strategy: str) -> str:
     return (
         f"strategy {strategy!r} needs every client's update, and hierarchical averaging "
         "(tree) hands it only their weighted mean: use a strategy that steps from the mean "
-        "(fedavg, fedavgm, fedadam, fedyogi, fedadagrad, fedprox), or no tree"
+        f"({', '.join(mean_strategies())}), or no tree"
     )
 
 
@@ -598,7 +602,7 @@ def _tree_root(
     if not _uses_tree(meeting, inputs):
         return None
     place = f"{meeting.prefix}/inputs/{inputs_key(meeting.key, inputs)}"
-    leaves = tree.leaves_of(inputs, uniform=getattr(meeting.strategy_object(), "uniform", False))
+    leaves = tree.leaves_of(inputs, uniform=uniform(meeting.strategy_object()))
     return tree.reduce(store, place, leaves, meeting.tree, me=me)
 
 
@@ -827,19 +831,19 @@ def status(store: Store, run: str, *, clients: int | None = None) -> list[dict[s
     return [_status_row(store, run, r, key, clients) for r, key in meetings(store, run)]
 
 
-# Strategies whose state accounts for the privacy spent (soma.privacy.spent reads it); only
-# theirs is read by `status`, as another strategy's state may be a model's worth of tensors.
-ACCOUNTING = frozenset({"dp_fedavg"})
-
-
-def privacy_spent(store: Store, record: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The epsilon (and delta) spent up to this round, for a strategy that accounts for it;
-    `record` is an average's record or its workflow receipt (both name strategy and state)."""
-    if record.get("strategy") not in ACCOUNTING or not record.get("state"):
-        return None
-    from soma.privacy import spent
-
-    return spent(store.recall_digest(record["state"]))
+def privacy_spent(
+    store: Store, record: Mapping[str, Any], strategy: Strategy | None = None
+) -> dict[str, Any] | None:
+    """The epsilon (and delta) spent up to this round, as its strategy reports it
+    (`Strategy.privacy_spent`); `record` is an average's record or its workflow receipt
+    (both name the strategy and the state), `strategy` the strategy when the record does
+    not hold its options (a receipt). The state is read only for a strategy that reports
+    privacy, as another's may be a model's worth of tensors."""
+    name = record.get("strategy") or "fedavg"
+    if strategy is None:
+        strategy = load_strategy(name, record.get("options") or {})
+    state = record.get("state")
+    return privacy_of(name, strategy, lambda: None if not state else store.recall_digest(state))
 
 
 def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -> dict[str, Any]:
@@ -921,7 +925,10 @@ def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -
         if row["average"]:
             record = read_record(store, row["average"])
             row.update(left_out=record.get("left_out", []), weights=record.get("weights"))
-            row["privacy"] = privacy_spent(store, record)
+
+    def privacy() -> None:
+        if row["average"]:
+            row["privacy"] = privacy_spent(store, read_record(store, row["average"]))
 
     def metrics() -> None:
         digest = store.resolve(evaluation_name(run, row["weights"]))
@@ -935,6 +942,7 @@ def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -
     attempt("client records", written)
     attempt("averaging records", averagings)
     attempt("average record", average)
+    attempt("privacy spent (its strategy)", privacy)
     if row["weights"]:
         attempt("evaluation record", metrics)
     expected = row["expected"]

@@ -38,7 +38,7 @@ from typing import ClassVar
 import torch
 
 from soma.nodes import Export
-from soma.strategies import State, StrategyError, Update, floats
+from soma.strategies import State, Strategy, StrategyError, Update, floats
 from soma.strategies.fedavg import weighted_mean
 
 Tensors = Mapping[str, Mapping[str, torch.Tensor]]
@@ -268,7 +268,7 @@ def check_like(strategy: str, previous: Tensors, mean: Tensors, who: str = "the 
 
 
 @dataclass(frozen=True)
-class ServerOptimizer:
+class ServerOptimizer(Strategy):
     """A strategy that steps FedAvg's mean with a server optimizer. `rule` is "momentum"
     (FedAvgM) or the second-moment rule ("adam", "yogi", "adagrad")."""
 

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 import torch
 
 from soma.nodes import Export
-from soma.strategies import Parameters, State, StrategyError, Update
+from soma.strategies import Parameters, State, Strategy, StrategyError, Update
 from soma.strategies.fedavg import weighted_mean
 
 
@@ -61,7 +61,7 @@ class Proximal:
         return None, None
 
 
-class FedProx:
+class FedProx(Strategy):
     def __init__(self, mu: float) -> None:
         self.mu = mu
 

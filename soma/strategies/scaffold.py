@@ -43,7 +43,15 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 import torch
 
 from soma.nodes import Export
-from soma.strategies import Arrival, Parameters, State, StrategyError, Update, floats
+from soma.strategies import (
+    Arrival,
+    Parameters,
+    State,
+    Strategy,
+    StrategyError,
+    Update,
+    floats,
+)
 from soma.strategies.fedavg import weighted_mean
 from soma.strategies.fedprox import start_of, trainable
 
@@ -171,7 +179,7 @@ def next_c(c: Export, total: Export, clients: int) -> Export:
     }
 
 
-class Scaffold:
+class Scaffold(Strategy):
     needs_previous = True  # c starts as zeros shaped like the round's start
 
     def __init__(self, server_lr: float) -> None:
