@@ -109,3 +109,97 @@ def test_a_users_own_strategy_reports_its_privacy_in_soma_status(tmp_path, monke
     bad = load_strategy("mydp", {"answer": "bad"})
     with pytest.raises(StrategyError, match=r"strategy 'mydp': privacy_spent\(\) returned"):
         privacy_of("mydp", bad, lambda: {"rounds": 1})
+
+
+# --- the registry of built-ins, the schema and the capability lists -----------------------------
+
+
+def disagreements(schema: dict) -> list[str]:
+    """Where the workflow's schema and the registry of built-ins (soma.strategies.BUILTIN)
+    disagree: a name in one and not the other (the `strategy` enum, the `strategy_options`
+    blocks), or a block whose options are not the names its make() takes."""
+    import copy
+    import inspect
+
+    from soma.strategies import BUILTIN, module_of
+
+    schema = copy.deepcopy(schema)
+    found = []
+    registry = set(BUILTIN)
+    enum = set(next(a["enum"] for a in schema["properties"]["strategy"]["anyOf"] if "enum" in a))
+    blocks = schema["properties"]["strategy_options"]["properties"]
+    for what, names in (("the strategy enum", enum), ("the strategy_options blocks", set(blocks))):
+        found += [f"{n}: a built-in missing from {what}" for n in sorted(registry - names)]
+        found += [f"{n}: in {what} but not a built-in" for n in sorted(names - registry)]
+    for name in sorted(registry & set(blocks)):
+        block = blocks[name]
+        if "$ref" in block:
+            block = schema["$defs"][block["$ref"].rsplit("/", 1)[1]]
+        make = __import__(module_of(name), fromlist=["make"]).make
+        taken = set(inspect.signature(make).parameters)
+        allowed = set(block.get("properties", {}))
+        if allowed != taken or block.get("additionalProperties", True):
+            found.append(
+                f"{name}: its block allows {sorted(allowed)} (and refuses the rest: "
+                f"{block.get('additionalProperties') is False}), make() takes {sorted(taken)}"
+            )
+    return found
+
+
+def schema() -> dict:
+    import yaml
+
+    root = __import__("pathlib").Path(__file__).resolve().parent.parent
+    return yaml.safe_load((root / "workflow" / "schemas" / "config.schema.yaml").read_text())
+
+
+def test_the_registry_of_built_ins_and_the_workflows_schema_agree() -> None:
+    assert disagreements(schema()) == []
+
+
+def test_the_comparison_tells_a_strategy_missing_from_the_schema() -> None:
+    """The test above can fail: a schema without krum's block, or without it in the enum,
+    or with a block that forgets an option, is reported by name."""
+    without_block = schema()
+    del without_block["properties"]["strategy_options"]["properties"]["krum"]
+    assert disagreements(without_block) == [
+        "krum: a built-in missing from the strategy_options blocks"
+    ]
+    without_name = schema()
+    for alternative in without_name["properties"]["strategy"]["anyOf"]:
+        if "enum" in alternative:
+            alternative["enum"].remove("krum")
+    assert disagreements(without_name) == ["krum: a built-in missing from the strategy enum"]
+    short = schema()
+    del short["properties"]["strategy_options"]["properties"]["krum"]["properties"]["m"]
+    assert [d.split(":")[0] for d in disagreements(short)] == ["krum"]
+    extra = schema()
+    extra["properties"]["strategy_options"]["properties"]["fedbogus"] = {"type": "object"}
+    assert disagreements(extra) == ["fedbogus: in the strategy_options blocks but not a built-in"]
+
+
+def test_a_new_built_in_is_its_module(tmp_path, monkeypatch) -> None:
+    """The registry is the package's public modules (a module named `_...` is a helper): one
+    more module is one more built-in."""
+    import soma.strategies as strategies
+
+    monkeypatch.setattr(strategies, "__path__", [*strategies.__path__, str(tmp_path)])
+    (tmp_path / "fedplain.py").write_text("")
+    (tmp_path / "_helper.py").write_text("")
+    found = strategies._builtins()
+    assert found["fedplain"] == "soma.strategies.fedplain" and "_helper" not in found
+    assert set(found) - {"fedplain"} == set(strategies.BUILTIN)
+
+
+def test_the_tree_and_secure_refusals_list_the_built_ins_that_step_from_the_mean() -> None:
+    from soma.round import tree_refusal
+    from soma.secure_round import check_strategy
+    from soma.strategies import BUILTIN, mean_strategies
+
+    listed = tree_refusal("median").rsplit("(", 1)[1].split(")")[0].split(", ")
+    assert listed == mean_strategies()
+    assert {"fedavg", "fedavgm", "fedadam", "fedyogi", "fedadagrad", "fedprox"} == set(listed)
+    for name in set(BUILTIN) - set(listed) - {"dp_fedavg"}:  # dp_fedavg: central by default
+        assert not takes_mean(load_strategy(name)), name
+    with pytest.raises(soma.errors.SomaError, match="secure aggregation.*fedavg, fedavgm"):
+        check_strategy("krum", load_strategy("krum"))

@@ -19,7 +19,7 @@ A Strategy answers, on the server side (whoever claims the round's averaging):
   says so in its docstring and works key by key across clients.
 
 Every hook below is declared, with its default and a docstring, by the base class
-`soma.strategies.Strategy` (soma/strategies/base.py): subclass it and override what you
+`soma.strategies.Strategy` (soma/strategies/_base.py): subclass it and override what you
 need. An object that does not subclass it works too (the round asks through
 `soma.strategies.hook`, which falls back on the base's defaults). Optionally:
 
@@ -84,7 +84,7 @@ from typing import Any
 import torch
 
 from soma.nodes import Export
-from soma.strategies.base import (
+from soma.strategies._base import (
     Arrival,
     Objective,
     Parameters,
@@ -124,20 +124,19 @@ __all__ = [
     "uniform",
 ]
 
+
+def _builtins() -> dict[str, str]:
+    """Every public module of this package is the built-in strategy of its name (a module
+    whose name starts with `_` is a helper), so that a new built-in is its module (and its
+    block in the workflow's schema: tests/test_seams.py holds the two together)."""
+    import pkgutil
+
+    names = sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+    return {name: f"{__name__}.{name}" for name in names}
+
+
 # Built-in strategies by name: each is a module of its own under soma.strategies.
-BUILTIN = {
-    "fedavg": "soma.strategies.fedavg",
-    "fedavgm": "soma.strategies.fedavgm",
-    "fedadam": "soma.strategies.fedadam",
-    "fedyogi": "soma.strategies.fedyogi",
-    "fedadagrad": "soma.strategies.fedadagrad",
-    "fedprox": "soma.strategies.fedprox",
-    "scaffold": "soma.strategies.scaffold",
-    "median": "soma.strategies.median",
-    "trimmed_mean": "soma.strategies.trimmed_mean",
-    "krum": "soma.strategies.krum",
-    "dp_fedavg": "soma.strategies.dp_fedavg",
-}
+BUILTIN = _builtins()
 
 
 def module_of(name: str) -> str:
