@@ -40,16 +40,12 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from soma.errors import SomaError
+from soma.errors import TaskError
 
 if TYPE_CHECKING:  # torch only for the annotations: the Snakefile imports this at parse time
     from torch import nn
 
     from soma.strategies import Objective
-
-
-class TaskError(SomaError, ValueError):
-    """A task cannot be found, refuses its options, or does not answer the protocol."""
 
 
 class TaskNotFound(TaskError):
