@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from soma import codecs, holders, once, tensorfile, tree
+from soma.arithmetic import Signature, first_difference
 from soma.nodes import Export
 from soma.once import (
     POLL,
@@ -379,11 +380,9 @@ def _left_out_text(left_out: Mapping[int, str]) -> str:
 
 # --- checking, before anything is claimed ---------------------------------------------------
 
-Signature = dict[str, dict[str, tuple[Any, tuple[int, ...]]]]
-
 
 def signature(store: Store, digest: str) -> Signature:
-    """An export's nodes, keys, dtypes and shapes, from its record and the tensors' headers."""
+    """An export's nodes, keys, shapes and dtypes, from its record and the tensors' headers."""
     tree, _ = codecs.parse_record(store.get(digest), str(store.blob_path(digest)))
     if not isinstance(tree, dict):
         raise RoundError(f"value {digest} is not an export (a {type(tree).__name__})")
@@ -392,26 +391,9 @@ def signature(store: Store, digest: str) -> Signature:
         tag = node.get("$tensors") if isinstance(node, dict) and len(node) == 1 else None
         if not isinstance(tag, str):
             raise RoundError(f"value {digest}: node {node_id!r} is not a map of tensors")
-        out[node_id] = tensorfile.describe(store.blob_path(tag))
+        described = tensorfile.describe(store.blob_path(tag))
+        out[node_id] = {key: (shape, dtype) for key, (dtype, shape) in described.items()}
     return out
-
-
-def _differ(a: Signature, b: Signature, a_is: str, b_is: str) -> str | None:
-    """How two exports differ (the first difference, named), or None when they are alike."""
-    for node_id in sorted(set(a) | set(b)):
-        if node_id not in b or node_id not in a:
-            has, lacks = (a_is, b_is) if node_id in a else (b_is, a_is)
-            return f"node {node_id!r} is in {has} but not in {lacks}"
-        for key in sorted(set(a[node_id]) | set(b[node_id])):
-            if key not in b[node_id] or key not in a[node_id]:
-                has, lacks = (a_is, b_is) if key in a[node_id] else (b_is, a_is)
-                return f"node {node_id!r} key {key!r} is in {has} but not in {lacks}"
-            (da, sa), (db, sb) = a[node_id][key], b[node_id][key]
-            if sa != sb:
-                return f"node {node_id!r} key {key!r}: shape {sa} in {a_is}, {sb} in {b_is}"
-            if da != db:
-                return f"node {node_id!r} key {key!r}: dtype {da} in {a_is}, {db} in {b_is}"
-    return None
 
 
 def _check_sizes(inputs: Sequence[Input], where: str) -> None:
@@ -468,7 +450,7 @@ def check_inputs(
         if first is None:
             first = (i.client, theirs)
             if meeting.start is not None:
-                problem = _differ(
+                problem = first_difference(
                     signature(store, meeting.start),
                     theirs,
                     "the round's start",
@@ -477,7 +459,7 @@ def check_inputs(
                 if problem:
                     raise RoundError(f"{where}: two different networks: {problem}")
             continue
-        problem = _differ(first[1], theirs, f"client {first[0]}", f"client {i.client}")
+        problem = first_difference(first[1], theirs, f"client {first[0]}", f"client {i.client}")
         if problem:
             raise RoundError(f"{where}: two different networks: {problem}")
     if meeting.start is None and needs_previous(strategy):

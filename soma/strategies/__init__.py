@@ -83,6 +83,7 @@ from typing import Any
 
 import torch
 
+from soma.arithmetic import averageable
 from soma.nodes import Export
 from soma.strategies._base import (
     Arrival,
@@ -277,5 +278,5 @@ def floats(export: Mapping[str, Mapping[str, torch.Tensor]]) -> Iterable[tuple[s
     """The (node, key) pairs of an export that arithmetic may touch: floats, not counts."""
     for node_id, keys in export.items():
         for key, tensor in keys.items():
-            if tensor.dtype.is_floating_point or tensor.dtype.is_complex:
+            if averageable(tensor.dtype):
                 yield node_id, key

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 
 import torch
 
+from soma.arithmetic import averageable
 from soma.nodes import Export
 from soma.strategies import Parameters, State, Strategy, StrategyError, Update
 from soma.strategies.fedavg import weighted_mean
@@ -37,8 +38,7 @@ def start_of(start: Export, node_id: str, key: str, strategy: str) -> torch.Tens
 
 def trainable(parameter: torch.Tensor) -> bool:
     """Whether a step will move it: a float parameter with a gradient this step."""
-    dtype = parameter.dtype
-    return parameter.grad is not None and (dtype.is_floating_point or dtype.is_complex)
+    return parameter.grad is not None and averageable(parameter.dtype)
 
 
 class Proximal:

@@ -42,6 +42,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import torch
 
+from soma.arithmetic import averageable
 from soma.nodes import Export
 from soma.strategies import (
     Arrival,
@@ -162,7 +163,7 @@ def server_step(previous: Export, mean: Export, server_lr: float) -> Export:
         node_id: {
             key: (
                 previous[node_id][key] + server_lr * (m - previous[node_id][key])
-                if m.dtype.is_floating_point or m.dtype.is_complex
+                if averageable(m.dtype)
                 else m
             )
             for key, m in keys.items()
