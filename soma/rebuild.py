@@ -75,13 +75,11 @@ def _mean_again(store: Store, record: dict[str, Any], previous: Any) -> Any:
         return mean_of_sum(store, record["secure"]["sum"], store.recall_digest(record["start"]))
     from soma import tree
     from soma.round import Input
-    from soma.strategies import load_strategy
+    from soma.strategies import load_strategy, uniform
 
-    uniform = getattr(
-        load_strategy(record["strategy"], record.get("options") or {}), "uniform", False
-    )
+    strategy = load_strategy(record["strategy"], record.get("options") or {})
     inputs = [Input(i["client"], i["weights"], i["size"]) for i in record["inputs"]]
-    leaves = tree.leaves_of(inputs, uniform=uniform)
+    leaves = tree.leaves_of(inputs, uniform=uniform(strategy))
     root = tree.recompute(store, leaves, record["tree"]["fan_in"])
     return store.recall_digest(root.mean, lazy=True)
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from soma import codecs, holders, layout, once, records, tensorfile, tree
+from soma.arithmetic import Signature, first_difference
 from soma.nodes import Export
 from soma.once import (
     POLL,
@@ -51,7 +52,11 @@ from soma.strategies import (
     check_arrivals,
     check_strategy_state,
     load_strategy,
+    mean_strategies,
+    needs_previous,
+    privacy_of,
     takes_mean,
+    uniform,
 )
 from soma.tree import check_fan_in
 
@@ -375,11 +380,9 @@ def _left_out_text(left_out: Mapping[int, str]) -> str:
 
 # --- checking, before anything is claimed ---------------------------------------------------
 
-Signature = dict[str, dict[str, tuple[Any, tuple[int, ...]]]]
-
 
 def signature(store: Store, digest: str) -> Signature:
-    """An export's nodes, keys, dtypes and shapes, from its record and the tensors' headers."""
+    """An export's nodes, keys, shapes and dtypes, from its record and the tensors' headers."""
     tree, _ = codecs.parse_record(store.get(digest), str(store.blob_path(digest)))
     if not isinstance(tree, dict):
         raise RoundError(f"value {digest} is not an export (a {type(tree).__name__})")
@@ -388,26 +391,9 @@ def signature(store: Store, digest: str) -> Signature:
         tag = node.get("$tensors") if isinstance(node, dict) and len(node) == 1 else None
         if not isinstance(tag, str):
             raise RoundError(f"value {digest}: node {node_id!r} is not a map of tensors")
-        out[node_id] = tensorfile.describe(store.blob_path(tag))
+        described = tensorfile.describe(store.blob_path(tag))
+        out[node_id] = {key: (shape, dtype) for key, (dtype, shape) in described.items()}
     return out
-
-
-def _differ(a: Signature, b: Signature, a_is: str, b_is: str) -> str | None:
-    """How two exports differ (the first difference, named), or None when they are alike."""
-    for node_id in sorted(set(a) | set(b)):
-        if node_id not in b or node_id not in a:
-            has, lacks = (a_is, b_is) if node_id in a else (b_is, a_is)
-            return f"node {node_id!r} is in {has} but not in {lacks}"
-        for key in sorted(set(a[node_id]) | set(b[node_id])):
-            if key not in b[node_id] or key not in a[node_id]:
-                has, lacks = (a_is, b_is) if key in a[node_id] else (b_is, a_is)
-                return f"node {node_id!r} key {key!r} is in {has} but not in {lacks}"
-            (da, sa), (db, sb) = a[node_id][key], b[node_id][key]
-            if sa != sb:
-                return f"node {node_id!r} key {key!r}: shape {sa} in {a_is}, {sb} in {b_is}"
-            if da != db:
-                return f"node {node_id!r} key {key!r}: dtype {da} in {a_is}, {db} in {b_is}"
-    return None
 
 
 def _check_sizes(inputs: Sequence[Input], where: str) -> None:
@@ -464,7 +450,7 @@ def check_inputs(
         if first is None:
             first = (i.client, theirs)
             if meeting.start is not None:
-                problem = _differ(
+                problem = first_difference(
                     signature(store, meeting.start),
                     theirs,
                     "the round's start",
@@ -473,10 +459,10 @@ def check_inputs(
                 if problem:
                     raise RoundError(f"{where}: two different networks: {problem}")
             continue
-        problem = _differ(first[1], theirs, f"client {first[0]}", f"client {i.client}")
+        problem = first_difference(first[1], theirs, f"client {first[0]}", f"client {i.client}")
         if problem:
             raise RoundError(f"{where}: two different networks: {problem}")
-    if meeting.start is None and getattr(strategy, "needs_previous", False):
+    if meeting.start is None and needs_previous(strategy):
         raise RoundError(
             f"{where}: strategy {meeting.strategy!r} steps from the weights the round started "
             "from, and nobody said which (pass start=)"
@@ -496,7 +482,7 @@ def tree_refusal(strategy: str) -> str:
     return (
         f"strategy {strategy!r} needs every client's update, and hierarchical averaging "
         "(tree) hands it only their weighted mean: use a strategy that steps from the mean "
-        "(fedavg, fedavgm, fedadam, fedyogi, fedadagrad, fedprox), or no tree"
+        f"({', '.join(mean_strategies())}), or no tree"
     )
 
 
@@ -572,7 +558,7 @@ def _tree_root(
     if not _uses_tree(meeting, inputs):
         return None
     place = meeting.averaging(inputs_key(meeting.key, inputs))
-    leaves = tree.leaves_of(inputs, uniform=getattr(meeting.strategy_object(), "uniform", False))
+    leaves = tree.leaves_of(inputs, uniform=uniform(meeting.strategy_object()))
     return tree.reduce(store, place, leaves, meeting.tree, me=me)
 
 
@@ -788,19 +774,19 @@ def status(store: Store, run: str, *, clients: int | None = None) -> list[dict[s
     return [_status_row(store, run, r, key, clients) for r, key in meetings(store, run)]
 
 
-# Strategies whose state accounts for the privacy spent (soma.privacy.spent reads it); only
-# theirs is read by `status`, as another strategy's state may be a model's worth of tensors.
-ACCOUNTING = frozenset({"dp_fedavg"})
-
-
-def privacy_spent(store: Store, record: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The epsilon (and delta) spent up to this round, for a strategy that accounts for it;
-    `record` is an average's record or its workflow receipt (both name strategy and state)."""
-    if record.get("strategy") not in ACCOUNTING or not record.get("state"):
-        return None
-    from soma.privacy import spent
-
-    return spent(store.recall_digest(record["state"]))
+def privacy_spent(
+    store: Store, record: Mapping[str, Any], strategy: Strategy | None = None
+) -> dict[str, Any] | None:
+    """The epsilon (and delta) spent up to this round, as its strategy reports it
+    (`Strategy.privacy_spent`); `record` is an average's record or its workflow receipt
+    (both name the strategy and the state), `strategy` the strategy when the record does
+    not hold its options (a receipt). The state is read only for a strategy that reports
+    privacy, as another's may be a model's worth of tensors."""
+    name = record.get("strategy") or "fedavg"
+    if strategy is None:
+        strategy = load_strategy(name, record.get("options") or {})
+    state = record.get("state")
+    return privacy_of(name, strategy, lambda: None if not state else store.recall_digest(state))
 
 
 def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -> dict[str, Any]:
@@ -876,7 +862,12 @@ def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -
         if row["average"]:
             record = records.read_average(store, row["average"])
             row.update(left_out=record.left_out, weights=record.weights)
-            row["privacy"] = privacy_spent(store, record.value())
+
+    def privacy() -> None:
+        if row["average"]:
+            row["privacy"] = privacy_spent(
+                store, records.read_average(store, row["average"]).value()
+            )
 
     def metrics() -> None:
         digest = store.resolve(evaluation_name(run, row["weights"]))
@@ -890,6 +881,7 @@ def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -
     attempt("client records", written)
     attempt("averaging records", averagings)
     attempt("average record", average)
+    attempt("privacy spent (its strategy)", privacy)
     if row["weights"]:
         attempt("evaluation record", metrics)
     expected = row["expected"]

@@ -33,7 +33,7 @@ from soma.nodes import Export
 from soma.once import POLL, Backoff, Place
 from soma.round import Meeting, RoundError, tree_refusal
 from soma.store import Store
-from soma.strategies import Arrival, Strategy, check_arrivals, takes_mean
+from soma.strategies import Arrival, Strategy, check_arrivals, takes_mean, uniform
 
 
 def session_prefix(meeting: Meeting) -> str:
@@ -66,7 +66,7 @@ def session_of(meeting: Meeting):
 def weight_of(strategy: Strategy, size: float | None) -> float | None:
     """What a client's export weighs in the secure sum: its size, or 1 for a strategy that
     weighs every client the same (`uniform`: distributed DP's sensitivity bound)."""
-    return None if getattr(strategy, "uniform", False) else size
+    return None if uniform(strategy) else size
 
 
 def check_export(meeting: Meeting, client: int, export: Export, size: float | None) -> None:

@@ -522,7 +522,7 @@ def evaluate(config: Mapping[str, Any], round: int, averaged: str, receipt: str)
     metrics = checked_metrics(config, task.evaluate(nodes_at(task, store, config, weights)))
     kept = keep_evaluation(store, config["run"], weights, metrics)
     evaluation = {"run": config["run"], "round": round, "weights": weights, "metrics": metrics}
-    privacy = privacy_spent(store, average)  # only a DP strategy's state accounts for it
+    privacy = privacy_spent(store, average, strategy_of(config))  # None: keeps no account
     if privacy is not None:
         evaluation["privacy"] = privacy
     write_receipt(receipt, evaluation)
