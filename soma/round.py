@@ -881,8 +881,8 @@ def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -
     attempt("client records", written)
     attempt("averaging records", averagings)
     attempt("average record", average)
-    attempt("privacy spent (its strategy)", privacy)
-    if row["weights"]:
+    if row["weights"]:  # the average record was read: what it says can be followed
+        attempt("privacy spent (its strategy)", privacy)
         attempt("evaluation record", metrics)
     expected = row["expected"]
     row["missing"] = [] if expected is None else [k for k in expected if k not in row["written"]]
