@@ -221,17 +221,20 @@ def averages(store: Store, run: str) -> dict[int, dict[str, str]]:
     it belongs to. Several in one round are two runs under one name, or a round rerun with
     other inputs (one meeting, two averagings). An unknown run is refused, naming the runs
     the store holds."""
+    from soma import layout
     from soma.once import Place
-    from soma.round import check_run, round_prefix
+    from soma.round import check_run
 
     found: dict[int, dict[str, str]] = {}
     for r, key in check_run(store, run):
         found.setdefault(r, {})
-        prefix = f"{round_prefix(run, r)}/{key}"
-        under = f"{prefix}/inputs/"
-        inputs = {n[len(under) :].split("/")[0] for n in store.bound(under)}
-        named = [store.resolve(f"{prefix}/average")]
-        named += [store.resolve(Place(f"{prefix}/inputs/{a}").published) for a in sorted(inputs)]
+        prefix = layout.meeting(run, r, key)
+        under = layout.inputs(prefix)
+        inputs = {layout.under(n, under) for n in store.bound(under)}
+        named = [store.resolve(layout.average(prefix))]
+        named += [
+            store.resolve(Place(layout.averaging(prefix, a)).published) for a in sorted(inputs)
+        ]
         for digest in named:
             if digest is not None:
                 found[r][digest] = key
@@ -296,15 +299,16 @@ def _listing(
 ) -> str:
     """Each candidate average by digest, with what tells it apart: the settings its meeting
     differs in from the round's other meetings (see soma.round.labels), who came."""
-    from soma.round import labels, read_record
+    from soma.records import read_average
+    from soma.round import labels
 
     apart = labels(store, run, {(r, key) for (r, _), key in meeting.items()})
     lines = []
     for r, digest in sorted(listed):
         try:
-            record = read_record(store, digest)
-            came = [i.get("client") for i in record.get("inputs", [])]
-            what = f"strategy {record.get('strategy')}, clients {came}"
+            record = read_average(store, digest)
+            came = [i.get("client") for i in record.inputs]
+            what = f"strategy {record.strategy}, clients {came}"
         except (SomaError, StoreError, OSError) as error:
             what = f"unreadable: {error}"
         key = meeting[(r, digest)]
@@ -323,12 +327,12 @@ def export_average(
 ) -> dict[str, Any]:
     """Write the weights of one average of `run` (see `choose_average`) as the model file
     `path`; its provenance."""
-    from soma.round import read_record
+    from soma.records import read_average
 
     r, digest = choose_average(store, run, round, average)
-    record = read_record(store, digest)
-    made = provenance(record)
-    save_model(store.recall_digest(record["weights"], lazy=True), path, made)
+    record = read_average(store, digest)
+    made = provenance(record.value())
+    save_model(store.recall_digest(record.weights, lazy=True), path, made)
     return {**made, "average": digest}
 
 

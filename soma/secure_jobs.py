@@ -21,6 +21,7 @@ from typing import Any
 
 from soma import secure_round
 from soma.nodes import export
+from soma.records import RecordError, SecureRecord, read_average
 from soma.round import Meeting, dropout_reason
 from soma.runs import training_seed
 from soma.store import Store
@@ -125,7 +126,7 @@ def train(
         return
     floats = secure_round.floats_of(trained)
     masked_input(store, secrets.session, secrets, floats, size, deadline=DEADLINE)
-    store.keep(meeting.client(client), {"client": client, "secure": secrets.session.prefix})
+    store.keep(meeting.client(client), SecureRecord(client, secrets.session.prefix).value())
     written = {**_receipt(meeting, client), "secure": True, "metrics": json_numbers(metrics)}
     write_receipt(receipt, written)
     LOG.info(
@@ -161,32 +162,32 @@ def average(
     config: Mapping[str, Any], round: int, previous: str, revealed: Sequence[str], receipt: str
 ) -> None:
     """Phase 5: unmask the sum (once), step the strategy from the mean, publish the average."""
-    from soma.once import read_record
-
     tic = time.perf_counter()
     store = Store(config["store"])
     meeting = meeting_of(config, round, read_receipt(previous))
     digest = secure_round.average_round(
         store, meeting, strategy_of(config), took_part=True, deadline=DEADLINE
     )
-    record = read_record(store, digest)
+    record = read_average(store, digest)
+    if record.secure is None:
+        raise RecordError(f"{meeting.what}: average record {digest} is not a secure sum's")
     write_receipt(
         receipt,
         {
             "run": config["run"],
             "round": round,
             "strategy": meeting.strategy,
-            "weights": record["weights"],
-            "state": record["state"],
-            "inputs": record["inputs"],
-            "left_out": record["left_out"],
-            "secure": {k: record["secure"][k] for k in ("threshold", "error_bound")},
+            "weights": record.weights,
+            "state": record.state,
+            "inputs": record.inputs,
+            "left_out": record.left_out,
+            "secure": {k: record.secure[k] for k in ("threshold", "error_bound")},
         },
     )
     LOG.info(
         "%s: the secure sum of %d clients unmasked, weights %s (%.2f s)",
         meeting.what,
-        len(record["inputs"]),
-        record["weights"],
+        len(record.inputs),
+        record.weights,
         time.perf_counter() - tic,
     )

@@ -22,11 +22,12 @@ from typing import Any
 
 import torch
 
-from soma import holders, runs
+from soma import holders, layout, runs
 from soma.configs import ConfigRefused
 from soma.files import write_atomic
 from soma.nodes import export, load
 from soma.participation import policy
+from soma.records import AverageRecord, read_average
 from soma.round import (
     Input,
     Meeting,
@@ -161,7 +162,7 @@ def start(config: Mapping[str, Any], receipt: str, run_record: str | None = None
     metrics = checked_metrics(config, task.evaluate(nodes))
     store = Store(config["store"])
     weights = store.put_value(exported)
-    store.bind(f"{config['run']}/start", weights)
+    store.bind(layout.start(config["run"]), weights)
     keep_evaluation(store, config["run"], weights, metrics)
     if run_record is not None:
         write_receipt(run_record, runs.record(config))
@@ -180,7 +181,7 @@ def start(config: Mapping[str, Any], receipt: str, run_record: str | None = None
         config["run"],
         weights,
         config["seed"],
-        f"{config['run']}/start",
+        layout.start(config["run"]),
         shown(metrics),
         time.perf_counter() - tic,
     )
@@ -380,7 +381,7 @@ def _log_training(meeting: Meeting, written: Mapping[str, Any], seconds: float) 
 
 def _started_name(meeting: Meeting, client: int) -> str:
     """Beside the client's record, and fanned out the same way (see Meeting.client)."""
-    return meeting.client(client).replace("/client/", "/started/", 1)
+    return meeting.started(client)
 
 
 def _previous_attempt_died(store: Store, meeting: Meeting, client: int) -> str | None:
@@ -462,20 +463,20 @@ def average(
                     Input(given["client"], given["weights"], given["size"], given.get("extra"))
                 )
     digest = average_inputs(store, meeting, inputs, deadline=config.get("average_deadline"))
-    record = read_record(store, digest)
+    record = read_average(store, digest)
     write_receipt(
         receipt,
         {
             "run": config["run"],
             "round": round,
             "strategy": meeting.strategy,
-            "weights": record["weights"],
-            "state": record["state"],
+            "weights": record.weights,
+            "state": record.state,
             "inputs": [
                 {"client": i["client"], "weights": i["weights"], "size": i["size"]}
-                for i in record["inputs"]
+                for i in record.inputs
             ],
-            "left_out": record["left_out"],
+            "left_out": record.left_out,
         },
     )
     _log_average(meeting, inputs, record, digest, time.perf_counter() - tic)
@@ -484,7 +485,7 @@ def average(
 def _log_average(
     meeting: Meeting,
     inputs: Sequence[Input],
-    record: Mapping[str, Any],
+    record: AverageRecord,
     digest: str,
     seconds: float,
 ) -> None:
@@ -492,11 +493,11 @@ def _log_average(
     clients = ", ".join(str(i.client) for i in inputs) or "nobody"
     sizes = ", ".join(str(i.size) for i in inputs)
     LOG.info("%s: %s of clients %s (sizes %s)", meeting.what, meeting.strategy, clients, sizes)
-    for left in record["left_out"]:
+    for left in record.left_out:
         LOG.warning("%s: client %s left out: %s", meeting.what, left["client"], left["why"])
     LOG.info(
         "averaged weights %s (record %s, under %s) (%.2f s)",
-        record["weights"],
+        record.weights,
         digest,
         meeting.prefix,
         seconds,
@@ -518,7 +519,7 @@ def evaluate(config: Mapping[str, Any], round: int, averaged: str, receipt: str)
     metrics = checked_metrics(config, task.evaluate(nodes_at(task, store, config, weights)))
     kept = keep_evaluation(store, config["run"], weights, metrics)
     evaluation = {"run": config["run"], "round": round, "weights": weights, "metrics": metrics}
-    privacy = privacy_spent(store, average)  # only a DP strategy's state accounts for it
+    privacy = privacy_spent(store, average, strategy_of(config))  # None: keeps no account
     if privacy is not None:
         evaluation["privacy"] = privacy
     write_receipt(receipt, evaluation)

@@ -565,6 +565,46 @@ def _write_atomic_writes_in_place() -> None:
     soma.workflow.write_atomic = soma.files.write_atomic
 
 
+# --- the store layout and the round's records (soma/layout.py, soma/records.py) ----------
+
+
+@mutant(
+    "advice_looks_for_an_unfanned_started_marker",
+    caught_by=["tests/test_health.py", "-k", "1001_client_round"],
+)
+def _advice_looks_for_an_unfanned_started_marker() -> None:
+    """The advice looks for a train job's marker at `started/<k>` whatever the client count
+    (the bug of 1,001-client rounds): it stops naming the Snakemake target."""
+    import soma.advice
+    from soma import layout
+
+    def unfanned(self, run, r, meeting, k):
+        if meeting is None:
+            return False
+        name = layout.started(layout.meeting(run, r, meeting), k, 1)
+        return self.store.resolve(name) is not None
+
+    _replace(soma.advice.Advisor, "_started", unfanned)
+
+
+@mutant(
+    "client_records_read_unchecked",
+    caught_by=["tests/test_layout.py", "-k", "refused_naming"],
+)
+def _client_records_read_unchecked() -> None:
+    """A client record is taken as it is: one without weights fails later, as a KeyError."""
+    import soma.records
+
+    def unchecked(value, *, client, name, digest=None):
+        if "dropped" in value:
+            return soma.records.DropRecord(client, value["dropped"], value.get("by"))
+        return soma.records.ClientRecord(
+            client, value["weights"], value["size"], value.get("extra"), value.get("own")
+        )
+
+    _replace(soma.records, "parse_client", unchecked)
+
+
 # --- strategies: each family registers its own mutants ---------------------------------------
 # Imported last: they use `mutant` and `_replace` from this module.
 import mutants_fedopt  # noqa: E402, F401

@@ -37,8 +37,9 @@ from typing import ClassVar
 
 import torch
 
+from soma.arithmetic import first_difference, signature, working_dtype
 from soma.nodes import Export
-from soma.strategies import State, StrategyError, Update, floats
+from soma.strategies import State, Strategy, StrategyError, Update, floats
 from soma.strategies.fedavg import weighted_mean
 
 Tensors = Mapping[str, Mapping[str, torch.Tensor]]
@@ -152,14 +153,6 @@ def adaptive_step(
 # --- the state ---------------------------------------------------------------------------
 
 
-def working_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Half precision is stepped (and its moments kept) in float32: tau^2 = 1e-6 and the
-    small deltas of late rounds are below what float16 can tell from zero."""
-    if dtype in (torch.float16, torch.bfloat16):
-        return torch.float32
-    return dtype
-
-
 Signature = dict[tuple[str, str], tuple[tuple[int, ...], torch.dtype]]
 
 
@@ -240,35 +233,19 @@ def check_state(strategy: str, moments: tuple[str, ...], state: object, previous
 
 
 def check_like(strategy: str, previous: Tensors, mean: Tensors, who: str = "the updates") -> None:
-    """`mean` (the updates, or `who`) must be the network the round started from, key for key."""
-    for node, keys in mean.items():
-        for key in keys:
-            if key not in previous.get(node, {}):
-                raise StrategyError(
-                    f"{strategy}: node {node!r} key {key!r} is in {who} but not in "
-                    "the weights the round started from"
-                )
-    for node, keys in previous.items():
-        for key, tensor in keys.items():
-            theirs = mean.get(node, {}).get(key)
-            if theirs is None:
-                raise StrategyError(
-                    f"{strategy}: node {node!r} key {key!r} is in the weights the round "
-                    f"started from but not in {who}"
-                )
-            if theirs.shape != tensor.shape or theirs.dtype != tensor.dtype:
-                raise StrategyError(
-                    f"{strategy}: node {node!r} key {key!r} is {tuple(tensor.shape)} "
-                    f"{tensor.dtype} in the weights the round started from, "
-                    f"{tuple(theirs.shape)} {theirs.dtype} in {who}"
-                )
+    """`mean` (the updates, or `who`) must be the network the round started from, key for key
+    (soma.arithmetic: half precision is stepped, and its moments kept, in float32)."""
+    start = "the weights the round started from"
+    problem = first_difference(signature(previous), signature(mean), start, who)
+    if problem:
+        raise StrategyError(f"{strategy}: {problem}")
 
 
 # --- the strategy ------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class ServerOptimizer:
+class ServerOptimizer(Strategy):
     """A strategy that steps FedAvg's mean with a server optimizer. `rule` is "momentum"
     (FedAvgM) or the second-moment rule ("adam", "yogi", "adagrad")."""
 

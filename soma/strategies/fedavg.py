@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from soma.aggregate import fedavg
 from soma.nodes import Export
-from soma.strategies import State, Update
+from soma.strategies import State, Strategy, Update
 
 
 def weighted_mean(updates: Iterable[Update]) -> Export:
@@ -19,7 +19,7 @@ def weighted_mean(updates: Iterable[Update]) -> Export:
     return fedavg((u.weights, 1 if u.size is None else u.size) for u in updates)
 
 
-class FedAvg:
+class FedAvg(Strategy):
     def aggregate(
         self, previous: Export, updates: Iterable[Update], state: State | None, *, clients: int
     ) -> tuple[Export, State | None]:

@@ -19,8 +19,9 @@ from collections.abc import Iterable
 
 import torch
 
+from soma.arithmetic import averageable
 from soma.nodes import Export
-from soma.strategies import Parameters, State, StrategyError, Update
+from soma.strategies import Parameters, State, Strategy, StrategyError, Update
 from soma.strategies.fedavg import weighted_mean
 
 
@@ -37,8 +38,7 @@ def start_of(start: Export, node_id: str, key: str, strategy: str) -> torch.Tens
 
 def trainable(parameter: torch.Tensor) -> bool:
     """Whether a step will move it: a float parameter with a gradient this step."""
-    dtype = parameter.dtype
-    return parameter.grad is not None and (dtype.is_floating_point or dtype.is_complex)
+    return parameter.grad is not None and averageable(parameter.dtype)
 
 
 class Proximal:
@@ -61,7 +61,7 @@ class Proximal:
         return None, None
 
 
-class FedProx:
+class FedProx(Strategy):
     def __init__(self, mu: float) -> None:
         self.mu = mu
 

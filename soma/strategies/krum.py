@@ -38,7 +38,7 @@ from collections.abc import Iterable, Sequence
 import torch
 
 from soma.nodes import Export
-from soma.strategies import Arrival, State, StrategyError, Update, floats
+from soma.strategies import Arrival, State, Strategy, StrategyError, Update, floats
 from soma.strategies._columns import blocks, gather
 from soma.strategies.fedavg import weighted_mean
 
@@ -97,7 +97,7 @@ def _count(name: str, value: object, least: int) -> int:
     return int(value)
 
 
-class Krum:
+class Krum(Strategy):
     def __init__(self, f: int, m: int) -> None:
         self.f, self.m = f, m
 

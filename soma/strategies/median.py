@@ -26,7 +26,7 @@ from collections.abc import Iterable
 import torch
 
 from soma.nodes import Export
-from soma.strategies import State, Update
+from soma.strategies import State, Strategy, Update
 from soma.strategies._columns import coordinatewise, gather, sorted_mean
 
 
@@ -36,7 +36,7 @@ def median(stacked: torch.Tensor) -> torch.Tensor:
     return sorted_mean(stacked, (stacked.shape[0] - 1) // 2)
 
 
-class Median:
+class Median(Strategy):
     def aggregate(
         self, previous: Export, updates: Iterable[Update], state: State | None, *, clients: int
     ) -> tuple[Export, State | None]:

@@ -42,8 +42,17 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import torch
 
+from soma.arithmetic import averageable
 from soma.nodes import Export
-from soma.strategies import Arrival, Parameters, State, StrategyError, Update, floats
+from soma.strategies import (
+    Arrival,
+    Parameters,
+    State,
+    Strategy,
+    StrategyError,
+    Update,
+    floats,
+)
 from soma.strategies.fedavg import weighted_mean
 from soma.strategies.fedprox import start_of, trainable
 
@@ -154,7 +163,7 @@ def server_step(previous: Export, mean: Export, server_lr: float) -> Export:
         node_id: {
             key: (
                 previous[node_id][key] + server_lr * (m - previous[node_id][key])
-                if m.dtype.is_floating_point or m.dtype.is_complex
+                if averageable(m.dtype)
                 else m
             )
             for key, m in keys.items()
@@ -171,7 +180,7 @@ def next_c(c: Export, total: Export, clients: int) -> Export:
     }
 
 
-class Scaffold:
+class Scaffold(Strategy):
     needs_previous = True  # c starts as zeros shaped like the round's start
 
     def __init__(self, server_lr: float) -> None:

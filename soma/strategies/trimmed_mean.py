@@ -28,7 +28,7 @@ from fractions import Fraction
 from functools import partial
 
 from soma.nodes import Export
-from soma.strategies import Arrival, State, StrategyError, Update
+from soma.strategies import Arrival, State, Strategy, StrategyError, Update
 from soma.strategies._columns import coordinatewise, gather, sorted_mean
 
 
@@ -59,7 +59,7 @@ def _beta(beta: object) -> float:
     return value
 
 
-class TrimmedMean:
+class TrimmedMean(Strategy):
     def __init__(self, beta: float) -> None:
         self.beta = beta
 
