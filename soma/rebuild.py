@@ -41,9 +41,10 @@ def recompute_average(store: Store, record: dict[str, Any]) -> tuple[str, str | 
     """Put an average's weights and state again, computed from what its record names
     (strategy, options, start, state before, clients, inputs in order) exactly as the round
     did; their digests. Deterministic, so equal to the record's when its inputs are sound."""
-    from soma.strategies import Update, load_strategy
+    from soma.strategies import Update, at_round, load_strategy
 
     strategy = load_strategy(record["strategy"], record.get("options") or {})
+    strategy = at_round(strategy, round=record["round"], seed=record.get("seed"))
     start, before = record.get("start"), record.get("state_before")
     previous = None if start is None else store.recall_digest(start, lazy=True)
     state = None if before is None else store.recall_digest(before)
@@ -259,6 +260,8 @@ def _average_records(
         weights, state = recompute_average(
             store,
             {
+                "round": meeting.round,
+                "seed": meeting.config.get("seed"),
                 "strategy": meeting.strategy,
                 "options": dict(meeting.options),
                 "start": meeting.start,

@@ -51,6 +51,7 @@ from soma.strategies import (
     Objective,
     State,
     Update,
+    at_round,
     check_arrivals,
     check_strategy_state,
     check_task_takes_objective,
@@ -533,7 +534,8 @@ def simulate(
             for k, weights_k, extra in zip(came, sent, extras, strict=True)
         )
         tic = time.perf_counter()
-        weights, state = rule.aggregate(weights, updates, state, clients=clients)
+        bound = at_round(rule, round=r - 1, seed=seed)
+        weights, state = bound.aggregate(weights, updates, state, clients=clients)
         aggregating += time.perf_counter() - tic
         if r % every == 0 or r == rounds:
             load(nodes, weights)
