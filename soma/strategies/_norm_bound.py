@@ -96,6 +96,9 @@ def clipped(previous: Export, weights: Export, scale: float) -> Export:
         for node_id, key in floats(previous):
             start, tensor = previous[node_id][key], weights[node_id][key]
             work = working_dtype(tensor.dtype)
+            if scale == 0:  # nothing of it: inf * 0 would be NaN
+                out[node_id][key] = start.to(tensor.dtype).clone()
+                continue
             moved = start.to(work) + (tensor.to(work) - start.to(work)) * scale
             out[node_id][key] = moved.to(tensor.dtype)
     return out
@@ -138,7 +141,7 @@ class NormBound(Strategy):
 
         def bounded() -> Iterator[Update]:
             for row, norm in zip(rows, norms, strict=True):
-                if norm <= cap:
+                if math.isfinite(norm) and norm <= cap:
                     yield row
                 else:
                     scale = cap / norm if math.isfinite(norm) else 0.0
