@@ -557,14 +557,12 @@ def test_bucket_must_be_a_whole_number_of_clients(name, bucket):
         load_strategy(name, {"bucket": bucket})
 
 
-def test_bucketing_beats_one_sign_flipper_where_the_plain_median_is_moved_a_rank():
-    # 9 honest clients spread widely (non-IID), one sends -10x: the plain median moves by a
-    # rank per coordinate; bucket means are closer together, and the attacker spoils one.
+def test_one_sign_flipper_moves_the_median_by_a_rank_not_nothing():
+    # 9 honest clients spread widely (non-IID), one sends -10x: the median moves by a rank
     honest = [[float(v)] for v in [-4, -3, -2, -1, 0, 1, 2, 3, 4]]
     rows = updates(honest + [[-10.0 * 4]])
     plain = aggregate("median", rows)["layer"]["w"].item()
     assert plain == -0.5  # between -1 and 0: shifted from the honest median 0 by half a rank
-    assert _buckets.count(10, 2) == 5
 
 
 # --- centered clipping --------------------------------------------------------------------------
