@@ -74,6 +74,7 @@ CONFIGS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("multi-krum m=n-f", "krum", {"f": 1, "m": 9}),
     ("multi-krum bucket 2", "krum", {"f": 1, "m": 4, "bucket": 2}),
     ("centered_clip", "centered_clip", {}),
+    ("centered_clip bucket 2", "centered_clip", {"bucket": 2}),
 )
 ATTACKS = ("sign_flip", "scale", "constant", "alie")
 TARGET_ATTACK = ("sign_flip", 1)

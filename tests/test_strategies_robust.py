@@ -667,3 +667,17 @@ def test_norm_bound_needs_the_start_and_keeps_the_inner_strategys_hooks():
     assert has_client_side(fedprox)  # its proximal term is still there
     with pytest.raises(StrategyError, match="started from"):
         fedavg.aggregate(None, iter(updates([[1.0]])), None, clients=1)
+
+
+def test_centered_clip_with_buckets_by_hand_clips_the_bucket_means():
+    previous = two_d(0.0, 0.0)
+    points = [(3.0, 4.0), (1.0, 0.0), (0.0, 1.0), (-8.0, 6.0)]
+    rows = [Update(k, 1.0, two_d(*p)) for k, p in enumerate(points)]
+    order = _buckets.permutation(4, seed=7, round=3)
+    wanted = [0.0, 0.0]
+    for bucket in (order[:2], order[2:]):
+        mean = [sum(points[i][d] for i in bucket) / 2 for d in (0, 1)]
+        scale = min(1.0, 1.5 / math.hypot(*mean))
+        wanted = [w + m * scale / 2 for w, m in zip(wanted, mean, strict=True)]
+    out, _ = bound("centered_clip", tau=1.5, bucket=2).aggregate(previous, rows, None, clients=4)
+    assert out["a"]["w"].tolist() == pytest.approx(wanted, rel=1e-12)

@@ -23,6 +23,10 @@ radius of an update. Honest updates within tau move the center as FedAvg's unwei
 would; it should be about their typical distance from the center (the digits task's 2-label
 clients with plain SGD make updates of norm about 2.5 in the first round, smaller later):
 smaller is more robust and slower. `iterations` (default 1), a whole number >= 1.
+`bucket` (default 1, none): s clients per bucket, shuffled by the run's seed and the round
+(soma.strategies._buckets); each w_i above is then a bucket's unweighted mean and n the
+number of buckets (Karimireddy, He and Jaggi 2022 pair bucketing with centered clipping).
+The bucket means are formed one bucket at a time (one more model held).
 
 Counts (integer and bool keys) are the first update's, as in FedAvg. No state; it steps
 from the round's start (`needs_previous`). Memory: streaming, one client at a time; held are
@@ -43,6 +47,7 @@ import torch
 from soma.arithmetic import working_dtype
 from soma.nodes import Export
 from soma.strategies import State, Strategy, StrategyError, Update, floats
+from soma.strategies._buckets import Bucketing, Groups, bucket_size
 
 Flat = dict[tuple[str, str], torch.Tensor]
 
@@ -103,11 +108,27 @@ def clip_pass(center: Flat, rows: Iterable[Update], tau: float) -> tuple[Flat, E
     return {k: v + total[k] / n for k, v in center.items()}, first, n
 
 
-class CenteredClip(Strategy):
-    needs_previous = True
+def bucket_means(rows: list[Update], buckets: Groups) -> Iterable[Update]:
+    """Each bucket as one update: the unweighted mean of its clients' weights (counts: its
+    first client's), formed when it is reached, so that one bucket mean is held at a time."""
+    for b, bucket in enumerate(buckets):
+        first = rows[bucket[0]].weights
+        mean: Export = {node: dict(keys) for node, keys in first.items()}
+        for node, key in floats(first):
+            work = working_dtype(first[node][key].dtype)
+            total = sum(
+                (rows[i].weights[node][key].to(work) for i in bucket[1:]), first[node][key].to(work)
+            )
+            mean[node][key] = total / len(bucket)
+        yield Update(b, None, mean)
 
-    def __init__(self, tau: float, iterations: int) -> None:
-        self.tau, self.iterations = tau, iterations
+
+class CenteredClip(Bucketing, Strategy):
+    needs_previous = True
+    name = "centered_clip"
+
+    def __init__(self, tau: float, iterations: int, bucket: int = 1) -> None:
+        self.tau, self.iterations, self.bucket = tau, iterations, bucket
 
     def aggregate(
         self,
@@ -121,11 +142,15 @@ class CenteredClip(Strategy):
             raise StrategyError(
                 "centered_clip clips around the weights the round started from, and there are none"
             )
-        rows = updates if self.iterations == 1 else list(updates)
+        rows = updates if self.iterations == 1 and self.bucket == 1 else list(updates)
+        buckets = None
+        if self.bucket > 1:
+            rows, buckets = self.bucketed(list(rows))
         center = _center(previous)
         with torch.no_grad():
             for _ in range(self.iterations):
-                center, first, _ = clip_pass(center, rows, self.tau)
+                passed = rows if buckets is None else bucket_means(rows, buckets)
+                center, first, _ = clip_pass(center, passed, self.tau)
         out: Export = {
             node: {k: t.clone() for k, t in keys.items()} for node, keys in first.items()
         }
@@ -134,7 +159,7 @@ class CenteredClip(Strategy):
         return out, None
 
 
-def make(*, tau: float = 1.0, iterations: int = 1) -> CenteredClip:
+def make(*, tau: float = 1.0, iterations: int = 1, bucket: int = 1) -> CenteredClip:
     ok = not isinstance(tau, bool) and isinstance(tau, numbers.Real)
     if not ok or not (math.isfinite(tau) and tau > 0):
         raise StrategyError(f"centered_clip option tau must be a finite number > 0, not {tau!r}")
@@ -146,4 +171,4 @@ def make(*, tau: float = 1.0, iterations: int = 1) -> CenteredClip:
         raise StrategyError(
             f"centered_clip option iterations must be a whole number >= 1, not {iterations!r}"
         )
-    return CenteredClip(float(tau), int(iterations))
+    return CenteredClip(float(tau), int(iterations), bucket_size("centered_clip", bucket))
