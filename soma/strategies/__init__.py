@@ -176,7 +176,10 @@ def load_strategy(name: str, options: Mapping[str, Any] | None = None) -> Strate
 
 
 def at_round(strategy: Strategy, *, round: int, seed: int | None) -> Strategy:
-    """The strategy bound to the round it aggregates and the run's seed (`Strategy.for_round`)."""
+    """The strategy bound to the round it aggregates and the run's seed (`Strategy.for_round`);
+    a strategy without its own for_round is itself (not the base's default object)."""
+    if not has_own(strategy, "for_round"):
+        return strategy
     return hook(strategy, "for_round")(round=round, seed=seed)
 
 
