@@ -53,7 +53,7 @@ STRATEGIES = {
     "krum": ("krum", {"f": 1, "m": 1}),
     "multi-krum": ("krum", {"f": 1, "m": 3}),
     "median bucket 2": ("median", {"bucket": 2}),
-    "krum bucket 2": ("krum", {"f": 1, "bucket": 2}),
+    "krum bucket 2": ("krum", {"f": 0, "bucket": 2}),  # 8 clients: 4 buckets
     "centered_clip": ("centered_clip", {}),
     "fedavg norm_bound 2": ("fedavg", {"norm_bound": 2.0}),
 }
