@@ -41,9 +41,12 @@ def recompute_average(store: Store, record: dict[str, Any]) -> tuple[str, str | 
     """Put an average's weights and state again, computed from what its record names
     (strategy, options, start, state before, clients, inputs in order) exactly as the round
     did; their digests. Deterministic, so equal to the record's when its inputs are sound."""
-    from soma.strategies import Update, load_strategy
+    from soma.strategies import Update, at_round, has_own, load_strategy
 
     strategy = load_strategy(record["strategy"], record.get("options") or {})
+    if has_own(strategy, "for_round"):  # bucketing, bias correction: the round and seed
+        seed = record["seed"] if "seed" in record else _seed_of(store, record)
+        strategy = at_round(strategy, round=record["round"], seed=seed)
     start, before = record.get("start"), record.get("state_before")
     previous = None if start is None else store.recall_digest(start, lazy=True)
     state = None if before is None else store.recall_digest(before)
@@ -65,6 +68,19 @@ def recompute_average(store: Store, record: dict[str, Any]) -> tuple[str, str | 
 
     weights, new_state = strategy.aggregate(previous, updates(), state, clients=record["clients"])
     return store.put_value(weights), None if new_state is None else store.put_value(new_state)
+
+
+def _seed_of(store: Store, record: dict[str, Any]) -> int | None:
+    """The run's seed, for `Strategy.for_round`: an average record does not hold it, the
+    meeting's identity (its `about` record) does, in its config. None when unreadable, as a
+    round that declared no seed was averaged with."""
+    try:
+        prefix = layout.meeting(record["run"], record["round"], record["meeting"])
+        about = store.recall(layout.about(prefix))
+    except (SomaError, StoreError, OSError, KeyError, TypeError, ValueError):
+        return None
+    config = about.get("config") if isinstance(about, dict) else None
+    return config.get("seed") if isinstance(config, dict) else None
 
 
 def _mean_again(store: Store, record: dict[str, Any], previous: Any) -> Any:
@@ -259,6 +275,8 @@ def _average_records(
         weights, state = recompute_average(
             store,
             {
+                "round": meeting.round,
+                "seed": meeting.config.get("seed"),
                 "strategy": meeting.strategy,
                 "options": dict(meeting.options),
                 "start": meeting.start,

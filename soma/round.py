@@ -53,6 +53,7 @@ from soma.strategies import (
     Arrival,
     Strategy,
     Update,
+    at_round,
     check_arrivals,
     check_strategy_state,
     load_strategy,
@@ -743,6 +744,7 @@ def _average(
     previous = None if meeting.start is None else store.recall_digest(meeting.start, lazy=True)
     state = None if meeting.state is None else store.recall_digest(meeting.state)
     root = _tree_root(store, meeting, inputs, me)
+    strategy = at_round(strategy, round=meeting.round, seed=meeting.config.get("seed"))
     if root is None:
         weights, new_state = strategy.aggregate(
             previous, _updates(store, inputs), state, clients=meeting.clients

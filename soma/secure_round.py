@@ -33,7 +33,7 @@ from soma.nodes import Export
 from soma.once import POLL, Backoff, Place
 from soma.round import Meeting, RoundError, tree_refusal
 from soma.store import Store
-from soma.strategies import Arrival, Strategy, check_arrivals, takes_mean, uniform
+from soma.strategies import Arrival, Strategy, at_round, check_arrivals, takes_mean, uniform
 
 
 def session_prefix(meeting: Meeting) -> str:
@@ -169,6 +169,7 @@ def _average(
     state = None if meeting.state is None else store.recall_digest(meeting.state)
     arrived = [Arrival(k, None, False) for k in result["contributors"]]
     check_arrivals(strategy, arrived, clients=meeting.clients)  # e.g. distributed DP's m
+    strategy = at_round(strategy, round=meeting.round, seed=meeting.config.get("seed"))
     weights, new_state = strategy.from_mean(previous, whole, state, clients=meeting.clients)
     came = set(result["contributors"])
     record = records.average_record(

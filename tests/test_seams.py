@@ -12,6 +12,7 @@ import soma
 from soma.strategies import (
     Strategy,
     StrategyError,
+    at_round,
     has_own,
     hook,
     load_strategy,
@@ -109,6 +110,44 @@ def test_a_users_own_strategy_reports_its_privacy_in_soma_status(tmp_path, monke
     bad = load_strategy("mydp", {"answer": "bad"})
     with pytest.raises(StrategyError, match=r"strategy 'mydp': privacy_spent\(\) returned"):
         privacy_of("mydp", bad, lambda: {"rounds": 1})
+
+
+ROUNDED = '''
+"""A user's strategy whose result says which round and seed it was bound to."""
+import torch
+from soma.strategies import Strategy
+
+
+class Rounded(Strategy):
+    def __init__(self, round=None, seed=None):
+        self.round, self.seed = round, seed
+
+    def for_round(self, *, round, seed):
+        return Rounded(round, seed)
+
+    def aggregate(self, previous, updates, state, *, clients):
+        list(updates)
+        return {"fc": {"w": torch.tensor([float(self.round), float(self.seed or -1)])}}, None
+
+
+def make():
+    return Rounded()
+'''
+
+
+def test_the_round_binds_the_strategy_to_its_round_and_the_runs_seed(tmp_path, monkeypatch) -> None:
+    from soma.round import Meeting, average_round, contribute
+
+    (tmp_path / "rounded.py").write_text(textwrap.dedent(ROUNDED))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    store = soma.Store(tmp_path / "store")
+    for r, config, wanted in [(0, {"seed": 11}, [0.0, 11.0]), (3, {}, [3.0, -1.0])]:
+        meeting = Meeting("mine", r, 1, strategy="rounded", config=config)
+        contribute(store, meeting, net(1.0), mine=0, size=1)
+        record = store.recall_digest(average_round(store, meeting, deadline=5))
+        assert store.recall_digest(record["weights"])["fc"]["w"].tolist() == wanted
+    plain = OnlyAggregate()
+    assert at_round(plain, round=1, seed=2) is plain  # without its own: the strategy itself
 
 
 # --- the registry of built-ins, the schema and the capability lists -----------------------------

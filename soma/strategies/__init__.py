@@ -42,6 +42,12 @@ need. An object that does not subclass it works too (the round asks through
   step from (DP-FedAvg: whether one more round would take the privacy spent past its
   budget), raised as `StrategyError`. The round calls it beside `check`, before anything is
   claimed, reading the state from the store only for a strategy that has this method.
+- `for_round(*, round, seed) -> Strategy`: the strategy bound to the round it aggregates
+  (0-based) and the run's seed (None when the round declares none), for arithmetic that
+  depends on them (bucketing's shuffle, FedAdam's bias correction). Whoever aggregates calls
+  it (through `at_round`) just before `aggregate` or `from_mean`; the default is the
+  strategy itself. The round number and seed come from the meeting (its round, and the
+  seed of its `config`), so a rerun round is bound to the same ones.
 - `privacy_spent(state) -> {"epsilon", "delta", "round"} | None`: the privacy spent up to
   the round that made `state` (DP-FedAvg reads its account), shown by `soma status` and in
   the workflow's summary for any strategy that has it, a user's own included.
@@ -107,6 +113,7 @@ __all__ = [
     "Strategy",
     "StrategyError",
     "Update",
+    "at_round",
     "check_arrivals",
     "check_strategy_state",
     "check_task_takes_objective",
@@ -166,6 +173,14 @@ def load_strategy(name: str, options: Mapping[str, Any] | None = None) -> Strate
     if not callable(getattr(strategy, "aggregate", None)):  # duck typing: see base
         raise StrategyError(f"strategy {name!r} has no aggregate() (see soma.strategies)")
     return strategy
+
+
+def at_round(strategy: Strategy, *, round: int, seed: int | None) -> Strategy:
+    """The strategy bound to the round it aggregates and the run's seed (`Strategy.for_round`);
+    a strategy without its own for_round is itself (not the base's default object)."""
+    if not has_own(strategy, "for_round"):
+        return strategy
+    return hook(strategy, "for_round")(round=round, seed=seed)
 
 
 def check_arrivals(strategy: Strategy, arrivals: Sequence[Arrival], *, clients: int) -> None:

@@ -114,6 +114,16 @@ class Strategy(abc.ABC):
         task's train() is called without `objective`."""
         return None
 
+    def for_round(self, *, round: int, seed: int | None) -> Strategy:
+        """The strategy as it aggregates round `round` (0-based, as the workflow counts) of a
+        run seeded `seed` (the run's seed; None when the round declares none, a bare
+        `soma.round` call). Called by whoever aggregates (the round, secure aggregation,
+        repair, the in-process simulation) just before `aggregate` or `from_mean`, never
+        for `check`. For a strategy whose arithmetic depends on the round or draws at
+        random (bucketing's shuffle, FedAdam's bias correction): it returns a copy bound to
+        them, so that a rerun or repaired round draws the same bits. Default: itself."""
+        return self
+
     def privacy_spent(self, state: State | None) -> Mapping[str, Any] | None:
         """The privacy spent up to the round that produced `state`, as `{"epsilon", "delta",
         "round"}` (and `"budget"` if the run has one), shown by `soma status` and in the

@@ -9,6 +9,9 @@ gradient in a step (frozen, or not in that step's graph) is left as it is. With 
 training is FedAvg's, bit for bit. Nothing is sent beside the weights and nothing is kept.
 
 Option: `mu` (default 0.01), a finite number >= 0.
+Option `norm_bound` (default null, off): clip each update to that multiple of the round's
+median update norm before the mean (soma.strategies._norm_bound); the strategy then needs the
+round's start and cannot step from the mean alone (no tree, no secure aggregation).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import torch
 from soma.arithmetic import averageable
 from soma.nodes import Export
 from soma.strategies import Parameters, State, Strategy, StrategyError, Update
+from soma.strategies._norm_bound import bound_of, bounded
 from soma.strategies.fedavg import weighted_mean
 
 
@@ -79,8 +83,8 @@ class FedProx(Strategy):
         return Proximal(start, self.mu)
 
 
-def make(mu: float = 0.01) -> FedProx:
+def make(mu: float = 0.01, *, norm_bound: float | None = None) -> Strategy:
     ok = not isinstance(mu, bool) and isinstance(mu, numbers.Real) and math.isfinite(mu)
     if not ok or mu < 0:
         raise StrategyError(f"fedprox option mu must be a finite number >= 0, not {mu!r}")
-    return FedProx(float(mu))
+    return bounded(FedProx(float(mu)), bound_of("fedprox", norm_bound))
