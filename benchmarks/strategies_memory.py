@@ -13,7 +13,11 @@ dropped from the page cache before each process so that every one reads them the
                  one export is mapped at a time (two while the next is recalled);
 - median, trimmed_mean (beta 0.2), krum (f 1), multi-krum (f 1, m 3): not streaming, they
                  take `list(updates)`, so all N exports are mapped at once, and work key by
-                 key in blocks of `soma.strategies._columns.BLOCK` numbers across clients.
+                 key in blocks of `soma.strategies._columns.BLOCK` numbers across clients;
+                 with bucket 2, the bucket means are taken on those blocks;
+- centered_clip (iterations 1): streams, from the round's start (the first export,
+                 recalled lazily once more); fedavg with norm_bound: reads the updates
+                 twice (their norms, then the clipped ones), so all N are mapped at once.
 
 Columns: time is the best of --repeats, recall and hash verification included. "peak RSS"
 is the kernel's high-water mark (VmHWM) less the idle process: anonymous memory plus the
@@ -48,6 +52,10 @@ STRATEGIES = {
     "trimmed_mean": ("trimmed_mean", {"beta": 0.2}),
     "krum": ("krum", {"f": 1, "m": 1}),
     "multi-krum": ("krum", {"f": 1, "m": 3}),
+    "median bucket 2": ("median", {"bucket": 2}),
+    "krum bucket 2": ("krum", {"f": 0, "bucket": 2}),  # 8 clients: 4 buckets
+    "centered_clip": ("centered_clip", {}),
+    "fedavg norm_bound 2": ("fedavg", {"norm_bound": 2.0}),
 }
 
 
@@ -137,10 +145,11 @@ def recalled(store, digests: list[str]):
 
 
 def run_strategy(job: dict, store, digests: list[str]):
-    from soma.strategies import load_strategy
+    from soma.strategies import at_round, load_strategy, needs_previous
 
-    strategy = load_strategy(job["strategy"], job["options"])
-    weights, _ = strategy.aggregate({}, recalled(store, digests), None, clients=len(digests))
+    strategy = at_round(load_strategy(job["strategy"], job["options"]), round=0, seed=0)
+    start = store.recall_digest(digests[0], lazy=True) if needs_previous(strategy) else {}
+    weights, _ = strategy.aggregate(start, recalled(store, digests), None, clients=len(digests))
     return weights
 
 

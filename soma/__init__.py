@@ -30,6 +30,8 @@ _WHERE = {
     "StrategyError": "soma.strategies",
     "load_strategy": "soma.strategies",
     "TrainingRun": "soma.training",
+    "adjust_on_cpu": "soma.training",
+    "keyed_parameters": "soma.training",
     "simulate": "soma.run.simulate",
 }
 
@@ -57,6 +59,8 @@ __all__ = [
     "StrategyError",
     "load_strategy",
     "TrainingRun",
+    "adjust_on_cpu",
+    "keyed_parameters",
     "simulate",
 ]
 
@@ -89,4 +93,4 @@ if TYPE_CHECKING:  # for type checkers and editors: the same names, imported eag
     from soma.store import Store
     from soma.store_errors import StoreError
     from soma.strategies import StrategyError, load_strategy
-    from soma.training import TrainingRun
+    from soma.training import TrainingRun, adjust_on_cpu, keyed_parameters

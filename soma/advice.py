@@ -17,7 +17,9 @@ import shlex
 from collections.abc import Iterator
 from typing import Any
 
-from soma.reach import ROUND_NAME, Graph, run_of
+from soma import layout
+from soma.layout import run_of
+from soma.reach import Graph
 from soma.store import Store
 
 
@@ -90,10 +92,10 @@ class Advisor:
 
     def bad_name(self, name: str) -> str:
         """What fixes a name file that holds no digest (what it pointed at is unknown)."""
-        m = ROUND_NAME.match(name)
-        rest = m["rest"] if m else ""
-        if rest.startswith("client/") and rest[7:].isdigit():
-            advice = self._client(m["run"], int(m["round"]), m["meeting"], int(rest[7:]))
+        m = layout.parse(name)
+        rest = m.rest if m else ""
+        if m is not None and m.client is not None:
+            advice = self._client(m.run, m.round, m.meeting, m.client)
             return f"{advice}; the rerun binds the name again"
         backup = f"nothing records what it pointed at: restore {name!r} from a backup"
         if "/computed/" in f"/{rest}":
@@ -106,16 +108,16 @@ class Advisor:
         return backup
 
     def _by_name(self, name: str, itself: bool) -> tuple[int, str]:
-        m = ROUND_NAME.match(name)
+        m = layout.parse(name)
         store = self.store.directory
         if m:
-            run, r, meeting, rest = m["run"], int(m["round"]), m["meeting"], m["rest"]
-            if rest.startswith("client/") and rest[7:].isdigit():
-                return 0, self._client(run, r, meeting, int(rest[7:]))
+            run, r, meeting, rest = m.run, m.round, m.meeting, m.rest
+            if m.client is not None:
+                return 0, self._client(run, r, meeting, m.client)
             repair = (
                 f"`soma repair --store {store}` reassembles it from the meeting's other records"
             )
-            if rest == "average" or rest.endswith("/published"):
+            if m.published is not None or rest.endswith("/published"):
                 path = self.store.blob_path(self.graph.names[name]) if itself else "it"
                 return 3, (
                     f"it is the record of the average of round {r} of run {run!r} (name {name!r}): "
@@ -135,14 +137,14 @@ class Advisor:
                 "only while the work is pending)"
             )
         run = run_of(name)
-        if run is not None and name == f"{run}/start":
+        if run is not None and name == layout.start(run):
             target = f"results/{run}/start.json"
             return 1, (
                 f"rerun the workflow's start job of run {run!r}: `snakemake --cores 2 --until "
                 f"{target} --forcerun {target}` in the workflow's folder (the seed makes the "
                 "same weights, and their put replaces the blob)"
             )
-        if run is not None and "/evaluation/" in name:
+        if run is not None and name.startswith(layout.evaluation(run, "")):
             return 2, (
                 f"rerun the workflow's evaluation job that kept {name!r} (`--forcerun` its "
                 f"results/{run}/round/<r>/evaluation.json, or results/{run}/start.json for "
@@ -153,13 +155,25 @@ class Advisor:
     def _about(self, run: str, r: int, meeting: str | None) -> dict | None:
         if meeting is None:
             return None
-        digest = self.graph.names.get(f"{run}/round/{r}/{meeting}/about")
+        digest = self.graph.names.get(layout.about(layout.meeting(run, r, meeting)))
         tree = self.graph.records.get(digest) if digest else None
         return tree if isinstance(tree, dict) else None
 
+    def _started(self, run: str, r: int, meeting: str | None, k: int) -> bool:
+        """Whether a workflow train job of client k started in the meeting: its marker is
+        fanned out as the meeting's client records are (soma.layout), by its client count."""
+        if meeting is None:
+            return False
+        prefix = layout.meeting(run, r, meeting)
+        clients = (self._about(run, r, meeting) or {}).get("clients")
+        if isinstance(clients, int) and not isinstance(clients, bool):
+            names = [layout.started(prefix, k, clients)]
+        else:
+            names = layout.started_spellings(prefix, k)
+        return any(self.store.resolve(name) is not None for name in names)
+
     def _client(self, run: str, r: int, meeting: str | None, k: int) -> str:
-        prefix = f"{run}/round/{r}/{meeting}"
-        if meeting is not None and self.store.resolve(f"{prefix}/started/{k}") is not None:
+        if self._started(run, r, meeting, k):
             target = f"results/{run}/round/{r}/client/{k}.json"
             return (
                 f"it is client {k}'s export of round {r} of run {run!r}: rerun its train job, "
@@ -192,8 +206,8 @@ class Advisor:
         )
 
     def _round_start(self, run: str, r: int) -> str:
-        if r == 0 and self.store.resolve(f"{run}/start") is not None:
-            return self._by_name(f"{run}/start", False)[1]
+        if r == 0 and self.store.resolve(layout.start(run)) is not None:
+            return self._by_name(layout.start(run), False)[1]
         if r == 0:
             return (
                 f"it is the weights round 0 of run {run!r} started from: rerun any client of "

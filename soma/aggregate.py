@@ -22,21 +22,13 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import torch
 
+from soma.arithmetic import Signature, first_difference
+from soma.arithmetic import averageable as _averageable
+from soma.arithmetic import working_dtype as _accumulator_dtype
 from soma.errors import AggregationError
 from soma.nodes import Export
 
 State = Mapping[str, Mapping[str, torch.Tensor]]
-
-
-def _averageable(dtype: torch.dtype) -> bool:
-    """Floats and complex numbers can be halved; integer and bool counts cannot."""
-    return dtype.is_floating_point or dtype.is_complex
-
-
-def _accumulator_dtype(dtype: torch.dtype) -> torch.dtype:
-    if dtype in (torch.float16, torch.bfloat16):
-        return torch.float32
-    return dtype
 
 
 def _size_of(size: object, index: int) -> float:
@@ -53,9 +45,6 @@ def _size_of(size: object, index: int) -> float:
     if not math.isfinite(value) or value < 0:
         raise AggregationError(f"size of export {index} is {size!r}: sizes must be >= 0 and finite")
     return value
-
-
-Signature = dict[str, dict[str, tuple[tuple[int, ...], torch.dtype]]]
 
 
 def _signature(export: State, index: int) -> Signature:
@@ -100,35 +89,9 @@ def _unaverageable(tensor: torch.Tensor) -> str | None:
 
 def _check_like(first: Signature, other: State, index: int) -> None:
     """Refuse an export that is not the same network as the first, naming what differs."""
-    theirs_all = _signature(other, index)
-    for node_id in theirs_all:
-        if node_id not in first:
-            raise AggregationError(f"node {node_id!r} is in export {index} but not in export 0")
-    for node_id, keys in first.items():
-        if node_id not in theirs_all:
-            raise AggregationError(f"node {node_id!r} is in export 0 but not in export {index}")
-        theirs = theirs_all[node_id]
-        for key in theirs:
-            if key not in keys:
-                raise AggregationError(
-                    f"node {node_id!r} key {key!r} is in export {index} but not in export 0"
-                )
-        for key, (shape, dtype) in keys.items():
-            if key not in theirs:
-                raise AggregationError(
-                    f"node {node_id!r} key {key!r} is in export 0 but not in export {index}"
-                )
-            their_shape, their_dtype = theirs[key]
-            if their_shape != shape:
-                raise AggregationError(
-                    f"node {node_id!r} key {key!r}: shape {shape} in export 0, "
-                    f"{their_shape} in export {index}"
-                )
-            if their_dtype != dtype:
-                raise AggregationError(
-                    f"node {node_id!r} key {key!r}: dtype {dtype} in export 0, "
-                    f"{their_dtype} in export {index}"
-                )
+    problem = first_difference(first, _signature(other, index), "export 0", f"export {index}")
+    if problem:
+        raise AggregationError(problem)
 
 
 class _Mean(dict):

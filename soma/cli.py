@@ -208,7 +208,8 @@ def _status_line(row: dict[str, Any], several: set[int]) -> str:
         state += " (gone)" if holder["gone"] else ""
     else:
         state = "not averaged"
-    meeting = f" [{row['meeting'][:8]}, {row['strategy']}]" if row["round"] in several else ""
+    apart = row.get("apart") or f"{row['meeting'][:8]}, {row['strategy']}"
+    meeting = f" [{apart}]" if row["round"] in several else ""
     left = "".join(f"; left out client {x['client']}: {x['why']}" for x in row["left_out"])
     problems = "".join(f"; {problem}" for problem in row["problems"])
     metrics = _metrics_text(row["metrics"]) + _privacy_text(row.get("privacy"))

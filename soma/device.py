@@ -22,8 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from soma.errors import SomaError
-from soma.tasks import TaskError
+from soma.errors import SomaError, TaskError
 
 CHOICES = "cpu, cuda, cuda:N (N a GPU index, from 0) or auto"
 _CUDA = re.compile(r"cuda(?::(\d+))?")

@@ -28,3 +28,8 @@ class ElsewhereError(ExportError, LoadError):
 
 class AggregationError(SomaError, ValueError):
     """Exports cannot be averaged together (different networks, bad sizes, nothing at all)."""
+
+
+class TaskError(SomaError, ValueError):
+    """A task cannot be found, refuses its options, or does not answer the protocol (see
+    soma.tasks, which exports it too)."""

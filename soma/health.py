@@ -82,10 +82,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from soma import holders
+from soma import holders, layout
 from soma.advice import Advisor, average_text
 from soma.errors import SomaError
-from soma.reach import Graph, files, is_digest, list_blobs, resolve_names, run_of, walk
+from soma.layout import run_of
+from soma.reach import Graph, files, is_digest, list_blobs, resolve_names, walk
 from soma.rebuild import rebuild_record, recompute_average
 from soma.store import Store, _cpus, hash_stream, mark_corrupt
 from soma.store_errors import StoreError, UnknownDigest
@@ -114,7 +115,7 @@ class HealthError(SomaError):
 def _names_of(store: Store, run: str | None) -> list[str]:
     if run is None:
         return store.bound()
-    names = [n for n in store.bound(f"{run}/") if run_of(n) == run]
+    names = [n for n in store.bound(layout.run_names(run)) if run_of(n) == run]
     if not names:
         held = sorted({r for r in map(run_of, store.bound()) if r is not None})
         holds = f"the runs it holds: {', '.join(map(repr, held))}" if held else "it holds no runs"

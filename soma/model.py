@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import struct
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -42,7 +41,7 @@ import torch
 
 from soma import tensorfile
 from soma.errors import SomaError
-from soma.files import fsync_folder, write_all
+from soma.files import write_atomic
 from soma.nodes import Export
 from soma.store_errors import StoreError
 
@@ -150,26 +149,10 @@ def save_model(
     if path.is_dir():
         raise ModelError(f"cannot write the model to {str(path)!r}: it is a folder")
     plan = _plan(export, metadata or {})
-    temporary = folder / f".{path.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
     try:
-        fd = os.open(temporary, flags, 0o666)
-    except OSError as error:
-        raise ModelError(f"cannot write the model to {str(path)!r}: {error}") from None
-    try:
-        try:
-            for chunk in plan.chunks():
-                write_all(fd, chunk)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temporary, path)
-    except BaseException as error:
-        temporary.unlink(missing_ok=True)
-        if isinstance(error, OSError):  # a full disk, a quota: said in one line by the CLI
-            raise ModelError(f"cannot write the model to {str(path)!r}: {error}") from error
-        raise
-    fsync_folder(folder)
+        write_atomic(path, plan.chunks())
+    except OSError as error:  # a full disk, a quota: said in one line by the CLI
+        raise ModelError(f"cannot write the model to {str(path)!r}: {error}") from error
     return path
 
 
@@ -238,17 +221,20 @@ def averages(store: Store, run: str) -> dict[int, dict[str, str]]:
     it belongs to. Several in one round are two runs under one name, or a round rerun with
     other inputs (one meeting, two averagings). An unknown run is refused, naming the runs
     the store holds."""
+    from soma import layout
     from soma.once import Place
-    from soma.round import check_run, round_prefix
+    from soma.round import check_run
 
     found: dict[int, dict[str, str]] = {}
     for r, key in check_run(store, run):
         found.setdefault(r, {})
-        prefix = f"{round_prefix(run, r)}/{key}"
-        under = f"{prefix}/inputs/"
-        inputs = {n[len(under) :].split("/")[0] for n in store.bound(under)}
-        named = [store.resolve(f"{prefix}/average")]
-        named += [store.resolve(Place(f"{prefix}/inputs/{a}").published) for a in sorted(inputs)]
+        prefix = layout.meeting(run, r, key)
+        under = layout.inputs(prefix)
+        inputs = {layout.under(n, under) for n in store.bound(under)}
+        named = [store.resolve(layout.average(prefix))]
+        named += [
+            store.resolve(Place(layout.averaging(prefix, a)).published) for a in sorted(inputs)
+        ]
         for digest in named:
             if digest is not None:
                 found[r][digest] = key
@@ -280,7 +266,7 @@ def choose_average(
             where = f"round {round} of run {run!r}" if round is not None else f"run {run!r}"
             how = "no average" if not matches else f"{len(matches)} averages"
             verb = "starts" if not matches else "start"
-            listed = _listing(store, matches or pool, pool)
+            listed = _listing(store, run, matches or pool, pool)
             raise ModelError(f"{how} of {where} {verb} with {average!r}: {listed}")
         return matches[0]
     last = max(done)
@@ -289,7 +275,7 @@ def choose_average(
         raise ModelError(
             f"round {last} of run {run!r} has {len(pool)} averages (two runs under one name, "
             f"or a rerun with other inputs); choose one with --average DIGEST (a unique prefix "
-            f"will do): {_listing(store, pool, pool)}"
+            f"will do): {_listing(store, run, pool, pool)}"
         )
     return last, next(iter(done[last]))
 
@@ -306,20 +292,28 @@ def _spans(rounds: list[int]) -> str:
 
 
 def _listing(
-    store: Store, listed: Iterable[tuple[int, str]], meeting: Mapping[tuple[int, str], str]
+    store: Store,
+    run: str,
+    listed: Iterable[tuple[int, str]],
+    meeting: Mapping[tuple[int, str], str],
 ) -> str:
-    """Each candidate average by digest, with what tells it apart."""
-    from soma.round import read_record
+    """Each candidate average by digest, with what tells it apart: the settings its meeting
+    differs in from the round's other meetings (see soma.round.labels), who came."""
+    from soma.records import read_average
+    from soma.round import labels
 
+    apart = labels(store, run, {(r, key) for (r, _), key in meeting.items()})
     lines = []
     for r, digest in sorted(listed):
         try:
-            record = read_record(store, digest)
-            came = [i.get("client") for i in record.get("inputs", [])]
-            what = f"strategy {record.get('strategy')}, clients {came}"
+            record = read_average(store, digest)
+            came = [i.get("client") for i in record.inputs]
+            what = f"strategy {record.strategy}, clients {came}"
         except (SomaError, StoreError, OSError) as error:
             what = f"unreadable: {error}"
-        lines.append(f"{digest} (round {r}, meeting {meeting[(r, digest)][:12]}, {what})")
+        key = meeting[(r, digest)]
+        told = apart.get((r, key)) or f"meeting {key[:12]}"
+        lines.append(f"{digest} (round {r}, {told}, {what})")
     return "; ".join(lines)
 
 
@@ -333,12 +327,12 @@ def export_average(
 ) -> dict[str, Any]:
     """Write the weights of one average of `run` (see `choose_average`) as the model file
     `path`; its provenance."""
-    from soma.round import read_record
+    from soma.records import read_average
 
     r, digest = choose_average(store, run, round, average)
-    record = read_record(store, digest)
-    made = provenance(record)
-    save_model(store.recall_digest(record["weights"], lazy=True), path, made)
+    record = read_average(store, digest)
+    made = provenance(record.value())
+    save_model(store.recall_digest(record.weights, lazy=True), path, made)
     return {**made, "average": digest}
 
 

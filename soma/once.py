@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from soma import holders
+from soma import holders, layout
 from soma.errors import SomaError
 from soma.store import Store
 
@@ -78,19 +78,25 @@ class Place:
 
     @property
     def claimed(self) -> str:
-        return f"{self.prefix}/claimed"
+        return layout.claimed(self.prefix)
 
     @property
     def takeovers(self) -> str:
-        return f"{self.prefix}/takeover/"
+        return layout.takeovers(self.prefix)
 
     @property
     def computed(self) -> str:
-        return f"{self.prefix}/computed/"
+        return layout.computed(self.prefix)
+
+    def takeover(self, generation: object) -> str:
+        return layout.takeover(self.prefix, generation)
+
+    def computed_by(self, who: str) -> str:
+        return layout.computed_by(self.prefix, who)
 
     @property
     def published(self) -> str:
-        return f"{self.prefix}/published"
+        return layout.published(self.prefix)
 
 
 def read_record(store: Store, digest: str) -> dict[str, Any]:
@@ -105,7 +111,7 @@ def current_holder(store: Store, place: Place) -> tuple[str, dict[str, Any]] | N
     """The latest claim on the work (the first claim, or the last takeover), if any."""
     generations = [n[len(place.takeovers) :] for n in store.bound(place.takeovers)]
     latest = max((int(g) for g in generations if g.isdigit()), default=0)
-    name = f"{place.takeovers}{latest}" if latest else place.claimed
+    name = place.takeover(latest) if latest else place.claimed
     digest = store.resolve(name)
     return None if digest is None else (name, read_record(store, digest))
 
@@ -131,7 +137,7 @@ def _claim(store: Store, place: Place, who: str, *, check_holder: bool) -> bool:
         return False
     name, _ = latest
     generation = 1 if name == place.claimed else int(name.rsplit("/", 1)[1]) + 1
-    return store.claim(f"{place.takeovers}{generation}", who)
+    return store.claim(place.takeover(generation), who)
 
 
 def publish(store: Store, name: str, digest: str) -> None:
@@ -231,7 +237,7 @@ def once(
             who = who or store.put_value(me)
             if _claim(store, place, who, check_holder=check_holder):
                 digest = work.compute(inputs, me)
-                store.bind(f"{place.computed}{who[:16]}", who)
+                store.bind(place.computed_by(who), who)
                 publish(store, place.published, digest)
                 return work.settle(store.resolve(place.published) or digest)
             # the averaging gets a whole deadline from when the round was ready, so that a

@@ -49,6 +49,7 @@ from typing import Any
 
 import torch
 
+from soma.arithmetic import working_dtype
 from soma.errors import SomaError
 
 Tensors = Mapping[str, Mapping[str, torch.Tensor]]
@@ -159,11 +160,6 @@ def gaussian(like: Tensors, std: float, generator: torch.Generator) -> TensorMap
         draw = torch.randn(tensor.shape, generator=generator, dtype=dtype)
         noise.setdefault(node, {})[key] = draw * std
     return noise
-
-
-def working_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Half precision is clipped and noised in float32; float32 and float64 as they are."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
 # --- adaptive clipping (Andrew et al. 2021) ----------------------------------------------------

@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -42,28 +41,10 @@ _RECORD_HEAD = b'{"soma":'
 # Keys under which a record's digest is one a reader follows: missing, it is damage.
 DIGEST_KEYS = frozenset({"weights", "state", "start", "state_before", "extra", "own"})
 _HEX = frozenset("0123456789abcdef")
-# A name inside a round's meeting: <run>/round/<r>/<meeting key>/<rest> (see soma.round).
-ROUND_NAME = re.compile(
-    r"^(?P<run>.+?)/round/(?P<round>\d+)/(?P<meeting>[0-9a-f]{64})/(?P<rest>.+)$"
-)
 
 
 def is_digest(text: object) -> bool:
     return isinstance(text, str) and len(text) == 64 and set(text) <= _HEX
-
-
-def run_of(name: str) -> str | None:
-    """The run a name belongs to: its part before the first `/round/<r>/`, or before a
-    final `/start` or an `/evaluation/<weights>`; None for a name of no run."""
-    parts = name.split("/")
-    for i in range(1, len(parts) - 1):
-        if parts[i] == "round" and parts[i + 1].isdigit():
-            return "/".join(parts[:i])
-    if len(parts) > 1 and parts[-1] == "start":
-        return "/".join(parts[:-1])
-    if len(parts) > 2 and parts[-2] == "evaluation":
-        return "/".join(parts[:-2])
-    return None
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,8 @@ candidate that does not hash to the lost digest is never kept. What soma can rem
   sha256 of the identity, so a candidate is checked twice;
 - an average's record: the identity, the client records (which inputs: the place's key is
   the digest of exactly those), the averager's holder record (`computed/`), the left-out
-  clients, and the recomputed weights and state; it mirrors `soma.round._average`'s record,
-  and when that changes (a field added), the candidates stop hashing right and the record
-  is reported lost, never replaced by a wrong one;
+  clients, and the recomputed weights and state, built by the rounds' own builder
+  (`soma.records.average_record`), so a candidate is the record the round wrote or none;
 - a holder's record of the averager (`claimed`, `computed/`, `takeover/`): the average
   record names it (`averaged_by`).
 
@@ -25,13 +24,12 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import re
 from collections.abc import Iterator
 from typing import Any
 
-from soma import codecs
+from soma import codecs, layout, records
 from soma.errors import SomaError
-from soma.reach import ROUND_NAME, Graph
+from soma.reach import Graph
 from soma.store import Store
 from soma.store_errors import StoreError
 
@@ -43,9 +41,12 @@ def recompute_average(store: Store, record: dict[str, Any]) -> tuple[str, str | 
     """Put an average's weights and state again, computed from what its record names
     (strategy, options, start, state before, clients, inputs in order) exactly as the round
     did; their digests. Deterministic, so equal to the record's when its inputs are sound."""
-    from soma.strategies import Update, load_strategy
+    from soma.strategies import Update, at_round, has_own, load_strategy
 
     strategy = load_strategy(record["strategy"], record.get("options") or {})
+    if has_own(strategy, "for_round"):  # bucketing, bias correction: the round and seed
+        seed = record["seed"] if "seed" in record else _seed_of(store, record)
+        strategy = at_round(strategy, round=record["round"], seed=seed)
     start, before = record.get("start"), record.get("state_before")
     previous = None if start is None else store.recall_digest(start, lazy=True)
     state = None if before is None else store.recall_digest(before)
@@ -69,6 +70,19 @@ def recompute_average(store: Store, record: dict[str, Any]) -> tuple[str, str | 
     return store.put_value(weights), None if new_state is None else store.put_value(new_state)
 
 
+def _seed_of(store: Store, record: dict[str, Any]) -> int | None:
+    """The run's seed, for `Strategy.for_round`: an average record does not hold it, the
+    meeting's identity (its `about` record) does, in its config. None when unreadable, as a
+    round that declared no seed was averaged with."""
+    try:
+        prefix = layout.meeting(record["run"], record["round"], record["meeting"])
+        about = store.recall(layout.about(prefix))
+    except (SomaError, StoreError, OSError, KeyError, TypeError, ValueError):
+        return None
+    config = about.get("config") if isinstance(about, dict) else None
+    return config.get("seed") if isinstance(config, dict) else None
+
+
 def _mean_again(store: Store, record: dict[str, Any], previous: Any) -> Any:
     """The mean a tree (soma.tree) or a secure sum (soma.secure_round) handed the strategy."""
     if record.get("secure"):
@@ -77,13 +91,11 @@ def _mean_again(store: Store, record: dict[str, Any], previous: Any) -> Any:
         return mean_of_sum(store, record["secure"]["sum"], store.recall_digest(record["start"]))
     from soma import tree
     from soma.round import Input
-    from soma.strategies import load_strategy
+    from soma.strategies import load_strategy, uniform
 
-    uniform = getattr(
-        load_strategy(record["strategy"], record.get("options") or {}), "uniform", False
-    )
+    strategy = load_strategy(record["strategy"], record.get("options") or {})
     inputs = [Input(i["client"], i["weights"], i["size"]) for i in record["inputs"]]
-    leaves = tree.leaves_of(inputs, uniform=uniform)
+    leaves = tree.leaves_of(inputs, uniform=uniform(strategy))
     root = tree.recompute(store, leaves, record["tree"]["fan_in"])
     return store.recall_digest(root.mean, lazy=True)
 
@@ -100,18 +112,17 @@ def rebuild_record(store: Store, graph: Graph, digest: str) -> str | None:
     """Put record `digest` back if it can be remade from what the store still holds (see
     the module docs); what it was (for the report), or None."""
     for name in [ref.name for ref in graph.parents.get(digest, []) if ref.name is not None]:
-        m = ROUND_NAME.match(name)
+        m = layout.parse(name)
         if not m:
             continue
-        run, r, key, rest = m["run"], int(m["round"]), m["meeting"], m["rest"]
-        prefix = f"{run}/round/{r}/{key}"
-        if rest == "about":
+        run, r, key, prefix = m.run, m.round, m.meeting, m.prefix
+        if m.rest == "about":
             found, what = _abouts(store, graph, run, r, key), "the identity of"
-        elif rest == "average" or re.fullmatch(r"inputs/[0-9a-f]{64}/published", rest):
-            place = rest.split("/")[1] if rest != "average" else None
+        elif m.published is not None:
+            place = m.published or None
             found, what = _averages(store, graph, prefix, place), "the average record of"
-        elif re.fullmatch(r"inputs/[0-9a-f]{64}/(claimed|computed/\w+|takeover/\d+)", rest):
-            found, what = _holders(store, graph, prefix, rest.split("/")[1]), "a holder record of"
+        elif m.holder is not None:
+            found, what = _holders(store, graph, prefix, m.holder), "a holder record of"
         else:
             continue
         for value in itertools.islice(found, _MAX_TRIES):
@@ -138,10 +149,18 @@ def _named(graph: Graph, prefix: str) -> list[str]:
     return sorted(n for n in graph.names if n.startswith(prefix))
 
 
+def _published(graph: Graph, prefix: str) -> dict[str, str]:
+    """The meeting's published averagings: {the place's key: its `published` name}."""
+    found = {}
+    for name in _named(graph, layout.inputs(prefix)):
+        parsed = layout.parse(name)
+        if parsed is not None and parsed.published:
+            found[parsed.published] = name
+    return found
+
+
 def _meeting_averages(store: Store, graph: Graph, prefix: str) -> list[dict[str, Any]]:
-    names = [f"{prefix}/average"] + [
-        n for n in _named(graph, f"{prefix}/inputs/") if n.endswith("/published")
-    ]
+    names = [layout.average(prefix), *_published(graph, prefix).values()]
     return [r for r in (_record(store, graph, n) for n in names) if r and "inputs" in r]
 
 
@@ -149,12 +168,13 @@ def _abouts(store: Store, graph: Graph, run: str, r: int, key: str) -> Iterator[
     """Identities of the meeting, from its averages and the run's other meetings' configs;
     each checked against the meeting's key (the identity's sha256) before it is offered."""
     configs: list[dict] = []
-    for name in _named(graph, f"{run}/round/"):
-        about = _record(store, graph, name) if name.endswith("/about") else None
+    for name in _named(graph, layout.rounds(run)):
+        parsed = layout.parse(name)
+        about = _record(store, graph, name) if parsed and parsed.rest == "about" else None
         if about and isinstance(about.get("config"), dict) and about["config"] not in configs:
             configs.append(about["config"])
     configs.append({})
-    for a in _meeting_averages(store, graph, f"{run}/round/{r}/{key}"):
+    for a in _meeting_averages(store, graph, layout.meeting(run, r, key)):
         members, clients, needed = a.get("expected"), a.get("clients"), a.get("quorum")
         everyone = members == list(range(clients)) if isinstance(clients, int) else False
         for config in configs:
@@ -176,7 +196,7 @@ def _abouts(store: Store, graph: Graph, run: str, r: int, key: str) -> Iterator[
 
 def _holders(store: Store, graph: Graph, prefix: str, place: str) -> Iterator[dict]:
     """The averager's holder record, as the place's published average names it."""
-    average = _record(store, graph, f"{prefix}/inputs/{place}/published")
+    average = _record(store, graph, layout.published(layout.averaging(prefix, place)))
     if average and isinstance(average.get("averaged_by"), dict):
         yield average["averaged_by"]
 
@@ -186,7 +206,7 @@ def _averages(store: Store, graph: Graph, prefix: str, place: str | None) -> Ite
     reassembled as `soma.round._average` wrote them."""
     from soma.round import Input, Meeting, inputs_key
 
-    about = _record(store, graph, f"{prefix}/about")
+    about = _record(store, graph, layout.about(prefix))
     if about is None:
         return
     identity = {k: v for k, v in about.items() if k not in ("run", "round")}
@@ -208,28 +228,18 @@ def _averages(store: Store, graph: Graph, prefix: str, place: str | None) -> Ite
     came, dropped = [], {}
     for k in meeting.members:
         name = meeting.client(k)
-        record = _record(store, graph, name)
-        if record is None:
+        value = _record(store, graph, name)
+        if value is None:
             continue
-        if "dropped" in record:
-            dropped[k] = str(record["dropped"])
-        elif "weights" in record:
-            came.append(
-                Input(
-                    k, record["weights"], record.get("size"), record.get("extra"), graph.names[name]
-                )
-            )
-    places = (
-        [place]
-        if place
-        else sorted(
-            {
-                n.split("/")[-2]
-                for n in _named(graph, f"{prefix}/inputs/")
-                if n.endswith("/published")
-            }
-        )
-    )
+        try:
+            record = records.parse_client(value, client=k, name=name)
+        except SomaError:
+            continue
+        if isinstance(record, records.DropRecord):
+            dropped[k] = record.dropped
+        elif isinstance(record, records.ClientRecord):
+            came.append(Input(k, record.weights, record.size, record.extra, graph.names[name]))
+    places = [place] if place else sorted(_published(graph, prefix))
     for key in places:
         for inputs in itertools.islice(_subsets(came, meeting.needed), _MAX_TRIES):
             if inputs_key(meeting.key, inputs) == key:
@@ -252,11 +262,11 @@ def _average_records(
     prefix: str,
     key: str,
 ) -> Iterator[dict]:
-    from soma.round import record_head
-
     holders = [
         r
-        for r in (_record(store, graph, n) for n in _named(graph, f"{prefix}/inputs/{key}/"))
+        for r in (
+            _record(store, graph, n) for n in _named(graph, f"{layout.averaging(prefix, key)}/")
+        )
         if r and "host" in r and "pid" in r
     ]
     if not holders:
@@ -265,6 +275,8 @@ def _average_records(
         weights, state = recompute_average(
             store,
             {
+                "round": meeting.round,
+                "seed": meeting.config.get("seed"),
                 "strategy": meeting.strategy,
                 "options": dict(meeting.options),
                 "start": meeting.start,
@@ -281,23 +293,19 @@ def _average_records(
     undropped = [k for k in left if k not in dropped]
     for reasons in itertools.product(_LEFT, repeat=len(undropped)):
         why = dict(zip(undropped, reasons, strict=True))
-        left_out = [{"client": k, "why": dropped.get(k) or why[k]} for k in left]
+        left_out = {k: dropped.get(k) or why[k] for k in left}
         for with_records in (True, False):  # gather names the client records; the workflow not
             for by in holders:
-                yield {
-                    **record_head(meeting),
-                    "left_out": left_out,
-                    "inputs": [
-                        {
-                            "client": i.client,
-                            "weights": i.weights,
-                            "size": i.size,
-                            "extra": i.extra,
-                            "record": i.record if with_records else None,
-                        }
+                yield records.average_record(
+                    meeting,
+                    left_out=left_out,
+                    inputs=[
+                        records.input_entry(
+                            i.client, i.weights, i.size, i.extra, i.record if with_records else None
+                        )
                         for i in inputs
                     ],
-                    "weights": weights,
-                    "state": state,
-                    "averaged_by": by,
-                }
+                    weights=weights,
+                    state=state,
+                    averaged_by=by,
+                ).value()

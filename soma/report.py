@@ -7,11 +7,13 @@ Snakemake's report, which shows HTML but not TSV) and a plot named by the metric
 from __future__ import annotations
 
 import html
+import io
 import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from soma.files import write_atomic
 from soma.workflow import LOG, ConfigRefused, read_receipt, shown
 
 if TYPE_CHECKING:
@@ -123,7 +125,7 @@ def _cell(value: Any) -> str:
 
 def _write_text(path: str, text: str) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(text, encoding="utf-8")
+    write_atomic(path, text.encode("utf-8"))
 
 
 def plot_title(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
@@ -192,8 +194,10 @@ def draw(
 
     figure = plotted(rows, columns, metric, title)
     Path(plot).parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(plot, metadata={"Software": None})
+    png = io.BytesIO()
+    figure.savefig(png, format="png", metadata={"Software": None})
     pyplot.close(figure)
+    write_atomic(plot, png.getbuffer())
 
 
 def plotted(

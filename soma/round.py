@@ -4,7 +4,10 @@ A round is remembered by what went into it. Its clients meet under a name keyed 
 weights they started from and the run's identity (the client count, the strategy, its
 options and its state, and whatever else the caller declares the run to be: task, options,
 seed), so two runs that share a name but not their inputs never meet, and never hand each
-other an answer. The averaging lives under the digest of exactly what the clients brought:
+other an answer. A client waiting for another that joined a different meeting of its run and
+round (other settings) is told at once, naming the settings that differ (`MeetingsDiffer`);
+`soma status` labels a round's meetings by them (`labels`). The averaging lives under the
+digest of exactly what the clients brought:
 
     <run>/round/<r>/<meeting>/about           the meeting's identity (claimed once)
     <run>/round/<r>/<meeting>/client/<k>      what client k brought: weights, size, extra
@@ -12,10 +15,11 @@ other an answer. The averaging lives under the digest of exactly what the client
     <run>/round/<r>/<meeting>/inputs/<key>/   one averaging of exactly these inputs (soma.once)
     <run>/round/<r>/<meeting>/average         the meeting's average (claimed: the first one)
 
-Both modes use this one layout. `gather` (the same call on every client, `soma client`
-under srun) averages whoever's records are there once all are; the workflow's averaging
-job averages exactly the inputs its client jobs reported (`average_inputs`). A round rerun
-with different weights is a different averaging; one with the same weights finds the
+Both modes use this one layout (spelled and parsed by soma.layout alone, its records typed
+by soma.records). `gather` (the same call on every client, `soma client` under srun)
+averages whoever's records are there once all are; the workflow's averaging job averages
+exactly the inputs its client jobs reported (`average_inputs`). A round rerun with different
+weights is a different averaging; one with the same weights finds the
 average it already had. Weights and strategy states are values of their own in the store
 (`Store.put_value`), and records name them by digest, so a record is a few hundred bytes
 of JSON that a waiting client reads without touching a tensor.
@@ -26,11 +30,12 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from soma import codecs, holders, once, tensorfile, tree
+from soma import codecs, holders, layout, once, records, tensorfile, tree
+from soma.arithmetic import Signature, first_difference
 from soma.nodes import Export
 from soma.once import (
     POLL,
@@ -42,15 +47,21 @@ from soma.once import (
     current_holder,
     read_record,
 )
+from soma.runs import differences, shown
 from soma.store import Store
 from soma.strategies import (
     Arrival,
     Strategy,
     Update,
+    at_round,
     check_arrivals,
     check_strategy_state,
     load_strategy,
+    mean_strategies,
+    needs_previous,
+    privacy_of,
     takes_mean,
+    uniform,
 )
 from soma.tree import check_fan_in
 
@@ -59,6 +70,7 @@ __all__ = [
     "Backoff",
     "Input",
     "Meeting",
+    "MeetingsDiffer",
     "RoundError",
     "RoundIncomplete",
     "average_inputs",
@@ -73,14 +85,6 @@ __all__ = [
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-# The most client records one folder of a meeting holds (see Meeting.client).
-FAN_OUT = 1000
-
-
-def round_prefix(run: str, round: int) -> str:
-    return f"{run}/round/{round}"
 
 
 @dataclass(frozen=True)
@@ -181,22 +185,28 @@ class Meeting:
 
     @property
     def prefix(self) -> str:
-        return f"{round_prefix(self.run, self.round)}/{self.key}"
+        return layout.meeting(self.run, self.round, self.key)
 
     @property
     def about(self) -> str:
-        return f"{self.prefix}/about"
+        return layout.about(self.prefix)
 
     @property
     def average(self) -> str:
-        return f"{self.prefix}/average"
+        return layout.average(self.prefix)
 
     def client(self, k: int) -> str:
         """Client k's record. A run of more than FAN_OUT clients files them by thousands
         (`client/<k // 1000>/<k>`), so that no folder holds more than a thousand names."""
-        if self.clients > FAN_OUT:
-            return f"{self.prefix}/client/{k // FAN_OUT}/{k}"
-        return f"{self.prefix}/client/{k}"
+        return layout.client(self.prefix, k, self.clients)
+
+    def started(self, k: int) -> str:
+        """A workflow train job's marker for client k: beside its record, fanned out alike."""
+        return layout.started(self.prefix, k, self.clients)
+
+    def averaging(self, key: str) -> str:
+        """The place of the averaging of the inputs whose digest is `key` (soma.once)."""
+        return layout.averaging(self.prefix, key)
 
     @property
     def what(self) -> str:
@@ -307,15 +317,10 @@ def contribute(
     extra_digest = None if extra is None else store.put_value(extra)
     own_digest = None if own is None else store.put_value(own)
     _announce(store, meeting)
-    record = {
-        "client": mine,
-        "size": size,
-        "weights": weights,
-        "extra": extra_digest,
-        "own": own_digest,
-        "by": holders.me(),
-    }
-    return Contribution(store.keep(meeting.client(mine), record), weights, extra_digest, own_digest)
+    record = records.ClientRecord(mine, weights, size, extra_digest, own_digest, holders.me())
+    return Contribution(
+        store.keep(meeting.client(mine), record.value()), weights, extra_digest, own_digest
+    )
 
 
 def drop(store: Store, meeting: Meeting, *, mine: int, why: str) -> str:
@@ -323,8 +328,8 @@ def drop(store: Store, meeting: Meeting, *, mine: int, why: str) -> str:
     its job died): the others need not wait for it, and the average's record names it."""
     meeting.check_client(mine)
     _announce(store, meeting)
-    record = {"client": mine, "dropped": str(why), "by": holders.me()}
-    return store.keep(meeting.client(mine), record)
+    record = records.DropRecord(mine, str(why), holders.me())
+    return store.keep(meeting.client(mine), record.value())
 
 
 def dropout_reason(error: BaseException) -> str:
@@ -336,13 +341,13 @@ def dropout_reason(error: BaseException) -> str:
 
 def present(store: Store, meeting: Meeting) -> list[int]:
     """The members whose records (an export or a drop-out) are in the meeting, sorted."""
-    prefix = f"{meeting.prefix}/client/"
+    prefix = layout.clients(meeting.prefix)
     members = set(meeting.members)
     found = []
     for name in store.bound(prefix):
-        tail = name.rsplit("/", 1)[1]
-        if tail.isdigit() and int(tail) in members and name == meeting.client(int(tail)):
-            found.append(int(tail))
+        k = layout.client_of(name[len(meeting.prefix) + 1 :])
+        if k is not None and k in members and name == meeting.client(k):
+            found.append(k)
     return sorted(found)
 
 
@@ -350,12 +355,18 @@ def arrivals(store: Store, meeting: Meeting, here: list[int]) -> tuple[list[Inpu
     """What each present member brought: its part in the average, or why it dropped out."""
     inputs, dropped = [], {}
     for k in here:
-        digest = store.resolve(meeting.client(k))
-        record = read_record(store, digest)
-        if "dropped" in record:
-            dropped[k] = str(record["dropped"])
+        name = meeting.client(k)
+        digest = store.resolve(name)
+        record = records.read_client(store, digest, client=k, name=name)
+        if isinstance(record, records.DropRecord):
+            dropped[k] = record.dropped
+        elif isinstance(record, records.ClientRecord):
+            inputs.append(Input(k, record.weights, record.size, record.extra, digest))
         else:
-            inputs.append(Input(k, record["weights"], record["size"], record.get("extra"), digest))
+            raise records.RecordError(
+                f"{meeting.what}: client {k}'s record {name!r} is a secure round's, in a round "
+                "in the clear"
+            )
     return inputs, dropped
 
 
@@ -375,11 +386,9 @@ def _left_out_text(left_out: Mapping[int, str]) -> str:
 
 # --- checking, before anything is claimed ---------------------------------------------------
 
-Signature = dict[str, dict[str, tuple[Any, tuple[int, ...]]]]
-
 
 def signature(store: Store, digest: str) -> Signature:
-    """An export's nodes, keys, dtypes and shapes, from its record and the tensors' headers."""
+    """An export's nodes, keys, shapes and dtypes, from its record and the tensors' headers."""
     tree, _ = codecs.parse_record(store.get(digest), str(store.blob_path(digest)))
     if not isinstance(tree, dict):
         raise RoundError(f"value {digest} is not an export (a {type(tree).__name__})")
@@ -388,26 +397,9 @@ def signature(store: Store, digest: str) -> Signature:
         tag = node.get("$tensors") if isinstance(node, dict) and len(node) == 1 else None
         if not isinstance(tag, str):
             raise RoundError(f"value {digest}: node {node_id!r} is not a map of tensors")
-        out[node_id] = tensorfile.describe(store.blob_path(tag))
+        described = tensorfile.describe(store.blob_path(tag))
+        out[node_id] = {key: (shape, dtype) for key, (dtype, shape) in described.items()}
     return out
-
-
-def _differ(a: Signature, b: Signature, a_is: str, b_is: str) -> str | None:
-    """How two exports differ (the first difference, named), or None when they are alike."""
-    for node_id in sorted(set(a) | set(b)):
-        if node_id not in b or node_id not in a:
-            has, lacks = (a_is, b_is) if node_id in a else (b_is, a_is)
-            return f"node {node_id!r} is in {has} but not in {lacks}"
-        for key in sorted(set(a[node_id]) | set(b[node_id])):
-            if key not in b[node_id] or key not in a[node_id]:
-                has, lacks = (a_is, b_is) if key in a[node_id] else (b_is, a_is)
-                return f"node {node_id!r} key {key!r} is in {has} but not in {lacks}"
-            (da, sa), (db, sb) = a[node_id][key], b[node_id][key]
-            if sa != sb:
-                return f"node {node_id!r} key {key!r}: shape {sa} in {a_is}, {sb} in {b_is}"
-            if da != db:
-                return f"node {node_id!r} key {key!r}: dtype {da} in {a_is}, {db} in {b_is}"
-    return None
 
 
 def _check_sizes(inputs: Sequence[Input], where: str) -> None:
@@ -464,7 +456,7 @@ def check_inputs(
         if first is None:
             first = (i.client, theirs)
             if meeting.start is not None:
-                problem = _differ(
+                problem = first_difference(
                     signature(store, meeting.start),
                     theirs,
                     "the round's start",
@@ -473,10 +465,10 @@ def check_inputs(
                 if problem:
                     raise RoundError(f"{where}: two different networks: {problem}")
             continue
-        problem = _differ(first[1], theirs, f"client {first[0]}", f"client {i.client}")
+        problem = first_difference(first[1], theirs, f"client {first[0]}", f"client {i.client}")
         if problem:
             raise RoundError(f"{where}: two different networks: {problem}")
-    if meeting.start is None and getattr(strategy, "needs_previous", False):
+    if meeting.start is None and needs_previous(strategy):
         raise RoundError(
             f"{where}: strategy {meeting.strategy!r} steps from the weights the round started "
             "from, and nobody said which (pass start=)"
@@ -496,8 +488,231 @@ def tree_refusal(strategy: str) -> str:
     return (
         f"strategy {strategy!r} needs every client's update, and hierarchical averaging "
         "(tree) hands it only their weighted mean: use a strategy that steps from the mean "
-        "(fedavg, fedavgm, fedadam, fedyogi, fedadagrad, fedprox), or no tree"
+        f"({', '.join(mean_strategies())}), or no tree"
     )
+
+
+# --- meetings of one round that differ ------------------------------------------------------
+
+
+class MeetingsDiffer(RoundError):
+    """Clients of one run and round meet apart: the settings they were given differ."""
+
+
+def settings(about: Mapping[str, Any]) -> dict[str, Any]:
+    """A meeting's identity (its `about` record) by the names a user sets (the config's keys,
+    where there is one), so that two meetings are told apart key by key."""
+    config = dict(about.get("config") or {})
+    return {
+        "task": config.pop("task", None),
+        "task_options": config.pop("options", None) or {},
+        "seed": config.pop("seed", None),
+        **config,
+        "clients": about.get("clients"),
+        "strategy": about.get("strategy"),
+        "strategy_options": about.get("options") or {},
+        "expected": about.get("expected"),
+        "quorum": about.get("quorum"),
+        "tree": about.get("tree"),
+        "secure_aggregation": about.get("secure"),
+    }
+
+
+# How a meeting's starting point is said when it is all that differs.
+STARTING_POINT = {"start": "start weights", "state": "strategy state"}
+
+
+def meeting_differences(
+    theirs: Mapping[str, Any], mine: Mapping[str, Any]
+) -> list[tuple[str, Any, Any]]:
+    """The settings two meetings' `about` records differ in (see `soma.runs.differences`);
+    only when they differ in none, their starting points (the start weights, the strategy's
+    state), which the settings of the rounds before decide."""
+    found = differences(settings(theirs), settings(mine))
+    if found:
+        return found
+    return [
+        (said, theirs.get(key), mine.get(key))
+        for key, said in STARTING_POINT.items()
+        if theirs.get(key) != mine.get(key)
+    ]
+
+
+def said_apart(found: Sequence[tuple[str, Any, Any]]) -> tuple[str, str]:
+    """`found` (from `meeting_differences`) said from each side: ("strategy fedadam",
+    "strategy fedavg"); a digest is shortened to 12 characters."""
+
+    def value(v: Any) -> str:
+        text = shown(v)
+        return text[:12] if isinstance(v, str) and len(v) == 64 else text
+
+    return (
+        ", ".join(f"{key} {value(a)}" for key, a, _ in found),
+        ", ".join(f"{key} {value(b)}" for key, _, b in found),
+    )
+
+
+def labels(store: Store, run: str, found: Iterable[tuple[int, str]]) -> dict[tuple[int, str], str]:
+    """Per (round, meeting key) of `found`, what tells the meeting apart from the other
+    meetings of its round: the settings it differs in, with its own values ("strategy
+    fedadam"); "" for a round's only meeting, or a meeting whose `about` cannot be read."""
+    from soma.errors import SomaError
+    from soma.store_errors import StoreError
+
+    by_round: dict[int, list[str]] = {}
+    for r, key in found:
+        by_round.setdefault(r, []).append(key)
+    told: dict[tuple[int, str], str] = {}
+    for r, keys in by_round.items():
+        abouts: dict[str, Mapping[str, Any] | None] = {}
+        for key in keys if len(keys) > 1 else ():
+            try:
+                digest = store.resolve(layout.about(layout.meeting(run, r, key)))
+                abouts[key] = None if digest is None else read_record(store, digest)
+            except (SomaError, StoreError, OSError):
+                abouts[key] = None
+        for key in keys:
+            mine, apart = abouts.get(key), {}
+            for other, theirs in abouts.items():
+                if other != key and mine is not None and theirs is not None:
+                    for name, _, value in meeting_differences(theirs, mine):
+                        apart.setdefault(name, value)
+            told[(r, key)] = said_apart([(k, None, v) for k, v in sorted(apart.items())])[1]
+    return told
+
+
+# How often a waiting client looks for its clients in other meetings of its round (seconds).
+ELSEWHERE_EVERY = 1.0
+
+
+# When this process began: a note from another meeting (see _Elsewhere) older than that was
+# left for somebody else, by a run long gone.
+_SINCE = time.time()
+
+
+class _Elsewhere:
+    """Whether a client this meeting waits for joined another meeting of the same run and
+    round instead, which nobody would ever average with this one.
+
+    A record (or started marker) there counts when its writer may be alive, or when it was
+    written while this meeting waited: a record left by a crashed run whose process is
+    provably gone does not stop a new one. A meeting already averaged is past, not a rival.
+    Whoever finds a rival leaves it a note (`<rival>/apart/<its own key>`) before it stops:
+    the rival may still be training its other clients, and by its first look the finder's
+    records are a gone process's; a note written since the rival's process began counts.
+    """
+
+    def __init__(self, store: Store, meeting: Meeting) -> None:
+        self.store, self.meeting = store, meeting
+        self.folder = layout.round_prefix(meeting.run, meeting.round)
+        self.seen: set[str] | None = None  # the records there at the first look
+        self.next = 0.0
+
+    def check(self, waiting: Sequence[int]) -> None:
+        now = time.monotonic()
+        if now < self.next or not waiting:
+            return
+        self.next = now + ELSEWHERE_EVERY
+        waiting_for = set(waiting)
+        first, seen = self.seen is None, set()
+        alive: dict[str, bool] = {}
+        noted = self._noted()
+        for key in self.store.entries(self.folder):
+            prefix = layout.meeting(self.meeting.run, self.meeting.round, key)
+            if not self._rival(key):
+                continue
+            names = self.store.bound(layout.clients(prefix))
+            names += self.store.bound(layout.started_markers(prefix))
+            for name in names:
+                rest = name[len(prefix) + 1 :]
+                k = layout.client_of(rest)
+                k = layout.started_of(rest) if k is None else k
+                if k is None or k not in waiting_for:
+                    continue
+                seen.add(name)
+                if key in noted:
+                    raise self._apart(key, k)
+                if not first:
+                    if name not in (self.seen or ()):
+                        raise self._apart(key, k)
+                    continue
+                holder = self._writer(name)
+                if holder is None:
+                    continue
+                said = codecs.canonical_json(holder).decode()
+                if said not in alive:
+                    alive[said] = not holders.gone(holder)
+                if alive[said]:
+                    raise self._apart(key, k)
+        if first:
+            self.seen = seen
+
+    def _noted(self) -> set[str]:
+        """The meetings that left this one a note since this process began."""
+        found = set()
+        for name in self.store.bound(layout.notes(self.meeting.prefix)):
+            note = self._record(name)
+            at = None if note is None else note.get("at")
+            if isinstance(at, int | float) and at >= _SINCE:
+                found.add(name.rsplit("/", 1)[1])
+        return found
+
+    def _tell(self, key: str, client: int) -> None:
+        """Leave meeting `key` a note that this one found its client there (best effort)."""
+        from soma.errors import SomaError
+        from soma.store_errors import StoreError
+
+        note = {"client": client, "at": time.time(), "by": holders.me()}
+        try:
+            other = layout.meeting(self.meeting.run, self.meeting.round, key)
+            self.store.keep(layout.note(other, self.meeting.key), note)
+        except (SomaError, StoreError, OSError):
+            pass
+
+    def _record(self, name: str) -> dict[str, Any] | None:
+        """The record `name` names; None when it cannot be read (it is not this meeting's to
+        judge: `soma verify` says so)."""
+        from soma.errors import SomaError
+        from soma.store_errors import StoreError
+
+        try:
+            digest = self.store.resolve(name)
+            record = None if digest is None else read_record(self.store, digest)
+        except (SomaError, StoreError, OSError):
+            return None
+        return record if isinstance(record, dict) else None
+
+    def _writer(self, name: str) -> dict[str, Any] | None:
+        """Who wrote the record (or started marker) `name`, if it can be read."""
+        record = self._record(name)
+        holder = None if record is None else record.get("by", record)
+        return holder if isinstance(holder, dict) else None
+
+    def _rival(self, key: str) -> bool:
+        """Another meeting of the round, not yet averaged."""
+        average = layout.average(layout.meeting(self.meeting.run, self.meeting.round, key))
+        return key != self.meeting.key and self.store.resolve(average) is None
+
+    def _apart(self, key: str, client: int) -> MeetingsDiffer:
+        """The refusal naming `client` and what differs; meeting `key` is told first."""
+        self._tell(key, client)
+        other = layout.meeting(self.meeting.run, self.meeting.round, key)
+        digest = self.store.resolve(layout.about(other))
+        theirs = None if digest is None else read_record(self.store, digest)
+        mine = {"run": self.meeting.run, "round": self.meeting.round, **self.meeting.identity()}
+        found = [] if theirs is None else meeting_differences(theirs, mine)
+        if not found:
+            joined = f"joined another meeting of it ({key[:12]}), whose settings are not recorded"
+        elif found[0][0] in STARTING_POINT.values():
+            there, here = said_apart(found)
+            joined = f"joined with the same settings but another start, {there}; you have {here}"
+        else:
+            there, here = said_apart(found)
+            joined = f"joined with {there}; you have {here}"
+        return MeetingsDiffer(
+            f"{self.meeting.what}: client {client} {joined}. The two never meet: give every "
+            "client of a run the same settings, or name another run"
+        )
 
 
 # --- averaging ------------------------------------------------------------------------------
@@ -529,6 +744,7 @@ def _average(
     previous = None if meeting.start is None else store.recall_digest(meeting.start, lazy=True)
     state = None if meeting.state is None else store.recall_digest(meeting.state)
     root = _tree_root(store, meeting, inputs, me)
+    strategy = at_round(strategy, round=meeting.round, seed=meeting.config.get("seed"))
     if root is None:
         weights, new_state = strategy.aggregate(
             previous, _updates(store, inputs), state, clients=meeting.clients
@@ -539,51 +755,25 @@ def _average(
     came = {i.client for i in inputs}
     here = present(store, meeting)
     dropped = arrivals(store, meeting, here)[1]
-    left_out = [
-        {
-            "client": k,
-            "why": dropped.get(k)
-            or ("came after the round was averaged" if k in here else "never came"),
-        }
+    left_out = {
+        k: dropped.get(k) or ("came after the round was averaged" if k in here else "never came")
         for k in meeting.members
         if k not in came
-    ]
-    record = {
-        **record_head(meeting),
-        "left_out": left_out,
-        "inputs": [
-            {
-                "client": i.client,
-                "weights": i.weights,
-                "size": i.size,
-                "extra": i.extra,
-                "record": i.record,
-            }
-            for i in inputs
+    }
+    record = records.average_record(
+        meeting,
+        left_out=left_out,
+        inputs=[
+            records.input_entry(i.client, i.weights, i.size, i.extra, i.record) for i in inputs
         ],
-        "weights": store.put_value(weights),
-        "state": None if new_state is None else store.put_value(new_state),
-        "averaged_by": me,
-    }
-    if root is not None:
-        record["tree"] = {"fan_in": meeting.tree, "mean": root.mean, "weight": root.weight}
-    return store.put_value(record)
-
-
-def record_head(meeting: Meeting) -> dict[str, Any]:
-    """What every average record says first: the round and the meeting it averaged."""
-    return {
-        "run": meeting.run,
-        "round": meeting.round,
-        "meeting": meeting.key,
-        "clients": meeting.clients,
-        "strategy": meeting.strategy,
-        "options": dict(meeting.options),
-        "start": meeting.start,
-        "state_before": meeting.state,
-        "expected": meeting.members,
-        "quorum": meeting.needed,
-    }
+        weights=store.put_value(weights),
+        state=None if new_state is None else store.put_value(new_state),
+        averaged_by=me,
+        tree=None
+        if root is None
+        else {"fan_in": meeting.tree, "mean": root.mean, "weight": root.weight},
+    )
+    return record.put(store)
 
 
 def _uses_tree(meeting: Meeting, inputs: Sequence[Input]) -> bool:
@@ -597,8 +787,8 @@ def _tree_root(
 ) -> tree.Node | None:
     if not _uses_tree(meeting, inputs):
         return None
-    place = f"{meeting.prefix}/inputs/{inputs_key(meeting.key, inputs)}"
-    leaves = tree.leaves_of(inputs, uniform=getattr(meeting.strategy_object(), "uniform", False))
+    place = meeting.averaging(inputs_key(meeting.key, inputs))
+    leaves = tree.leaves_of(inputs, uniform=uniform(meeting.strategy_object()))
     return tree.reduce(store, place, leaves, meeting.tree, me=me)
 
 
@@ -626,7 +816,7 @@ class _Averaging:
         check_inputs(self.store, self.meeting, self.strategy, inputs)
 
     def place(self, inputs: list[Input]) -> Place:
-        return Place(f"{self.meeting.prefix}/inputs/{inputs_key(self.meeting.key, inputs)}")
+        return Place(self.meeting.averaging(inputs_key(self.meeting.key, inputs)))
 
     def share(self, inputs: list[Input], me: dict[str, Any]) -> None:
         """Work any process may do before the claim: the tree's nodes, spread among all."""
@@ -662,10 +852,15 @@ def average_round(
     published.
     """
 
+    elsewhere = _Elsewhere(store, meeting)
+
     def ready(past: bool) -> list[Input] | None:
-        """Everyone accounted for; or, past the deadline, at least the quorum came."""
+        """Everyone accounted for; or, past the deadline, at least the quorum came. A client
+        waited for that joined another meeting of the round is said at once (MeetingsDiffer)."""
         here = present(store, meeting)
         accounted = _complete(here, len(meeting.members))
+        if not accounted:
+            elsewhere.check([k for k in meeting.members if k not in here])
         if not (accounted or past):
             return None
         came, dropped = arrivals(store, meeting, here)
@@ -714,7 +909,7 @@ def average_inputs(
 
 def weights_of_average(store: Store, digest: str) -> Export:
     """The mean weights an average record (by digest) names."""
-    return store.recall_digest(read_record(store, digest)["weights"])
+    return store.recall_digest(records.read_average(store, digest).weights)
 
 
 def gather(
@@ -776,25 +971,12 @@ class UnknownRun(RoundError):
 def runs(store: Store) -> list[str]:
     """The runs with rounds in the store. A run's name may hold '/' but never a 'round'
     segment (see Meeting), so the first `round/<digits>` in a name ends the run's name."""
-    found = set()
-    for name in store.bound():
-        parts = name.split("/")
-        for i in range(1, len(parts) - 1):
-            if parts[i] == "round" and parts[i + 1].isdigit():
-                found.add("/".join(parts[:i]))
-                break
-    return sorted(found)
+    return layout.runs(store.bound())
 
 
 def meetings(store: Store, run: str) -> list[tuple[int, str]]:
     """Every (round, meeting key) of the run in the store, in round order."""
-    prefix = f"{run}/round/"
-    found = set()
-    for name in store.bound(prefix):
-        parts = name[len(prefix) :].split("/")
-        if len(parts) >= 3 and parts[0].isdigit():
-            found.add((int(parts[0]), parts[1]))
-    return sorted(found)
+    return layout.meetings(store.bound(layout.rounds(run)), run)
 
 
 def check_run(store: Store, run: str) -> list[tuple[int, str]]:
@@ -802,7 +984,7 @@ def check_run(store: Store, run: str) -> list[tuple[int, str]]:
     start), an UnknownRun naming the runs it does hold: a mistyped name is told so, never
     shown as a run with no rounds."""
     found = meetings(store, run)
-    if not found and store.resolve(f"{run}/start") is None:
+    if not found and store.resolve(layout.start(run)) is None:
         held = runs(store)
         holds = f"the runs it holds: {', '.join(map(repr, held))}" if held else "it holds no runs"
         raise UnknownRun(f"no run {run!r} in the store at {store.directory} ({holds})")
@@ -811,7 +993,7 @@ def check_run(store: Store, run: str) -> list[tuple[int, str]]:
 
 def evaluation_name(run: str, weights: str) -> str:
     """Where the workflow keeps the metrics of weights `weights` (`{"metrics", "weights"}`)."""
-    return f"{run}/evaluation/{weights}"
+    return layout.evaluation(run, weights)
 
 
 def status(store: Store, run: str, *, clients: int | None = None) -> list[dict[str, Any]]:
@@ -819,34 +1001,39 @@ def status(store: Store, run: str, *, clients: int | None = None) -> list[dict[s
     and why, who averages, the average, how many averagings were computed, and the metrics
     the workflow recorded for the average's weights.
 
+    `apart` is what tells the meeting from the other meetings of its round (see `labels`).
     Who was expected is what the meeting recorded; `clients` only where none is recorded
     (never guessed from the clients that wrote). A record or name that cannot be read (a
     corrupt blob, a name file that holds no digest) is one of the row's `problems`, so that
     one bad round never hides the others.
     """
-    return [_status_row(store, run, r, key, clients) for r, key in meetings(store, run)]
+    found = meetings(store, run)
+    apart = labels(store, run, found)
+    return [
+        {**_status_row(store, run, r, key, clients), "apart": apart[(r, key)]} for r, key in found
+    ]
 
 
-# Strategies whose state accounts for the privacy spent (soma.privacy.spent reads it); only
-# theirs is read by `status`, as another strategy's state may be a model's worth of tensors.
-ACCOUNTING = frozenset({"dp_fedavg"})
-
-
-def privacy_spent(store: Store, record: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The epsilon (and delta) spent up to this round, for a strategy that accounts for it;
-    `record` is an average's record or its workflow receipt (both name strategy and state)."""
-    if record.get("strategy") not in ACCOUNTING or not record.get("state"):
-        return None
-    from soma.privacy import spent
-
-    return spent(store.recall_digest(record["state"]))
+def privacy_spent(
+    store: Store, record: Mapping[str, Any], strategy: Strategy | None = None
+) -> dict[str, Any] | None:
+    """The epsilon (and delta) spent up to this round, as its strategy reports it
+    (`Strategy.privacy_spent`); `record` is an average's record or its workflow receipt
+    (both name the strategy and the state), `strategy` the strategy when the record does
+    not hold its options (a receipt). The state is read only for a strategy that reports
+    privacy, as another's may be a model's worth of tensors."""
+    name = record.get("strategy") or "fedavg"
+    if strategy is None:
+        strategy = load_strategy(name, record.get("options") or {})
+    state = record.get("state")
+    return privacy_of(name, strategy, lambda: None if not state else store.recall_digest(state))
 
 
 def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -> dict[str, Any]:
     from soma.errors import SomaError
     from soma.store_errors import StoreError
 
-    prefix = f"{round_prefix(run, r)}/{key}"
+    prefix = layout.meeting(run, r, key)
     row: dict[str, Any] = {
         "round": r,
         "meeting": key,
@@ -874,7 +1061,7 @@ def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -
             row["problems"].append(f"cannot read its {what}: {error}")
 
     def about() -> None:
-        digest = store.resolve(f"{prefix}/about")
+        digest = store.resolve(layout.about(prefix))
         record = read_record(store, digest) if digest else {}
         count = record.get("clients", clients)
         expected = record.get("expected") or (None if count is None else list(range(count)))
@@ -886,22 +1073,16 @@ def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -
         )
 
     def written() -> None:
-        row["written"] = sorted(
-            int(n.rsplit("/", 1)[1])
-            for n in store.bound(f"{prefix}/client/")
-            if n.rsplit("/", 1)[1].isdigit()
-        )
+        names = store.bound(layout.clients(prefix))
+        found = (layout.client_of(n[len(prefix) + 1 :]) for n in names)
+        row["written"] = sorted(k for k in found if k is not None)
 
     def averagings() -> None:
-        found = sorted(
-            {
-                n[len(prefix) + len("/inputs/") :].split("/")[0]
-                for n in store.bound(f"{prefix}/inputs/")
-            }
-        )
+        under = layout.inputs(prefix)
+        found = sorted({layout.under(n, under) for n in store.bound(under)})
         holder, computed = None, 0
         for a in found:
-            place = Place(f"{prefix}/inputs/{a}")
+            place = Place(layout.averaging(prefix, a))
             computed += once.computations(store, place)
             latest = current_holder(store, place)
             pending = store.resolve(place.published) is None
@@ -913,15 +1094,20 @@ def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -
                 }
         row.update(averaging=holder, averagings=computed)
         row["averages_by_inputs"] = {
-            a: store.resolve(Place(f"{prefix}/inputs/{a}").published) for a in found
+            a: store.resolve(Place(layout.averaging(prefix, a)).published) for a in found
         }
 
     def average() -> None:
-        row["average"] = store.resolve(f"{prefix}/average")
+        row["average"] = store.resolve(layout.average(prefix))
         if row["average"]:
-            record = read_record(store, row["average"])
-            row.update(left_out=record.get("left_out", []), weights=record.get("weights"))
-            row["privacy"] = privacy_spent(store, record)
+            record = records.read_average(store, row["average"])
+            row.update(left_out=record.left_out, weights=record.weights)
+
+    def privacy() -> None:
+        if row["average"]:
+            row["privacy"] = privacy_spent(
+                store, records.read_average(store, row["average"]).value()
+            )
 
     def metrics() -> None:
         digest = store.resolve(evaluation_name(run, row["weights"]))
@@ -935,7 +1121,8 @@ def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -
     attempt("client records", written)
     attempt("averaging records", averagings)
     attempt("average record", average)
-    if row["weights"]:
+    if row["weights"]:  # the average record was read: what it says can be followed
+        attempt("privacy spent (its strategy)", privacy)
         attempt("evaluation record", metrics)
     expected = row["expected"]
     row["missing"] = [] if expected is None else [k for k in expected if k not in row["written"]]

@@ -2,12 +2,27 @@
 
 Both modes derive each (round, client)'s training seed and the run's declared identity from
 here, so the same configuration trains the same bits whichever way it is run.
+
+A workflow run records what it is where its receipts live: `results/<run>/run.json` holds
+its declared config (`declared`: the keys that change its results) and that config's digest,
+written by its `start` job. A workflow started again in that folder with another config is
+stopped at parse time, before any job, naming each key that differs (`check_recorded`).
+`differences` is how two declared configs (or two meetings, see soma.round) are compared,
+key by key. Pure Python, no torch: the Snakefile uses it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
+
+from soma.configs import ConfigRefused
+
+RECORD = "run.json"  # in results/<run>/, beside the receipts
 
 
 def training_seed(seed: int, round: int, client: int) -> int:
@@ -22,3 +37,89 @@ def identity(task: str, options: Mapping[str, Any], seed: int) -> dict[str, Any]
     name but differ here never meet.
     """
     return {"task": task, "options": dict(options), "seed": seed}
+
+
+def declared(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys of a workflow config that change a run's results, by their config names.
+
+    `task_options` and `strategy_options` are only the chosen task's and strategy's. Not
+    here: `rounds` (more rounds extend a run), `clients_per_job` (the same bits, batched),
+    `baselines`, `metric`, `threads` (what is reported beside it, and how fast).
+    """
+    task, strategy = config["task"], config.get("strategy", "fedavg")
+    return {
+        "task": task,
+        "task_options": (config.get("task_options") or {}).get(task) or {},
+        "seed": config["seed"],
+        "clients": config["clients"],
+        "strategy": strategy,
+        "strategy_options": (config.get("strategy_options") or {}).get(strategy) or {},
+        "participation": config.get("participation"),
+        "quorum": config.get("quorum"),
+        "tree": config.get("tree"),
+        "secure_aggregation": config.get("secure_aggregation"),
+    }
+
+
+def digest(value: Mapping[str, Any]) -> str:
+    """The sha256 of `value` as canonical JSON (sorted keys, no spaces)."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def record(config: Mapping[str, Any]) -> dict[str, Any]:
+    """What `results/<run>/run.json` holds: the run's name, declared config and its digest."""
+    what = declared(config)
+    return {"run": config["run"], "declared": what, "digest": digest(what)}
+
+
+UNSET = object()  # a key one side has and the other has not
+
+
+def differences(
+    theirs: Mapping[str, Any], mine: Mapping[str, Any], within: str = ""
+) -> list[tuple[str, Any, Any]]:
+    """Each key (dotted into nested maps: `task_options.hidden`) whose value differs, with
+    `theirs` and `mine` (`UNSET` where one side has no such key), in key order."""
+    found = []
+    for key in sorted(set(theirs) | set(mine), key=str):
+        a, b = theirs.get(key, UNSET), mine.get(key, UNSET)
+        name = f"{within}{key}"
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            found += differences(a, b, f"{name}.")
+        elif a != b or type(a) is not type(b):
+            found.append((name, a, b))
+    return found
+
+
+def shown(value: Any) -> str:
+    """A value in a message: text as is, anything else as JSON; `UNSET` as "unset"."""
+    if value is UNSET:
+        return "unset"
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def check_recorded(folder: str | os.PathLike[str], config: Mapping[str, Any]) -> None:
+    """Refuse, before any job, a run whose results folder another config made.
+
+    Nothing is said where the folder holds no record yet (a new run, or one whose `start`
+    has not run).
+    """
+    path = Path(folder) / RECORD
+    try:
+        with open(path, encoding="utf-8") as file:
+            recorded = json.load(file)
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as error:
+        raise ConfigRefused(f"{str(path)!r} cannot be read as a run's record: {error}") from None
+    mine = record(config)
+    if recorded.get("digest") == mine["digest"]:
+        return
+    found = differences(recorded.get("declared") or {}, mine["declared"])
+    said = "; ".join(f"`{key}` {shown(old)} there, {shown(new)} here" for key, old, new in found)
+    raise ConfigRefused(
+        f"config keys differ from the run in {str(folder)!r} (its {RECORD}): "
+        f"{said or 'its digest differs'}. To keep both, name a new run (`--config run=NAME`); "
+        f"to overwrite that one on purpose, remove {str(folder)!r} first"
+    )

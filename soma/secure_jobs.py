@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from soma import secure_round
+from soma.records import RecordError, SecureRecord, read_average
 from soma.round import Meeting, dropout_reason
 from soma.run import step
 from soma.run.step import Hosted
@@ -37,6 +38,8 @@ from soma.workflow import (
 # Each phase waits for the ones before through the DAG; this is only how long a job waits
 # for a record another job wrote, on a folder slow to show it.
 DEADLINE = 600.0
+# A client's secrets: readable by its own user only, whatever the umask (see the module docs).
+PRIVATE = 0o600
 
 
 def _secrets(meeting: Meeting, private: str):
@@ -57,7 +60,7 @@ def keys(
 
     meeting = meeting_of(config, round, read_receipt(previous))
     secrets = advertise(Store(config["store"]), secure_round.session_of(meeting), client)
-    write_receipt(private, secrets.private_record())
+    write_receipt(private, secrets.private_record(), mode=PRIVATE)
     write_receipt(receipt, {**_receipt(meeting, client), "phase": "keys"})
     LOG.info("%s, client %d: keys advertised", meeting.what, client)
 
@@ -77,7 +80,7 @@ def share(
     meeting = meeting_of(config, round, read_receipt(previous))
     secrets = _secrets(meeting, private)
     among = share_secrets(Store(config["store"]), secrets.session, secrets, deadline=DEADLINE)
-    write_receipt(shared, secrets.private_record())
+    write_receipt(shared, secrets.private_record(), mode=PRIVATE)
     write_receipt(receipt, {**_receipt(meeting, client), "phase": "share", "among": among})
     LOG.info("%s, client %d: secrets shared among clients %s", meeting.what, client, among)
 
@@ -115,7 +118,7 @@ def train(
     metrics = done.metrics
     floats = secure_round.floats_of(trained)
     masked_input(store, secrets.session, secrets, floats, size, deadline=DEADLINE)
-    store.keep(meeting.client(client), {"client": client, "secure": secrets.session.prefix})
+    store.keep(meeting.client(client), SecureRecord(client, secrets.session.prefix).value())
     written = {**_receipt(meeting, client), "secure": True, "metrics": json_numbers(metrics)}
     write_receipt(receipt, written)
     LOG.info(
@@ -151,32 +154,32 @@ def average(
     config: Mapping[str, Any], round: int, previous: str, revealed: Sequence[str], receipt: str
 ) -> None:
     """Phase 5: unmask the sum (once), step the strategy from the mean, publish the average."""
-    from soma.once import read_record
-
     tic = time.perf_counter()
     store = Store(config["store"])
     meeting = meeting_of(config, round, read_receipt(previous))
     digest = secure_round.average_round(
         store, meeting, strategy_of(config), took_part=True, deadline=DEADLINE
     )
-    record = read_record(store, digest)
+    record = read_average(store, digest)
+    if record.secure is None:
+        raise RecordError(f"{meeting.what}: average record {digest} is not a secure sum's")
     write_receipt(
         receipt,
         {
             "run": config["run"],
             "round": round,
             "strategy": meeting.strategy,
-            "weights": record["weights"],
-            "state": record["state"],
-            "inputs": record["inputs"],
-            "left_out": record["left_out"],
-            "secure": {k: record["secure"][k] for k in ("threshold", "error_bound")},
+            "weights": record.weights,
+            "state": record.state,
+            "inputs": record.inputs,
+            "left_out": record.left_out,
+            "secure": {k: record.secure[k] for k in ("threshold", "error_bound")},
         },
     )
     LOG.info(
         "%s: the secure sum of %d clients unmasked, weights %s (%.2f s)",
         meeting.what,
-        len(record["inputs"]),
-        record["weights"],
+        len(record.inputs),
+        record.weights,
         time.perf_counter() - tic,
     )

@@ -28,16 +28,16 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from soma import holders, once
+from soma import holders, layout, once, records
 from soma.nodes import Export
 from soma.once import POLL, Backoff, Place
-from soma.round import Meeting, RoundError, record_head, tree_refusal
+from soma.round import Meeting, RoundError, tree_refusal
 from soma.store import Store
-from soma.strategies import Arrival, Strategy, check_arrivals, takes_mean
+from soma.strategies import Arrival, Strategy, at_round, check_arrivals, takes_mean, uniform
 
 
 def session_prefix(meeting: Meeting) -> str:
-    return f"{meeting.prefix}/secagg"
+    return layout.secagg(meeting.prefix)
 
 
 def check_strategy(name: str, strategy: Strategy) -> None:
@@ -66,7 +66,7 @@ def session_of(meeting: Meeting):
 def weight_of(strategy: Strategy, size: float | None) -> float | None:
     """What a client's export weighs in the secure sum: its size, or 1 for a strategy that
     weighs every client the same (`uniform`: distributed DP's sensitivity bound)."""
-    return None if getattr(strategy, "uniform", False) else size
+    return None if uniform(strategy) else size
 
 
 def check_export(meeting: Meeting, client: int, export: Export, size: float | None) -> None:
@@ -104,8 +104,8 @@ def take_part(
         masked_input(
             store, session, secrets[k], floats_of(export), size, deadline=deadline, backoff=backoff
         )
-        record = {"client": k, "secure": session.prefix, "by": holders.me()}
-        store.keep(meeting.client(k), record)
+        record = records.SecureRecord(k, session.prefix, holders.me())
+        store.keep(meeting.client(k), record.value())
         contributed.append(k)
     for k in contributed:
         reveal(store, session, secrets[k], deadline=deadline, backoff=backoff)
@@ -128,14 +128,14 @@ class _SecureAveraging:
 
             unmask(self.store, session_of(self.meeting))
             self.unmask = False
-        return self.store.resolve(f"{session_prefix(self.meeting)}/sum")
+        return self.store.resolve(layout.session(session_prefix(self.meeting), "sum"))
 
     def check(self, inputs: str) -> None:
         check_strategy(self.meeting.strategy, self.strategy)
 
     def place(self, inputs: str) -> Place:
         key = hashlib.sha256(f"{self.meeting.key}/secure/{inputs}".encode()).hexdigest()
-        return Place(f"{self.meeting.prefix}/inputs/{key}")
+        return Place(self.meeting.averaging(key))
 
     def compute(self, inputs: str, me: dict[str, Any]) -> str:
         return _average(self.store, self.meeting, self.strategy, inputs, me)
@@ -169,31 +169,27 @@ def _average(
     state = None if meeting.state is None else store.recall_digest(meeting.state)
     arrived = [Arrival(k, None, False) for k in result["contributors"]]
     check_arrivals(strategy, arrived, clients=meeting.clients)  # e.g. distributed DP's m
+    strategy = at_round(strategy, round=meeting.round, seed=meeting.config.get("seed"))
     weights, new_state = strategy.from_mean(previous, whole, state, clients=meeting.clients)
     came = set(result["contributors"])
-    record = {
-        **record_head(meeting),
-        "left_out": [
-            {
-                "client": k,
-                "why": "dropped out after sharing its keys"
-                if k in result["dropped"]
-                else "never came",
-            }
+    record = records.average_record(
+        meeting,
+        left_out={
+            k: "dropped out after sharing its keys" if k in result["dropped"] else "never came"
             for k in meeting.members
             if k not in came
-        ],  # fmt: skip
-        "inputs": [{"client": k, "secure": True} for k in sorted(came)],
-        "secure": {
+        },
+        inputs=[records.secure_entry(k) for k in sorted(came)],
+        weights=store.put_value(weights),
+        state=None if new_state is None else store.put_value(new_state),
+        averaged_by=me,
+        secure={
             "sum": sum_digest,
             "threshold": meeting.secure,
             "error_bound": result["error_bound"],
         },
-        "weights": store.put_value(weights),
-        "state": None if new_state is None else store.put_value(new_state),
-        "averaged_by": me,
-    }
-    return store.put_value(record)
+    )
+    return record.put(store)
 
 
 def average_round(

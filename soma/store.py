@@ -139,7 +139,7 @@ import torch
 
 from soma import codecs, tensorfile
 from soma.codecs import register_codec, unregister_codec
-from soma.files import fsync_folder, write_all
+from soma.files import create_new, fsync_folder, write_all
 from soma.names import MAX_STORE_PATH_BYTES, check_name, split_prefix
 from soma.store_errors import (
     BadBlob,
@@ -560,6 +560,16 @@ class Store:
         walk(self._names.joinpath(*whole), "".join(f"{s}/" for s in whole), True)
         return sorted(found)
 
+    def entries(self, folder: str) -> list[str]:
+        """What is directly in the folder of names `folder` (`"cifar/round/3/"`: that round's
+        meetings), names and folders alike, sorted: one listing, where `bound` walks them."""
+        whole, _ = split_prefix(folder.rstrip("/") + "/")
+        try:
+            with os.scandir(self._names.joinpath(*whole)) as found:
+                return sorted(e.name for e in found if not e.name.startswith("."))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
     # --- values ----------------------------------------------------------------------
 
     def keep(self, name: str, value: object) -> str:
@@ -741,12 +751,11 @@ class Store:
     def _temp(self, what: str) -> tuple[int, str]:
         name = f"{self._host}.{os.getpid()}.{threading.get_ident()}.{secrets.token_hex(6)}.{what}"
         path = os.path.join(self._tmp, name)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
         try:
-            return os.open(path, flags, 0o666), path
+            return create_new(path), path
         except FileNotFoundError:  # tmp/ removed by hand: make it again
             self._tmp.mkdir(exist_ok=True)
-            return os.open(path, flags, 0o666), path
+            return create_new(path), path
 
     def _seal(self, fd: int) -> None:
         """fsync and make read-only (as the umask allowed it readable), then close."""

@@ -40,6 +40,8 @@ class TrainingError(SomaError, ValueError):
 def keyed_parameters(nodes: Mapping[str, Any]) -> Parameters:
     """Each node's parameters keyed as `soma.export` keys them, so that an objective can pair
     a live parameter with the same key of an export (the round's start, a control variate).
+    A task with a training loop of its own builds them once, and hands them to
+    `adjust_on_cpu` at every step (see README, "Bring your own task").
 
     By the same ducks as soma.nodes: a node with `state_dict()` by `named_parameters()`
     names (the state_dict's own keys for a torch module), otherwise `parameters()` in order,
@@ -84,13 +86,21 @@ def off_cpu(parameters: Parameters) -> bool:
 
 
 def adjust_on_cpu(objective: Any, parameters: Parameters, lr: float) -> None:
-    """`objective.adjust` on CPU copies of the parameters, their gradients then copied back.
+    """A strategy's objective applied to one step: call it after `loss.backward()` and before
+    `optimizer.step()`, with `keyed_parameters(nodes)` and the step's learning rate. This is
+    what `TrainingRun(objective=...)` does; a task with a training loop of its own calls it
+    to run FedProx, SCAFFOLD or distributed DP (see README, "Bring your own task").
 
-    A strategy's objective keeps the round's start (and SCAFFOLD its control variates) as
-    exports, which are on CPU, and torch refuses arithmetic between a GPU parameter and a CPU
-    tensor. Two copies per parameter and step are the price, paid only off CPU. An objective
-    changes gradients only (soma.strategies), so gradients are all that comes back.
+    Off CPU, `objective.adjust` is given CPU copies of the parameters, their gradients then
+    copied back: a strategy's objective keeps the round's start (and SCAFFOLD its control
+    variates) as exports, which are on CPU, and torch refuses arithmetic between a GPU
+    parameter and a CPU tensor. Two copies per parameter and step are the price, paid only
+    off CPU. An objective changes gradients only (soma.strategies), so gradients are all that
+    comes back. On CPU it is `objective.adjust(parameters, lr)` itself.
     """
+    if not off_cpu(parameters):
+        objective.adjust(parameters, lr)
+        return
     mirrors = {n: {k: _mirror(p) for k, p in keys.items()} for n, keys in parameters.items()}
     objective.adjust(mirrors, lr)
     with torch.no_grad():
@@ -208,11 +218,7 @@ class TrainingRun:
 
     def _adjust(self) -> None:
         """The objective's turn between backward and step, on CPU copies when off CPU."""
-        lr = learning_rate(self.optimizer)
-        if off_cpu(self.parameters):
-            adjust_on_cpu(self.objective, self.parameters, lr)
-        else:
-            self.objective.adjust(self.parameters, lr)
+        adjust_on_cpu(self.objective, self.parameters, learning_rate(self.optimizer))
 
     @torch.no_grad()
     def evaluate(self, data: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from soma import once
+from soma import layout, once
 from soma.errors import SomaError
 from soma.once import POLL, Backoff, Place, read_record
 from soma.store import Store
@@ -94,7 +94,7 @@ class Node:
 
 
 def node_place(prefix: str, level: int, index: int) -> Place:
-    return Place(f"{prefix}/tree/{level}/{index}")
+    return Place(layout.tree_node(prefix, level, index))
 
 
 def _published(store: Store, place: Place) -> Node | None:
@@ -196,7 +196,7 @@ def reduce(
                 store, place, who, check_holder=False
             ):
                 digest = _fold(store, parts(index))
-                store.bind(f"{place.computed}{who[:16]}", who)
+                store.bind(place.computed_by(who), who)
                 once.publish(store, place.published, digest)
         nodes: list[Leaf | Node] = []
         for index in range(width):  # then the rest, taken over from whoever died holding it

@@ -15,7 +15,6 @@ import logging
 import math
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -23,9 +22,11 @@ from typing import Any
 
 import torch
 
-from soma import holders
+from soma import holders, layout, runs
 from soma.configs import ConfigRefused
+from soma.files import write_atomic
 from soma.nodes import export, load
+from soma.records import AverageRecord, read_average
 from soma.round import (
     Input,
     Meeting,
@@ -55,21 +56,15 @@ def progress(message: str, *args: Any) -> None:
     LOG.info(message, *args, extra={"progress": True})
 
 
-def write_receipt(path: str | os.PathLike, receipt: Mapping[str, Any]) -> None:
-    """Deterministic JSON, atomically: a temp file beside it, fsync, rename."""
+def write_receipt(
+    path: str | os.PathLike, receipt: Mapping[str, Any], *, mode: int | None = None
+) -> None:
+    """Deterministic JSON, atomically (`soma.files.write_atomic`): a receipt is a file as the
+    umask says; a secret passes `mode=0o600`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(receipt, sort_keys=True, indent=2, allow_nan=False) + "\n"
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    write_atomic(path, text.encode("utf-8"), mode=mode)
 
 
 def read_receipt(path: str | os.PathLike) -> dict[str, Any]:
@@ -117,8 +112,9 @@ def json_numbers(metrics: Mapping[str, Any]) -> dict[str, Any]:
     return {k: number(v) for k, v in sorted(metrics.items())}
 
 
-def start(config: Mapping[str, Any], receipt: str) -> None:
-    """The run's starting weights, from the seed, kept in the store, and their evaluation.
+def start(config: Mapping[str, Any], receipt: str, run_record: str | None = None) -> None:
+    """The run's starting weights, from the seed, kept in the store, and their evaluation;
+    and `run_record`, what the run is (`soma.runs.record`), where its receipts live.
 
     The first job of a run, so everything the Snakefile could not check without torch is
     checked here, before any client trains: the task imports and takes its options, the
@@ -135,8 +131,10 @@ def start(config: Mapping[str, Any], receipt: str) -> None:
     metrics = checked_metrics(config, task.evaluate(nodes))
     store = Store(config["store"])
     weights = store.put_value(exported)
-    store.bind(f"{config['run']}/start", weights)
+    store.bind(layout.start(config["run"]), weights)
     keep_evaluation(store, config["run"], weights, metrics)
+    if run_record is not None:
+        write_receipt(run_record, runs.record(config))
     write_receipt(
         receipt,
         {
@@ -152,7 +150,7 @@ def start(config: Mapping[str, Any], receipt: str) -> None:
         config["run"],
         weights,
         config["seed"],
-        f"{config['run']}/start",
+        layout.start(config["run"]),
         shown(metrics),
         time.perf_counter() - tic,
     )
@@ -324,7 +322,7 @@ def _log_training(meeting: Meeting, written: Mapping[str, Any], seconds: float) 
 
 def _started_name(meeting: Meeting, client: int) -> str:
     """Beside the client's record, and fanned out the same way (see Meeting.client)."""
-    return meeting.client(client).replace("/client/", "/started/", 1)
+    return meeting.started(client)
 
 
 def _previous_attempt_died(store: Store, meeting: Meeting, client: int) -> str | None:
@@ -372,20 +370,20 @@ def average(
                     Input(given["client"], given["weights"], given["size"], given.get("extra"))
                 )
     digest = average_inputs(store, meeting, inputs, deadline=config.get("average_deadline"))
-    record = read_record(store, digest)
+    record = read_average(store, digest)
     write_receipt(
         receipt,
         {
             "run": config["run"],
             "round": round,
             "strategy": meeting.strategy,
-            "weights": record["weights"],
-            "state": record["state"],
+            "weights": record.weights,
+            "state": record.state,
             "inputs": [
                 {"client": i["client"], "weights": i["weights"], "size": i["size"]}
-                for i in record["inputs"]
+                for i in record.inputs
             ],
-            "left_out": record["left_out"],
+            "left_out": record.left_out,
         },
     )
     _log_average(meeting, inputs, record, digest, time.perf_counter() - tic)
@@ -394,7 +392,7 @@ def average(
 def _log_average(
     meeting: Meeting,
     inputs: Sequence[Input],
-    record: Mapping[str, Any],
+    record: AverageRecord,
     digest: str,
     seconds: float,
 ) -> None:
@@ -402,11 +400,11 @@ def _log_average(
     clients = ", ".join(str(i.client) for i in inputs) or "nobody"
     sizes = ", ".join(str(i.size) for i in inputs)
     LOG.info("%s: %s of clients %s (sizes %s)", meeting.what, meeting.strategy, clients, sizes)
-    for left in record["left_out"]:
+    for left in record.left_out:
         LOG.warning("%s: client %s left out: %s", meeting.what, left["client"], left["why"])
     LOG.info(
         "averaged weights %s (record %s, under %s) (%.2f s)",
-        record["weights"],
+        record.weights,
         digest,
         meeting.prefix,
         seconds,
@@ -428,7 +426,7 @@ def evaluate(config: Mapping[str, Any], round: int, averaged: str, receipt: str)
     metrics = checked_metrics(config, task.evaluate(nodes_at(task, store, config, weights)))
     kept = keep_evaluation(store, config["run"], weights, metrics)
     evaluation = {"run": config["run"], "round": round, "weights": weights, "metrics": metrics}
-    privacy = privacy_spent(store, average)  # only a DP strategy's state accounts for it
+    privacy = privacy_spent(store, average, strategy_of(config))  # None: keeps no account
     if privacy is not None:
         evaluation["privacy"] = privacy
     write_receipt(receipt, evaluation)

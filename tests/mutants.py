@@ -500,6 +500,111 @@ def _verify_skips_hashing() -> None:
     )
 
 
+# --- meetings of one round that differ (soma/round.py) ---------------------------------------
+
+
+@mutant(
+    "elsewhere_never_looks",
+    caught_by=["tests/test_round.py", "-k", "at_once or another_start"],
+)
+def _elsewhere_never_looks() -> None:
+    """A client that joined another meeting of the round is never noticed: both sides wait
+    out the deadline and blame each other for never coming."""
+    import soma.round
+
+    _replace(soma.round._Elsewhere, "check", lambda self, waiting: None)
+
+
+@mutant(
+    "elsewhere_counts_averaged_meetings",
+    caught_by=["tests/test_round.py", "-k", "rival"],
+)
+def _elsewhere_counts_averaged_meetings() -> None:
+    """A meeting of the round already averaged (an earlier run under that name) is taken for
+    a rival: a new run is stopped by the old one's records."""
+    import soma.round
+
+    _replace(soma.round._Elsewhere, "_rival", lambda self, key: key != self.meeting.key)
+
+
+@mutant(
+    "elsewhere_leaves_no_note",
+    caught_by=["tests/test_round.py", "-k", "note"],
+)
+def _elsewhere_leaves_no_note() -> None:
+    """Whoever finds a rival stops without telling it: a rival still training its other
+    clients finds only a gone process's records, and waits out its deadline."""
+    import soma.round
+
+    _replace(soma.round._Elsewhere, "_tell", lambda self, key, client: None)
+
+
+# --- the one atomic writer (soma/files.py) --------------------------------------------------
+
+
+@mutant(
+    "write_atomic_writes_in_place",
+    caught_by=["tests/test_files.py", "-k", "killed"],
+)
+def _write_atomic_writes_in_place() -> None:
+    """The file is truncated and written under its final name: a writer killed half way
+    leaves a partial file (or the new one where the old was wanted)."""
+    import soma.files
+    import soma.workflow
+
+    def in_place(path, data, *, mode=None):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 if mode is None else mode)
+        try:
+            whole = isinstance(data, bytes | bytearray | memoryview)
+            for chunk in [data] if whole else data:
+                soma.files.write_all(fd, memoryview(chunk).cast("B"))
+        finally:
+            os.close(fd)
+
+    _replace(soma.files, "write_atomic", in_place)
+    soma.workflow.write_atomic = soma.files.write_atomic
+
+
+# --- the store layout and the round's records (soma/layout.py, soma/records.py) ----------
+
+
+@mutant(
+    "advice_looks_for_an_unfanned_started_marker",
+    caught_by=["tests/test_health.py", "-k", "1001_client_round"],
+)
+def _advice_looks_for_an_unfanned_started_marker() -> None:
+    """The advice looks for a train job's marker at `started/<k>` whatever the client count
+    (the bug of 1,001-client rounds): it stops naming the Snakemake target."""
+    import soma.advice
+    from soma import layout
+
+    def unfanned(self, run, r, meeting, k):
+        if meeting is None:
+            return False
+        name = layout.started(layout.meeting(run, r, meeting), k, 1)
+        return self.store.resolve(name) is not None
+
+    _replace(soma.advice.Advisor, "_started", unfanned)
+
+
+@mutant(
+    "client_records_read_unchecked",
+    caught_by=["tests/test_layout.py", "-k", "refused_naming"],
+)
+def _client_records_read_unchecked() -> None:
+    """A client record is taken as it is: one without weights fails later, as a KeyError."""
+    import soma.records
+
+    def unchecked(value, *, client, name, digest=None):
+        if "dropped" in value:
+            return soma.records.DropRecord(client, value["dropped"], value.get("by"))
+        return soma.records.ClientRecord(
+            client, value["weights"], value["size"], value.get("extra"), value.get("own")
+        )
+
+    _replace(soma.records, "parse_client", unchecked)
+
+
 # --- the run layer (soma/run/) ---------------------------------------------------------------
 
 

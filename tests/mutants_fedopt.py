@@ -67,7 +67,7 @@ def _fedopt_starts_v_at_zero() -> None:
     _replace(
         _fedopt,
         "fresh_state",
-        lambda previous, moments, tau: fresh_state(previous, moments, 0.0),
+        lambda previous, moments, tau, v0="tau2": fresh_state(previous, moments, 0.0, v0),
     )
 
 
@@ -123,3 +123,75 @@ def _fedopt_takes_any_decay() -> None:
     from soma.strategies import _fedopt
 
     _replace(_fedopt, "fraction", lambda strategy, option, value: value)
+
+
+@mutant(
+    "fedopt_ignores_v0",
+    caught_by=[
+        f"{_TESTS}::test_flowers_fedyogi_by_hand_v_from_zero",
+        f"{_TESTS}::test_flowers_fedadagrad_by_hand_no_first_moment_and_v_from_zero",
+    ],
+)
+def _fedopt_ignores_v0() -> None:
+    """v always starts at tau^2, whatever `v0` says."""
+    from soma.strategies import _fedopt
+
+    fresh_state = _fedopt.fresh_state
+    _replace(
+        _fedopt,
+        "fresh_state",
+        lambda previous, moments, tau, v0="tau2": fresh_state(previous, moments, tau),
+    )
+
+
+@mutant(
+    "fedadam_corrects_as_adam_not_flower",
+    caught_by=[
+        f"{_TESTS}::test_flowers_fedadam_by_hand_v_from_zero_and_its_bias_corrected_rate",
+        f"{_TESTS}::test_bias_correction_follows_the_round_not_the_count_of_steps",
+    ],
+)
+def _fedadam_corrects_as_adam_not_flower() -> None:
+    """Adam's own correction (exponent t, Flower's is t + 1): another run than Flower's."""
+    import math
+
+    from soma.strategies import _fedopt
+
+    def rate(self):
+        if not self.bias_correction:
+            return self.server_lr
+        t = self.round + 1
+        return self.server_lr * math.sqrt(1 - self.beta2**t) / (1 - self.beta1**t)
+
+    _replace(_fedopt.ServerOptimizer, "rate", rate)
+
+
+@mutant(
+    "fedadam_corrects_by_a_count_from_zero",
+    caught_by=[f"{_TESTS}::test_bias_correction_follows_the_round_not_the_count_of_steps"],
+)
+def _fedadam_corrects_by_a_count_from_zero() -> None:
+    """The round is not bound: every strategy is corrected as if in round 0."""
+    from soma.strategies import _fedopt
+
+    _replace(_fedopt.ServerOptimizer, "for_round", lambda self, *, round, seed: self)
+    real = _fedopt.ServerOptimizer.rate
+
+    def rate(self):
+        return real(
+            self if self.round is not None else __import__("dataclasses").replace(self, round=0)
+        )
+
+    _replace(_fedopt.ServerOptimizer, "rate", rate)
+
+
+@mutant(
+    "scaffold_server_mean_ignored",
+    caught_by=[f"{_TESTS}::test_scaffold_server_mean_weighted_by_default_uniform_as_the_paper"],
+)
+def _scaffold_server_mean_ignored() -> None:
+    """SCAFFOLD weighs by size whatever `server_mean` says."""
+    from soma.strategies import scaffold
+
+    make = scaffold.make
+    _replace(scaffold, "make", lambda server_lr=1.0, *, server_mean="weighted": make(server_lr))

@@ -58,3 +58,14 @@ def _dp_accountant_spends_nothing() -> None:
     import soma.privacy
 
     _replace(soma.privacy, "epsilon_of", lambda history, delta, *, accountant="rdp": 0.0)
+
+
+@mutant(
+    "privacy_reported_by_nobody",
+    caught_by=["tests/test_seams.py", "tests/test_privacy.py", "-k", "privacy_spent or own"],
+)
+def _privacy_reported_by_nobody() -> None:
+    """No strategy is asked for the privacy it spent: `soma status` shows no epsilon."""
+    import soma.strategies._base as base
+
+    _replace(base, "has_own", lambda strategy, name: False)

@@ -171,3 +171,111 @@ def _columns_skips_the_last_block() -> None:
         return iter(cut[:-1] if len(cut) > 1 else cut)
 
     _replace(soma.strategies._columns, "blocks", blocks)
+
+
+# --- bucketing, centered clipping, the norm bound -------------------------------------------
+
+
+@mutant(
+    "bucketing_ignores_the_round",
+    caught_by=_catchers("test_the_shuffle_is_the_seed_and_the_rounds_and_nothing_else"),
+)
+def _bucketing_ignores_the_round() -> None:
+    """Every round draws the same buckets: an attacker shares one honest partner for good."""
+    import soma.strategies._buckets
+
+    real = soma.strategies._buckets.permutation
+    _replace(
+        soma.strategies._buckets,
+        "permutation",
+        lambda n, *, seed, round: real(n, seed=seed, round=0),
+    )
+
+
+@mutant(
+    "bucketing_makes_buckets_of_one",
+    caught_by=_catchers(
+        "test_bucketed_median_by_hand_is_the_median_of_the_bucket_means",
+        "test_bucketed_krum_by_hand_keeps_every_client_of_the_kept_bucket_weighted_by_size",
+        "test_centered_clip_with_buckets_by_hand_clips_the_bucket_means",
+    ),
+)
+def _bucketing_makes_buckets_of_one() -> None:
+    """The shuffle is drawn and nothing is averaged: the rule sees the clients themselves."""
+    import soma.strategies._buckets
+
+    permutation = soma.strategies._buckets.permutation
+
+    def groups(rows, s, *, seed, round, strategy):
+        return [[i] for i in permutation(len(rows), seed=seed, round=round)]
+
+    _replace(soma.strategies._buckets, "groups", groups)
+
+
+@mutant(
+    "bucketing_in_arrival_order",
+    caught_by=_catchers("test_bucketing_does_not_depend_on_the_order_the_clients_came_in"),
+)
+def _bucketing_in_arrival_order() -> None:
+    """The shuffle is applied to the clients in the order they came, not in client order."""
+    import soma.strategies._buckets
+
+    _replace(soma.strategies._buckets, "in_client_order", lambda rows: rows)
+
+
+@mutant(
+    "centered_clip_never_clips",
+    caught_by=_catchers(
+        "test_centered_clip_one_pass_by_hand",
+        "test_centered_clip_bounds_a_garbage_client_and_drops_nan",
+    ),
+)
+def _centered_clip_never_clips() -> None:
+    """Every difference counts as norm 0: the unweighted mean, which one attacker drags away."""
+    import soma.strategies.centered_clip
+
+    _replace(soma.strategies.centered_clip, "norm", lambda flat: 0.0)
+
+
+@mutant(
+    "centered_clip_does_not_recentre",
+    caught_by=_catchers("test_centered_clip_two_passes_by_hand_recentre_on_the_first"),
+)
+def _centered_clip_does_not_recentre() -> None:
+    """Every pass clips around the previous global model: more passes change nothing."""
+    import soma.strategies.centered_clip as cc
+
+    real = cc.clip_pass
+    start: dict = {}
+
+    def clip_pass(center, rows, tau):
+        if not start:
+            start.update(center)
+        return real(dict(start), rows, tau)
+
+    _replace(cc, "clip_pass", clip_pass)
+
+
+@mutant(
+    "norm_bound_never_clips",
+    caught_by=_catchers("test_norm_bound_by_hand_clips_to_a_multiple_of_the_median_norm"),
+)
+def _norm_bound_never_clips() -> None:
+    import math
+
+    import soma.strategies._norm_bound
+
+    _replace(soma.strategies._norm_bound, "cap_of", lambda norms, bound: math.inf)
+
+
+@mutant(
+    "norm_bound_by_the_mean_norm",
+    caught_by=_catchers("test_norm_bound_by_hand_clips_to_a_multiple_of_the_median_norm"),
+)
+def _norm_bound_by_the_mean_norm() -> None:
+    """The bound follows the mean norm, which the attacker itself inflates."""
+    import soma.strategies._norm_bound
+
+    _replace(
+        soma.strategies._norm_bound, "cap_of", lambda norms, bound: bound * sum(norms) / len(norms)
+    )

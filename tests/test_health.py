@@ -316,6 +316,31 @@ def test_a_client_export_is_left_with_its_rerun_and_the_rerun_repairs_it(run) ->
     assert health.verify(store).clean
 
 
+@pytest.mark.parametrize("k", [1000, 3])
+def test_repair_names_the_train_job_of_a_client_of_a_1001_client_round(
+    tmp_path: Path, k: int
+) -> None:
+    """Above 1,000 clients a meeting files client records and the workflow's started markers
+    by thousands (`started/1/1000`); the advice finds the marker where the job wrote it, and
+    names the Snakemake target that reruns it."""
+    from soma.round import Meeting, contribute
+    from soma.workflow import _previous_attempt_died
+
+    store = Store(tmp_path)
+    meeting = Meeting("big", 0, 1001, start=store.put_value(weights(0)))
+    assert _previous_attempt_died(store, meeting, k) is None  # the train job says it started
+    contribute(store, meeting, weights(k), mine=k, size=10)
+    assert store.resolve(f"{meeting.prefix}/started/{k // 1000}/{k}") is not None
+    record = store.recall(f"{meeting.prefix}/client/{k // 1000}/{k}")
+    victim = tensor_blob(store, record["weights"])
+    damage(store.blob_path(victim), "flip")
+    report = health.repair(store, dry_run=True)
+    (left,) = report.left
+    target = f"results/big/round/0/client/{k}.json"
+    assert f"--until {target} --forcerun {target}" in left.fix, left.fix
+    assert f"client {k}'s export of round 0" in left.fix
+
+
 def test_repair_removes_an_unreachable_corrupt_blob(run) -> None:
     store, _ = run
     lonely = store.put(b"nobody names me" * 10)

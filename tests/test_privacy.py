@@ -261,7 +261,7 @@ def test_another_strategys_state_is_refused() -> None:
 
 def test_updates_of_another_network_are_refused_naming_the_client() -> None:
     other = [Update(4, 1.0, {"fc": {"weight": t(1, 2), "steps": torch.tensor(0)}})]
-    with pytest.raises(StrategyError, match="node 'fc' key 'weight' .* in client 4"):
+    with pytest.raises(StrategyError, match="node 'fc' key 'weight': .* in client 4"):
         dp().aggregate(net(0, 0, 0), other, None, clients=5)
 
 

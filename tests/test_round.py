@@ -235,7 +235,9 @@ def test_bad_arguments_are_refused_by_name(tmp_path, kwargs, match) -> None:
 # --- real processes ----------------------------------------------------------------------
 
 
-def soma_client(store: Path, mine: int, *, rounds: int, clients: int, deadline: float = 120):
+def soma_client(
+    store: Path, mine: int, *, rounds: int, clients: int, deadline: float = 120, examples: int = 64
+):
     return subprocess.Popen(
         [
             sys.executable,
@@ -254,7 +256,7 @@ def soma_client(store: Path, mine: int, *, rounds: int, clients: int, deadline: 
             "--deadline",
             str(deadline),
             "--option",
-            "examples=64",
+            f"examples={examples}",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -412,6 +414,76 @@ def test_a_strategy_that_steps_from_the_start_needs_to_be_told_the_start(tmp_pat
 
 
 # --- a round is remembered by what went into it ------------------------------------------------
+
+
+def test_two_clients_given_other_task_options_both_say_the_key_at_once(tmp_path) -> None:
+    tic = time.monotonic()
+    clients = [
+        soma_client(tmp_path, k, rounds=1, clients=2, deadline=120, examples=examples)
+        for k, examples in ((0, 64), (1, 32))
+    ]
+    said = [c.communicate(timeout=60)[1] for c in clients]
+    assert time.monotonic() - tic < 30, "told at once, not at the deadline"
+    assert [c.returncode for c in clients] == [1, 1], said
+    first, second = "task_options.examples 64", "task_options.examples 32"
+    assert f"client 1 joined with {second}; you have {first}" in said[0]
+    assert f"client 0 joined with {first}; you have {second}" in said[1]
+
+
+def test_a_client_in_an_averaged_or_abandoned_meeting_of_the_round_is_no_rival(tmp_path) -> None:
+    store = Store(tmp_path)
+    # an earlier meeting of round 0, averaged: past, whoever wrote it
+    past = M("r", 0, 2, config={"seed": 1})
+    for k in range(2):
+        contribute(store, past, weights(k), mine=k)
+    average_round(store, past, deadline=5, backoff=QUICK)
+    # an abandoned one: its client's process is gone (a crashed run on this host)
+    gone = holders.me()
+    gone["pid_start"] = -1
+    old = M("r", 0, 2, config={"seed": 2})
+    contribute(store, old, weights(2), mine=1)
+    name = old.client(1)
+    record = store.recall(name)
+    store.keep(name, {**record, "by": gone})
+    contribute(store, M("r", 0, 2), weights(3), mine=0)
+    with pytest.raises(RoundIncomplete, match="client 1 never came"):
+        average_round(store, M("r", 0, 2), deadline=0.5, backoff=QUICK)
+    # but the same record written by somebody who may be alive: told at once, naming the key
+    store.keep(name, record)
+    with pytest.raises(
+        soma.round.MeetingsDiffer, match="client 1 joined with seed 2; you have seed n"
+    ):
+        average_round(store, M("r", 0, 2), deadline=60, backoff=QUICK)
+
+
+def test_who_finds_a_rival_leaves_it_a_note_it_heeds_when_the_finder_is_gone(tmp_path) -> None:
+    store = Store(tmp_path)
+    mine, theirs = M("r", 0, 2, config={"seed": 1}), M("r", 0, 2, config={"seed": 2})
+    contribute(store, theirs, weights(1), mine=1)  # still training its other clients
+    contribute(store, mine, weights(0), mine=0)
+    with pytest.raises(soma.round.MeetingsDiffer, match="client 1 joined with seed 2"):
+        average_round(store, mine, deadline=60, backoff=QUICK)
+    # the finder has stopped: its record is a gone process's, and only the note tells
+    gone = holders.me()
+    gone["pid_start"] = -1
+    store.keep(mine.client(0), {**store.recall(mine.client(0)), "by": gone})
+    with pytest.raises(soma.round.MeetingsDiffer, match="client 0 joined with seed 1"):
+        average_round(store, theirs, deadline=60, backoff=QUICK)
+    # a note older than this process is some run long gone's: no rival then
+    (note,) = store.bound(f"{theirs.prefix}/apart/")
+    store.keep(note, {**store.recall(note), "at": 0})
+    with pytest.raises(RoundIncomplete, match="client 0 never came"):
+        average_round(store, theirs, deadline=0.5, backoff=QUICK)
+
+
+def test_only_another_start_is_said_so(tmp_path) -> None:
+    store = Store(tmp_path)
+    start = store.put_value(weights(9))
+    contribute(store, M("r", 1, 2, start=start), weights(1), mine=1)
+    contribute(store, M("r", 1, 2), weights(2), mine=0)
+    with pytest.raises(soma.round.MeetingsDiffer, match="same settings but another start") as e:
+        average_round(store, M("r", 1, 2), deadline=60, backoff=QUICK)
+    assert f"start weights {start[:12]}; you have start weights null" in str(e.value)
 
 
 def test_one_run_name_with_other_inputs_is_another_averaging_never_the_old_answer(tmp_path) -> None:

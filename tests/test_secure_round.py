@@ -161,17 +161,18 @@ def test_a_client_that_drops_out_after_sharing_is_unmasked_without_it(tmp_path) 
 ROOT = HERE.parent
 
 
-def snakemake(workdir: Path, *config: str) -> None:
+def snakemake(workdir: Path, *config: str, umask: int = -1) -> None:
     command = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(workdir)]
     command += ["--cores", "2", "--configfile", str(HERE / "fixtures/tiny.yaml")]
     command += [str(HERE / "fixtures/no-baselines.yaml"), "--config", "clients=3", *config]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900, umask=umask)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
 
 
 def test_the_workflow_under_secure_aggregation_trains_fedavg_within_the_bound(tmp_path) -> None:
     snakemake(tmp_path / "plain", "run=sec")
-    snakemake(tmp_path / "secure", "run=sec", "secure_aggregation={threshold: 2}")
+    # under umask 000: the secrets are 0600 on purpose, the receipts as the umask says
+    snakemake(tmp_path / "secure", "run=sec", "secure_aggregation={threshold: 2}", umask=0)
     for r in range(2):
         receipts = [
             json.loads((tmp_path / side / f"results/sec/round/{r}/average.json").read_text())
@@ -190,6 +191,8 @@ def test_the_workflow_under_secure_aggregation_trains_fedavg_within_the_bound(tm
     private = sorted((tmp_path / "secure/private/sec").rglob("*.json"))
     assert len(private) == 2 * 3 * 2, "each client's secrets, per round, before and after sharing"
     assert {p.stat().st_mode & 0o777 for p in private} == {0o600}
+    receipts = (tmp_path / "secure/results/sec/round").rglob("*.json")
+    assert {p.stat().st_mode & 0o777 for p in receipts} == {0o666}
     store = Store(tmp_path / "secure" / "store")
     for name in store.bound("sec/round/"):
         if "/client/" in name:

@@ -144,3 +144,36 @@ def test_a_name_that_holds_no_digest_is_said_on_its_round(store) -> None:
     assert "cannot read its meeting record" in line and "does not hold a digest" in line
     assert "left out client 2" in line, "what could be read is still shown"
     assert "accuracy 0.936" in line_of(done.stdout, 0)
+
+
+def test_meetings_of_one_round_are_labelled_by_the_settings_they_differ_in(tmp_path) -> None:
+    s = Store(tmp_path)
+
+    def config(hidden: int) -> dict:
+        return {"task": "t", "options": {"hidden": hidden}, "seed": 0}
+
+    apart = (
+        Meeting("two", 0, 1, config=config(64)),
+        Meeting("two", 0, 1, strategy="fedavgm", config=config(64)),
+        Meeting("two", 0, 1, config=config(32)),
+    )
+    for meeting in apart:
+        contribute(s, meeting, weights(0), mine=0)
+    # two meetings of round 1 whose settings are the same: only their starts differ
+    for start in (weights(1), weights(2)):
+        contribute(s, Meeting("two", 1, 1, start=s.put_value(start)), weights(0), mine=0)
+    done = soma_status(tmp_path, "two")
+    assert done.returncode == 0, done.stderr
+
+    def labels(r: int) -> list[str]:
+        lines = [x for x in done.stdout.splitlines() if x.startswith(f"round {r:>4}")]
+        return sorted(line.split("[")[1].split("]")[0] for line in lines)
+
+    assert labels(0) == [
+        "strategy fedavg, task_options.hidden 32",
+        "strategy fedavg, task_options.hidden 64",
+        "strategy fedavgm, task_options.hidden 64",
+    ]
+    assert [label.split()[:2] for label in labels(1)] == [["start", "weights"]] * 2
+    rows = json.loads(soma_status(tmp_path, "two", "--json").stdout)
+    assert sorted(row["apart"] for row in rows if row["round"] == 0) == labels(0)

@@ -12,6 +12,7 @@ import soma
 from soma.strategies import (
     StrategyError,
     Update,
+    at_round,
     fedadagrad,
     fedadam,
     fedavgm,
@@ -47,11 +48,11 @@ def two_rounds(strategy) -> tuple[dict, dict, dict, dict]:
     return x1, s1, x2, s2
 
 
-def close(got: list[float], wanted: list[float]) -> bool:
+def close(got: list[float], wanted: list[float], rtol: float = 1e-12) -> bool:
     return torch.allclose(
         torch.tensor(got, dtype=torch.float64),
         torch.tensor(wanted, dtype=torch.float64),
-        rtol=1e-12,
+        rtol=rtol,
         atol=1e-15,
     )
 
@@ -147,7 +148,8 @@ def test_fedadagrad_by_hand() -> None:
     assert close(values(x2), wanted_x2)
 
 
-def test_fedadagrad_with_beta1_zero_is_flowers_no_momentum_version() -> None:
+def test_fedadagrad_with_beta1_zero_has_no_first_moment() -> None:
+    # Not Flower's FedAdagrad by itself: Flower's v also starts at 0 (see the v0 tests below)
     _, s1, x2, s2 = two_rounds(fedadagrad.make(server_lr=0.5, beta1=0.0, tau=0.1))
     assert close(values(s1, "m"), [0.5, -1.0])  # m is delta itself
     x1 = [1.0 + 0.5 * 0.5 / (math.sqrt(0.26) + 0.1), -2.0 + 0.5 * -1.0 / (math.sqrt(1.01) + 0.1)]
@@ -378,7 +380,7 @@ def test_another_strategys_state_is_refused() -> None:
 def test_updates_of_another_network_than_the_start_are_refused(name: str) -> None:
     previous = {"fc": {"weight": torch.zeros(2)}}
     other = Update(0, 1, {"fc": {"weight": torch.zeros(3)}})
-    with pytest.raises(StrategyError, match=r"node 'fc' key 'weight' is \(2,\)"):
+    with pytest.raises(StrategyError, match=r"node 'fc' key 'weight': shape \(2,\) in the weights"):
         load_strategy(name).aggregate(previous, [other], None, clients=1)
     extra = Update(0, 1, {"fc": {"weight": torch.zeros(2), "bias": torch.zeros(1)}})
     with pytest.raises(StrategyError, match="node 'fc' key 'bias' is in the updates"):
@@ -459,3 +461,131 @@ def test_the_strategies_are_found_by_name(name: str) -> None:
     x_found, s_found, _, _ = two_rounds(found)
     x_made, s_made, _, _ = two_rounds(made)
     assert_equal_exports(x_found, x_made)
+
+
+# --- Flower's variants: v0 zero, FedAdam's bias correction (by hand, from Flower's formulas) ----
+
+
+def two_bound_rounds(strategy, first_round: int = 0) -> tuple[dict, dict, dict, dict]:
+    """`two_rounds`, each round's strategy bound to its round (0-based) as the round binds it."""
+    previous = weights([1.0, -2.0])
+    first = (Update(0, 1, weights([3.0, 0.0])), Update(1, 3, weights([1.0, -4.0])))
+    one = at_round(strategy, round=first_round, seed=5)
+    x1, s1 = one.aggregate(previous, iter(first), None, clients=2)
+    second = (Update(0, 1, weights([5.0, 0.0])), Update(1, 3, weights([1.0, -3.0])))
+    two = at_round(strategy, round=first_round + 1, seed=5)
+    x2, s2 = two.aggregate(x1, iter(second), s1, clients=2)
+    return x1, s1, x2, s2
+
+
+def test_flowers_fedadam_by_hand_v_from_zero_and_its_bias_corrected_rate() -> None:
+    lr, b1, b2, tau = 0.5, 0.9, 0.99, 0.1
+    strategy = fedadam.make(
+        server_lr=lr, beta1=b1, beta2=b2, tau=tau, v0="zero", bias_correction=True
+    )
+    x1, s1, x2, s2 = two_bound_rounds(strategy)
+    # Flower's round 1 (server_round 1): eta_norm = lr sqrt(1 - b2^2) / (1 - b1^2)
+    eta1 = lr * math.sqrt(1 - b2**2) / (1 - b1**2)
+    m1, v1 = [0.05, -0.1], [0.01 * 0.25, 0.01 * 1.0]  # v from 0: (1 - b2) delta^2
+    wanted_x1 = [1.0 + eta1 * 0.05 / (0.05 + tau), -2.0 + eta1 * -0.1 / (0.1 + tau)]
+    assert close(values(s1, "v"), v1)
+    assert close(values(x1), wanted_x1)
+    # round 2 (server_round 2): eta_norm = lr sqrt(1 - b2^3) / (1 - b1^3)
+    eta2 = lr * math.sqrt(1 - b2**3) / (1 - b1**3)
+    d2 = [2.0 - wanted_x1[0], -2.25 - wanted_x1[1]]
+    m2 = [b1 * m + (1 - b1) * d for m, d in zip(m1, d2, strict=True)]
+    v2 = [b2 * v + (1 - b2) * d * d for v, d in zip(v1, d2, strict=True)]
+    wanted_x2 = [
+        x + eta2 * m / (math.sqrt(v) + tau) for x, m, v in zip(wanted_x1, m2, v2, strict=True)
+    ]
+    assert close(values(s2, "m"), m2)
+    assert close(values(x2), wanted_x2)
+
+
+def test_bias_correction_follows_the_round_not_the_count_of_steps() -> None:
+    lr, b1, b2, tau = 0.5, 0.9, 0.99, 0.1
+    strategy = fedadam.make(server_lr=lr, beta1=b1, beta2=b2, tau=tau, bias_correction=True)
+    x1, *_ = two_bound_rounds(strategy, first_round=9)  # soma's round 9 is Flower's 10
+    eta = lr * math.sqrt(1 - b2**11) / (1 - b1**11)
+    v1 = [0.0099 + 0.0025, 0.0099 + 0.01]  # v0 tau2, the default
+    wanted = [
+        1.0 + eta * 0.05 / (math.sqrt(v1[0]) + tau),
+        -2.0 + eta * -0.1 / (math.sqrt(v1[1]) + tau),
+    ]
+    assert close(values(x1), wanted)
+
+
+def test_bias_correction_refuses_a_strategy_never_told_its_round() -> None:
+    previous = weights([1.0, -2.0])
+    with pytest.raises(StrategyError, match="bias_correction.*at_round"):
+        fedadam.make(bias_correction=True).aggregate(
+            previous, iter([Update(0, 1, weights([3.0, 0.0]))]), None, clients=1
+        )
+
+
+def test_flowers_fedyogi_by_hand_v_from_zero() -> None:
+    lr, b1, b2, tau = 0.5, 0.9, 0.99, 0.1
+    x1, s1, *_ = two_rounds(fedyogi.make(server_lr=lr, beta1=b1, beta2=b2, tau=tau, v0="zero"))
+    # v = 0 - (1 - b2) delta^2 sign(0 - delta^2) = 0.01 delta^2
+    v1 = [0.0025, 0.01]
+    assert close(values(s1, "v"), v1)
+    assert close(values(x1), [1.0 + lr * 0.05 / (0.05 + tau), -2.0 + lr * -0.1 / (0.1 + tau)])
+
+
+def test_flowers_fedadagrad_by_hand_no_first_moment_and_v_from_zero() -> None:
+    lr, tau = 0.5, 0.1
+    x1, s1, x2, s2 = two_rounds(fedadagrad.make(server_lr=lr, beta1=0.0, tau=tau, v0="zero"))
+    # v = delta^2; x = previous + lr delta / (|delta| + tau)
+    assert close(values(s1, "v"), [0.25, 1.0])
+    wanted_x1 = [1.0 + lr * 0.5 / (0.5 + tau), -2.0 + lr * -1.0 / (1.0 + tau)]
+    assert close(values(x1), wanted_x1)
+    d2 = [2.0 - wanted_x1[0], -2.25 - wanted_x1[1]]
+    v2 = [0.25 + d2[0] ** 2, 1.0 + d2[1] ** 2]
+    assert close(values(s2, "v"), v2)
+    wanted_x2 = [
+        x + lr * d / (math.sqrt(v) + tau) for x, d, v in zip(wanted_x1, d2, v2, strict=True)
+    ]
+    assert close(values(x2), wanted_x2)
+
+
+@pytest.mark.parametrize(
+    "name, options, named",
+    [
+        ("fedadam", {"v0": "tau"}, "v0"),
+        ("fedyogi", {"v0": 0}, "v0"),
+        ("fedadagrad", {"v0": None}, "v0"),
+        ("fedadam", {"bias_correction": 1}, "bias_correction"),
+        ("fedyogi", {"bias_correction": True}, "bias_correction"),
+        ("scaffold", {"server_mean": "median"}, "server_mean"),
+        ("fedavg", {"norm_bound": 0}, "norm_bound"),
+        ("fedadam", {"norm_bound": float("inf")}, "norm_bound"),
+    ],
+)
+def test_the_new_options_are_refused_by_name(name, options, named) -> None:
+    with pytest.raises(StrategyError, match=named):
+        load_strategy(name, options)
+
+
+def test_the_defaults_stay_the_papers_start_without_correction() -> None:
+    for name in ("fedadam", "fedyogi", "fedadagrad"):
+        strategy = load_strategy(name)
+        assert strategy.v0 == "tau2" and not strategy.bias_correction, name
+        assert at_round(strategy, round=3, seed=1) is strategy  # nothing bound: same bits
+
+
+# --- SCAFFOLD's server mean --------------------------------------------------------------------
+
+
+def test_scaffold_server_mean_weighted_by_default_uniform_as_the_paper() -> None:
+    previous = weights([1.0, -2.0])
+    zero = weights([0.0, 0.0])
+
+    def step(**options):
+        rows = [Update(0, 1, weights([3.0, 0.0]), zero), Update(1, 3, weights([1.0, -4.0]), zero)]
+        x, _ = load_strategy("scaffold", options).aggregate(previous, iter(rows), None, clients=2)
+        return values(x)
+
+    assert close(step(), [1.5, -3.0])  # (3 + 3) / 4, (0 - 12) / 4
+    assert close(step(server_mean="weighted"), [1.5, -3.0])
+    assert close(step(server_mean="uniform"), [2.0, -2.0])  # (3 + 1) / 2, (0 - 4) / 2
+    assert close(step(server_mean="uniform", server_lr=0.5), [1.5, -2.0])  # halfway from [1, -2]

@@ -17,7 +17,9 @@ from soma.strategies import (
     Arrival,
     StrategyError,
     Update,
+    _buckets,
     _columns,
+    at_round,
     krum,
     load_strategy,
     median,
@@ -474,3 +476,208 @@ def test_exports_recalled_lazily_from_a_store_give_the_same_result(tmp_path, nam
     # and the store's blobs were not written through
     for row, d in zip(rows, digests, strict=True):
         assert torch.equal(store.recall_digest(d)["p"]["w"], row.weights["p"]["w"])
+
+
+# --- bucketing (option bucket of median, trimmed_mean, krum) ----------------------------------
+
+
+def bound(name: str, round: int = 3, seed: int | None = 7, **options):
+    """The strategy bound to a round and seed, as whoever aggregates binds it."""
+    return at_round(load_strategy(name, options), round=round, seed=seed)
+
+
+def test_the_shuffle_is_the_seed_and_the_rounds_and_nothing_else():
+    one = _buckets.permutation(10, seed=7, round=3)
+    assert sorted(one) == list(range(10))
+    assert _buckets.permutation(10, seed=7, round=3) == one  # every host, every rerun
+    others = {tuple(_buckets.permutation(10, seed=7, round=r)) for r in range(6)}
+    assert len(others) == 6  # another round, another shuffle
+    assert _buckets.permutation(10, seed=8, round=3) != one  # another run's seed
+    assert _buckets.permutation(10, seed=None, round=3) == _buckets.permutation(10, seed=0, round=3)
+
+
+def test_bucketed_median_by_hand_is_the_median_of_the_bucket_means():
+    values = [0.0, 10.0, 20.0, 30.0, 100.0, -50.0]
+    order = _buckets.permutation(6, seed=7, round=3)
+    means = [(values[order[i]] + values[order[i + 1]]) / 2 for i in (0, 2, 4)]  # plain means
+    out = bound("median", bucket=2).aggregate({}, updates([[v] for v in values]), None, clients=6)
+    assert out[0]["layer"]["w"].tolist() == [sorted(means)[1]]
+
+
+def test_bucketing_does_not_depend_on_the_order_the_clients_came_in():
+    rows = updates([[float(v)] for v in [3, -1, 4, 1, -5, 9, 2]])
+    for name, options in [("median", {}), ("trimmed_mean", {"beta": 0.25}), ("krum", {"f": 0})]:
+        strategy = bound(name, bucket=2, **options)
+        forward = strategy.aggregate({}, rows, None, clients=7)[0]
+        backward = strategy.aggregate({}, rows[::-1], None, clients=7)[0]
+        assert torch.equal(forward["layer"]["w"], backward["layer"]["w"]), name
+
+
+def test_a_bucket_of_one_is_the_rule_without_bucketing_bit_for_bit():
+    rows = big_rows(7, 300)
+    for name, options in [("median", {}), ("trimmed_mean", {}), ("krum", {"f": 1, "m": 3})]:
+        plain = aggregate(name, rows, **options)
+        ones = bound(name, bucket=1, **options).aggregate({}, rows, None, clients=7)[0]
+        assert all(torch.equal(plain[n][k], ones[n][k]) for n in plain for k in plain[n]), name
+
+
+def test_bucketed_krum_by_hand_keeps_every_client_of_the_kept_bucket_weighted_by_size():
+    # 6 clients, buckets of 2: 3 bucket means; f = 0 scores each by its 1 nearest other bucket
+    values = [0.0, 1.0, 2.0, 3.0, 40.0, 60.0]
+    sizes = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    order = _buckets.permutation(6, seed=7, round=3)
+    buckets = [order[0:2], order[2:4], order[4:6]]
+    means = [sum(values[i] for i in b) / 2 for b in buckets]
+    nearest = [min((means[i] - means[j]) ** 2 for j in range(3) if j != i) for i in range(3)]
+    kept = buckets[min(range(3), key=lambda i: (nearest[i], i))]
+    wanted = sum(values[i] * sizes[i] for i in kept) / sum(sizes[i] for i in kept)
+    rows = updates([[v] for v in values], sizes=sizes)
+    out = bound("krum", bucket=2, f=0).aggregate({}, rows, None, clients=6)[0]
+    assert out["layer"]["w"].tolist() == pytest.approx([wanted], rel=1e-6)
+
+
+def test_bucketed_rules_count_buckets_in_their_checks():
+    strategy = load_strategy("krum", {"f": 1, "bucket": 2})
+    strategy.check(arrivals(10), clients=10)  # 5 buckets >= 2f + 3
+    with pytest.raises(StrategyError, match="n=4"):
+        strategy.check(arrivals(8), clients=8)  # 4 buckets
+
+
+def test_bucketing_refuses_to_guess_the_round():
+    with pytest.raises(StrategyError, match="at_round"):
+        load_strategy("median", {"bucket": 2}).aggregate(
+            {}, updates([[1.0], [2.0]]), None, clients=2
+        )
+
+
+@pytest.mark.parametrize("name", ["median", "trimmed_mean", "krum"])
+@pytest.mark.parametrize("bucket", [0, 1.5, True, "2"])
+def test_bucket_must_be_a_whole_number_of_clients(name, bucket):
+    with pytest.raises(StrategyError, match="bucket"):
+        load_strategy(name, {"bucket": bucket})
+
+
+def test_one_sign_flipper_moves_the_median_by_a_rank_not_nothing():
+    # 9 honest clients spread widely (non-IID), one sends -10x: the median moves by a rank
+    honest = [[float(v)] for v in [-4, -3, -2, -1, 0, 1, 2, 3, 4]]
+    rows = updates(honest + [[-10.0 * 4]])
+    plain = aggregate("median", rows)["layer"]["w"].item()
+    assert plain == -0.5  # between -1 and 0: shifted from the honest median 0 by half a rank
+
+
+# --- centered clipping --------------------------------------------------------------------------
+
+
+def two_d(x: float, y: float) -> dict:
+    return {"a": {"w": torch.tensor([x, y], dtype=torch.float64), "n": torch.tensor(3)}}
+
+
+def test_centered_clip_one_pass_by_hand():
+    previous = two_d(0.0, 0.0)
+    rows = [Update(0, 9.0, two_d(3.0, 4.0)), Update(1, 1.0, two_d(0.0, 1.0))]
+    out, state = load_strategy("centered_clip", {"tau": 2.0}).aggregate(
+        previous, iter(rows), None, clients=2
+    )
+    # (3, 4) has norm 5, clipped to 2: (1.2, 1.6); (0, 1) is within: unweighted mean
+    assert out["a"]["w"].tolist() == pytest.approx([0.6, 1.3], rel=1e-12)
+    assert state is None and out["a"]["n"].item() == 3
+
+
+def test_centered_clip_two_passes_by_hand_recentre_on_the_first():
+    previous = two_d(0.0, 0.0)
+    rows = [Update(0, 1.0, two_d(3.0, 4.0)), Update(1, 1.0, two_d(0.0, 1.0))]
+    out, _ = load_strategy("centered_clip", {"tau": 2.0, "iterations": 2}).aggregate(
+        previous, rows, None, clients=2
+    )
+    v = (0.6, 1.3)
+    a = (3.0 - v[0], 4.0 - v[1])  # norm sqrt(13.05) > 2: scaled by 2 / that
+    b = (0.0 - v[0], 1.0 - v[1])  # norm sqrt(0.45) < 2: as it is
+    s = 2.0 / math.sqrt(a[0] ** 2 + a[1] ** 2)
+    wanted = [v[0] + (a[0] * s + b[0]) / 2, v[1] + (a[1] * s + b[1]) / 2]
+    assert out["a"]["w"].tolist() == pytest.approx(wanted, rel=1e-12)
+
+
+def test_centered_clip_bounds_a_garbage_client_and_drops_nan():
+    previous = two_d(0.0, 0.0)
+    honest = [Update(k, 1.0, two_d(0.1, 0.0)) for k in range(3)]
+    for bad in (two_d(-1e6, 1e6), two_d(float("nan"), 0.0)):
+        rows = [*honest, Update(3, 1.0, bad)]
+        out, _ = load_strategy("centered_clip", {"tau": 1.0}).aggregate(
+            previous, rows, None, clients=4
+        )
+        got = out["a"]["w"]
+        assert torch.isfinite(got).all()
+        # the honest 3 x 0.1 / 4, plus at most tau / 4 from the bad one
+        assert float((got - torch.tensor([0.075, 0.0], dtype=torch.float64)).norm()) <= 0.25 + 1e-12
+
+
+@pytest.mark.parametrize(
+    "options", [{"tau": 0}, {"tau": float("nan")}, {"iterations": 0}, {"iterations": 1.5}]
+)
+def test_centered_clip_refuses_bad_options_by_name(options):
+    with pytest.raises(StrategyError, match=next(iter(options))):
+        load_strategy("centered_clip", options)
+
+
+# --- the norm bound (option norm_bound of the mean strategies) -----------------------------------
+
+
+def test_norm_bound_by_hand_clips_to_a_multiple_of_the_median_norm():
+    previous = two_d(1.0, 1.0)
+    rows = [
+        Update(0, 1.0, two_d(2.0, 1.0)),  # update (1, 0): norm 1
+        Update(1, 1.0, two_d(1.0, 3.0)),  # update (0, 2): norm 2, the median
+        Update(2, 2.0, two_d(61.0, 81.0)),  # update (60, 80): norm 100 -> 1.5 x 2 = 3: (1.8, 2.4)
+    ]
+    out, _ = load_strategy("fedavg", {"norm_bound": 1.5}).aggregate(
+        previous, iter(rows), None, clients=3
+    )
+    # size-weighted mean of (2, 1), (1, 3), (2.8, 3.4) x 2
+    assert out["a"]["w"].tolist() == pytest.approx(
+        [(2 + 1 + 5.6) / 4, (1 + 3 + 6.8) / 4], rel=1e-12
+    )
+
+
+def test_norm_bound_within_the_bound_is_the_strategy_bit_for_bit():
+    previous = two_d(0.5, -0.5)
+    rows = [Update(k, 1.0 + k, two_d(0.1 * k, 0.3 - k)) for k in range(5)]
+    for name in ("fedavg", "fedadam", "fedavgm"):
+        plain, s1 = load_strategy(name).aggregate(previous, iter(rows), None, clients=5)
+        wide, s2 = load_strategy(name, {"norm_bound": 1e6}).aggregate(
+            previous, iter(rows), None, clients=5
+        )
+        assert torch.equal(plain["a"]["w"], wide["a"]["w"]), name
+
+
+def test_norm_bound_sends_the_start_for_an_update_that_is_not_finite():
+    previous = two_d(1.0, 1.0)
+    rows = [Update(0, 1.0, two_d(2.0, 1.0)), Update(1, 1.0, two_d(float("inf"), 1.0))]
+    out, _ = load_strategy("fedavg", {"norm_bound": 1.0}).aggregate(
+        previous, iter(rows), None, clients=2
+    )
+    assert out["a"]["w"].tolist() == [1.5, 1.0]  # mean of (2, 1) and the start (1, 1)
+
+
+def test_norm_bound_needs_the_start_and_keeps_the_inner_strategys_hooks():
+    from soma.strategies import has_client_side, needs_previous, takes_mean
+
+    fedavg = load_strategy("fedavg", {"norm_bound": 2.0})
+    assert needs_previous(fedavg) and not takes_mean(fedavg) and not has_client_side(fedavg)
+    fedprox = load_strategy("fedprox", {"norm_bound": 2.0})
+    assert has_client_side(fedprox)  # its proximal term is still there
+    with pytest.raises(StrategyError, match="started from"):
+        fedavg.aggregate(None, iter(updates([[1.0]])), None, clients=1)
+
+
+def test_centered_clip_with_buckets_by_hand_clips_the_bucket_means():
+    previous = two_d(0.0, 0.0)
+    points = [(3.0, 4.0), (1.0, 0.0), (0.0, 1.0), (-8.0, 6.0)]
+    rows = [Update(k, 1.0, two_d(*p)) for k, p in enumerate(points)]
+    order = _buckets.permutation(4, seed=7, round=3)
+    wanted = [0.0, 0.0]
+    for bucket in (order[:2], order[2:]):
+        mean = [sum(points[i][d] for i in bucket) / 2 for d in (0, 1)]
+        scale = min(1.0, 1.5 / math.hypot(*mean))
+        wanted = [w + m * scale / 2 for w, m in zip(wanted, mean, strict=True)]
+    out, _ = bound("centered_clip", tau=1.5, bucket=2).aggregate(previous, rows, None, clients=4)
+    assert out["a"]["w"].tolist() == pytest.approx(wanted, rel=1e-12)

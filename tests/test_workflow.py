@@ -146,6 +146,30 @@ def test_a_bad_config_is_refused_with_the_key_before_any_job_runs(tmp_path) -> N
         assert not (tmp_path / "results").exists() and not (tmp_path / "store").exists()
 
 
+def test_a_results_folder_of_another_config_stops_before_any_job_naming_the_keys(
+    finished, tmp_path
+) -> None:
+    workdir = copy_of(finished, tmp_path)
+    record = json.loads((workdir / "results/tiny/run.json").read_text())
+    assert record["run"] == "tiny" and record["declared"]["strategy"] == "fedavg"
+    assert record["declared"]["task_options"]["model"] == "softmax"
+    # the same config, more rounds (they extend a run), or batched clients (the same bits)
+    for same in ([], ["--config", "rounds=3"], ["--config", "clients_per_job=2"]):
+        ok(snakemake(workdir, "-n", *same))
+    for override, said in (
+        ("strategy=fedadam", "`strategy` fedavg there, fedadam here"),
+        (
+            'task_options={"soma.tasks.digits": {"model": "mlp"}}',
+            "`task_options.model` softmax there, mlp here",
+        ),
+    ):
+        result = snakemake(workdir, "-n", "--config", override)
+        assert result.returncode != 0, override
+        assert said in result.stdout, (override, result.stdout[-2000:])
+        assert "`--config run=NAME`" in result.stdout and "remove 'results/tiny'" in result.stdout
+    assert json.loads((workdir / "results/tiny/run.json").read_text()) == record
+
+
 def test_a_dry_run_shows_the_dag_of_rounds(tmp_path) -> None:
     plan = ok(snakemake(tmp_path, "-n", "--config", "rounds=3"))
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", plan, flags=re.MULTILINE))

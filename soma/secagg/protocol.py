@@ -106,7 +106,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from soma import codecs, once
+from soma import codecs, layout, once
 from soma.names import check_name
 from soma.nodes import Export
 from soma.once import POLL, Backoff, Place, read_record
@@ -201,7 +201,7 @@ class Session:
         return f"secure sum {self.prefix!r}"
 
     def name(self, *parts: object) -> str:
-        return "/".join([self.prefix, *(str(p) for p in parts)])
+        return layout.session(self.prefix, *parts)
 
     def about(self) -> dict[str, Any]:
         return {
@@ -222,7 +222,7 @@ class Session:
     @classmethod
     def read(cls, store: Store, prefix: str) -> Session:
         """The session as its first client wrote it down (`<prefix>/about`)."""
-        digest = store.resolve(f"{prefix}/about")
+        digest = store.resolve(layout.session(prefix, "about"))
         if digest is None:
             raise SecAggError(f"no secure sum at {prefix!r} in {store}: nobody advertised keys")
         about = read_record(store, digest)
@@ -232,7 +232,9 @@ class Session:
             members, threshold = tuple(about["members"]), about["threshold"]
             precision_bits, ring_bits = about["precision_bits"], about["ring_bits"]
         except (KeyError, TypeError):
-            raise SecAggError(f"{prefix}/about is not a secure sum of version {VERSION}") from None
+            raise SecAggError(
+                f"{layout.session(prefix, 'about')} is not a secure sum of version {VERSION}"
+            ) from None
         return cls(prefix, members, threshold, precision_bits, ring_bits)
 
 
@@ -1100,7 +1102,7 @@ def unmask(
 def published(store: Store, prefix: str) -> dict[str, Any] | None:
     """The published result record at `prefix` (weighted, total, contributors, dropped, ...),
     or None while there is none."""
-    digest = store.resolve(f"{prefix}/sum")
+    digest = store.resolve(layout.session(prefix, "sum"))
     return None if digest is None else store.recall_digest(digest)
 
 
@@ -1111,7 +1113,7 @@ def result(
     left out, or any process that only wants the answer."""
     started = time.monotonic()
     for delay in backoff.delays():
-        digest = store.resolve(f"{prefix}/sum")
+        digest = store.resolve(layout.session(prefix, "sum"))
         if digest is not None:
             return _sum_of(store, digest, f"secure sum {prefix!r}")
         if deadline is not None and time.monotonic() - started > deadline:

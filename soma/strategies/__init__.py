@@ -18,7 +18,10 @@ A Strategy answers, on the server side (whoever claims the round's averaging):
   time and holds one model whatever their number; one that cannot stream (median, Krum)
   says so in its docstring and works key by key across clients.
 
-Optionally:
+Every hook below is declared, with its default and a docstring, by the base class
+`soma.strategies.Strategy` (soma/strategies/_base.py): subclass it and override what you
+need. An object that does not subclass it works too (the round asks through
+`soma.strategies.hook`, which falls back on the base's defaults). Optionally:
 
 - `needs_previous = True`: the strategy steps from the weights the round started from (the
   FedOpt family, SCAFFOLD), so a round that does not say where it started is refused before
@@ -39,6 +42,15 @@ Optionally:
   step from (DP-FedAvg: whether one more round would take the privacy spent past its
   budget), raised as `StrategyError`. The round calls it beside `check`, before anything is
   claimed, reading the state from the store only for a strategy that has this method.
+- `for_round(*, round, seed) -> Strategy`: the strategy bound to the round it aggregates
+  (0-based) and the run's seed (None when the round declares none), for arithmetic that
+  depends on them (bucketing's shuffle, FedAdam's bias correction). Whoever aggregates calls
+  it (through `at_round`) just before `aggregate` or `from_mean`; the default is the
+  strategy itself. The round number and seed come from the meeting (its round, and the
+  seed of its `config`), so a rerun round is bound to the same ones.
+- `privacy_spent(state) -> {"epsilon", "delta", "round"} | None`: the privacy spent up to
+  the round that made `state` (DP-FedAvg reads its account), shown by `soma status` and in
+  the workflow's summary for any strategy that has it, a user's own included.
 - `local(*, start, state, mine) -> Objective | None`: the client side. `start` is the global
   weights the round started from, `state` the strategy's server state (SCAFFOLD's c), `mine`
   this client's own state from the last round it took part in (SCAFFOLD's c_i), or None.
@@ -73,74 +85,66 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import torch
 
-from soma.errors import SomaError
+from soma.arithmetic import averageable
 from soma.nodes import Export
+from soma.strategies._base import (
+    Arrival,
+    Objective,
+    Parameters,
+    State,
+    Strategy,
+    StrategyError,
+    Update,
+    has_own,
+    hook,
+    privacy_of,
+)
 
-State = dict[str, Any]
-Parameters = Mapping[str, Mapping[str, torch.nn.Parameter]]
+__all__ = [
+    "BUILTIN",
+    "Arrival",
+    "Objective",
+    "Parameters",
+    "State",
+    "Strategy",
+    "StrategyError",
+    "Update",
+    "at_round",
+    "check_arrivals",
+    "check_strategy_state",
+    "check_task_takes_objective",
+    "floats",
+    "has_own",
+    "has_client_side",
+    "hook",
+    "load_strategy",
+    "mean_strategies",
+    "module_of",
+    "needs_previous",
+    "objective_of",
+    "privacy_of",
+    "takes_mean",
+    "train_locally",
+    "uniform",
+]
 
 
-class StrategyError(SomaError, ValueError):
-    """A strategy cannot be found, refused its options, or refuses a round."""
+def _builtins() -> dict[str, str]:
+    """Every public module of this package is the built-in strategy of its name (a module
+    whose name starts with `_` is a helper), so that a new built-in is its module (and its
+    block in the workflow's schema: tests/test_seams.py holds the two together)."""
+    import pkgutil
 
-
-@dataclass(frozen=True)
-class Update:
-    """One client's part in a round: who, how much data, what it learnt, what it sent beside."""
-
-    client: int
-    size: float | None  # None: every client of the round weighs the same
-    weights: Export
-    extra: Export | None = None
-
-
-@dataclass(frozen=True)
-class Arrival:
-    """What `check` sees of a client before any tensor is read."""
-
-    client: int
-    size: float | None
-    extra: bool  # whether it sent an extra beside its weights
-
-
-@runtime_checkable
-class Objective(Protocol):
-    def adjust(self, parameters: Parameters, lr: float) -> None: ...
-
-    def finish(self, trained: Export) -> tuple[Export | None, State | None]: ...
-
-
-@runtime_checkable
-class Strategy(Protocol):
-    def aggregate(
-        self,
-        previous: Export,
-        updates: Iterable[Update],
-        state: State | None,
-        *,
-        clients: int,
-    ) -> tuple[Export, State | None]: ...
+    names = sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+    return {name: f"{__name__}.{name}" for name in names}
 
 
 # Built-in strategies by name: each is a module of its own under soma.strategies.
-BUILTIN = {
-    "fedavg": "soma.strategies.fedavg",
-    "fedavgm": "soma.strategies.fedavgm",
-    "fedadam": "soma.strategies.fedadam",
-    "fedyogi": "soma.strategies.fedyogi",
-    "fedadagrad": "soma.strategies.fedadagrad",
-    "fedprox": "soma.strategies.fedprox",
-    "scaffold": "soma.strategies.scaffold",
-    "median": "soma.strategies.median",
-    "trimmed_mean": "soma.strategies.trimmed_mean",
-    "krum": "soma.strategies.krum",
-    "dp_fedavg": "soma.strategies.dp_fedavg",
-}
+BUILTIN = _builtins()
 
 
 def module_of(name: str) -> str:
@@ -166,34 +170,39 @@ def load_strategy(name: str, options: Mapping[str, Any] | None = None) -> Strate
         strategy = make(**given)
     except TypeError as error:
         raise StrategyError(f"strategy {name!r} refused its options {given}: {error}") from error
-    if not callable(getattr(strategy, "aggregate", None)):
+    if not callable(getattr(strategy, "aggregate", None)):  # duck typing: see base
         raise StrategyError(f"strategy {name!r} has no aggregate() (see soma.strategies)")
     return strategy
 
 
+def at_round(strategy: Strategy, *, round: int, seed: int | None) -> Strategy:
+    """The strategy bound to the round it aggregates and the run's seed (`Strategy.for_round`);
+    a strategy without its own for_round is itself (not the base's default object)."""
+    if not has_own(strategy, "for_round"):
+        return strategy
+    return hook(strategy, "for_round")(round=round, seed=seed)
+
+
 def check_arrivals(strategy: Strategy, arrivals: Sequence[Arrival], *, clients: int) -> None:
-    """The strategy's own preconditions, if it has any."""
-    check = getattr(strategy, "check", None)
-    if callable(check):
-        check(arrivals, clients=clients)
+    """The strategy's own preconditions on who came (`Strategy.check`)."""
+    hook(strategy, "check")(arrivals, clients=clients)
 
 
 def check_strategy_state(
     strategy: Strategy, read_state: Callable[[], State | None], *, clients: int
 ) -> None:
-    """The strategy's own preconditions on its state, if it has any; `read_state` is called
-    only then (a state can be a model's worth of tensors, FedAdam's)."""
-    check = getattr(strategy, "check_state", None)
-    if callable(check):
-        check(read_state(), clients=clients)
+    """The strategy's own preconditions on its state (`Strategy.check_state`); `read_state`
+    is called only for a strategy that has its own (a state can be a model's worth of
+    tensors, FedAdam's)."""
+    if has_own(strategy, "check_state"):
+        hook(strategy, "check_state")(read_state(), clients=clients)
 
 
 def objective_of(
     strategy: Strategy, *, start: Export, state: State | None, mine: State | None
 ) -> Objective | None:
     """The strategy's client side for one round of training, or None when it has none."""
-    local = getattr(strategy, "local", None)
-    return local(start=start, state=state, mine=mine) if callable(local) else None
+    return hook(strategy, "local")(start=start, state=state, mine=mine)
 
 
 def train_locally(
@@ -219,7 +228,7 @@ def train_locally(
         return task.train(nodes, data, seed=seed), None, mine
     metrics = task.train(nodes, data, seed=seed, objective=objective)
     trained = export(nodes)
-    release = getattr(objective, "release", None)
+    release = getattr(objective, "release", None)  # an Objective's one optional method
     if callable(release):
         trained = release(trained, start, seed=seed)
         load(nodes, trained)
@@ -229,11 +238,36 @@ def train_locally(
 
 def takes_mean(strategy: Strategy) -> bool:
     """Whether the strategy can step from the clients' weighted mean alone (`from_mean`)."""
-    return callable(getattr(strategy, "from_mean", None))
+    return has_own(strategy, "from_mean")
+
+
+def needs_previous(strategy: Strategy) -> bool:
+    """Whether the strategy steps from the weights the round started from."""
+    return bool(hook(strategy, "needs_previous"))
+
+
+def uniform(strategy: Strategy) -> bool:
+    """Whether every client weighs the same in the strategy's mean, whatever its size."""
+    return bool(hook(strategy, "uniform"))
 
 
 def has_client_side(strategy: Strategy) -> bool:
-    return callable(getattr(strategy, "local", None))
+    """Whether the strategy changes the clients' local training (`local`)."""
+    return has_own(strategy, "local")
+
+
+def mean_strategies() -> list[str]:
+    """The built-ins that step from the mean (`from_mean`) with their default options: what a
+    tree or secure aggregation can run. Derived, so a new built-in is listed by having it."""
+    found = []
+    for name in BUILTIN:
+        try:
+            strategy = load_strategy(name)
+        except StrategyError:
+            continue  # needs options (or an extra) to be made at all
+        if takes_mean(strategy):
+            found.append(name)
+    return found
 
 
 def check_task_takes_objective(strategy_name: str, strategy: Strategy, task: Any) -> None:
@@ -259,5 +293,5 @@ def floats(export: Mapping[str, Mapping[str, torch.Tensor]]) -> Iterable[tuple[s
     """The (node, key) pairs of an export that arithmetic may touch: floats, not counts."""
     for node_id, keys in export.items():
         for key, tensor in keys.items():
-            if tensor.dtype.is_floating_point or tensor.dtype.is_complex:
+            if averageable(tensor.dtype):
                 yield node_id, key

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import torch
 
+from soma.arithmetic import first_difference, signature, working_dtype
 from soma.nodes import Export
 from soma.strategies import StrategyError, Update, floats
 
@@ -40,12 +41,6 @@ def gather(updates: Iterable[Update]) -> list[Update]:
     return rows
 
 
-def _describe(tensor: object) -> str:
-    if isinstance(tensor, torch.Tensor):
-        return f"shape {tuple(tensor.shape)} {tensor.dtype}"
-    return f"a {type(tensor).__name__}"
-
-
 def check_same_network(rows: Sequence[Update]) -> None:
     """Refuse updates that are not the same network as the first, naming node, key, both
     shapes and both clients: a coordinate-wise statistic of two networks means nothing."""
@@ -53,52 +48,19 @@ def check_same_network(rows: Sequence[Update]) -> None:
         _check_pair(rows[0], row)
 
 
-def _first_missing(ours: Iterable[str], theirs: Iterable[str]) -> str | None:
-    """The first of `ours` that is not in `theirs` (the first in order, not any from a set)."""
-    theirs = set(theirs)
-    return next((name for name in ours if name not in theirs), None)
-
-
 def _check_pair(first: Update, row: Update) -> None:
-    differ = f"client {first.client} and client {row.client} are not the same network"
-    for a, b in ((first, row), (row, first)):
-        node_id = _first_missing(a.weights, b.weights)
-        if node_id is not None:
-            raise StrategyError(
-                f"node {node_id!r} is sent by client {a.client}, not by client {b.client}: "
-                + differ
-            )
-    for node_id, keys in first.weights.items():
-        other = row.weights[node_id]
-        for a, b, mine, theirs in ((first, row, keys, other), (row, first, other, keys)):
-            key = _first_missing(mine, theirs)
-            if key is not None:
-                raise StrategyError(
-                    f"node {node_id!r} key {key!r} is sent by client {a.client}, "
-                    f"not by client {b.client}: " + differ
-                )
-        for key, mine in keys.items():
-            theirs = other[key]
-            same = (
-                isinstance(mine, torch.Tensor)
-                and isinstance(theirs, torch.Tensor)
-                and mine.shape == theirs.shape
-                and mine.dtype == theirs.dtype
-            )
-            if not same:
-                raise StrategyError(
-                    f"node {node_id!r} key {key!r}: {_describe(mine)} from client "
-                    f"{first.client}, {_describe(theirs)} from client {row.client}: " + differ
-                )
+    a_is, b_is = f"client {first.client}", f"client {row.client}"
+    problem = first_difference(signature(first.weights), signature(row.weights), a_is, b_is)
+    if problem:
+        raise StrategyError(f"{problem}: {a_is} and {b_is} are not the same network")
 
 
 def work_dtype(dtype: torch.dtype) -> torch.dtype:
-    """What a key is worked in: half precision widened, complex split into real parts."""
-    if dtype in (torch.float16, torch.bfloat16):
-        return torch.float32
+    """What a key is worked in: half precision widened (soma.arithmetic), complex split into
+    real parts."""
     if dtype.is_complex:
         return torch.empty(0, dtype=dtype).real.dtype
-    return dtype
+    return working_dtype(dtype)
 
 
 def _flat(tensor: torch.Tensor) -> torch.Tensor:

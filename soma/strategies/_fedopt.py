@@ -18,8 +18,23 @@ with an optimizer of its own, whose moments are the strategy's state:
     yogi:     v = v - (1 - beta2) * delta^2 * sign(v - delta^2)
     adagrad:  v = v + delta^2
 
-As in the paper, m starts at 0 and v at tau^2 (its v_{-1} >= tau^2), and there is no bias
-correction. Only floats are stepped: integer and bool tensors (BatchNorm's
+By default, as in the paper, m starts at 0 and v at tau^2 (its v_{-1} >= tau^2), and there
+is no bias correction. Two options reproduce Flower's (flwr 1.x, `flwr.server.strategy` and
+`flwr.serverapp`) variants exactly:
+
+- `v0: zero` (FedAdam, FedYogi, FedAdagrad): v starts at 0, as Flower's does (`v0: tau2`,
+  the default, is the paper's). With v0 = 0 the first step of every coordinate is about
+  server_lr whatever the size of its delta (Adam: m / sqrt(v) = (1 - beta1) / sqrt(1 -
+  beta2) * sign(delta)); from tau^2 a coordinate whose delta is far below tau barely moves.
+- `bias_correction: true` (FedAdam): the step's rate is Flower's eta_norm,
+
+      server_lr * sqrt(1 - beta2^(t + 1)) / (1 - beta1^(t + 1)),
+
+  t being Flower's 1-based server round, so t = r + 1 for soma's 0-based round r (the
+  strategy learns r through `Strategy.for_round`). Flower's exponent t + 1 is one more than
+  Adam's own correction would use (Kingma and Ba correct step t by 1 - beta^t); it is kept
+  so that the two runs match. Flower's FedAdam is `v0: zero, bias_correction: true`.
+ Only floats are stepped: integer and bool tensors (BatchNorm's
 `num_batches_tracked`) are counts, and take the mean's value (the first update's) untouched.
 Half precision is stepped in float32, and so kept in the state, then cast back.
 
@@ -29,6 +44,7 @@ The state is a plain value the store keeps as it is, `{"m": {node: {key: tensor}
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from collections.abc import Iterable, Mapping
@@ -37,8 +53,9 @@ from typing import ClassVar
 
 import torch
 
+from soma.arithmetic import first_difference, signature, working_dtype
 from soma.nodes import Export
-from soma.strategies import State, StrategyError, Update, floats
+from soma.strategies import State, Strategy, StrategyError, Update, floats
 from soma.strategies.fedavg import weighted_mean
 
 Tensors = Mapping[str, Mapping[str, torch.Tensor]]
@@ -60,6 +77,23 @@ def positive(strategy: str, option: str, value: object) -> float:
     if not (math.isfinite(number) and number > 0):
         raise StrategyError(f"{strategy} option {option} must be a number {wanted}, not {value!r}")
     return number
+
+
+def start_of_v(strategy: str, value: object) -> str:
+    """The option `v0`: "tau2" (the paper's v_{-1} = tau^2) or "zero" (Flower's)."""
+    if value not in ("tau2", "zero"):
+        raise StrategyError(
+            f"{strategy} option v0 must be tau2 (the paper's start) or zero (Flower's), "
+            f"not {value!r}"
+        )
+    return str(value)
+
+
+def flag(strategy: str, option: str, value: object) -> bool:
+    """A true or false option, nothing else (no 0, no "yes")."""
+    if not isinstance(value, bool):
+        raise StrategyError(f"{strategy} option {option} must be true or false, not {value!r}")
+    return value
 
 
 def fraction(strategy: str, option: str, value: object) -> float:
@@ -152,14 +186,6 @@ def adaptive_step(
 # --- the state ---------------------------------------------------------------------------
 
 
-def working_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Half precision is stepped (and its moments kept) in float32: tau^2 = 1e-6 and the
-    small deltas of late rounds are below what float16 can tell from zero."""
-    if dtype in (torch.float16, torch.bfloat16):
-        return torch.float32
-    return dtype
-
-
 Signature = dict[tuple[str, str], tuple[tuple[int, ...], torch.dtype]]
 
 
@@ -171,11 +197,12 @@ def stepped(previous: Tensors) -> Signature:
     }
 
 
-def fresh_state(previous: Tensors, moments: Iterable[str], tau: float) -> State:
-    """The paper's start: m = 0, v = tau^2, shaped like `previous`'s floats."""
+def fresh_state(previous: Tensors, moments: Iterable[str], tau: float, v0: str = "tau2") -> State:
+    """The first round's moments: m = 0, v = tau^2 (the paper's) or 0 (`v0="zero"`, Flower's),
+    shaped like `previous`'s floats."""
     state: State = {}
     for name in moments:
-        start = 0.0 if name == "m" else tau**2
+        start = 0.0 if name == "m" or v0 == "zero" else tau**2
         state[name] = {}
         for (node, key), (_, dtype) in stepped(previous).items():
             like = previous[node][key]
@@ -240,35 +267,19 @@ def check_state(strategy: str, moments: tuple[str, ...], state: object, previous
 
 
 def check_like(strategy: str, previous: Tensors, mean: Tensors, who: str = "the updates") -> None:
-    """`mean` (the updates, or `who`) must be the network the round started from, key for key."""
-    for node, keys in mean.items():
-        for key in keys:
-            if key not in previous.get(node, {}):
-                raise StrategyError(
-                    f"{strategy}: node {node!r} key {key!r} is in {who} but not in "
-                    "the weights the round started from"
-                )
-    for node, keys in previous.items():
-        for key, tensor in keys.items():
-            theirs = mean.get(node, {}).get(key)
-            if theirs is None:
-                raise StrategyError(
-                    f"{strategy}: node {node!r} key {key!r} is in the weights the round "
-                    f"started from but not in {who}"
-                )
-            if theirs.shape != tensor.shape or theirs.dtype != tensor.dtype:
-                raise StrategyError(
-                    f"{strategy}: node {node!r} key {key!r} is {tuple(tensor.shape)} "
-                    f"{tensor.dtype} in the weights the round started from, "
-                    f"{tuple(theirs.shape)} {theirs.dtype} in {who}"
-                )
+    """`mean` (the updates, or `who`) must be the network the round started from, key for key
+    (soma.arithmetic: half precision is stepped, and its moments kept, in float32)."""
+    start = "the weights the round started from"
+    problem = first_difference(signature(previous), signature(mean), start, who)
+    if problem:
+        raise StrategyError(f"{strategy}: {problem}")
 
 
 # --- the strategy ------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class ServerOptimizer:
+class ServerOptimizer(Strategy):
     """A strategy that steps FedAvg's mean with a server optimizer. `rule` is "momentum"
     (FedAvgM) or the second-moment rule ("adam", "yogi", "adagrad")."""
 
@@ -282,6 +293,26 @@ class ServerOptimizer:
     beta1: float = 0.0
     beta2: float = 0.0
     tau: float = 0.0
+    v0: str = "tau2"  # where v starts: "tau2" (the paper's) or "zero" (Flower's)
+    bias_correction: bool = False  # Flower's FedAdam eta_norm
+    round: int | None = None  # the 0-based round being aggregated, bound by for_round
+
+    def for_round(self, *, round: int, seed: int | None) -> ServerOptimizer:
+        """Bound to the round only when the step depends on it (bias correction)."""
+        return dataclasses.replace(self, round=round) if self.bias_correction else self
+
+    def rate(self) -> float:
+        """The step's rate: server_lr, or Flower's bias-corrected eta_norm (see above)."""
+        if not self.bias_correction:
+            return self.server_lr
+        if self.round is None:
+            raise StrategyError(
+                f"{self.name} with bias_correction steps by the round, and was not told it: "
+                "bind it with soma.strategies.at_round(strategy, round=, seed=) first"
+            )
+        t = self.round + 1  # Flower's server_round counts from 1
+        correction = math.sqrt(1 - self.beta2 ** (t + 1)) / (1 - self.beta1 ** (t + 1))
+        return self.server_lr * correction
 
     @property
     def moments(self) -> tuple[str, ...]:
@@ -311,7 +342,7 @@ class ServerOptimizer:
             )
         check_like(self.name, previous, mean)
         if state is None:
-            state = fresh_state(previous, self.moments, self.tau)
+            state = fresh_state(previous, self.moments, self.tau, self.v0)
         else:
             check_state(self.name, self.moments, state, previous)
         weights: Export = {node: dict(keys) for node, keys in mean.items()}  # counts: the mean's
@@ -348,7 +379,7 @@ class ServerOptimizer:
             moments["m"],
             moments["v"],
             rule=self.rule,
-            server_lr=self.server_lr,
+            server_lr=self.rate(),
             beta1=self.beta1,
             beta2=self.beta2,
             tau=self.tau,

@@ -85,7 +85,7 @@ import torch
 
 from soma import privacy
 from soma.nodes import Export
-from soma.strategies import Arrival, Parameters, State, StrategyError, Update
+from soma.strategies import Arrival, Parameters, State, Strategy, StrategyError, Update
 from soma.strategies._fedopt import check_like
 
 NAME = "dp_fedavg"
@@ -142,7 +142,7 @@ class Before:
 # --- the strategy, central ---------------------------------------------------------------------
 
 
-class DPFedAvg:
+class DPFedAvg(Strategy):
     """Central DP-FedAvg: the averager clips, sums, adds the noise and keeps the account."""
 
     # The round refuses, before anything is claimed, to run us without a start to step from.
@@ -193,6 +193,10 @@ class DPFedAvg:
     def check_state(self, state: State | None, *, clients: int) -> None:
         """Refuse the round if it would take the epsilon past the budget."""
         self.before(state, clients=clients)
+
+    def privacy_spent(self, state: State | None) -> dict[str, Any] | None:
+        """The epsilon at delta the rounds so far spent, as the state keeps it."""
+        return privacy.spent(state)
 
     def before(self, state: State | None, *, clients: int) -> Before:
         """The round's start, read from the state and checked against the budget."""

@@ -10,13 +10,17 @@ their number; delta = mean - previous is the pseudo-gradient, and the server ste
 
 This is the paper's FedAdagrad, which has a first moment like its FedAdam and FedYogi
 (Algorithm 2 uses beta1 for all three). Flower's FedAdagrad has none: pass `beta1=0` for
-that (m is then delta). m starts at 0 and v at tau^2 (the paper's v_{-1} >= tau^2); there
-is no bias correction, as in the paper.
+that (m is then delta). m starts at 0 and v at tau^2 (`v0: tau2`, the paper's v_{-1} >=
+tau^2); there is no bias correction, as in the paper and in Flower. Flower's v starts at 0:
+`beta1: 0, v0: zero` is Flower's FedAdagrad exactly (see soma.strategies._fedopt).
 
 Options and defaults: `server_lr` 0.1 (Flower's eta), `beta1` 0.9 (the paper's), `tau`
 1e-3 (Flower's `flwr.serverapp` FedAdagrad; in the range the paper searched, 1e-7 to 1e-1;
 see soma.strategies.fedadam for why not 1e-9). There is no beta2: v only grows, so the
-step shrinks as rounds go by.
+step shrinks as rounds go by. `v0` tau2 (default) or zero.
+`norm_bound` (default null, off): clip each update to that multiple of the round's median
+update norm before the mean (soma.strategies._norm_bound); the strategy then cannot step
+from the mean alone (no tree, no secure aggregation).
 
 The state is `{"m": {node: {key: tensor}}, "v": ...}` (float32 for half-precision keys):
 the strategy holds the running mean plus it. Integer counts take the mean's value (the
@@ -25,16 +29,24 @@ first update's), never stepped.
 
 from __future__ import annotations
 
-from soma.strategies import _fedopt
+from soma.strategies import Strategy, _fedopt
+from soma.strategies._norm_bound import bound_of, bounded
 
 
 def make(
-    *, server_lr: float = 0.1, beta1: float = 0.9, tau: float = 1e-3
-) -> _fedopt.ServerOptimizer:
-    return _fedopt.ServerOptimizer(
+    *,
+    server_lr: float = 0.1,
+    beta1: float = 0.9,
+    tau: float = 1e-3,
+    v0: str = "tau2",
+    norm_bound: float | None = None,
+) -> Strategy:
+    optimizer = _fedopt.ServerOptimizer(
         name="fedadagrad",
         rule="adagrad",
         server_lr=_fedopt.positive("fedadagrad", "server_lr", server_lr),
         beta1=_fedopt.fraction("fedadagrad", "beta1", beta1),
         tau=_fedopt.positive("fedadagrad", "tau", tau),
+        v0=_fedopt.start_of_v("fedadagrad", v0),
     )
+    return bounded(optimizer, bound_of("fedadagrad", norm_bound))

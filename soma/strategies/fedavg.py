@@ -3,6 +3,10 @@
 The new global weights are `soma.fedavg` of the updates: one model in memory whatever the
 number of clients, integer counts left as the first update's, no state. `previous` is not
 used: FedAvg forgets where the round started.
+
+Option `norm_bound` (default null, off): clip each update to that multiple of the round's
+median update norm before the mean (soma.strategies._norm_bound); the strategy then needs the
+round's start and cannot step from the mean alone (no tree, no secure aggregation).
 """
 
 from __future__ import annotations
@@ -11,7 +15,8 @@ from collections.abc import Iterable
 
 from soma.aggregate import fedavg
 from soma.nodes import Export
-from soma.strategies import State, Update
+from soma.strategies import State, Strategy, Update
+from soma.strategies._norm_bound import bound_of, bounded
 
 
 def weighted_mean(updates: Iterable[Update]) -> Export:
@@ -19,7 +24,7 @@ def weighted_mean(updates: Iterable[Update]) -> Export:
     return fedavg((u.weights, 1 if u.size is None else u.size) for u in updates)
 
 
-class FedAvg:
+class FedAvg(Strategy):
     def aggregate(
         self, previous: Export, updates: Iterable[Update], state: State | None, *, clients: int
     ) -> tuple[Export, State | None]:
@@ -31,5 +36,5 @@ class FedAvg:
         return mean, None
 
 
-def make() -> FedAvg:
-    return FedAvg()
+def make(*, norm_bound: float | None = None) -> Strategy:
+    return bounded(FedAvg(), bound_of("fedavg", norm_bound))

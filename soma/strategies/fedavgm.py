@@ -14,19 +14,27 @@ is plain FedAvg and so no reason to choose this strategy). A steady delta is the
 by up to server_lr / (1 - momentum), ten times the mean's: lower server_lr if it overshoots.
 With momentum 0 and server_lr 1 the result is FedAvg's, bit for bit.
 
+`norm_bound` (default null, off): clip each update to that multiple of the round's median
+update norm before the mean (soma.strategies._norm_bound); the strategy then cannot step
+from the mean alone (no tree, no secure aggregation).
+
 The state is the buffer, `{"m": {node: {key: tensor}}}`: the strategy holds the running
 mean plus it. Integer counts take the mean's value (the first update's), never stepped.
 """
 
 from __future__ import annotations
 
-from soma.strategies import _fedopt
+from soma.strategies import Strategy, _fedopt
+from soma.strategies._norm_bound import bound_of, bounded
 
 
-def make(*, server_lr: float = 1.0, momentum: float = 0.9) -> _fedopt.ServerOptimizer:
-    return _fedopt.ServerOptimizer(
+def make(
+    *, server_lr: float = 1.0, momentum: float = 0.9, norm_bound: float | None = None
+) -> Strategy:
+    optimizer = _fedopt.ServerOptimizer(
         name="fedavgm",
         rule="momentum",
         server_lr=_fedopt.positive("fedavgm", "server_lr", server_lr),
         momentum=_fedopt.fraction("fedavgm", "momentum", momentum),
     )
+    return bounded(optimizer, bound_of("fedavgm", norm_bound))

@@ -9,6 +9,9 @@ gradient in a step (frozen, or not in that step's graph) is left as it is. With 
 training is FedAvg's, bit for bit. Nothing is sent beside the weights and nothing is kept.
 
 Option: `mu` (default 0.01), a finite number >= 0.
+Option `norm_bound` (default null, off): clip each update to that multiple of the round's
+median update norm before the mean (soma.strategies._norm_bound); the strategy then needs the
+round's start and cannot step from the mean alone (no tree, no secure aggregation).
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ from collections.abc import Iterable
 
 import torch
 
+from soma.arithmetic import averageable
 from soma.nodes import Export
-from soma.strategies import Parameters, State, StrategyError, Update
+from soma.strategies import Parameters, State, Strategy, StrategyError, Update
+from soma.strategies._norm_bound import bound_of, bounded
 from soma.strategies.fedavg import weighted_mean
 
 
@@ -37,8 +42,7 @@ def start_of(start: Export, node_id: str, key: str, strategy: str) -> torch.Tens
 
 def trainable(parameter: torch.Tensor) -> bool:
     """Whether a step will move it: a float parameter with a gradient this step."""
-    dtype = parameter.dtype
-    return parameter.grad is not None and (dtype.is_floating_point or dtype.is_complex)
+    return parameter.grad is not None and averageable(parameter.dtype)
 
 
 class Proximal:
@@ -61,7 +65,7 @@ class Proximal:
         return None, None
 
 
-class FedProx:
+class FedProx(Strategy):
     def __init__(self, mu: float) -> None:
         self.mu = mu
 
@@ -79,8 +83,8 @@ class FedProx:
         return Proximal(start, self.mu)
 
 
-def make(mu: float = 0.01) -> FedProx:
+def make(mu: float = 0.01, *, norm_bound: float | None = None) -> Strategy:
     ok = not isinstance(mu, bool) and isinstance(mu, numbers.Real) and math.isfinite(mu)
     if not ok or mu < 0:
         raise StrategyError(f"fedprox option mu must be a finite number >= 0, not {mu!r}")
-    return FedProx(float(mu))
+    return bounded(FedProx(float(mu)), bound_of("fedprox", norm_bound))

@@ -8,6 +8,12 @@ Options:
 - `m` (default 1): how many clients are kept. m = 1 is Krum, m > 1 multi-Krum; m must be
   in [1, n - f], since keeping more than the n - f honest ones keeps a Byzantine one.
 
+Option `bucket` (default 1, none): s clients per bucket. Krum then scores the ceil(n / s)
+unweighted bucket means (shuffled by the run's seed and the round, see
+soma.strategies._buckets) instead of the clients: n in the conditions above is the number of
+buckets, f still the Byzantine clients (each spoils at most one bucket), m the buckets kept,
+and the result is FedAvg of every client of the kept buckets, weighted by their sizes.
+
 Each client's score is the sum of the squared L2 distances, over all float keys of the
 whole export, to its n - f - 2 nearest other clients; the m lowest scores are kept (a tie
 goes to the lower client id), and the result is FedAvg of the kept clients, weighted by
@@ -38,7 +44,8 @@ from collections.abc import Iterable, Sequence
 import torch
 
 from soma.nodes import Export
-from soma.strategies import Arrival, State, StrategyError, Update, floats
+from soma.strategies import Arrival, State, Strategy, StrategyError, Update, floats
+from soma.strategies._buckets import Bucketing, Groups, bucket_size, means
 from soma.strategies._columns import blocks, gather
 from soma.strategies.fedavg import weighted_mean
 
@@ -57,13 +64,16 @@ def check_count(n: int, f: int, m: int) -> None:
         )
 
 
-def distances(rows: Sequence[Update]) -> torch.Tensor:
-    """The N x N squared L2 distances between the clients' whole exports, in float64."""
-    n = len(rows)
+def distances(rows: Sequence[Update], buckets: Groups | None = None) -> torch.Tensor:
+    """The N x N squared L2 distances between the clients' whole exports, in float64 (or
+    between the means of the `buckets`, when given)."""
+    n = len(rows) if buckets is None else len(buckets)
     upper = torch.zeros((n, n), dtype=torch.float64)
     with torch.no_grad():
         for node_id, key in floats(rows[0].weights):
             for _, stacked in blocks(rows, node_id, key, torch.float64):
+                if buckets is not None:
+                    stacked = means(stacked, buckets)
                 for i in range(n - 1):
                     upper[i, i + 1 :] += (stacked[i + 1 :] - stacked[i]).square_().sum(dim=1)
     return upper + upper.T
@@ -97,22 +107,29 @@ def _count(name: str, value: object, least: int) -> int:
     return int(value)
 
 
-class Krum:
-    def __init__(self, f: int, m: int) -> None:
-        self.f, self.m = f, m
+class Krum(Bucketing, Strategy):
+    name = "krum"
+
+    def __init__(self, f: int, m: int, bucket: int = 1) -> None:
+        self.f, self.m, self.bucket = f, m, bucket
 
     def check(self, arrivals: Sequence[Arrival], *, clients: int) -> None:
-        check_count(len(arrivals), self.f, self.m)
+        check_count(self.voters(len(arrivals)), self.f, self.m)
 
     def aggregate(
         self, previous: Export, updates: Iterable[Update], state: State | None, *, clients: int
     ) -> tuple[Export, State | None]:
         rows = list(updates)
-        check_count(len(rows), self.f, self.m)
-        rows = gather(rows)
-        kept = chosen(scores(distances(rows), self.f), [r.client for r in rows], self.m)
-        return weighted_mean(rows[i] for i in kept), None
+        check_count(self.voters(len(rows)), self.f, self.m)
+        rows, buckets = self.bucketed(gather(rows))
+        if buckets is None:
+            kept = chosen(scores(distances(rows), self.f), [r.client for r in rows], self.m)
+            return weighted_mean(rows[i] for i in kept), None
+        places = list(range(len(buckets)))  # ties to the lower bucket
+        kept = chosen(scores(distances(rows, buckets), self.f), places, self.m)
+        members = sorted(i for b in kept for i in buckets[b])
+        return weighted_mean(rows[i] for i in members), None
 
 
-def make(*, f: int = 1, m: int = 1) -> Krum:
-    return Krum(_count("f", f, 0), _count("m", m, 1))
+def make(*, f: int = 1, m: int = 1, bucket: int = 1) -> Krum:
+    return Krum(_count("f", f, 0), _count("m", m, 1), bucket_size("krum", bucket))

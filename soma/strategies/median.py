@@ -1,7 +1,16 @@
 """Coordinate-wise median (Yin et al. 2018): each number of the model is the clients' median.
 
 Robust where FedAvg is not: one client sending garbage (scaled by -100, or NaN) moves a
-mean as far as it likes, and a median not at all while the honest clients are the majority.
+mean as far as it likes, and a median only by one rank per coordinate while the honest
+clients are the majority: in each coordinate the median becomes a neighbouring honest value
+(with n honest clients and one attacker, the middle of n + 1 values instead of n). That is
+not nothing when honest clients disagree widely: with 10 clients holding two digits each
+(soma.tasks.digits), one x10 sign-flipper costs the median about 12 points of accuracy at
+round 20. Bucketing (option `bucket`, below) is the answer for such non-IID clients.
+
+Option `bucket` (default 1, none): s clients per bucket; the median is then taken over the
+ceil(n / s) unweighted bucket means, shuffled by the run's seed and the round (see
+soma.strategies._buckets).
 
 - Unweighted: the clients' sizes are ignored. A size-weighted median would hand the
   coordinate to whoever claims the most data, and a Byzantine client can claim anything.
@@ -26,7 +35,8 @@ from collections.abc import Iterable
 import torch
 
 from soma.nodes import Export
-from soma.strategies import State, Update
+from soma.strategies import State, Strategy, Update
+from soma.strategies._buckets import Bucketing, bucket_size, means
 from soma.strategies._columns import coordinatewise, gather, sorted_mean
 
 
@@ -36,12 +46,20 @@ def median(stacked: torch.Tensor) -> torch.Tensor:
     return sorted_mean(stacked, (stacked.shape[0] - 1) // 2)
 
 
-class Median:
+class Median(Bucketing, Strategy):
+    name = "median"
+
+    def __init__(self, bucket: int = 1) -> None:
+        self.bucket = bucket
+
     def aggregate(
         self, previous: Export, updates: Iterable[Update], state: State | None, *, clients: int
     ) -> tuple[Export, State | None]:
-        return coordinatewise(gather(updates), median), None
+        rows, buckets = self.bucketed(gather(updates))
+        if buckets is None:
+            return coordinatewise(rows, median), None
+        return coordinatewise(rows, lambda stacked: median(means(stacked, buckets))), None
 
 
-def make() -> Median:
-    return Median()
+def make(*, bucket: int = 1) -> Median:
+    return Median(bucket_size("median", bucket))

@@ -19,8 +19,11 @@ optimizer does with it, which is what the correction needs. The cost is one more
 parameter while training. `finish` therefore does not read the trained weights.
 
 The client sends delta c_i = c_i+ - c_i beside its weights (`Update.extra`) and keeps c_i+
-as its own (`mine`). The server moves x by `server_lr` towards the size-weighted mean of the
-clients' weights (with `server_lr=1`, the default, x is FedAvg's mean itself, bit for bit),
+as its own (`mine`). The server moves x by `server_lr` towards the mean of the clients'
+weights (with `server_lr=1`, the default, x is that mean itself, bit for bit). Option
+`server_mean`: `weighted` (the default) weighs each client by its data size, as FedAvg
+and Flower's strategies do; `uniform` is the paper's plain mean x + server_lr/|S| sum of
+(y_i - x), every client the same whatever its size. The two agree when sizes are equal.
 and c by |S|/N times the unweighted mean of the delta c_i, that is (sum of delta c_i) / N,
 N being `clients` (all the run's clients, not only the round's).
 
@@ -31,7 +34,8 @@ gradient in a step (frozen, or not in that step's graph) is neither corrected no
 that step. Counts (integer tensors) are left as FedAvg leaves them.
 
 State: `{"c": export-shaped map}`, zeros the first round; a client's own: `{"c": c_i}`, zeros
-the first time it trains. Option: `server_lr` (default 1.0), a finite number > 0.
+the first time it trains. Options: `server_lr` (default 1.0), a finite number > 0;
+`server_mean` (weighted or uniform, above).
 """
 
 from __future__ import annotations
@@ -39,11 +43,21 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 
 import torch
 
+from soma.arithmetic import averageable
 from soma.nodes import Export
-from soma.strategies import Arrival, Parameters, State, StrategyError, Update, floats
+from soma.strategies import (
+    Arrival,
+    Parameters,
+    State,
+    Strategy,
+    StrategyError,
+    Update,
+    floats,
+)
 from soma.strategies.fedavg import weighted_mean
 from soma.strategies.fedprox import start_of, trainable
 
@@ -154,7 +168,7 @@ def server_step(previous: Export, mean: Export, server_lr: float) -> Export:
         node_id: {
             key: (
                 previous[node_id][key] + server_lr * (m - previous[node_id][key])
-                if m.dtype.is_floating_point or m.dtype.is_complex
+                if averageable(m.dtype)
                 else m
             )
             for key, m in keys.items()
@@ -171,11 +185,11 @@ def next_c(c: Export, total: Export, clients: int) -> Export:
     }
 
 
-class Scaffold:
+class Scaffold(Strategy):
     needs_previous = True  # c starts as zeros shaped like the round's start
 
-    def __init__(self, server_lr: float) -> None:
-        self.server_lr = server_lr
+    def __init__(self, server_lr: float, server_mean: str = "weighted") -> None:
+        self.server_lr, self.server_mean = server_lr, server_mean
 
     def check(self, arrivals: Sequence[Arrival], *, clients: int) -> None:
         silent = [a.client for a in arrivals if not a.extra]
@@ -199,7 +213,7 @@ class Scaffold:
             for update in updates:
                 _fold_extra(total, update)
                 count += 1
-                yield update
+                yield update if self.server_mean == "weighted" else replace(update, size=None)
 
         mean = weighted_mean(folded())
         if count > clients:
@@ -212,10 +226,15 @@ class Scaffold:
         return Correction(start, c, c_i)
 
 
-def make(server_lr: float = 1.0) -> Scaffold:
+def make(server_lr: float = 1.0, *, server_mean: str = "weighted") -> Scaffold:
     ok = not isinstance(server_lr, bool) and isinstance(server_lr, numbers.Real)
     if not ok or not math.isfinite(server_lr) or server_lr <= 0:
         raise StrategyError(
             f"scaffold option server_lr must be a finite number > 0, not {server_lr!r}"
         )
-    return Scaffold(float(server_lr))
+    if server_mean not in ("weighted", "uniform"):
+        raise StrategyError(
+            f"scaffold option server_mean must be weighted (by data size) or uniform (the "
+            f"paper's plain mean), not {server_mean!r}"
+        )
+    return Scaffold(float(server_lr), str(server_mean))

@@ -7,6 +7,10 @@ where 0.29 * 100 in binary floats is 28.999999999999996). With fewer than 1 / be
 nothing is trimmed and it is the plain mean; beta = 0 is the plain mean on purpose. Since
 beta < 0.5, at least one value always remains once there is a client.
 
+Option `bucket` (default 1, none): s clients per bucket; the trimmed mean is then taken over
+the ceil(n / s) unweighted bucket means (beta trims a share of the buckets), shuffled by
+the run's seed and the round (see soma.strategies._buckets).
+
 - Unweighted: the clients' sizes are ignored (a Byzantine client can claim any size).
 - NaN sorts above +inf: once anything is trimmed, it is one more extreme to drop.
 - Counts (integer and bool keys) are the first update's, as in FedAvg. No state;
@@ -28,7 +32,8 @@ from fractions import Fraction
 from functools import partial
 
 from soma.nodes import Export
-from soma.strategies import Arrival, State, StrategyError, Update
+from soma.strategies import Arrival, State, Strategy, StrategyError, Update
+from soma.strategies._buckets import Bucketing, bucket_size, means
 from soma.strategies._columns import coordinatewise, gather, sorted_mean
 
 
@@ -59,21 +64,27 @@ def _beta(beta: object) -> float:
     return value
 
 
-class TrimmedMean:
-    def __init__(self, beta: float) -> None:
-        self.beta = beta
+class TrimmedMean(Bucketing, Strategy):
+    name = "trimmed_mean"
+
+    def __init__(self, beta: float, bucket: int = 1) -> None:
+        self.beta, self.bucket = beta, bucket
 
     def check(self, arrivals: Sequence[Arrival], *, clients: int) -> None:
-        check_count(len(arrivals), self.beta)
+        check_count(self.voters(len(arrivals)), self.beta)
 
     def aggregate(
         self, previous: Export, updates: Iterable[Update], state: State | None, *, clients: int
     ) -> tuple[Export, State | None]:
         rows = list(updates)
-        check_count(len(rows), self.beta)
-        drop = trimmed(len(rows), self.beta)
-        return coordinatewise(gather(rows), partial(sorted_mean, drop=drop)), None
+        voters = self.voters(len(rows))
+        check_count(voters, self.beta)
+        rows, buckets = self.bucketed(gather(rows))
+        reduce = partial(sorted_mean, drop=trimmed(voters, self.beta))
+        if buckets is None:
+            return coordinatewise(rows, reduce), None
+        return coordinatewise(rows, lambda stacked: reduce(means(stacked, buckets))), None
 
 
-def make(*, beta: float = 0.2) -> TrimmedMean:
-    return TrimmedMean(_beta(beta))
+def make(*, beta: float = 0.2, bucket: int = 1) -> TrimmedMean:
+    return TrimmedMean(_beta(beta), bucket_size("trimmed_mean", bucket))

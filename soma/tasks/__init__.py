@@ -11,8 +11,10 @@ line's `--task`) is its import path, e.g. `soma.tasks.digits` or `mypkg.mytask`,
 - `train(nodes, data, *, seed, objective=None)`: local training of the nodes on the data
   (the task builds its own optimizer, which is never exported); returns metrics (JSON
   numbers). `objective` is the strategy's client side (FedProx's proximal term, SCAFFOLD's
-  control variates; see soma.strategies): pass it on to `TrainingRun(objective=...)`, or
-  call its `adjust(parameters, lr)` after each backward in a loop of your own. A task whose
+  control variates; see soma.strategies): pass it on to `TrainingRun(objective=...)`, or,
+  in a loop of your own, call `soma.training.adjust_on_cpu(objective, parameters, lr)`
+  after each backward, `parameters` being `soma.training.keyed_parameters(nodes)` (see
+  examples/myloop.py). A task whose
   train() takes no `objective` still works with every strategy that has no client side
   (FedAvg, FedAdam, the robust ones); one that does is refused before any round starts.
 - `evaluate(nodes)`: metrics on held-out data, e.g. `{"accuracy": 0.93, "loss": 0.21}`.
@@ -38,14 +40,12 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from soma.errors import SomaError
+from soma.errors import TaskError
 
 if TYPE_CHECKING:  # torch only for the annotations: the Snakefile imports this at parse time
     from torch import nn
 
-
-class TaskError(SomaError, ValueError):
-    """A task cannot be found, refuses its options, or does not answer the protocol."""
+    from soma.strategies import Objective
 
 
 class TaskNotFound(TaskError):
@@ -62,6 +62,8 @@ class OptionsRefused(TaskError):
 
 @runtime_checkable
 class Task(Protocol):
+    """What a task answers (see the module's docstring, and examples/ for tasks to copy)."""
+
     def nodes(self, seed: int) -> dict[str, nn.Module]: ...
 
     def shard(self, client: int, clients: int) -> Any: ...
@@ -69,7 +71,12 @@ class Task(Protocol):
     def size(self, data: Any) -> int: ...
 
     def train(
-        self, nodes: Mapping[str, nn.Module], data: Any, *, seed: int
+        self,
+        nodes: Mapping[str, nn.Module],
+        data: Any,
+        *,
+        seed: int,
+        objective: Objective | None = None,
     ) -> dict[str, float]: ...
 
     def evaluate(self, nodes: Mapping[str, nn.Module]) -> dict[str, float]: ...

@@ -51,6 +51,7 @@ from soma.strategies import (
     Objective,
     State,
     Update,
+    at_round,
     check_arrivals,
     check_strategy_state,
     check_task_takes_objective,
@@ -466,7 +467,9 @@ def simulate(
     weights and its server state. With `fedavg` this is `soma.fedavg` of the clients'
     exports weighted by their sizes, bit for bit as before the seam.
 
-    Round r's client k trains with seed `seed * 1_000_003 + r * 1000 + k` (r from 1).
+    Round r's client k trains with seed `seed * 1_000_003 + r * 1000 + k` (r from 1). The
+    strategy aggregates bound to round r - 1 (0-based, as the workflow counts) and `seed`
+    (`soma.strategies.at_round`: bucketing's shuffle, FedAdam's bias correction).
     `attack` makes client 0 Byzantine: from round 1 it sends `attacked(trained, attack)`
     instead of its trained weights (its own state and extra are left honest) whenever it
     takes part.
@@ -533,7 +536,8 @@ def simulate(
             for k, weights_k, extra in zip(came, sent, extras, strict=True)
         )
         tic = time.perf_counter()
-        weights, state = rule.aggregate(weights, updates, state, clients=clients)
+        bound = at_round(rule, round=r - 1, seed=seed)
+        weights, state = bound.aggregate(weights, updates, state, clients=clients)
         aggregating += time.perf_counter() - tic
         if r % every == 0 or r == rounds:
             load(nodes, weights)

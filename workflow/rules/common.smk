@@ -2,6 +2,7 @@ import functools
 import json
 
 from soma.participation import last_sampled_before, sampled
+from soma.runs import check_recorded, declared
 
 # Paths and helpers shared by the rules. Everything of substance lives in `soma.workflow`.
 
@@ -24,21 +25,10 @@ PRIVATE = f"private/{RUN}"
 BASELINES = config["baselines"]
 # What a job's result depends on besides its input files, as params, so that Snakemake reruns
 # jobs whose task, options or seed changed (its `params` rerun trigger).
-TASK = json.dumps(
-    {
-        "task": config["task"],
-        "options": config["task_options"].get(config["task"], {}),
-        "seed": config["seed"],
-        "clients": CLIENTS,
-        "strategy": config["strategy"],
-        "strategy_options": config["strategy_options"].get(config["strategy"], {}),
-        "participation": PARTICIPATION,
-        "quorum": config["quorum"],
-        "tree": config["tree"],
-        "secure_aggregation": config["secure_aggregation"],
-    },
-    sort_keys=True,
-)
+TASK = json.dumps(declared(config), sort_keys=True)
+# A results folder that another config made is not run over: refused here, before any job,
+# naming the keys that differ (its `run.json`, written by the `start` job).
+check_recorded(RESULTS, config)
 
 
 wildcard_constraints:

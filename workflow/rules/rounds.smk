@@ -6,6 +6,7 @@
 rule start:
     output:
         f"{RESULTS}/start.json",
+        run=f"{RESULTS}/run.json",
     log:
         f"{LOGS}/start.log",
     benchmark:
