@@ -7,7 +7,7 @@ import sys
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 
-from soma.configs import ConfigRefused, default_run, schema_refusal, typed
+from soma.run.configs import ConfigRefused, default_run, schema_refusal, typed
 from soma.run.spec import RunSpec
 
 min_version("8.0")

@@ -9,7 +9,7 @@ runs that differ only in who takes part:
 
 - full:          every client, every round (the workflow's default);
 - 50%:           `participation=0.5`: 5 of the 10 clients per round, drawn by
-                 `soma.participation.sampled(seed, round_index, 10, 0.5)`, the very draw the
+                 `soma.run.participation.sampled(seed, round_index, 10, 0.5)`, the very draw the
                  distributed run makes, so this is what a Slurm run with that setting learns;
 - drop one, q0.8: everyone sampled, but one client is killed every round (the one at
                  `round_index % 10`, `digits.drop_one_per_round`), the round averaging the

@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from soma.nodes import Export, export, load  # noqa: E402
-from soma.runs import training_seed  # noqa: E402
+from soma.run.identity import training_seed  # noqa: E402
 from soma.strategies import (  # noqa: E402
     Arrival,
     Update,

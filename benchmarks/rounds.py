@@ -45,12 +45,13 @@ OMP_NUM_THREADS=1):
 7. memory per process with a model big enough to see: --memory-clients N exports (64; 16
    with --quick) of one float32 node of 4M floats (16 MiB), random and different per
    client, kept in a temporary store by a helper process beforehand (`store.put_value`),
-   then, each in fresh processes: (a) `soma.tree.reduce(store, "mem", leaves, fan_in=8)`
+   then, each in fresh processes: (a) `soma.round.tree.reduce(store, "mem", leaves, fan_in=8)`
    by 2 processes at once sharing the work; (b) one process folding the flat
    `soma.fedavg` over an iterator of (`store.recall_digest(d, lazy=True)`, size); (c) one
    process recalling all N eagerly, then `soma.fedavg` (the naive way, ~N models). Each
    process's peak above a baseline process that only does the same imports (torch,
-   soma.store, soma.tree, soma.aggregate, soma.holders; the smaller of 2 runs), in MiB and
+   soma.store, soma.round.tree, soma.aggregate, soma.round.holders; the smaller of 2 runs), in
+   MiB and
    in models: max RSS (ru_maxrss, which counts the lazily recalled blobs' file-backed mmap
    pages while they are mapped and touched), and anonymous memory (RssAnon of
    /proc/<pid>/status, sampled by the parent every 20 ms: a sampled peak, which can miss a
@@ -98,7 +99,9 @@ CONTROL_OPTIONS = {"examples": 8, "epochs": 1}
 FAN_IN = 32
 DAG_CLIENTS, DAG_ROUNDS = 1000, 10
 MIB = 1024 * 1024
-BASELINE_IMPORTS = "import torch, soma, soma.cli, soma.round, soma.store, soma.tree, soma.tasks"
+BASELINE_IMPORTS = (
+    "import torch, soma, soma.cli, soma.round, soma.store, soma.round.tree, soma.tasks"
+)
 # Section 7: exports of one float32 node of 4M floats (16 MiB), averaged through a tree of
 # fan-in 8 by 2 processes, flat, and naively; memory sampled from /proc every 20 ms.
 MEMORY_FLOATS = 4 << 20
@@ -335,10 +338,10 @@ def memory_child(job: dict[str, Any]) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from soma import holders
     from soma.aggregate import fedavg
+    from soma.round import holders
+    from soma.round.tree import Leaf, reduce
     from soma.store import Store
-    from soma.tree import Leaf, reduce
 
     what, seconds, made = job["what"], 0.0, {}
     if what != "baseline":
@@ -679,7 +682,7 @@ def dag_table(rows: list[dict[str, Any]]) -> str:
 
 
 MEMORY_ROWS = {
-    "tree": f"(a) soma.tree.reduce, fan-in {MEMORY_FAN_IN}, 2 processes sharing it",
+    "tree": f"(a) soma.round.tree.reduce, fan-in {MEMORY_FAN_IN}, 2 processes sharing it",
     "flat": "(b) flat soma.fedavg over lazy recalls (an iterator)",
     "naive": "(c) naive: every export recalled eagerly, then soma.fedavg",
 }
@@ -793,8 +796,8 @@ def memory_report(section: dict[str, Any]) -> None:
     )
     if base:
         print(
-            f"baseline: a process that imports torch, soma.store, soma.tree, soma.aggregate, "
-            f"soma.holders and stops: max RSS {mib(base['rss'])} MiB, anonymous "
+            f"baseline: a process that imports torch, soma.store, soma.round.tree, soma.aggregate, "
+            f"soma.round.holders and stops: max RSS {mib(base['rss'])} MiB, anonymous "
             f"{mib(base['anon'])} MiB (the smaller of 2 runs)\n"
         )
     if "error" in section:

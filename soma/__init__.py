@@ -1,6 +1,6 @@
 """soma: federated learning on Slurm, with a shared folder and no coordinator.
 
-The names below are imported when first used (PEP 562), so that `import soma.participation`
+The names below are imported when first used (PEP 562), so that `import soma.run.participation`
 (the Snakefile, at parse time) or `soma status` does not pay for importing torch.
 """
 
@@ -13,7 +13,7 @@ from soma.errors import AggregationError, ElsewhereError, ExportError, LoadError
 
 _WHERE = {
     "fedavg": "soma.aggregate",
-    "register_codec": "soma.codecs",
+    "register_codec": "soma.store.codecs",
     "Elsewhere": "soma.nodes",
     "Export": "soma.nodes",
     "elsewhere": "soma.nodes",
@@ -26,7 +26,7 @@ _WHERE = {
     "average_round": "soma.round",
     "gather": "soma.round",
     "Store": "soma.store",
-    "StoreError": "soma.store_errors",
+    "StoreError": "soma.store.errors",
     "StrategyError": "soma.strategies",
     "load_strategy": "soma.strategies",
     "TrainingRun": "soma.training",
@@ -79,7 +79,6 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # for type checkers and editors: the same names, imported eagerly
     from soma.aggregate import fedavg
-    from soma.codecs import register_codec
     from soma.nodes import Elsewhere, Export, elsewhere, export, load
     from soma.round import (
         AveragerDied,
@@ -91,6 +90,7 @@ if TYPE_CHECKING:  # for type checkers and editors: the same names, imported eag
     )
     from soma.run.simulate import simulate
     from soma.store import Store
-    from soma.store_errors import StoreError
+    from soma.store.codecs import register_codec
+    from soma.store.errors import StoreError
     from soma.strategies import StrategyError, load_strategy
     from soma.training import TrainingRun, adjust_on_cpu, keyed_parameters

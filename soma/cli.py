@@ -22,8 +22,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from soma import holders
 from soma.errors import SomaError
+from soma.round import holders
 from soma.run.spec import BadArgument
 
 if TYPE_CHECKING:
@@ -267,7 +267,7 @@ def _at_least(option: str, value: int, least: int) -> None:
 
 def _check_store(path: str) -> None:
     from soma.store import check_folder
-    from soma.store_errors import StoreError
+    from soma.store.errors import StoreError
 
     try:
         check_folder(path)
@@ -276,8 +276,8 @@ def _check_store(path: str) -> None:
 
 
 def _check_run(run: str) -> None:
-    from soma.names import check_run_name
-    from soma.store_errors import StoreError
+    from soma.store.errors import StoreError
+    from soma.store.names import check_run_name
 
     try:
         check_run_name(run)

@@ -6,7 +6,7 @@ not a `ValueError`, because not every refusal is a bad value: a corrupt blob is 
 doing. Each class also subclasses the builtin a caller would naturally catch, the same one
 as before there was a single root: `ValueError` for every refusal below and for most of the
 store's, `LookupError` for something absent, `TypeError` for a value of a type the store
-cannot keep (see soma.store_errors), so code that catches the builtin keeps working.
+cannot keep (see soma.store.errors), so code that catches the builtin keeps working.
 """
 
 

@@ -22,7 +22,7 @@ one name (`("a.b", "c")` and `("a", "b.c")`) are refused, naming both, before an
 written. The file is written like everything soma writes: a temporary beside it, fsync,
 rename, so a killed writer never leaves a partial file under the final name.
 
-The bytes are laid out by `soma.tensorfile` (sorted header, no timestamps): the same weights
+The bytes are laid out by `soma.store.tensorfile` (sorted header, no timestamps): the same weights
 and provenance give the same file, so Snakemake sees an unchanged model as unchanged, and
 the tensors are streamed from their own memory (a model recalled from the store is written
 without a copy of it).
@@ -39,11 +39,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from soma import tensorfile
 from soma.errors import SomaError
-from soma.files import write_atomic
 from soma.nodes import Export
-from soma.store_errors import StoreError
+from soma.store import tensorfile
+from soma.store.errors import StoreError
+from soma.store.files import write_atomic
 
 if TYPE_CHECKING:
     from soma.store import Store
@@ -221,9 +221,8 @@ def averages(store: Store, run: str) -> dict[int, dict[str, str]]:
     it belongs to. Several in one round are two runs under one name, or a round rerun with
     other inputs (one meeting, two averagings). An unknown run is refused, naming the runs
     the store holds."""
-    from soma import layout
-    from soma.once import Place
-    from soma.round import check_run
+    from soma.round import check_run, layout
+    from soma.round.once import Place
 
     found: dict[int, dict[str, str]] = {}
     for r, key in check_run(store, run):
@@ -299,8 +298,8 @@ def _listing(
 ) -> str:
     """Each candidate average by digest, with what tells it apart: the settings its meeting
     differs in from the round's other meetings (see soma.round.labels), who came."""
-    from soma.records import read_average
     from soma.round import labels
+    from soma.round.records import read_average
 
     apart = labels(store, run, {(r, key) for (r, _), key in meeting.items()})
     lines = []
@@ -327,7 +326,7 @@ def export_average(
 ) -> dict[str, Any]:
     """Write the weights of one average of `run` (see `choose_average`) as the model file
     `path`; its provenance."""
-    from soma.records import read_average
+    from soma.round.records import read_average
 
     r, digest = choose_average(store, run, round, average)
     record = read_average(store, digest)

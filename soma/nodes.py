@@ -72,7 +72,7 @@ def _snapshot(tensor: torch.Tensor) -> torch.Tensor:
     after an export, and the export must not change with them.
 
     A meta tensor has no data to bring to CPU, so it stays a meta copy; the store refuses it
-    by name when it is contributed (soma.tensorfile).
+    by name when it is contributed (soma.store.tensorfile).
     """
     if tensor.device.type == "meta":
         return tensor.detach().clone()

@@ -124,13 +124,13 @@ _ROUND_CATCHERS = ["tests/test_round.py", "-k", "not processes and not never_sta
 
 @mutant("gather_binds_for_claim", caught_by=_ROUND_CATCHERS)
 def _gather_binds_for_claim() -> None:
-    import soma.once
+    import soma.round.once
 
     def bind_instead(store, place, who, *, check_holder):
         store.bind(place.claimed, who)
         return True
 
-    _replace(soma.once, "_claim", bind_instead)
+    _replace(soma.round.once, "_claim", bind_instead)
 
 
 @mutant(
@@ -150,9 +150,9 @@ def _gather_never_waits() -> None:
 
 @mutant("gather_never_publishes", caught_by=_ROUND_CATCHERS)
 def _gather_never_publishes() -> None:
-    import soma.once
+    import soma.round.once
 
-    _replace(soma.once, "publish", lambda store, name, digest: None)
+    _replace(soma.round.once, "publish", lambda store, name, digest: None)
 
 
 @mutant("gather_does_not_weigh", caught_by=_ROUND_CATCHERS)
@@ -169,7 +169,7 @@ def _gather_does_not_weigh() -> None:
     _replace(soma.round, "_updates", unweighed)
 
 
-# --- participation (soma/participation.py, the quorum in soma/round.py) ----------------------
+# --- participation (soma/run/participation.py, the quorum in soma/round.py) ----------------------
 
 
 @mutant(
@@ -189,16 +189,16 @@ def _round_ignores_the_quorum() -> None:
 )
 def _participation_ignores_sampling() -> None:
     """Everyone takes part in every round, whatever the participation says."""
-    import soma.participation
+    import soma.run.participation
 
     _replace(
-        soma.participation,
+        soma.run.participation,
         "sampled",
         lambda seed, round, clients, participation=None: list(range(clients)),
     )
 
 
-# --- slurm (soma/holders.py: is the holder of a claim provably gone?) -----------------------
+# --- slurm (soma/round/holders.py: is the holder of a claim provably gone?) -----------------------
 # Taking over an averaging is safe only when its holder is provably gone. tests/test_slurm.py
 # checks it against real Slurm jobs; these catchers are fast and in-process, because
 # Snakemake's jobs never apply a mutant.
@@ -212,9 +212,9 @@ def _participation_ignores_sampling() -> None:
 )
 def _holders_never_gone() -> None:
     """Nobody is ever proven gone: a dead averager wedges its round forever."""
-    import soma.holders
+    import soma.round.holders
 
-    _replace(soma.holders, "gone", lambda holder: False)
+    _replace(soma.round.holders, "gone", lambda holder: False)
 
 
 @mutant(
@@ -225,12 +225,12 @@ def _holders_never_gone() -> None:
 )
 def _holders_always_gone() -> None:
     """Everybody is gone: a live averager is taken over, and a round may average twice."""
-    import soma.holders
+    import soma.round.holders
 
-    _replace(soma.holders, "gone", lambda holder: True)
+    _replace(soma.round.holders, "gone", lambda holder: True)
 
 
-# --- refusals (soma/nodes.py, soma/names.py, soma/aggregate.py) -----------------------------
+# --- refusals (soma/nodes.py, soma/store/names.py, soma/aggregate.py) -----------------------------
 # Each refusal comes before anything is changed; these let something through, or refuse late.
 
 
@@ -263,9 +263,9 @@ def _load_lets_the_last_tie_win() -> None:
 )
 def _names_accept_control_characters() -> None:
     """A name may hold U+202E, U+200B, NUL...: `ls` shows another name than the one there."""
-    import soma.names
+    import soma.store.names
 
-    _replace(soma.names, "_hidden_character_problem", lambda text: None)
+    _replace(soma.store.names, "_hidden_character_problem", lambda text: None)
 
 
 @mutant(
@@ -274,10 +274,10 @@ def _names_accept_control_characters() -> None:
 )
 def _names_leave_the_length_to_the_filesystem() -> None:
     """No limit on a name's or a segment's length: the kernel's bare ENAMETOOLONG says it."""
-    import soma.names
+    import soma.store.names
 
-    _replace(soma.names, "_length_problem", lambda text: None)
-    _replace(soma.names, "_segment_length_problem", lambda segment: None)
+    _replace(soma.store.names, "_length_problem", lambda text: None)
+    _replace(soma.store.names, "_segment_length_problem", lambda segment: None)
 
 
 @mutant(
@@ -291,7 +291,7 @@ def _fedavg_folds_any_tensor() -> None:
     _replace(soma.aggregate, "_unaverageable", lambda tensor: None)
 
 
-# --- scale (soma/tree.py, soma/cli.py) -----------------------------------------------------
+# --- scale (soma/round/tree.py, soma/cli.py) -----------------------------------------------------
 
 
 @mutant(
@@ -302,14 +302,14 @@ def _tree_folds_unweighted() -> None:
     """A node's mean weighs its children the same, whatever their weights."""
     import dataclasses
 
-    import soma.tree
+    import soma.round.tree
 
-    real = soma.tree._fold
+    real = soma.round.tree._fold
 
     def unweighted(store, parts):
         return real(store, [dataclasses.replace(part, weight=1.0) for part in parts])
 
-    _replace(soma.tree, "_fold", unweighted)
+    _replace(soma.round.tree, "_fold", unweighted)
 
 
 @mutant(
@@ -318,10 +318,10 @@ def _tree_folds_unweighted() -> None:
 )
 def _tree_drops_the_last_child() -> None:
     """A node's children stop one short: the last input of every full node is never folded."""
-    import soma.tree
+    import soma.round.tree
 
     _replace(
-        soma.tree,
+        soma.round.tree,
         "children",
         lambda index, below, fan_in: range(index * fan_in, min((index + 1) * fan_in, below) - 1),
     )
@@ -333,17 +333,17 @@ def _tree_drops_the_last_child() -> None:
 )
 def _tree_claims_nothing() -> None:
     """Every helper computes every node it finds unpublished: nodes computed more than once."""
-    import soma.once
-    import soma.tree
+    import soma.round.once
+    import soma.round.tree
 
-    _replace(soma.tree, "_offset", lambda who, width: 0)
-    real = soma.once._claim
+    _replace(soma.round.tree, "_offset", lambda who, width: 0)
+    real = soma.round.once._claim
 
     def always(store, place, who, *, check_holder):
         real(store, place, who, check_holder=check_holder)
         return True
 
-    _replace(soma.once, "_claim", always)
+    _replace(soma.round.once, "_claim", always)
 
 
 @mutant(
@@ -352,10 +352,10 @@ def _tree_claims_nothing() -> None:
 )
 def _secure_round_keeps_the_export_in_the_clear() -> None:
     """A secure round that also keeps each trained export in the store, as a plain round does."""
-    import soma.secure_round
-    from soma.once import POLL
+    import soma.secagg.round
+    from soma.round.once import POLL
 
-    real = soma.secure_round.take_part
+    real = soma.secagg.round.take_part
 
     def leaky(store, meeting, clients, train, *, deadline=3600.0, backoff=POLL):
         def leak(k):
@@ -366,7 +366,7 @@ def _secure_round_keeps_the_export_in_the_clear() -> None:
 
         return real(store, meeting, clients, leak, deadline=deadline, backoff=backoff)
 
-    _replace(soma.secure_round, "take_part", leaky)
+    _replace(soma.secagg.round, "take_part", leaky)
 
 
 # --- strategies and secure aggregation: each family registers its own mutants -----------
@@ -392,14 +392,14 @@ def _gc_ignores_the_grace() -> None:
 def _gc_follows_only_tensor_blobs() -> None:
     """A record's digests written as text (an average's weights and state) are not followed:
     gc deletes what names reach."""
-    import soma.reach
+    import soma.health.reach
 
-    real = soma.reach.references
+    real = soma.health.reach.references
 
     def tensors_only(tree, loose):
         return (ref for ref in real(tree, loose) if ref[3])
 
-    _replace(soma.reach, "references", tensors_only)
+    _replace(soma.health.reach, "references", tensors_only)
 
 
 @mutant(
@@ -539,7 +539,7 @@ def _elsewhere_leaves_no_note() -> None:
     _replace(soma.round._Elsewhere, "_tell", lambda self, key, client: None)
 
 
-# --- the one atomic writer (soma/files.py) --------------------------------------------------
+# --- the one atomic writer (soma/store/files.py) --------------------------------------------------
 
 
 @mutant(
@@ -549,7 +549,7 @@ def _elsewhere_leaves_no_note() -> None:
 def _write_atomic_writes_in_place() -> None:
     """The file is truncated and written under its final name: a writer killed half way
     leaves a partial file (or the new one where the old was wanted)."""
-    import soma.files
+    import soma.store.files
     import soma.workflow
 
     def in_place(path, data, *, mode=None):
@@ -557,15 +557,15 @@ def _write_atomic_writes_in_place() -> None:
         try:
             whole = isinstance(data, bytes | bytearray | memoryview)
             for chunk in [data] if whole else data:
-                soma.files.write_all(fd, memoryview(chunk).cast("B"))
+                soma.store.files.write_all(fd, memoryview(chunk).cast("B"))
         finally:
             os.close(fd)
 
-    _replace(soma.files, "write_atomic", in_place)
-    soma.workflow.write_atomic = soma.files.write_atomic
+    _replace(soma.store.files, "write_atomic", in_place)
+    soma.workflow.write_atomic = soma.store.files.write_atomic
 
 
-# --- the store layout and the round's records (soma/layout.py, soma/records.py) ----------
+# --- the store layout and the round's records (soma/round/layout.py, soma/round/records.py) ---
 
 
 @mutant(
@@ -575,8 +575,8 @@ def _write_atomic_writes_in_place() -> None:
 def _advice_looks_for_an_unfanned_started_marker() -> None:
     """The advice looks for a train job's marker at `started/<k>` whatever the client count
     (the bug of 1,001-client rounds): it stops naming the Snakemake target."""
-    import soma.advice
-    from soma import layout
+    import soma.health.advice
+    from soma.round import layout
 
     def unfanned(self, run, r, meeting, k):
         if meeting is None:
@@ -584,7 +584,7 @@ def _advice_looks_for_an_unfanned_started_marker() -> None:
         name = layout.started(layout.meeting(run, r, meeting), k, 1)
         return self.store.resolve(name) is not None
 
-    _replace(soma.advice.Advisor, "_started", unfanned)
+    _replace(soma.health.advice.Advisor, "_started", unfanned)
 
 
 @mutant(
@@ -593,16 +593,16 @@ def _advice_looks_for_an_unfanned_started_marker() -> None:
 )
 def _client_records_read_unchecked() -> None:
     """A client record is taken as it is: one without weights fails later, as a KeyError."""
-    import soma.records
+    import soma.round.records
 
     def unchecked(value, *, client, name, digest=None):
         if "dropped" in value:
-            return soma.records.DropRecord(client, value["dropped"], value.get("by"))
-        return soma.records.ClientRecord(
+            return soma.round.records.DropRecord(client, value["dropped"], value.get("by"))
+        return soma.round.records.ClientRecord(
             client, value["weights"], value["size"], value.get("extra"), value.get("own")
         )
 
-    _replace(soma.records, "parse_client", unchecked)
+    _replace(soma.round.records, "parse_client", unchecked)
 
 
 # --- the run layer (soma/run/) ---------------------------------------------------------------

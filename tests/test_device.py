@@ -15,12 +15,12 @@ import torch
 from torch import nn
 
 import soma
-from soma import control
 from soma import device as devices
 from soma.device import DeviceError, resolve_device, task_device
 from soma.store import Store
 from soma.strategies import load_strategy, objective_of
 from soma.tasks import TaskError, digits, load_task
+from soma.tasks import teacher as control
 from soma.training import TrainingRun
 
 torch.set_num_threads(1)

@@ -14,8 +14,8 @@ from torch import nn
 
 from soma import fedavg
 from soma.nodes import export, load
-from soma.participation import ParticipationError, sampled
 from soma.partition import PartitionError
+from soma.run.participation import ParticipationError, sampled
 from soma.tasks import Task, TaskError, digits, load_task
 
 torch.set_num_threads(1)

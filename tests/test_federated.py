@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import soma
-from soma import control
+from soma.tasks import teacher as control
 
 torch.set_num_threads(1)
 

@@ -557,7 +557,7 @@ def test_a_soma_client_rerun_as_advised_repairs_its_export(tmp_path: Path) -> No
 
 
 def test_repair_rebuilds_a_tree_average_and_the_tree_nodes_bit_for_bit(tmp_path: Path) -> None:
-    """An average made through a tree (soma.tree) is rebuilt through the same tree."""
+    """An average made through a tree (soma.round.tree) is rebuilt through the same tree."""
     store = Store(tmp_path / "store")
     start = store.put_value(weights(0))
     threads = [

@@ -1,5 +1,5 @@
-"""One layout of a round's store names (soma/layout.py) and one schema of its records
-(soma/records.py).
+"""One layout of a round's store names (soma/round/layout.py) and one schema of its records
+(soma/round/records.py).
 
 The names are the ones stores were written with, byte for byte (a store written before is
 read by them); every name built parses back to what it was built from; the records hold
@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from soma import layout, records
-from soma.round import Input, Meeting, arrivals, contribute, drop
+from soma.round import Input, Meeting, arrivals, contribute, drop, layout, records
 from soma.store import Store
 
 KEY = "ab" * 32

@@ -252,7 +252,7 @@ def test_two_pairs_that_make_one_name_are_refused_naming_both(tmp_path) -> None:
 
 
 def test_a_failing_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch) -> None:
-    import soma.files
+    import soma.store.files
 
     path = tmp_path / "model.safetensors"
     save_model(weights(), path, {"round": 0})
@@ -262,7 +262,7 @@ def test_a_failing_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypa
         os.write(fd, bytes(chunk)[:10])
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(soma.files, "write_all", full)
+    monkeypatch.setattr(soma.store.files, "write_all", full)
     changed = {**weights(), "extra": {"w": torch.ones(100)}}
     with pytest.raises(ModelError, match="No space"):
         save_model(changed, path, {"round": 1})
@@ -274,13 +274,13 @@ def test_a_failing_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypa
 
 KILLED_WRITER = """
 import sys, time, torch
-import soma.files, soma.model
-write = soma.files.write_all
+import soma.store.files, soma.model
+write = soma.store.files.write_all
 def slowly(fd, chunk):
     write(fd, chunk)
     print("wrote", flush=True)
     time.sleep(600)
-soma.files.write_all = slowly
+soma.store.files.write_all = slowly
 soma.model.save_model({"n": {"w": torch.ones(1000)}}, sys.argv[1], {"round": 1})
 """
 

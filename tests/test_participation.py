@@ -15,7 +15,6 @@ import pytest
 import torch
 
 import soma
-from soma.participation import ParticipationError, policy, quorum_size, sample_size, sampled
 from soma.round import (
     Backoff,
     Meeting,
@@ -27,6 +26,7 @@ from soma.round import (
     status,
     weights_of_average,
 )
+from soma.run.participation import ParticipationError, policy, quorum_size, sample_size, sampled
 from soma.store import Store
 
 torch.set_num_threads(1)
@@ -57,7 +57,8 @@ def test_a_sample_is_drawn_from_the_seed_and_the_round_and_nothing_else() -> Non
     assert sampled(1, 0, 10, 0.5) != sampled(0, 0, 10, 0.5) or sampled(1, 1, 10, 0.5) != draws[1]
     # in a separate interpreter too: nothing depends on the process
     code = (
-        "from soma.participation import sampled; print([sampled(0, r, 10, 0.5) for r in range(20)])"
+        "from soma.run.participation import sampled; "
+        "print([sampled(0, r, 10, 0.5) for r in range(20)])"
     )
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(other.stdout) == draws

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from test_workflow import NO_BASELINES, TINY, ok, snakemake
 
-from soma import report, workflow
+from soma import workflow
 from soma.round import evaluation_name
 from soma.store import Store
+from soma.workflow import report
 
 
 @pytest.fixture(scope="module")

@@ -24,10 +24,10 @@ import torch
 from torch import nn
 
 import soma
-from soma import configs, names
 from soma.errors import AggregationError, LoadError, SomaError
-from soma.store import Store
-from soma.store_errors import BadName, BadStore
+from soma.run import configs
+from soma.store import Store, names
+from soma.store.errors import BadName, BadStore
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -64,27 +64,27 @@ CAUGHT_AS = {
     "soma.errors.LoadError": (ValueError,),
     "soma.errors.AggregationError": (ValueError,),
     "soma.partition.PartitionError": (ValueError,),
-    "soma.store_errors.StoreError": (),
-    "soma.store_errors.BadName": (ValueError,),
-    "soma.store_errors.NameConflict": (ValueError,),
-    "soma.store_errors.BadDigest": (ValueError,),
-    "soma.store_errors.BadBlob": (ValueError,),
-    "soma.store_errors.UnknownDigest": (LookupError,),
-    "soma.store_errors.UnknownName": (LookupError,),
-    "soma.store_errors.CorruptBlob": (),
-    "soma.store_errors.CorruptName": (),
-    "soma.store_errors.NoCodec": (TypeError,),
-    "soma.store_errors.NotText": (TypeError,),
-    "soma.once.RoundError": (ValueError,),
-    "soma.once.RoundIncomplete": (ValueError, TimeoutError, OSError),
-    "soma.once.AveragerDied": (ValueError, TimeoutError, OSError),
+    "soma.store.errors.StoreError": (),
+    "soma.store.errors.BadName": (ValueError,),
+    "soma.store.errors.NameConflict": (ValueError,),
+    "soma.store.errors.BadDigest": (ValueError,),
+    "soma.store.errors.BadBlob": (ValueError,),
+    "soma.store.errors.UnknownDigest": (LookupError,),
+    "soma.store.errors.UnknownName": (LookupError,),
+    "soma.store.errors.CorruptBlob": (),
+    "soma.store.errors.CorruptName": (),
+    "soma.store.errors.NoCodec": (TypeError,),
+    "soma.store.errors.NotText": (TypeError,),
+    "soma.round.once.RoundError": (ValueError,),
+    "soma.round.once.RoundIncomplete": (ValueError, TimeoutError, OSError),
+    "soma.round.once.AveragerDied": (ValueError, TimeoutError, OSError),
     "soma.tasks.TaskError": (ValueError,),
     "soma.strategies.StrategyError": (ValueError,),
     "soma.training.TrainingError": (ValueError,),
-    "soma.participation.ParticipationError": (ValueError,),
+    "soma.run.participation.ParticipationError": (ValueError,),
     "soma.device.DeviceError": (ValueError,),
     "soma.model.ModelError": (ValueError,),
-    "soma.configs.ConfigRefused": (ValueError,),
+    "soma.run.configs.ConfigRefused": (ValueError,),
 }
 
 
@@ -99,7 +99,7 @@ def test_each_refusal_is_caught_as_the_builtin_it_always_was(where: str) -> None
 
 def test_a_corrupt_blob_is_not_mistaken_for_a_bad_value() -> None:
     """CorruptBlob is the disk's doing: an `except ValueError` around a read must not eat it."""
-    from soma.store_errors import CorruptBlob
+    from soma.store.errors import CorruptBlob
 
     with pytest.raises(SomaError):
         try:

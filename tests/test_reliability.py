@@ -27,7 +27,8 @@ import pytest
 import torch
 
 import soma
-from soma import health, reach
+from soma import health
+from soma.health import reach
 from soma.round import Backoff, status
 from soma.store import Store
 

@@ -14,8 +14,6 @@ import pytest
 import torch
 
 import soma
-from soma import holders
-from soma.once import Place
 from soma.round import (
     AveragerDied,
     Backoff,
@@ -26,11 +24,13 @@ from soma.round import (
     average_round,
     contribute,
     gather,
+    holders,
     inputs_key,
     present,
     status,
     weights_of_average,
 )
+from soma.round.once import Place
 from soma.store import Store
 
 torch.set_num_threads(1)

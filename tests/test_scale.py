@@ -1,4 +1,4 @@
-"""Scale: several clients in one process, and hierarchical averaging (soma.tree)."""
+"""Scale: several clients in one process, and hierarchical averaging (soma.round.tree)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ import pytest
 import torch
 
 import soma
-from soma import holders, once, tree
-from soma.round import Backoff, Meeting, RoundError, contribute, gather, status
+from soma.round import Backoff, Meeting, RoundError, contribute, gather, holders, once, status, tree
 from soma.store import Store
 
 torch.set_num_threads(1)
@@ -181,7 +180,7 @@ def test_a_node_whose_holder_died_is_taken_over(tmp_path) -> None:
     store = Store(tmp_path)
     leaves = leaves_in(store, 6)
     dead = subprocess.run(
-        [sys.executable, "-c", "import json, soma.holders as h; print(json.dumps(h.me()))"],
+        [sys.executable, "-c", "import json, soma.round.holders as h; print(json.dumps(h.me()))"],
         capture_output=True,
         text=True,
         check=True,

@@ -232,7 +232,7 @@ def test_a_new_built_in_is_its_module(tmp_path, monkeypatch) -> None:
 
 def test_the_tree_and_secure_refusals_list_the_built_ins_that_step_from_the_mean() -> None:
     from soma.round import tree_refusal
-    from soma.secure_round import check_strategy
+    from soma.secagg.round import check_strategy
     from soma.strategies import BUILTIN, mean_strategies
 
     listed = tree_refusal("median").rsplit("(", 1)[1].split(")")[0].split(", ")

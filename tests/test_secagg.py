@@ -33,7 +33,7 @@ import torch
 from secagg_worker import export_of, size_of
 
 import soma
-from soma import codecs, once
+from soma.round import once
 from soma.secagg import (
     BadInput,
     BelowThreshold,
@@ -57,7 +57,7 @@ from soma.secagg import (
     share,
     unmask,
 )
-from soma.store import Store
+from soma.store import Store, codecs
 
 HERE = Path(__file__).resolve().parent
 PREFIX = "run/round/0/secagg"

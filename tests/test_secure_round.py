@@ -1,4 +1,4 @@
-"""Secure aggregation in a run: `soma client --secure-aggregation T` (soma.secure_round)."""
+"""Secure aggregation in a run: `soma client --secure-aggregation T` (soma.secagg.round)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch
 
 from soma.nodes import export, load
 from soma.round import status
-from soma.runs import training_seed
+from soma.run.identity import training_seed
 from soma.secagg.quantize import FixedPoint
 from soma.store import Store
 from soma.strategies import load_strategy, train_locally

@@ -33,9 +33,8 @@ import pytest
 import yaml
 from slurm.cluster import ACCOUNT, PARTITION, cluster_running, slurm_env
 
-from soma import holders
-from soma.once import Place
-from soma.round import Input, inputs_key, read_record, status
+from soma.round import Input, holders, inputs_key, read_record, status
+from soma.round.once import Place
 from soma.store import Store
 
 pytestmark = pytest.mark.slurm

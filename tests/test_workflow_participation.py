@@ -13,8 +13,8 @@ from pathlib import Path
 
 from test_workflow import NO_BASELINES, ROOT, TINY, ok, receipts, snakemake, snakemake_command
 
-from soma.participation import sampled
 from soma.round import status
+from soma.run.participation import sampled
 from soma.store import Store
 
 FIXTURES = ROOT / "tests" / "fixtures"

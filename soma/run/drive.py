@@ -55,8 +55,8 @@ def drive(
     averages it). `after(round, driven)` is called once a round is averaged, its weights
     loaded into `driven.nodes`. `task` and `strategy` are `spec.checked()`'s."""
     from soma.nodes import export, load
-    from soma.once import read_record
     from soma.round import average_round
+    from soma.round.once import read_record
 
     nodes = task.nodes(spec.seed)
     hosted = []
@@ -96,9 +96,9 @@ def _secure_round(
     metrics: dict[int, Any],
     deadline: float | None,
 ) -> str:
-    """The round under secure aggregation (soma.secure_round): this process's clients go
+    """The round under secure aggregation (soma.secagg.round): this process's clients go
     through its phases together, each trained by the one client step; the average's digest."""
-    from soma import secure_round
+    from soma.secagg import round as secure_round
 
     by_index = {h.index: h for h in taking_part}
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from soma.configs import ConfigRefused
 from soma.errors import SomaError
+from soma.run.configs import ConfigRefused
 from soma.run.options import pairs, typed
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ class RunSpec:
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> RunSpec:
-        """The workflow's config (after `soma.configs.typed`); options read as text are read
+        """The workflow's config (after `soma.run.configs.typed`); options read as text are read
         by `soma.run.options` (Snakemake hands nested `--config` values over as text)."""
         task = str(config["task"])
         strategy = str(config.get("strategy") or "fedavg")
@@ -164,16 +164,16 @@ class RunSpec:
     # --- what the run is, the same in every mode ------------------------------------------
 
     def identity(self) -> dict[str, Any]:
-        """The part of the run's identity that is not the strategy's (soma.runs.identity)."""
-        from soma.runs import identity
+        """The part of the run's identity that is not the strategy's (soma.run.identity)."""
+        from soma.run.identity import identity
 
         return identity(self.task, dict(self.task_options), self.seed)
 
     def meeting(self, round: int, start: str | None, state: str | None) -> Meeting:
         """Where round `round`'s clients meet, from the weights (and the strategy state) it
         starts from: who is sampled and the quorum follow from the seed and the round."""
-        from soma.participation import policy
         from soma.round import Meeting
+        from soma.run.participation import policy
 
         expected, quorum = policy(self.seed, round, self.clients, self.participation, self.quorum)
         return Meeting(
@@ -214,7 +214,7 @@ class RunSpec:
 
     def check(self) -> RunSpec:
         """Every check that needs no torch and imports no task (see the module): the spec."""
-        from soma.participation import ParticipationError, quorum_size, sample_size
+        from soma.run.participation import ParticipationError, quorum_size, sample_size
 
         for name, least in (("rounds", 1), ("clients", 1), ("seed", 0), ("threads", 1)):
             self._at_least(name, least)
@@ -268,7 +268,7 @@ class RunSpec:
         """`check()`, then the task and the strategy made and checked together (see the
         module): what the `start` job and `soma client` do before they write anything."""
         from soma.round import RoundError, tree_refusal
-        from soma.secure_round import check_strategy
+        from soma.secagg.round import check_strategy
         from soma.strategies import (
             StrategyError,
             check_task_takes_objective,

@@ -3,7 +3,7 @@ what the strategy releases, contribute (plain) or hand the export to secure aggr
 masking (secure); or leave the round, saying why.
 
 Used by `soma client` and `soma simulate` (through soma.run.drive), the workflow's train jobs
-(soma.workflow) and its secure train jobs (soma.secure_jobs). A client that cannot take part
+(soma.workflow) and its secure train jobs (soma.secagg.jobs). A client that cannot take part
 (its task raised, its export was refused) always records why (a drop-out record, or under
 secure aggregation its withdrawal), so that its peers learn it at once instead of waiting out
 their deadline. When the round can go on without it (`goes_on_without_some`), the process
@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from soma.nodes import Export, export, load
-from soma.once import RoundError
 from soma.round import Contribution, Meeting, contribute, drop, dropout_reason
-from soma.runs import training_seed
+from soma.round.once import RoundError
+from soma.run.identity import training_seed
 from soma.store import Store
 from soma.strategies import Strategy, train_locally
 
@@ -87,8 +87,8 @@ def secure(
     store: Store, meeting: Meeting, task: Any, strategy: Strategy, nodes: Any, hosted: Hosted
 ) -> Outcome:
     """Train, and check the export secure aggregation would mask (its `trained`), or
-    withdraw saying why (see the module); masking it is soma.secure_round's."""
-    from soma import secure_round
+    withdraw saying why (see the module); masking it is soma.secagg.round's."""
+    from soma.secagg import round as secure_round
 
     try:
         metrics, _, _ = _train(store, meeting, task, strategy, nodes, hosted)
@@ -104,7 +104,7 @@ def leave(store: Store, meeting: Meeting, client: int, why: str) -> Outcome:
     its withdrawal); then go on if the round can without it, else raise CannotTakePart."""
     if meeting.secure is not None:
         from soma.secagg import withdraw
-        from soma.secure_round import session_of
+        from soma.secagg.round import session_of
 
         withdraw(store, session_of(meeting), client, why)
     else:

@@ -33,7 +33,7 @@ Phases (a client's; each starts with a barrier on the phase before):
    shares: of b_u for every u that contributed, of s_d for every d that shared and then dropped
    out (never for both of one client: only b is ever revealed of a contributor, only s of a
    dropped client).
-5. `unmask`: whoever claims it (soma.once: claimed once, taken over only from a holder proven
+5. `unmask`: whoever claims it (soma.round.once: claimed once, taken over only from a holder proven
    gone) rebuilds each b_u and each dropped s_d from t of the revealed shares (checked against
    b's commitment and s's public key), sums the y's, subtracts every PRG(b_u), and for each
    dropped d and contributor u subtracts what u added for the pair (u, d). What is left is the
@@ -64,7 +64,7 @@ Layout, under the session's prefix (names are claimed: written once, never repla
     <prefix>/reveal/<k>        k's revealed shares: b of each contributor, s of each dropped client
     <prefix>/roster/<phase>    who is in, for keys, shares and masked (claimed once)
     <prefix>/withdrawn/<k>     k will not go on, and why: no barrier waits for it
-    <prefix>/unmasked/...      soma.once's claim, takeovers, audit and published result
+    <prefix>/unmasked/...      soma.round.once's claim, takeovers, audit and published result
     <prefix>/sum               the result (claimed): weighted sum, total, who contributed, dropped
 
 What is public (in the store, to everyone who reads it): the members, the threshold, the fixed
@@ -106,10 +106,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from soma import codecs, layout, once
-from soma.names import check_name
 from soma.nodes import Export
-from soma.once import POLL, Backoff, Place, read_record
+from soma.round import layout, once
+from soma.round.once import POLL, Backoff, Place, read_record
 from soma.secagg import crypto, masks, shamir
 from soma.secagg.errors import (
     BadInput,
@@ -119,8 +118,9 @@ from soma.secagg.errors import (
     SecAggError,
 )
 from soma.secagg.quantize import DEFAULT_PRECISION_BITS, DEFAULT_RING_BITS, FixedPoint
-from soma.store import Store
-from soma.store_errors import StoreError
+from soma.store import Store, codecs
+from soma.store.errors import StoreError
+from soma.store.names import check_name
 
 __all__ = [
     "DEADLINE",
@@ -896,7 +896,7 @@ def reveal(
 
 
 class _Unmasking:
-    """The unmasking as soma.once asks about it; the inputs are the revealers' record digests."""
+    """The unmasking as soma.round.once asks about it; the inputs: the revealers' records."""
 
     def __init__(self, store: Store, session: Session) -> None:
         self.store, self.session, self.what = store, session, session.what
@@ -1088,9 +1088,9 @@ def unmask(
     Any process may call it (a client, or an averaging job with `Session.read`). It waits for
     every contributor's revealed shares, or past the deadline for at least the threshold of
     them; below it, `BelowThreshold` names the dropped clients and how many shares there are
-    against how many are needed. Whoever claims the work computes and publishes (soma.once: a
+    against how many are needed. Whoever claims the work computes and publishes (soma.round.once: a
     holder proven gone is taken over); everyone else waits for what was published, and past
-    the deadline an AveragerDied (soma.once) names who claimed it and never published.
+    the deadline an AveragerDied (soma.round.once) names who claimed it and never published.
     """
     if Session.read(store, session.prefix) != session:
         raise SecAggError(f"{session.what}: not the session written down at {session.prefix!r}")

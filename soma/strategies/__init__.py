@@ -30,7 +30,7 @@ need. An object that does not subclass it works too (the round asks through
 - `from_mean(previous, mean, state, *, clients) -> (weights, state)`: for a strategy whose
   server side needs only the clients' size-weighted mean (FedAvg, FedProx, the FedOpt
   family), the same step from the mean alone, so that `aggregate` is `from_mean` of
-  `fedavg(updates)`. Hierarchical averaging (soma.tree) computes the mean as a tree of
+  `fedavg(updates)`. Hierarchical averaging (soma.round.tree) computes the mean as a tree of
   partial means and hands it here; a strategy without it (median, Krum, SCAFFOLD) is
   refused under a tree.
 - `uniform = True`: every client weighs the same in the mean, whatever its size (DP's

@@ -77,7 +77,7 @@ class Strategy(abc.ABC):
     #: A capability, None when absent: `from_mean(previous, mean, state, *, clients) ->
     #: (weights, state)`, the server step from the clients' weighted mean alone (FedAvg,
     #: FedProx, the FedOpt family, distributed DP), so that `aggregate` is `from_mean` of
-    #: `fedavg(updates)`. A tree of partial means (soma.tree) and secure aggregation hand
+    #: `fedavg(updates)`. A tree of partial means (soma.round.tree) and secure aggregation hand
     #: the strategy only the mean: a strategy without it is refused under either.
     from_mean: ClassVar[Callable[..., tuple[Export, State | None]] | None] = None
 

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import torch
 
-from soma import codecs
+from soma.store import codecs
 from soma.strategies import StrategyError, Update
 
 Groups = list[list[int]]

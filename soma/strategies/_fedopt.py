@@ -335,7 +335,7 @@ class ServerOptimizer(Strategy):
     def from_mean(
         self, previous: Export | None, mean: Export, state: State | None, *, clients: int
     ) -> tuple[Export, State]:
-        """The server optimizer's step from the clients' weighted mean (see soma.tree)."""
+        """The server optimizer's step from the clients' weighted mean (see soma.round.tree)."""
         if previous is None:
             raise StrategyError(
                 f"{self.name} steps from the weights the round started from, and there are none"

@@ -306,7 +306,7 @@ class DistributedDPFedAvg(DPFedAvg):
 
     The mode that composes with secure aggregation: the averager needs only the clients'
     mean, with every client weighing the same (`uniform`: sizes are not weights here), so it
-    steps `from_mean` (soma.secure_round, soma.tree). Adaptive clipping needs each client's
+    steps `from_mean` (soma.secagg.round, soma.round.tree). Adaptive clipping needs each client's
     indicator beside its weights, so it has no `from_mean`, and is refused there."""
 
     uniform = True  # every client weighs the same, whatever its size (the sensitivity bound)

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from soma import control
 from soma.device import task_device
 from soma.strategies import Objective
+from soma.tasks import teacher as control
 from soma.training import TrainingRun
 
 

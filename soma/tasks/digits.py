@@ -44,8 +44,8 @@ from torch import nn
 from soma import partition as partitions
 from soma.device import task_device
 from soma.nodes import Export, export, load
-from soma.participation import ParticipationError, quorum_size, sample_size
-from soma.participation import sampled as participation_sample
+from soma.run.participation import ParticipationError, quorum_size, sample_size
+from soma.run.participation import sampled as participation_sample
 from soma.strategies import (
     Arrival,
     Objective,
@@ -416,7 +416,7 @@ def take_part(
     """Who trains in round `round_index` (0-based, as the workflow counts): the sampled
     clients that did not fail, sorted; refused when fewer than the quorum are left.
 
-    The sample is `soma.participation.sampled`'s, so the simulation draws exactly the clients
+    The sample is `soma.run.participation.sampled`'s, so the simulation draws exactly the clients
     the distributed run would. A dropout that names a client not sampled this round is
     refused: it would be a bug in the caller's failure model, silently ignored otherwise.
     """
@@ -475,7 +475,7 @@ def simulate(
     takes part.
 
     Partial participation, as the distributed run has it (see `take_part`): round r takes
-    `soma.participation.sampled(seed, r - 1, clients, participation)`, the round's 0-based
+    `soma.run.participation.sampled(seed, r - 1, clients, participation)`, the round's 0-based
     index being the workflow's, so both draw the same clients; `dropouts(r - 1, sampled)`
     names those that fail the round, and the round is refused (ParticipationError naming it
     and the missing) when fewer than `quorum_size(quorum, len(sampled))` remain. Only those
@@ -580,7 +580,7 @@ def _attack_argument(text: str) -> Attack:
 
 def _count_or_fraction(text: str) -> int | float:
     """A count ("5") or a fraction ("0.5"), kept apart by their spelling: 1 is one client,
-    1.0 is all of them. Whether the number fits is soma.participation's to say."""
+    1.0 is all of them. Whether the number fits is soma.run.participation's to say."""
     try:
         return int(text)
     except ValueError:

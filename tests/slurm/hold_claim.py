@@ -3,7 +3,7 @@
     python tests/slurm/hold_claim.py STORE NAME [ROLE]
 
 Run as a Slurm job, it is an averager that claimed a round's averaging and died holding it
-once scancel'ed: its holder record (`soma.holders.me`) carries its host, pid and
+once scancel'ed: its holder record (`soma.round.holders.me`) carries its host, pid and
 $SLURM_JOB_ID, which is what lets others prove it gone. Prints one JSON line: whether it won
 the claim, and its record. Exits 1 at once when somebody else holds the name.
 """
@@ -14,7 +14,7 @@ import json
 import sys
 import time
 
-from soma import holders
+from soma.round import holders
 from soma.store import Store
 
 

@@ -1,8 +1,8 @@
 import functools
 import json
 
-from soma.participation import last_sampled_before, sampled
-from soma.runs import check_recorded, declared
+from soma.run.participation import last_sampled_before, sampled
+from soma.run.identity import check_recorded, declared
 
 # Paths and helpers shared by the rules. Everything of substance lives in `soma.workflow`.
 

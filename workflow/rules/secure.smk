@@ -1,6 +1,6 @@
 # A round under secure aggregation (config `secure_aggregation`): each phase of soma.secagg
 # a job per client, each after the phase before is done for every client of the round (the
-# DAG is the barrier), then the round's average unmasks the sum. See soma/secure_jobs.py.
+# DAG is the barrier), then the round's average unmasks the sum. See soma/secagg/jobs.py.
 
 
 rule keys:

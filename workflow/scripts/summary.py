@@ -1,6 +1,7 @@
 """The per-round table (TSV and HTML) and the metric's plot (rule `summary`)."""
 
-from soma import report, workflow
+from soma import workflow
+from soma.workflow import report
 
 sm = snakemake  # noqa: F821
 with workflow.logged(sm.log[0]):

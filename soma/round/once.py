@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from soma import holders, layout
 from soma.errors import SomaError
+from soma.round import holders, layout
 from soma.store import Store
 
 T = TypeVar("T")
@@ -172,7 +172,7 @@ class Work(Protocol[T]):
         """The work itself, by whoever won the claim; the digest of what it produced."""
 
     # Optionally, `share(inputs, me)`: work any process that finds the inputs ready may do
-    # before claiming (a tree's partial means, spread among them all; see soma.tree). It
+    # before claiming (a tree's partial means, spread among them all; see soma.round.tree). It
     # must be safe to run in many processes at once, and leave `compute` less to do.
 
     def settle(self, published: str) -> str:

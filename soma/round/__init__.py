@@ -12,11 +12,11 @@ digest of exactly what the clients brought:
     <run>/round/<r>/<meeting>/about           the meeting's identity (claimed once)
     <run>/round/<r>/<meeting>/client/<k>      what client k brought: weights, size, extra
                                               (client/<k // 1000>/<k> beyond 1,000 clients)
-    <run>/round/<r>/<meeting>/inputs/<key>/   one averaging of exactly these inputs (soma.once)
+    <run>/round/<r>/<meeting>/inputs/<key>/   one averaging of these inputs (soma.round.once)
     <run>/round/<r>/<meeting>/average         the meeting's average (claimed: the first one)
 
-Both modes use this one layout (spelled and parsed by soma.layout alone, its records typed
-by soma.records). `gather` (the same call on every client, `soma client` under srun)
+Both modes use this one layout (spelled and parsed by soma.round.layout alone, its records typed
+by soma.round.records). `gather` (the same call on every client, `soma client` under srun)
 averages whoever's records are there once all are; the workflow's averaging job averages
 exactly the inputs its client jobs reported (`average_inputs`). A round rerun with different
 weights is a different averaging; one with the same weights finds the
@@ -34,10 +34,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from soma import codecs, holders, layout, once, records, tensorfile, tree
 from soma.arithmetic import Signature, first_difference
 from soma.nodes import Export
-from soma.once import (
+from soma.round import holders, layout, once, records, tree
+from soma.round.once import (
     POLL,
     AveragerDied,
     Backoff,
@@ -47,8 +47,9 @@ from soma.once import (
     current_holder,
     read_record,
 )
-from soma.runs import differences, shown
-from soma.store import Store
+from soma.round.tree import check_fan_in
+from soma.run.identity import differences, shown
+from soma.store import Store, codecs, tensorfile
 from soma.strategies import (
     Arrival,
     Strategy,
@@ -63,7 +64,6 @@ from soma.strategies import (
     takes_mean,
     uniform,
 )
-from soma.tree import check_fan_in
 
 __all__ = [
     "AveragerDied",
@@ -97,7 +97,7 @@ class Meeting:
     task, the task's options, the seed). Two runs under one name that differ in any of them
     meet apart. A bare call with none of them meets by run, round, clients and strategy only.
 
-    `expected` is who takes part in the round (None: every client; see soma.participation),
+    `expected` is who takes part in the round (None: every client; see soma.run.participation),
     and `quorum` how many of them must come for it to be averaged without the rest (None:
     all of them). A client that fails or whose export is refused drops out, saying why.
     """
@@ -112,8 +112,8 @@ class Meeting:
     config: Mapping[str, Any] = field(default_factory=dict)
     expected: tuple[int, ...] | None = None
     quorum: int | None = None
-    tree: int | None = None  # the fan-in of hierarchical averaging (soma.tree); None: flat
-    secure: int | None = None  # secure aggregation's threshold (soma.secure_round); None: off
+    tree: int | None = None  # the fan-in of hierarchical averaging (soma.round.tree); None: flat
+    secure: int | None = None  # secure aggregation's threshold (soma.secagg.round); None: off
 
     def __post_init__(self) -> None:
         run = self.run
@@ -205,7 +205,7 @@ class Meeting:
         return layout.started(self.prefix, k, self.clients)
 
     def averaging(self, key: str) -> str:
-        """The place of the averaging of the inputs whose digest is `key` (soma.once)."""
+        """The place of the averaging of the inputs whose digest is `key` (soma.round.once)."""
         return layout.averaging(self.prefix, key)
 
     @property
@@ -525,7 +525,7 @@ STARTING_POINT = {"start": "start weights", "state": "strategy state"}
 def meeting_differences(
     theirs: Mapping[str, Any], mine: Mapping[str, Any]
 ) -> list[tuple[str, Any, Any]]:
-    """The settings two meetings' `about` records differ in (see `soma.runs.differences`);
+    """The settings two meetings' `about` records differ in (see `soma.run.identity.differences`);
     only when they differ in none, their starting points (the start weights, the strategy's
     state), which the settings of the rounds before decide."""
     found = differences(settings(theirs), settings(mine))
@@ -557,7 +557,7 @@ def labels(store: Store, run: str, found: Iterable[tuple[int, str]]) -> dict[tup
     meetings of its round: the settings it differs in, with its own values ("strategy
     fedadam"); "" for a round's only meeting, or a meeting whose `about` cannot be read."""
     from soma.errors import SomaError
-    from soma.store_errors import StoreError
+    from soma.store.errors import StoreError
 
     by_round: dict[int, list[str]] = {}
     for r, key in found:
@@ -660,7 +660,7 @@ class _Elsewhere:
     def _tell(self, key: str, client: int) -> None:
         """Leave meeting `key` a note that this one found its client there (best effort)."""
         from soma.errors import SomaError
-        from soma.store_errors import StoreError
+        from soma.store.errors import StoreError
 
         note = {"client": client, "at": time.time(), "by": holders.me()}
         try:
@@ -673,7 +673,7 @@ class _Elsewhere:
         """The record `name` names; None when it cannot be read (it is not this meeting's to
         judge: `soma verify` says so)."""
         from soma.errors import SomaError
-        from soma.store_errors import StoreError
+        from soma.store.errors import StoreError
 
         try:
             digest = self.store.resolve(name)
@@ -793,7 +793,7 @@ def _tree_root(
 
 
 class _Averaging:
-    """One round's averaging as `soma.once` asks about it."""
+    """One round's averaging as `soma.round.once` asks about it."""
 
     def __init__(
         self,
@@ -941,7 +941,7 @@ def gather(
     takes part (None: everyone) and `quorum` how many must come for the round to be averaged
     without the rest once `deadline` has passed (None: all of them). `tree` is a fan-in:
     the round's mean is then built as a tree of partial means that every client helps with
-    (soma.tree), for rounds of many clients.
+    (soma.round.tree), for rounds of many clients.
     """
     meeting = Meeting(
         run,
@@ -1031,7 +1031,7 @@ def privacy_spent(
 
 def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -> dict[str, Any]:
     from soma.errors import SomaError
-    from soma.store_errors import StoreError
+    from soma.store.errors import StoreError
 
     prefix = layout.meeting(run, r, key)
     row: dict[str, Any] = {

@@ -35,14 +35,14 @@ from __future__ import annotations
 
 import unicodedata
 
-from soma.store_errors import BadName
+from soma.store.errors import BadName
 
 MAX_SEGMENT_BYTES = 255  # NAME_MAX on every filesystem that matters
 MAX_NAME_BYTES = 1024  # <store>/names/<name> under PATH_MAX (4096) for any store folder...
 MAX_STORE_PATH_BYTES = 3000  # ... up to this long (with room for `/names/` and `/tmp/...`)
 # What soma puts after a run's name, at the longest
 # `/round/<r>/<meeting key>/inputs/<inputs key>/computed/<16 hex>` (keys 64 hex), is 180
-# bytes for r < 10**10 (soma.round, soma.once); 256 leaves room.
+# bytes for r < 10**10 (soma.round, soma.round.once); 256 leaves room.
 RUN_SUFFIX_BYTES = 256
 MAX_RUN_BYTES = MAX_NAME_BYTES - RUN_SUFFIX_BYTES
 

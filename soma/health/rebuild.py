@@ -12,12 +12,12 @@ candidate that does not hash to the lost digest is never kept. What soma can rem
 - an average's record: the identity, the client records (which inputs: the place's key is
   the digest of exactly those), the averager's holder record (`computed/`), the left-out
   clients, and the recomputed weights and state, built by the rounds' own builder
-  (`soma.records.average_record`), so a candidate is the record the round wrote or none;
+  (`soma.round.records.average_record`), so a candidate is the record the round wrote or none;
 - a holder's record of the averager (`claimed`, `computed/`, `takeover/`): the average
   record names it (`averaged_by`).
 
 A client's own record (it says who sent it, and when) and a train job's `started` record
-cannot be remade; the first is replaced by rerunning the client (soma.advice says how).
+cannot be remade; the first is replaced by rerunning the client (soma.health.advice says how).
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
-from soma import codecs, layout, records
 from soma.errors import SomaError
-from soma.reach import Graph
-from soma.store import Store
-from soma.store_errors import StoreError
+from soma.health.reach import Graph
+from soma.round import layout, records
+from soma.store import Store, codecs
+from soma.store.errors import StoreError
 
 _LEFT = ("came after the round was averaged", "never came")
 _MAX_TRIES = 4096  # candidates (records, or who came), at most, per lost record
@@ -84,13 +84,12 @@ def _seed_of(store: Store, record: dict[str, Any]) -> int | None:
 
 
 def _mean_again(store: Store, record: dict[str, Any], previous: Any) -> Any:
-    """The mean a tree (soma.tree) or a secure sum (soma.secure_round) handed the strategy."""
+    """The mean a tree (soma.round.tree) or a secure sum (soma.secagg.round) handed the strategy."""
     if record.get("secure"):
-        from soma.secure_round import mean_of_sum
+        from soma.secagg.round import mean_of_sum
 
         return mean_of_sum(store, record["secure"]["sum"], store.recall_digest(record["start"]))
-    from soma import tree
-    from soma.round import Input
+    from soma.round import Input, tree
     from soma.strategies import load_strategy, uniform
 
     strategy = load_strategy(record["strategy"], record.get("options") or {})

@@ -14,12 +14,12 @@ advice, rebuild) must spell it alike; here is the one spelling:
     <run>/round/<r>/<meeting>/inputs/<key>         one averaging of exactly these inputs (a place)
     <run>/round/<r>/<meeting>/average              the meeting's average (claimed: the first one)
     <run>/round/<r>/<meeting>/secagg/...           a secure round's session (soma.secagg)
-    <place>/claimed, takeover/<g>, computed/<who>, published    once-only work (soma.once)
-    <place>/tree/<level>/<index>                   a node of hierarchical averaging (soma.tree)
+    <place>/claimed, takeover/<g>, computed/<who>, published    once-only work (soma.round.once)
+    <place>/tree/<level>/<index>                   a node of a tree of means (soma.round.tree)
 
 Above FAN_OUT clients a meeting files client records and started markers by thousands
 (`client/<k // 1000>/<k>`), so that no folder holds more than a thousand names. A run's
-name never has a `round` segment (soma.names.check_run_name), so the first `round/<r>/`
+name never has a `round` segment (soma.store.names.check_run_name), so the first `round/<r>/`
 in a name ends the run's name. Names here must never change: stores written before keep
 being read by them.
 """
@@ -138,7 +138,7 @@ def averaging(meeting: str, key: str) -> str:
 
 
 def secagg(meeting: str) -> str:
-    """A secure round's session prefix (soma.secure_round, soma.secagg)."""
+    """A secure round's session prefix (soma.secagg.round, soma.secagg)."""
     return f"{meeting}/secagg"
 
 
@@ -147,7 +147,7 @@ def session(prefix: str, *parts: object) -> str:
     return "/".join([prefix, *(str(p) for p in parts)])
 
 
-# --- a place's names (soma.once, soma.tree) ---------------------------------------------------
+# --- a place's names (soma.round.once, soma.round.tree) -------------------------------------------
 
 
 def claimed(place: str) -> str:

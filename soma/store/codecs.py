@@ -58,8 +58,8 @@ from typing import Any
 
 import torch
 
-from soma import tensorfile
-from soma.store_errors import BadBlob, NoCodec, NotText
+from soma.store import tensorfile
+from soma.store.errors import BadBlob, NoCodec, NotText
 
 RECORD_VERSION = 1
 TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)

@@ -32,7 +32,7 @@ one stat and no write (and, at most once a minute, a utime: see "Health").
 
 Names — `bind(name, digest)` points a name at a blob, replacing; `resolve(name)` is its
 digest or None; `bound(prefix)` lists names, sorted; `claim(name, digest)` takes the name
-only if nobody has it. Names are relative text paths (see `soma.names` for the rules); a
+only if nobody has it. Names are relative text paths (see `soma.store.names` for the rules); a
 name is a file, so it cannot also be the folder of other names: with `a/b` bound, `a/b/c`
 is refused (`NameConflict`), and the other way round. `bind` and `claim` refuse a digest
 the store does not have.
@@ -44,7 +44,7 @@ LINK can report failure for a link that happened, any error from link is answere
 stat-ing the temporary: a link count of 2 means the claim was ours. The temporary is
 removed, win or lose.
 
-Values — `keep(name, value) -> digest` and `recall(name)`, through `soma.codecs`: tensors
+Values — `keep(name, value) -> digest` and `recall(name)`, through `soma.store.codecs`: tensors
 as safetensors (a tensor-shaped dict, such as one node of an export, is its own blob, so an
 unchanged node is written once, ever), structure as canonical JSON; never pickle, so
 reading never runs code. `put_value`/`recall_digest` do the same by digest without a name, and
@@ -137,11 +137,11 @@ from typing import BinaryIO
 
 import torch
 
-from soma import codecs, tensorfile
-from soma.codecs import register_codec, unregister_codec
-from soma.files import create_new, fsync_folder, write_all
-from soma.names import MAX_STORE_PATH_BYTES, check_name, split_prefix
-from soma.store_errors import (
+from soma.store import codecs, tensorfile
+from soma.store.codecs import register_codec, unregister_codec
+from soma.store.files import create_new, fsync_folder, write_all
+from soma.store.names import MAX_STORE_PATH_BYTES, check_name, split_prefix
+from soma.store.errors import (
     BadBlob,
     BadDigest,
     BadName,
@@ -573,7 +573,7 @@ class Store:
     # --- values ----------------------------------------------------------------------
 
     def keep(self, name: str, value: object) -> str:
-        """Keep `value` (see soma.codecs) and bind `name` to it; the record's digest."""
+        """Keep `value` (see soma.store.codecs) and bind `name` to it; the record's digest."""
         check_name(name)
         digest = self.put_value(value)
         self.bind(name, digest)

@@ -6,7 +6,7 @@ exports in the clear:
 
     <meeting>/secagg/...        keys, encrypted shares, masked inputs, revealed shares, sum
     <meeting>/client/<k>        that client k took part ("secure": the session), no weights
-    <meeting>/inputs/<key>/     the averaging of the published sum, once (soma.once)
+    <meeting>/inputs/<key>/     the averaging of the published sum, once (soma.round.once)
     <meeting>/average           the meeting's average: the strategy's step from the mean
 
 A process hosts one client or several (`soma client --mine 0-4`); its clients go through
@@ -28,10 +28,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from soma import holders, layout, once, records
 from soma.nodes import Export
-from soma.once import POLL, Backoff, Place
-from soma.round import Meeting, RoundError, tree_refusal
+from soma.round import Meeting, RoundError, holders, layout, once, records, tree_refusal
+from soma.round.once import POLL, Backoff, Place
 from soma.store import Store
 from soma.strategies import Arrival, Strategy, at_round, check_arrivals, takes_mean, uniform
 
@@ -113,7 +112,7 @@ def take_part(
 
 
 class _SecureAveraging:
-    """The averaging of a published secure sum, as `soma.once` asks about it."""
+    """The averaging of a published secure sum, as `soma.round.once` asks about it."""
 
     def __init__(self, store: Store, meeting: Meeting, strategy: Strategy, unmask: bool) -> None:
         self.store, self.meeting, self.strategy = store, meeting, strategy

@@ -22,25 +22,27 @@ from typing import Any
 
 import torch
 
-from soma import holders, layout, runs
-from soma.configs import ConfigRefused
-from soma.files import write_atomic
 from soma.nodes import export, load
-from soma.records import AverageRecord, read_average
 from soma.round import (
     Input,
     Meeting,
     average_inputs,
     dropout_reason,
     evaluation_name,
+    holders,
+    layout,
     privacy_spent,
     read_record,
 )
+from soma.round.records import AverageRecord, read_average
+from soma.run import identity as runs
 from soma.run import step
+from soma.run.configs import ConfigRefused
+from soma.run.identity import training_seed
 from soma.run.spec import RunSpec
 from soma.run.step import Hosted
-from soma.runs import training_seed
 from soma.store import Store
+from soma.store.files import write_atomic
 from soma.strategies import (
     Strategy,
     load_strategy,
@@ -59,7 +61,7 @@ def progress(message: str, *args: Any) -> None:
 def write_receipt(
     path: str | os.PathLike, receipt: Mapping[str, Any], *, mode: int | None = None
 ) -> None:
-    """Deterministic JSON, atomically (`soma.files.write_atomic`): a receipt is a file as the
+    """Deterministic JSON, atomically (`soma.store.files.write_atomic`): a receipt is a file as the
     umask says; a secret passes `mode=0o600`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -114,7 +116,7 @@ def json_numbers(metrics: Mapping[str, Any]) -> dict[str, Any]:
 
 def start(config: Mapping[str, Any], receipt: str, run_record: str | None = None) -> None:
     """The run's starting weights, from the seed, kept in the store, and their evaluation;
-    and `run_record`, what the run is (`soma.runs.record`), where its receipts live.
+    and `run_record`, what the run is (`soma.run.identity.record`), where its receipts live.
 
     The first job of a run, so everything the Snakefile could not check without torch is
     checked here, before any client trains: the task imports and takes its options, the

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from soma.configs import ConfigRefused
+from soma.run.configs import ConfigRefused
 
 RECORD = "run.json"  # in results/<run>/, beside the receipts
 

@@ -19,11 +19,11 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from soma import secure_round
-from soma.records import RecordError, SecureRecord, read_average
 from soma.round import Meeting, dropout_reason
+from soma.round.records import RecordError, SecureRecord, read_average
 from soma.run import step
 from soma.run.step import Hosted
+from soma.secagg import round as secure_round
 from soma.store import Store
 from soma.workflow import (
     LOG,

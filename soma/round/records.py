@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Union
 
-from soma.once import RoundError
+from soma.round.once import RoundError
 from soma.store import Store
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ class ClientRecord:
     size: float | None
     extra: str | None = None
     own: str | None = None
-    by: Any = None  # who wrote it (soma.holders.me())
+    by: Any = None  # who wrote it (soma.round.holders.me())
 
     def value(self) -> dict[str, Any]:
         return {

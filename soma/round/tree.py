@@ -3,7 +3,7 @@
 The inputs of a round (its clients' weights and sizes, in client order) are the leaves;
 every `fan_in` consecutive leaves are one node of level 1, every `fan_in` consecutive nodes
 of level 1 one node of level 2, and so on up to a single root. Each node publishes, exactly
-once (by claim: `soma.once`), the size-weighted mean of its children and their total weight:
+once (by claim: `soma.round.once`), the size-weighted mean of its children and their total weight:
 
     <place>/tree/<level>/<index>/{claimed, takeover/<g>, computed/<who>, published}
     published -> {"mean": <digest of an export>, "weight": <sum of the children's weights>}
@@ -38,9 +38,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from soma import layout, once
 from soma.errors import SomaError
-from soma.once import POLL, Backoff, Place, read_record
+from soma.round import layout, once
+from soma.round.once import POLL, Backoff, Place, read_record
 from soma.store import Store
 
 # The smallest fan-in: a node of one child would only copy it.
@@ -129,7 +129,7 @@ def _offset(who: str, width: int) -> int:
 
 
 class _NodeWork:
-    """One node of the tree as `soma.once` asks about it: ready when its children are."""
+    """One node of the tree as `soma.round.once` asks about it: ready when its children are."""
 
     def __init__(
         self, store: Store, prefix: str, level: int, index: int, parts: Callable[[], list | None]
@@ -176,7 +176,7 @@ def reduce(
     Every process of the round may call this with the same leaves: each node is computed
     exactly once, by whoever claims it, and every caller returns the same root.
     """
-    from soma import holders
+    from soma.round import holders
 
     plan = widths(len(leaves), check_fan_in(fan_in))
     me = me or holders.me(role="tree", what=prefix)

@@ -6,8 +6,8 @@
 
 Pure functions over a `Store`; `soma verify|repair|gc` (soma.cli) print their reports.
 
-What reaches what, and which references a reader needs, is soma.reach; what fixes a
-damaged blob, soma.advice.
+What reaches what, and which references a reader needs, is soma.health.reach; what fixes a
+damaged blob, soma.health.advice.
 
 verify hashes every blob (or, with `run`, every blob the run's names reach) against its
 name, streamed on up to 4 threads at disk speed with `progress(done, total)` in bytes;
@@ -15,7 +15,7 @@ checks that every name holds a digest of a blob present and every reference a re
 follows is present; and says, for each problem, the path and what fixes it. A blob found
 corrupt is marked (see soma.store, "Health"), so that a put of its bytes replaces it.
 
-repair remakes what the store can remake (soma.rebuild), each thing kept only when it
+repair remakes what the store can remake (soma.health.rebuild), each thing kept only when it
 hashes to the digest that was lost: an average's `weights` and `state` (and the tensor
 blobs under them), recomputed from the inputs its record names with the record's
 strategy, options, start and state, exactly as the round did (`recompute_average`); and a
@@ -51,7 +51,7 @@ every name of the runs not kept. Decisions, and the guarantee they give:
 - What gc cannot know, it keeps: when a name file holds no digest, or a record reached
   from a name is corrupt, what they reach is unknown, so gc removes no blob at all (only
   temporaries) and says which; `soma repair` first. (A reachable record larger than
-  `soma.reach.RECORD_LIMIT` whose first bytes were damaged would pass for raw bytes.)
+  `soma.health.reach.RECORD_LIMIT` whose first bytes were damaged would pass for raw bytes.)
 - Temporaries (`tmp/<host>.<pid>.<tid>.<random>.<what>`): removed when untouched for
   `min_age`, or when their writer is provably gone (this host, its pid not running) and
   untouched for `DEAD_WRITER_AGE` (a live writer touches its temporary at every write).
@@ -82,14 +82,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from soma import holders, layout
-from soma.advice import Advisor, average_text
 from soma.errors import SomaError
-from soma.layout import run_of
-from soma.reach import Graph, files, is_digest, list_blobs, resolve_names, walk
-from soma.rebuild import rebuild_record, recompute_average
+from soma.health.advice import Advisor, average_text
+from soma.health.reach import Graph, files, is_digest, list_blobs, resolve_names, walk
+from soma.health.rebuild import rebuild_record, recompute_average
+from soma.round import holders, layout
+from soma.round.layout import run_of
 from soma.store import Store, _cpus, hash_stream, mark_corrupt
-from soma.store_errors import StoreError, UnknownDigest
+from soma.store.errors import StoreError, UnknownDigest
 
 __all__ = [
     "GRACE",
@@ -415,7 +415,7 @@ def repair(
     dry_run: bool = False,
     progress: Callable[[int, int], None] | None = None,
 ) -> RepairReport:
-    """Verify, then remake what the store can remake (soma.rebuild: an average's weights
+    """Verify, then remake what the store can remake (soma.health.rebuild: an average's weights
     and state from its inputs, in round order since a round starts from the one before;
     a lost record from what other records say, kept only when it hashes right), verify
     again, and remove corrupt blobs nothing needs; what is left is said with the job whose

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from soma.store_errors import BadBlob
+from soma.store.errors import BadBlob
 
 # safetensors dtype name -> torch dtype (every one torch and safetensors both have)
 _NAMED: dict[str, torch.dtype] = {

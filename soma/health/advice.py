@@ -17,9 +17,9 @@ import shlex
 from collections.abc import Iterator
 from typing import Any
 
-from soma import layout
-from soma.layout import run_of
-from soma.reach import Graph
+from soma.health.reach import Graph
+from soma.round import layout
+from soma.round.layout import run_of
 from soma.store import Store
 
 
@@ -161,7 +161,7 @@ class Advisor:
 
     def _started(self, run: str, r: int, meeting: str | None, k: int) -> bool:
         """Whether a workflow train job of client k started in the meeting: its marker is
-        fanned out as the meeting's client records are (soma.layout), by its client count."""
+        fanned out as the meeting's client records are (soma.round.layout), by its client count."""
         if meeting is None:
             return False
         prefix = layout.meeting(run, r, meeting)

@@ -30,9 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from soma import codecs
-from soma.store import Store, mark_corrupt
-from soma.store_errors import BadBlob, CorruptName, UnknownDigest
+from soma.store import Store, codecs, mark_corrupt
+from soma.store.errors import BadBlob, CorruptName, UnknownDigest
 
 # A blob reached as a possible record is read whole and hashed while walking when it is at
 # most this big, or when it starts like a record.
