@@ -84,7 +84,7 @@ def _fedavg_averages_the_integers() -> None:
     _replace(soma.aggregate, "_averageable", lambda dtype: True)
 
 
-# --- store (soma/store.py) ---------------------------------------------------
+# --- store (soma/store/__init__.py) ---------------------------------------------------
 
 
 @mutant(
@@ -117,7 +117,7 @@ def _claim_as_resolve_then_bind() -> None:
     _replace(soma.store.Store, "claim", claim)
 
 
-# --- the round barrier (soma/round.py) ----------------------------------------------------
+# --- the round barrier (soma/round/__init__.py) ---------------------------------------------------
 
 _ROUND_CATCHERS = ["tests/test_round.py", "-k", "not processes and not never_starts and not status"]
 
@@ -169,7 +169,7 @@ def _gather_does_not_weigh() -> None:
     _replace(soma.round, "_updates", unweighed)
 
 
-# --- participation (soma/run/participation.py, the quorum in soma/round.py) ----------------------
+# --- participation (soma/run/participation.py, the quorum in soma/round/__init__.py) --------------
 
 
 @mutant(
@@ -371,7 +371,7 @@ def _secure_round_keeps_the_export_in_the_clear() -> None:
 
 # --- strategies and secure aggregation: each family registers its own mutants -----------
 
-# --- a store's health (soma/health.py, and the store's part of it) -----------------------
+# --- a store's health (soma/health/__init__.py, and the store's part of it) -----------------------
 
 
 @mutant(
@@ -500,7 +500,7 @@ def _verify_skips_hashing() -> None:
     )
 
 
-# --- meetings of one round that differ (soma/round.py) ---------------------------------------
+# --- meetings of one round that differ (soma/round/__init__.py) -----------------------------------
 
 
 @mutant(

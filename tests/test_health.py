@@ -1,4 +1,4 @@
-"""A store's health (soma/health.py, and the store's part of it in soma/store.py).
+"""A store's health (soma/health/__init__.py, and the store's part of it in soma/store/__init__.py).
 
 verify finds exactly the damage done (a flipped bit, a truncation, a lost blob, a name file
 that holds no digest, a stray file) and says where; repair rebuilds an average bit for bit

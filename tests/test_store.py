@@ -1,4 +1,4 @@
-"""The store, opened by hand, and claiming: real files, real processes (soma/store.py).
+"""The store, opened by hand, and claiming: real files, real processes (soma/store/__init__.py).
 
 bytes by what they are, names that point at them, and both directions of each; a value
 with tensors in it goes in and comes out alive, and a bare tensor is kept; something
