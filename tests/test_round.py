@@ -148,7 +148,7 @@ def test_a_holder_that_is_provably_gone_is_taken_over_and_the_average_published_
         [
             sys.executable,
             "-c",
-            "import json; from soma import holders; print(json.dumps(holders.me()))",
+            "import json; from soma.round import holders; print(json.dumps(holders.me()))",
         ],
         capture_output=True,
         text=True,

@@ -33,7 +33,7 @@ def test_the_same_steps_as_torch_optim_sgd(momentum: float, weight_decay: float)
 def test_a_training_run_does_not_import_dynamo() -> None:
     """The 2-second import that every (round, client) process would otherwise pay."""
     code = (
-        "import sys; from soma import control; run = control.student(); "
+        "import sys; from soma.tasks import teacher as control; run = control.student(); "
         "run.fit(control.corner(0, 32, seed=0, teacher_net=control.teacher())); "
         "print('torch._dynamo' in sys.modules)"
     )

@@ -327,7 +327,7 @@ def test_the_workflow_under_slurm_gives_the_receipts_of_a_local_run(workflow_run
         assert read_record(store, published)["weights"] == weights
         assert len(averagings(store, f"{RUN}/round/{r}/")) == 1
     assert receipts(under_slurm) == receipts(local)
-    assert len(receipts(under_slurm)) == 10  # start, 4 clients, 2 averages, 2 evaluations, tsv
+    assert len(receipts(under_slurm)) == 11  # run, start, 4 clients, 2 averages, 2 evaluations, tsv
 
     # Every job went through Slurm: sacct has each one, named with this run's id, completed.
     run_id = re.search(r"SLURM run ID: (\S+)", by_slurm.output)
@@ -385,7 +385,7 @@ def test_a_round_per_submission_gives_the_receipts_of_a_local_run(cluster, tmp_p
         rounds = ["group_round0_evaluate_round_start", "group_round1_evaluate_round"]
     assert folders == [*rounds, "rule_model", "rule_summary"], by_slurm.tail()
     assert receipts(under_slurm) == receipts(local)
-    assert len(receipts(local)) == 6 + (10 if per_job == 1 else 2)  # start, 2+2, tsv
+    assert len(receipts(local)) == 7 + (10 if per_job == 1 else 2)  # run, start, 2+2, tsv
 
 
 # --- 2. rerunning one round under Slurm -------------------------------------------------------
