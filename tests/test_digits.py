@@ -191,6 +191,22 @@ def test_a_few_rounds_of_fedavg_beat_training_alone_by_far():
     assert task.evaluate(nodes) == {k: first[k] for k in ("accuracy", "loss")}
 
 
+def test_the_baselines_are_the_workflows_alone_and_centralized_jobs(tmp_path):
+    from soma.store import Store
+    from soma.workflow import _baseline
+
+    task = digits.make(**SMALL)
+    config = {"store": str(tmp_path), "rounds": 2, "seed": 3}
+    start = Store(tmp_path).put_value(export(task.nodes(3)))
+    for client, data, ours in [
+        (4, task.shard(4, 10), digits.alone(task, 4, 10, 2, seed=3)),
+        (0, task.everything(), digits.centralized(task, 2, seed=3)),
+    ]:
+        theirs = _baseline(config, task, data, start, client, "baseline")
+        assert theirs[-1]["metrics"]["accuracy"] == ours
+    assert digits.alone(task, 4, 10, 2, seed=3) != digits.alone(task, 4, 10, 2, seed=4)
+
+
 def soma_simulate(*args: str) -> str:
     """The digest of the last average of `soma simulate` (its own process) with `args`."""
     done = subprocess.run(

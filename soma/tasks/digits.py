@@ -39,7 +39,7 @@ from torch import nn
 
 from soma import partition as partitions
 from soma.device import task_device
-from soma.run.identity import training_seed
+from soma.run.alone import trained_alone
 from soma.strategies import Objective
 from soma.tasks import TaskError
 from soma.training import TrainingRun
@@ -329,15 +329,14 @@ def make(**options) -> DigitsTask:
     return DigitsTask(**options)
 
 
-# -- the two baselines: not federated, each trained as the workflow's `alone` and
-# `centralized` jobs train (soma.workflow): a round's local training per round of the run,
-# round r's seeded as client k's training of round r (soma.run.identity.training_seed).
+# -- the two baselines: not federated, trained as the workflow's `alone` and `centralized`
+# jobs train them (soma.run.alone): from the run's start, a round's local training per round.
 
 
 def _trained_alone(task: DigitsTask, data: Data, rounds: int, *, seed: int, client: int) -> dict:
     nodes = task.nodes(seed)
-    for r in range(rounds):
-        task.train(nodes, data, seed=training_seed(seed, r, client))
+    for _ in trained_alone(task, nodes, data, rounds=rounds, seed=seed, client=client):
+        pass
     return task.evaluate(nodes)
 
 
