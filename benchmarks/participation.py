@@ -3,16 +3,17 @@
     python benchmarks/participation.py                 # 50 rounds, the three runs
     python benchmarks/participation.py --rounds 20 --json results.json
 
-The federation is `soma.tasks.digits.simulate` with the task's defaults (10 clients holding
-two digits each, softmax, lr 0.1, momentum 0.9, 2 epochs, batch 16) and FedAvg, in three
-runs that differ only in who takes part:
+The federation is `soma.simulate` (benchmarks/federation.py: the bits of `soma client`) with
+the task's defaults (10 clients holding two digits each, softmax, lr 0.1, momentum 0.9, 2
+epochs, batch 16) and FedAvg, in three runs that differ only in who takes part:
 
 - full:          every client, every round (the workflow's default);
 - 50%:           `participation=0.5`: 5 of the 10 clients per round, drawn by
                  `soma.run.participation.sampled(seed, round_index, 10, 0.5)`, the very draw the
                  distributed run makes, so this is what a Slurm run with that setting learns;
 - drop one, q0.8: everyone sampled, but one client is killed every round (the one at
-                 `round_index % 10`, `digits.drop_one_per_round`), the round averaging the
+                 `round_index % 10`, `federation.drop_one_per_round`: its training raises
+                 and the client step drops it), the round averaging the
                  9 that came, which a quorum of 0.8 (8 of 10) allows.
 
 Nothing is tuned, least of all on the test accuracy printed. The table gives test accuracy
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import time
@@ -42,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
+from benchmarks import federation  # noqa: E402
 from soma.tasks import digits  # noqa: E402
 
 CLIENTS = 10
@@ -50,7 +53,7 @@ CHECKPOINTS = (1, 5, 10, 20, 50)
 RUNS: dict[str, dict[str, Any]] = {
     "full": {},
     "50%": {"participation": 0.5},
-    "drop one, q0.8": {"dropouts": digits.drop_one_per_round, "quorum": 0.8},
+    "drop one, q0.8": {"dropouts": federation.drop_one_per_round, "quorum": 0.8},
 }
 
 
@@ -69,7 +72,7 @@ def run(
     """One federation, timed; every round evaluated (for the first round reaching `target`),
     the final weights dropped."""
     tic = time.perf_counter()
-    result = digits.simulate(
+    result = federation.simulate(
         task,
         CLIENTS,
         rounds,
@@ -120,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--rounds must be at least 1")
 
     torch.set_num_threads(1)
+    logging.getLogger("soma.client").setLevel(logging.ERROR)  # the drops are the point
     start = time.perf_counter()
     task = digits.make()
     print(

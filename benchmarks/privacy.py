@@ -4,11 +4,12 @@
     python benchmarks/privacy.py --clients 100 --epsilons 8 --seeds 1 --no-adaptive
     python benchmarks/privacy.py --json results.json
 
-The federation is `soma.tasks.digits.simulate` with the task's defaults (softmax, two digits
-per client: with 100 clients, about 13 training images each), every client in every round
-(sampling rate 1: with the noise fixed per round, fewer clients per round buy amplification
-by sampling and lose the same in the mean's noise, z C / m), each round through the strategy
-seam as the distributed round goes through it. Rows, per number of clients:
+The federation is `soma.simulate` (benchmarks/federation.py: the bits of `soma client`) with
+the task's defaults (softmax, two digits per client: with 100 clients, about 13 training
+images each), every client in every round (sampling rate 1: with the noise fixed per round,
+fewer clients per round buy amplification by sampling and lose the same in the mean's noise,
+z C / m), each round through the strategy seam as the distributed round goes through it.
+Rows, per number of clients:
 
 - fedavg: no privacy (the size-weighted mean), with the task's two baselines below it:
   each client alone on its shard, and all the data in one place, each for rounds x epochs
@@ -46,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
+from benchmarks import federation  # noqa: E402
 from soma import privacy  # noqa: E402
 from soma.tasks import digits  # noqa: E402
 
@@ -67,7 +69,7 @@ def federate(
     *,
     baselines: bool = False,
 ) -> dict[str, Any]:
-    return digits.simulate(
+    return federation.simulate(
         task,
         clients,
         rounds,

@@ -13,7 +13,7 @@ strategy seam as the distributed round does (train_locally, check_arrivals, at_r
 aggregate), every client every round. An attacker is a client whose export is replaced
 before the strategy sees it; clients 0 (and 1, with two attackers) attack from round 1:
 
-- sign_flip x10: its trained weights times -10 (soma.tasks.digits.attacked);
+- sign_flip x10: its trained weights times -10 (benchmarks.faulty.attacked);
 - scale x100: its trained weights times 100 (idem);
 - constant: a fixed vector, 10 N(0, 1) in every float drawn once from the run's seed, the
   same every round (it does not train);
@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
+from benchmarks.faulty import attacked  # noqa: E402
 from soma.nodes import Export, export, load  # noqa: E402
 from soma.run.identity import training_seed  # noqa: E402
 from soma.strategies import (  # noqa: E402
@@ -86,9 +87,9 @@ def replaced(
     """The exports the strategy sees: the attackers' (the first `attackers`) replaced."""
     honest = trained[attackers:]
     if kind == "sign_flip":
-        bad = [digits.attacked(w, ("sign_flip", 10.0)) for w in trained[:attackers]]
+        bad = [attacked(w, ("sign_flip", 10.0)) for w in trained[:attackers]]
     elif kind == "scale":
-        bad = [digits.attacked(w, ("scale", 100.0)) for w in trained[:attackers]]
+        bad = [attacked(w, ("scale", 100.0)) for w in trained[:attackers]]
     elif kind == "constant":
         bad = [constant] * attackers
     elif kind == "alie":

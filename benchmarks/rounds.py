@@ -10,7 +10,7 @@ soma's rounds meet in a shared folder: every client is a process (or a job) that
 torch, trains, writes its export to the store and polls for the average. This measures what
 that costs beyond the arithmetic, against "the floor": one Python process that trains all
 the clients each round and averages them with `soma.fedavg`, nothing written, nothing
-polled (`soma.tasks.digits.simulate`, as benchmarks/strategies.py runs it). Everything is
+polled (a plain loop in `floor_child`, no store: the baseline of every other row). Everything is
 measured in the same run, on the digits task with its defaults (10 clients holding two
 digits each, 2 local epochs), every child with one torch thread (SOMA_THREADS=1,
 OMP_NUM_THREADS=1):
@@ -244,14 +244,27 @@ def floor_child(rounds: int) -> None:
     import torch
 
     torch.set_num_threads(1)
+    from soma import fedavg
+    from soma.nodes import export, load
+    from soma.run.identity import training_seed
     from soma.tasks import digits
 
     task = digits.make()
     tic = time.perf_counter()
-    result = digits.simulate(task, CLIENTS, rounds, every=rounds, baselines=False)
+    shards = [task.shard(k, CLIENTS) for k in range(CLIENTS)]
+    nodes = task.nodes(0)
+    weights = export(nodes)
+    for r in range(rounds):
+        exports = []
+        for k, data in enumerate(shards):
+            load(nodes, weights)
+            task.train(nodes, data, seed=training_seed(0, r, k))
+            exports.append(export(nodes))
+        weights = fedavg(exports, [task.size(data) for data in shards])
+    load(nodes, weights)
+    accuracy = task.evaluate(nodes)["accuracy"]
     loop = time.perf_counter() - tic
-    accuracy = result["federated"][-1]["accuracy"]
-    print(json.dumps({"loop": loop, "accuracy": accuracy, "model": model_bytes(result["weights"])}))
+    print(json.dumps({"loop": loop, "accuracy": accuracy, "model": model_bytes(weights)}))
 
 
 def scale_floor_child(clients: int) -> None:

@@ -4,11 +4,12 @@
     python benchmarks/strategies.py --rounds 20 --strategies fedavg,scaffold --settings defaults
     python benchmarks/strategies.py --no-robustness --json results.json
 
-The federation is `soma.tasks.digits.simulate`: 10 clients holding two digits each (the
-task's `labels_per_client` partition), every client in every round, each round through the
-strategy seam exactly as the distributed round goes through it. Every strategy runs with
-its module's defaults (printed below the header): nothing here is tuned, and above all
-nothing is tuned on the test accuracy this prints. Two settings of the local training:
+The federation is `soma.simulate` (benchmarks/federation.py: the bits of `soma client`): 10
+clients holding two digits each (the task's `labels_per_client` partition), every client in
+every round, each round through the strategy seam exactly as the distributed round goes
+through it. Every strategy runs with its module's defaults (printed below the header):
+nothing here is tuned, and above all nothing is tuned on the test accuracy this prints. Two
+settings of the local training:
 
 - defaults:  the task's defaults (softmax, scale standard, lr 0.1, momentum 0.9, epochs 2,
              batch 16), tuned for FedAvg in the workflow's 10-round run;
@@ -23,7 +24,7 @@ the same start, for rounds x epochs epochs: as many example-gradients as the fed
 and a line naming the strategy that reached the target in the fewest rounds, with its
 rounds against FedAvg's measured in the same run.
 
-Then robustness: client 0 sends garbage from round 1 on (`digits.attacked`: its weights
+Then robustness: client 0 sends garbage from round 1 on (`benchmarks.faulty.attacked`: its weights
 times -10, `sign_flip:10`, or times 100, `scale:100`) to FedAvg and the robust strategies
 (median, trimmed_mean, krum), and the table gives test accuracy at rounds 10 and 20 beside
 the same strategy without the attack (the clean run is the table's own, reused: a run's
@@ -51,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
+from benchmarks import federation  # noqa: E402
 from soma.strategies import BUILTIN, module_of  # noqa: E402
 from soma.tasks import digits  # noqa: E402
 
@@ -72,7 +74,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
 }
 CHECKPOINTS = (1, 5, 10, 20, 50)
 ROBUST = ("fedavg", "median", "trimmed_mean", "krum")
-ATTACKS: tuple[digits.Attack, ...] = (("sign_flip", 10.0), ("scale", 100.0))
+ATTACKS: tuple[federation.Attack, ...] = (("sign_flip", 10.0), ("scale", 100.0))
 ROBUST_CHECKPOINTS = (10, 20)
 CLIENTS = 10
 
@@ -105,11 +107,11 @@ def run(
     rounds: int,
     *,
     seed: int,
-    attack: digits.Attack | None = None,
+    attack: federation.Attack | None = None,
 ) -> dict[str, Any]:
     """One federation, timed; every round evaluated, the final weights dropped."""
     tic = time.perf_counter()
-    result = digits.simulate(
+    result = federation.simulate(
         task, CLIENTS, rounds, seed=seed, every=1, baselines=False, strategy=strategy, attack=attack
     )
     seconds = time.perf_counter() - tic
@@ -118,8 +120,7 @@ def run(
         "attack": attack,
         "history": result["federated"],
         "seconds": seconds,
-        "train_call_seconds": result["train_call_seconds"],
-        "aggregate_seconds": result["aggregate_seconds"],
+        "round_seconds": result["round_seconds"],
     }
 
 

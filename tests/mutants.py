@@ -628,6 +628,26 @@ def _options_read_an_exponent_as_text() -> None:
 
 
 @mutant(
+    "identity_digests_raw_option_text",
+    caught_by=["tests/test_run_layer.py", "-k", "typed_two_ways"],
+)
+def _identity_digests_raw_option_text() -> None:
+    """A run's declared options as typed: `lr: 1e-1` and `lr: 0.1` become two runs."""
+    import soma.run.identity
+
+    real = soma.run.identity.declared
+
+    def declared(config):
+        what = real(config)
+        task, strategy = config["task"], config.get("strategy", "fedavg")
+        what["task_options"] = (config.get("task_options") or {}).get(task) or {}
+        what["strategy_options"] = (config.get("strategy_options") or {}).get(strategy) or {}
+        return what
+
+    _replace(soma.run.identity, "declared", declared)
+
+
+@mutant(
     "spec_checks_no_tree",
     caught_by=["tests/test_run_layer.py", "-k", "tree_with_a_strategy"],
 )

@@ -459,20 +459,17 @@ def test_train_locally_sends_what_the_objective_releases() -> None:
 
 
 def test_the_digits_federation_runs_in_both_modes_and_accounts_the_same() -> None:
-    from soma.tasks import digits
-
-    task = digits.make(epochs=1)
     options = {"clip": 1.0, "noise_multiplier": 0.5, "seed": 0, "clients_per_round": 10}
     for mode in ("central", "distributed"):
-        result = digits.simulate(
-            task,
-            10,
-            2,
-            baselines=False,
+        result = soma.simulate(
+            "soma.tasks.digits",
+            clients=10,
+            rounds=2,
+            task_options={"epochs": 1},
             strategy="dp_fedavg",
             strategy_options={**options, "mode": mode},
         )
-        assert all(0 <= row["accuracy"] <= 1 for row in result["federated"]), mode
+        assert 0 <= result.evaluation["accuracy"] <= 1, mode
 
 
 # --- options ---------------------------------------------------------------------------------

@@ -170,3 +170,23 @@ def test_help_shows_every_default() -> None:
             assert "default" in shown, f"soma {name} --help: {action.option_strings} {shown!r}"
     client = commands["client"].format_help()
     assert "(default: 3600.0)" in " ".join(client.split()), client
+
+
+def test_the_same_options_typed_two_ways_are_one_run() -> None:
+    from soma.run.identity import declared, digest
+
+    def config(lr, halve):
+        return {
+            "task": "typed_task",
+            "seed": 0,
+            "clients": 2,
+            "task_options": {"typed_task": {"lr": lr, "halve": halve}},
+            "strategy": "fedavgm",
+            "strategy_options": {"fedavgm": {"momentum": "9e-1"}},
+        }
+
+    text, values = declared(config("1e-1", "yes")), declared(config(0.1, True))
+    assert text == values and digest(text) == digest(values)
+    assert text["task_options"] == {"lr": 0.1, "halve": True}
+    assert text["strategy_options"] == {"momentum": 0.9}
+    assert digest(declared(config(0.2, True))) != digest(values)

@@ -44,16 +44,19 @@ def declared(config: Mapping[str, Any]) -> dict[str, Any]:
 
     `task_options` and `strategy_options` are only the chosen task's and strategy's. Not
     here: `rounds` (more rounds extend a run), `clients_per_job` (the same bits, batched),
-    `baselines`, `metric`, `threads` (what is reported beside it, and how fast).
+    `baselines`, `metric`, `threads` (what is reported beside it, and how fast). Options
+    are read by the one parser (soma.run.options), so `lr: 1e-1` and `lr: 0.1` are one run.
     """
+    from soma.run.options import typed
+
     task, strategy = config["task"], config.get("strategy", "fedavg")
     return {
         "task": task,
-        "task_options": (config.get("task_options") or {}).get(task) or {},
+        "task_options": typed((config.get("task_options") or {}).get(task)),
         "seed": config["seed"],
         "clients": config["clients"],
         "strategy": strategy,
-        "strategy_options": (config.get("strategy_options") or {}).get(strategy) or {},
+        "strategy_options": typed((config.get("strategy_options") or {}).get(strategy)),
         "participation": config.get("participation"),
         "quorum": config.get("quorum"),
         "tree": config.get("tree"),

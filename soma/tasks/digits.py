@@ -18,22 +18,18 @@ client) training is a process of its own: 10 clients holding two digits each, 10
 trains pays for importing torch (about 2 s) and little else: neither scikit-learn nor
 `torch.optim` (which imports `torch._dynamo`, another 2 s) is imported.
 
-    python -m soma.tasks.digits --simulate --clients 10 --rounds 10
+    soma simulate --task soma.tasks.digits --clients 10 --rounds 10
 
-runs the federation in one process and prints it beside the two baselines (each client alone,
-and all the data centralized, both for rounds x epochs epochs).
+runs the federation in one process (soma.simulate, the bits of `soma client` and of the
+workflow); `alone` and `centralized` are its two baselines, as the workflow computes them.
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import functools
 import importlib.util
-import json
 import numbers
-import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,21 +39,8 @@ from torch import nn
 
 from soma import partition as partitions
 from soma.device import task_device
-from soma.nodes import Export, export, load
-from soma.run.participation import ParticipationError, quorum_size, sample_size
-from soma.run.participation import sampled as participation_sample
-from soma.strategies import (
-    Arrival,
-    Objective,
-    State,
-    Update,
-    at_round,
-    check_arrivals,
-    check_strategy_state,
-    check_task_takes_objective,
-    load_strategy,
-    train_locally,
-)
+from soma.run.alone import trained_alone
+from soma.strategies import Objective
 from soma.tasks import TaskError
 from soma.training import TrainingRun
 
@@ -346,333 +329,25 @@ def make(**options) -> DigitsTask:
     return DigitsTask(**options)
 
 
-# -- in-process simulation: the federation beside its two baselines ----------------------
-
-ATTACKS = ("scale", "sign_flip")
-Attack = tuple[str, float]
+# -- the two baselines: not federated, trained as the workflow's `alone` and `centralized`
+# jobs train them (soma.run.alone): from the run's start, a round's local training per round.
 
 
-def check_attack(attack: object) -> Attack | None:
-    """None, or `(kind, factor)` with kind in ATTACKS and a finite real factor; refused by name."""
-    if attack is None:
-        return None
-    ok = isinstance(attack, (tuple, list)) and len(attack) == 2 and attack[0] in ATTACKS
-    factor = attack[1] if ok else None
-    ok = ok and not isinstance(factor, bool) and isinstance(factor, numbers.Real)
-    if not ok or not np.isfinite(float(factor)):
-        raise TaskError(
-            f"attack must be None or (kind, factor) with kind one of {', '.join(ATTACKS)} "
-            f"and a finite number as factor, not {attack!r}"
-        )
-    return str(attack[0]), float(factor)
+def _trained_alone(task: DigitsTask, data: Data, rounds: int, *, seed: int, client: int) -> dict:
+    nodes = task.nodes(seed)
+    for _ in trained_alone(task, nodes, data, rounds=rounds, seed=seed, client=client):
+        pass
+    return task.evaluate(nodes)
 
 
-def attacked(weights: Export, attack: Attack) -> Export:
-    """What a Byzantine client sends instead of what it trained: every float times `factor`
-    (`scale`) or times `-factor` (`sign_flip`). Integer and bool counts are sent as they are:
-    the robust strategies leave counts to the first update anyway, so garbage there would
-    test nothing. A new export; `weights` is left alone."""
-    kind, factor = attack
-    times = factor if kind == "scale" else -factor
-    with torch.no_grad():
-        return {
-            node_id: {
-                key: tensor * times
-                if tensor.dtype.is_floating_point or tensor.dtype.is_complex
-                else tensor.clone()
-                for key, tensor in keys.items()
-            }
-            for node_id, keys in weights.items()
-        }
+def alone(task: DigitsTask, client: int, clients: int, rounds: int, *, seed: int = 0) -> float:
+    """Test accuracy of client `client` (of `clients`) trained on its shard alone from the
+    federation's start, for as many rounds of local training as the federation."""
+    data = task.shard(client, clients)
+    return _trained_alone(task, data, rounds, seed=seed, client=client)["accuracy"]
 
 
 def centralized(task: DigitsTask, rounds: int, *, seed: int = 0) -> float:
     """Test accuracy of the federation's start trained on all the training data in one place
-    for rounds x epochs epochs (as many example-gradients as the whole federation's)."""
-    longer = dataclasses.replace(task, epochs=task.epochs * rounds)
-    nodes = task.nodes(seed)
-    longer.train(nodes, task.everything(), seed=seed * 1_000_003 + 999)
-    return longer.evaluate(nodes)["accuracy"]
-
-
-Dropouts = Callable[[int, list[int]], Iterable[int]]
-
-
-def drop_one_per_round(round_index: int, sampled: list[int]) -> list[int]:
-    """One sampled client fails every round: the one at `round_index % len(sampled)` of the
-    sampled list, so that over the rounds every client is lost in turn (`--drop-one-per-round`).
-    """
-    return [sampled[round_index % len(sampled)]]
-
-
-def take_part(
-    seed: int,
-    round_index: int,
-    clients: int,
-    participation: object,
-    dropouts: Dropouts | None,
-    quorum: object,
-) -> list[int]:
-    """Who trains in round `round_index` (0-based, as the workflow counts): the sampled
-    clients that did not fail, sorted; refused when fewer than the quorum are left.
-
-    The sample is `soma.run.participation.sampled`'s, so the simulation draws exactly the clients
-    the distributed run would. A dropout that names a client not sampled this round is
-    refused: it would be a bug in the caller's failure model, silently ignored otherwise.
-    """
-    sampled = participation_sample(seed, round_index, clients, participation)
-    failed: set[int] = set()
-    if dropouts is not None:
-        for client in dropouts(round_index, list(sampled)):
-            ok = not isinstance(client, bool) and isinstance(client, numbers.Integral)
-            if not ok or client not in sampled:
-                raise ParticipationError(
-                    f"round {round_index}: dropouts named client {client!r}, which is not one "
-                    f"of the round's sampled clients {sampled}"
-                )
-            failed.add(int(client))
-    came = [k for k in sampled if k not in failed]
-    needed = quorum_size(quorum, len(sampled))
-    if len(came) < needed:
-        missing = [k for k in sampled if k in failed]
-        raise ParticipationError(
-            f"round {round_index} (0-based) is below its quorum: {len(came)} of the "
-            f"{len(sampled)} sampled clients came, {needed} must; missing: clients {missing}"
-        )
-    return came
-
-
-def simulate(
-    task: DigitsTask,
-    clients: int,
-    rounds: int,
-    *,
-    seed: int = 0,
-    every: int = 1,
-    baselines: bool = True,
-    strategy: str = "fedavg",
-    strategy_options: Mapping[str, object] | None = None,
-    attack: Attack | None = None,
-    participation: object = None,
-    dropouts: Dropouts | None = None,
-    quorum: object = None,
-) -> dict[str, object]:
-    """`strategy` for `rounds` rounds in one process, and (optionally) alone and centralized.
-
-    Each round goes through the strategy seam as the distributed round does (see
-    soma.workflow.train and soma.round): every client loads the global weights, trains with
-    the strategy's objective (FedProx's proximal term, SCAFFOLD's correction) if it has one,
-    and keeps its own state in memory (SCAFFOLD's c_i); the strategy checks the arrivals and
-    aggregates the updates, streamed one at a time in client order, into the next global
-    weights and its server state. With `fedavg` this is `soma.fedavg` of the clients'
-    exports weighted by their sizes, bit for bit as before the seam.
-
-    Round r's client k trains with seed `seed * 1_000_003 + r * 1000 + k` (r from 1). The
-    strategy aggregates bound to round r - 1 (0-based, as the workflow counts) and `seed`
-    (`soma.strategies.at_round`: bucketing's shuffle, FedAdam's bias correction).
-    `attack` makes client 0 Byzantine: from round 1 it sends `attacked(trained, attack)`
-    instead of its trained weights (its own state and extra are left honest) whenever it
-    takes part.
-
-    Partial participation, as the distributed run has it (see `take_part`): round r takes
-    `soma.run.participation.sampled(seed, r - 1, clients, participation)`, the round's 0-based
-    index being the workflow's, so both draw the same clients; `dropouts(r - 1, sampled)`
-    names those that fail the round, and the round is refused (ParticipationError naming it
-    and the missing) when fewer than `quorum_size(quorum, len(sampled))` remain. Only those
-    who came train and are aggregated, weighed by their own sizes; the strategy is still
-    told the run's `clients` (SCAFFOLD's N). A client that sits a round out keeps nothing
-    from it: when next sampled it loads the global weights of that moment, and its own
-    strategy state (SCAFFOLD's c_i) is the one from its last participation. With
-    participation None and no dropouts every client trains every round, bit for bit as
-    before. The result's `participants` lists who took part in each round. Alone: each
-    client trains from the same start for rounds x epochs epochs on its shard; the mean test
-    accuracy over clients is reported. Centralized: see `centralized`. The result also holds
-    the final global weights (`weights`), for comparisons bit for bit.
-    """
-    rule = load_strategy(strategy, strategy_options)
-    check_task_takes_objective(strategy, rule, task)
-    attack = check_attack(attack)
-    # Refused before any training: a participation or quorum that no round could meet.
-    quorum_size(quorum, sample_size(participation, clients))
-    if dropouts is not None and not callable(dropouts):
-        raise ParticipationError(
-            f"dropouts must be None or a callable (round_index, sampled) -> clients that fail, "
-            f"not {dropouts!r}"
-        )
-    shards = [task.shard(k, clients) for k in range(clients)]
-    sizes = [task.size(s) for s in shards]
-    start = export(task.nodes(seed))
-    nodes = task.nodes(seed)
-    weights: Export = start
-    state: State | None = None
-    own: list[State | None] = [None] * clients
-    history: list[dict[str, float]] = []
-    participants: list[list[int]] = []
-    seconds = aggregating = 0.0
-    for r in range(1, rounds + 1):
-        came = take_part(seed, r - 1, clients, participation, dropouts, quorum)
-        participants.append(came)
-        sent: list[Export] = []
-        extras: list[Export | None] = []
-        for k in came:
-            load(nodes, weights)
-            step_seed = seed * 1_000_003 + r * 1000 + k
-            tic = time.perf_counter()
-            _, extra, own[k] = train_locally(
-                rule, task, nodes, shards[k], seed=step_seed, state=state, mine=own[k]
-            )
-            trained = export(nodes)
-            seconds += time.perf_counter() - tic
-            sent.append(attacked(trained, attack) if attack and k == 0 else trained)
-            extras.append(extra)
-        arrivals = [
-            Arrival(k, float(sizes[k]), extra is not None)
-            for k, extra in zip(came, extras, strict=True)
-        ]
-        check_arrivals(rule, arrivals, clients=clients)
-        check_strategy_state(rule, lambda kept=state: kept, clients=clients)
-        updates = (
-            Update(k, float(sizes[k]), weights_k, extra)
-            for k, weights_k, extra in zip(came, sent, extras, strict=True)
-        )
-        tic = time.perf_counter()
-        bound = at_round(rule, round=r - 1, seed=seed)
-        weights, state = bound.aggregate(weights, updates, state, clients=clients)
-        aggregating += time.perf_counter() - tic
-        if r % every == 0 or r == rounds:
-            load(nodes, weights)
-            history.append({"round": r, **task.evaluate(nodes)})
-    trainings = sum(len(came) for came in participants)
-    result: dict[str, object] = {
-        "strategy": strategy,
-        "strategy_options": dict(strategy_options or {}),
-        "attack": attack,
-        "participation": participation,
-        "quorum": quorum,
-        "participants": participants,
-        "federated": history,
-        "weights": weights,
-        "train_call_seconds": seconds / max(trainings, 1),
-        "aggregate_seconds": aggregating / rounds,
-    }
-    if baselines:
-        longer = dataclasses.replace(task, epochs=task.epochs * rounds)
-        alone = []
-        for k, data in enumerate(shards):
-            load(nodes, start)
-            longer.train(nodes, data, seed=seed * 1_000_003 + k)
-            alone.append(longer.evaluate(nodes)["accuracy"])
-        result["alone"] = float(np.mean(alone))
-        result["alone_each"] = alone
-        result["centralized"] = centralized(task, rounds, seed=seed)
-    return result
-
-
-def _attack_argument(text: str) -> Attack:
-    kind, _, factor = text.partition(":")
-    try:
-        return check_attack((kind, float(factor)))
-    except (TaskError, ValueError) as error:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not KIND:FACTOR with KIND one of {', '.join(ATTACKS)}"
-        ) from error
-
-
-def _count_or_fraction(text: str) -> int | float:
-    """A count ("5") or a fraction ("0.5"), kept apart by their spelling: 1 is one client,
-    1.0 is all of them. Whether the number fits is soma.run.participation's to say."""
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is neither a count (an integer) nor a fraction (a number in (0, 1])"
-        ) from None
-
-
-def _main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m soma.tasks.digits")
-    parser.add_argument("--simulate", action="store_true", help="run the federation in one process")
-    parser.add_argument("--clients", type=int, default=10)
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--every", type=int, default=1, help="evaluate every this many rounds")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--options", default="{}", help="task options as JSON")
-    parser.add_argument("--strategy", default="fedavg", help="built-in name or import path")
-    parser.add_argument("--strategy-options", default="{}", help="strategy options as JSON")
-    parser.add_argument(
-        "--attack",
-        type=_attack_argument,
-        help="client 0 sends garbage: scale:FACTOR (weights x FACTOR) or sign_flip:FACTOR "
-        "(weights x -FACTOR)",
-    )
-    parser.add_argument(
-        "--participation",
-        type=_count_or_fraction,
-        help="clients per round: a count (5) or a fraction (0.5); default everyone",
-    )
-    parser.add_argument(
-        "--quorum",
-        type=_count_or_fraction,
-        help="of the sampled clients, how many must come: a count or a fraction; default all",
-    )
-    parser.add_argument(
-        "--drop-one-per-round",
-        action="store_true",
-        help="one sampled client fails every round (the one at round %% len(sampled))",
-    )
-    parser.add_argument("--no-baselines", action="store_true")
-    args = parser.parse_args(argv)
-    if not args.simulate:
-        parser.error("nothing to do: pass --simulate")
-    torch.set_num_threads(1)
-    task = make(**json.loads(args.options))
-    partial = args.participation is not None or args.quorum is not None or args.drop_one_per_round
-    tic = time.perf_counter()
-    try:
-        result = simulate(
-            task,
-            args.clients,
-            args.rounds,
-            seed=args.seed,
-            every=args.every,
-            baselines=not args.no_baselines,
-            strategy=args.strategy,
-            strategy_options=json.loads(args.strategy_options),
-            attack=args.attack,
-            participation=args.participation,
-            dropouts=drop_one_per_round if args.drop_one_per_round else None,
-            quorum=args.quorum,
-        )
-    except ParticipationError as error:
-        parser.exit(1, f"{parser.prog}: error: {error}\n")
-    print(f"task: {task}")
-    options = json.dumps(result["strategy_options"])
-    attack = "" if args.attack is None else "  attack: client 0 {} {:g}".format(*args.attack)
-    print(f"strategy: {args.strategy} {options}{attack}")
-    if partial:
-        each = sample_size(args.participation, args.clients)
-        lost = "one sampled client fails every round" if args.drop_one_per_round else "no dropouts"
-        print(
-            f"participation: {args.participation} ({each} of {args.clients} sampled per round), "
-            f"quorum {args.quorum} ({quorum_size(args.quorum, each)} of {each}), {lost}"
-        )
-    took_part = {r: len(came) for r, came in enumerate(result["participants"], start=1)}
-    for row in result["federated"]:
-        line = f"round {row['round']:4d}  accuracy {row['accuracy']:.4f}  loss {row['loss']:.4f}"
-        if partial:
-            line += f"  took part {took_part[row['round']]}/{args.clients}"
-        print(line)
-    if "alone" in result:
-        print(f"alone (mean over clients): {result['alone']:.4f}")
-        print(f"centralized:               {result['centralized']:.4f}")
-    print(f"one local training call: {1000 * result['train_call_seconds']:.1f} ms")
-    print(f"one aggregation:         {1000 * result['aggregate_seconds']:.1f} ms")
-    print(f"total: {time.perf_counter() - tic:.1f} s")
-
-
-if __name__ == "__main__":
-    _main()
+    for as many rounds of local training (seeded as client 0's, as the workflow's job)."""
+    return _trained_alone(task, task.everything(), rounds, seed=seed, client=0)["accuracy"]

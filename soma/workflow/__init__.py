@@ -37,8 +37,8 @@ from soma.round import (
 from soma.round.records import AverageRecord, read_average
 from soma.run import identity as runs
 from soma.run import step
+from soma.run.alone import trained_alone
 from soma.run.configs import ConfigRefused
-from soma.run.identity import training_seed
 from soma.run.spec import RunSpec
 from soma.run.step import Hosted
 from soma.store import Store
@@ -455,9 +455,9 @@ def _baseline(
     store = Store(config["store"])
     nodes = nodes_at(task, store, config, start)
     per_round = []
-    for r in range(config["rounds"]):
-        tic = time.perf_counter()
-        trained = task.train(nodes, data, seed=training_seed(config["seed"], r, client))
+    tic = time.perf_counter()
+    rounds, seed = config["rounds"], config["seed"]
+    for r, trained in trained_alone(task, nodes, data, rounds=rounds, seed=seed, client=client):
         metrics = json_numbers(task.evaluate(nodes))
         per_round.append({"round": r, "metrics": metrics})
         LOG.info(
@@ -468,6 +468,7 @@ def _baseline(
             shown(metrics),
             time.perf_counter() - tic,
         )
+        tic = time.perf_counter()
     return per_round
 
 
