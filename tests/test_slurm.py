@@ -388,6 +388,37 @@ def test_a_round_per_submission_gives_the_receipts_of_a_local_run(cluster, tmp_p
     assert len(receipts(local)) == 6 + (10 if per_job == 1 else 2)  # start, 2+2, tsv
 
 
+def test_a_secure_round_per_submission_gives_the_receipts_of_a_local_run(cluster, tmp_path):
+    """Secure aggregation (2 rounds x 3 clients, threshold 2) under profiles/slurm-test-rounds:
+    its phases (keys, share, train, reveal) are in their round's group, so a round is one
+    submission, and every receipt is the local run's, byte for byte."""
+    session = Slurm("secure-rounds")
+    under_slurm, local = tmp_path / "slurm", tmp_path / "local"
+    for workdir in (under_slurm, local):
+        workdir.mkdir()
+        write_config(workdir, clients=3, secure_aggregation={"threshold": 2})
+    try:
+        locally = session.run(snakemake(local), cwd=local, timeout=WHOLE_WORKFLOW)
+        command = snakemake(under_slurm, slurm=session, profile=ROUNDS_PROFILE)
+        by_slurm = session.run(command, cwd=under_slurm, timeout=WHOLE_WORKFLOW)
+    finally:
+        session.cleanup()
+    assert locally.returncode == 0, locally.tail()
+    assert by_slurm.returncode == 0, by_slurm.tail()
+    jobs = submitted(by_slurm.output)
+    completed(jobs)
+    folders = sorted(Path(log).parent.name for log in jobs.values())
+    assert folders == [
+        "group_round0_average_evaluate_keys_reveal_share_start_train",
+        "group_round1_average_evaluate_keys_reveal_share_train",
+        "rule_model",
+        "rule_summary",
+    ], by_slurm.tail()
+    assert receipts(under_slurm) == receipts(local)
+    phases = [p.split("/")[4] for p in receipts(local) if p.count("/") == 5]
+    assert sorted(phases) == sorted(["keys", "share", "client", "reveal"] * 6), phases
+
+
 # --- 2. rerunning one round under Slurm -------------------------------------------------------
 
 
@@ -512,7 +543,8 @@ def test_a_client_job_cancelled_with_scancel_fails_the_run_naming_that_client(
     write_config(tmp_path, task="slow_task", task_options={"slow_task": slow}, metric="loss")
     env = slurm_env()
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(FIXTURES), env.get("PYTHONPATH")]))
-    run = slurm.start(snakemake(tmp_path, AVERAGE_0, slurm=slurm), cwd=tmp_path, env=env)
+    command = snakemake(tmp_path, AVERAGE_0, "--retries", "0", slurm=slurm)  # not the profile's
+    run = slurm.start(command, cwd=tmp_path, env=env)
     job = cancel_client_1_while_it_sleeps(tmp_path, run, slurm)
     failed = slurm.finish(run, timeout=FEW_JOBS / 2)
 
@@ -648,7 +680,9 @@ def test_the_profiles_name_the_workflows_rules_and_the_test_cluster(tmp_path) ->
     assert {"start", "train", "average", "evaluate", "alone", "centralized", "summary"} <= rules
     user = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())
     test = yaml.safe_load((PROFILE / "config.yaml").read_text())
-    for profile in (user, test):
+    rounds = yaml.safe_load((ROUNDS_PROFILE / "config.yaml").read_text())
+    for profile in (user, test, rounds):
+        assert profile["retries"] == 1
         assert profile["executor"] == "slurm"
         assert set(profile.get("set-resources", {})) <= rules
         assert set(profile.get("set-threads", {})) <= rules
@@ -657,3 +691,15 @@ def test_the_profiles_name_the_workflows_rules_and_the_test_cluster(tmp_path) ->
     assert test["default-resources"]["slurm_partition"] == PARTITION
     assert test["default-resources"]["slurm_account"] == ACCOUNT
     assert test["slurm-init-seconds-before-status-checks"] == 1
+
+
+@pytest.mark.parametrize("profile", ["slurm", "slurm-test", "slurm-test-rounds"])
+def test_every_shipped_profile_takes_a_secure_run(tmp_path, profile) -> None:
+    """A dry run builds the DAG and its groups: a round's group that held train but not the
+    secure phases before it (keys, share) was refused there ("depends on rule(s) keys,share
+    from outside the group"), before any job ran."""
+    write_config(tmp_path, clients=3, secure_aggregation={"threshold": 2})
+    command = snakemake(tmp_path, "-n", "--profile", str(ROOT / "profiles" / profile))
+    dry = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert dry.returncode == 0, (dry.stdout + dry.stderr)[-4000:]
+    assert re.search(r"^keys\s+6$", dry.stdout, re.M), dry.stdout[-4000:]
