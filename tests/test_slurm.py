@@ -47,6 +47,7 @@ TINY = ROOT / "tests" / "fixtures" / "tiny.yaml"
 FIXTURES = ROOT / "tests" / "fixtures"
 HOLD_CLAIM = ROOT / "tests" / "slurm" / "hold_claim.py"
 SRUN_SBATCH = ROOT / "workflow" / "sbatch" / "soma-srun.sbatch"
+ALLOCATION_SBATCH = ROOT / "workflow" / "sbatch" / "snakemake-allocation.sbatch"
 RUN = "tiny"
 RESULTS = f"results/{RUN}"
 AVERAGE_0 = f"{RESULTS}/round/0/average.json"
@@ -514,6 +515,74 @@ def test_srun_mode_four_tasks_in_one_sbatch_average_each_round_once(cluster, tmp
         check=True,
     ).stdout
     assert f"{job}.0|4|COMPLETED" in steps.split(), steps
+
+
+# --- 3b. a whole run in one allocation: the shipped sbatch scripts ------------------------
+
+
+def sbatch_wait(slurm: Slurm, workdir: Path, script: Path, env: dict, *flags: str) -> str:
+    """Submit `script` with sbatch --wait from `workdir`; what the job printed (fails the test,
+    showing it, unless the job completed)."""
+    sbatch = ["sbatch", "--wait", "--parsable", "-p", PARTITION, "-A", ACCOUNT, "-J", slurm.prefix]
+    sbatch += ["-t", "10", "-o", str(workdir / "job-%j.out"), *flags, str(script)]
+    batch = slurm.run(sbatch, cwd=workdir, timeout=WHOLE_WORKFLOW, env=env)
+    job = re.search(r"^(\d+)", batch.output, re.M)
+    assert job, batch.tail()
+    printed = (workdir / f"job-{job.group(1)}.out").read_text(errors="replace")
+    assert batch.returncode == 0, batch.tail() + printed[-4000:]
+    assert ended(job.group(1)) == "COMPLETED", printed[-4000:]
+    return printed
+
+
+def test_the_allocation_script_runs_the_workflow_inside_one_job_as_a_local_run_does(
+    cluster, tmp_path, slurm
+) -> None:
+    """workflow/sbatch/snakemake-allocation.sbatch (2 rounds x 4 clients): snakemake --cores
+    <the job's CPUs> inside one Slurm job gives every receipt of a local run, byte for byte."""
+    inside, local = tmp_path / "allocation", tmp_path / "local"
+    for workdir in (inside, local):
+        workdir.mkdir()
+        write_config(workdir, clients=4)
+    beside = slurm.start(snakemake(local), cwd=local)
+    env = slurm_env()
+    env.update(CONFIG=str(inside / "config.yaml"), SNAKEFILE=str(SNAKEFILE))
+    env["SNAKEMAKE"] = f"{sys.executable} -m snakemake"
+    printed = sbatch_wait(slurm, inside, ALLOCATION_SBATCH, env, "-c", "2", "--mem-per-cpu=1500")
+    locally = slurm.finish(beside, timeout=WHOLE_WORKFLOW)
+    assert locally.returncode == 0, locally.tail()
+    assert "with 2 cores" in printed, printed[-4000:]
+    assert receipts(inside) == receipts(local)
+    assert len([p for p in receipts(local) if "/client/" in p]) == 8
+
+
+def test_the_srun_script_hosts_four_clients_on_two_tasks_and_ends_with_simulates_weights(
+    cluster, tmp_path, slurm
+) -> None:
+    """CLIENTS=4 over --ntasks=2 (2 rounds): each task hosts 2 clients (PER_TASK, worked out
+    by the script), and the final weights are `soma simulate`'s for the same run."""
+    store = tmp_path / "store"
+    env = slurm_env()
+    env.update(STORE=str(store), RUN="ctl", ROUNDS="2", OPTIONS="examples=64", DEADLINE="240")
+    env.update(CLIENTS="4", SOMA_THREADS="1", SOMA=f"{sys.executable} -m soma.cli")
+    printed = sbatch_wait(
+        slurm, tmp_path, SRUN_SBATCH, env, "--ntasks=2", "--overcommit", "--mem-per-cpu=1500"
+    )
+    assert "4 clients (2 a task, 2 tasks)" in printed, printed[-4000:]
+    lines = [json.loads(line) for line in printed.splitlines() if line.startswith("{")]
+    rounds = [line for line in lines if "round" in line]
+    assert sorted((tuple(x["clients"]), x["round"]) for x in rounds) == [
+        ((0, 1), 0), ((0, 1), 1), ((2, 3), 0), ((2, 3), 1)
+    ], printed  # fmt: skip
+    final = {x["weights"] for x in rounds if x["round"] == 1}
+    assert len(final) == 1, printed
+
+    simulate = [sys.executable, "-m", "soma.cli", "simulate", "--run", "ctl", "--rounds", "2"]
+    simulate += ["--clients", "4", "--task", "soma.tasks.control", "--option", "examples=64"]
+    simulate += ["--seed", "0"]
+    alone = slurm.run(simulate, cwd=tmp_path, timeout=FEW_JOBS)
+    assert alone.returncode == 0, alone.tail()
+    simulated = [json.loads(x) for x in alone.output.splitlines() if x.startswith("{")]
+    assert {x["weights"] for x in simulated if x.get("round") == 1} == final, alone.tail()
 
 
 # --- 4a. a client job cancelled with scancel ---------------------------------------------------
