@@ -735,6 +735,35 @@ def test_an_averager_killed_holding_the_claim_is_taken_over_once_slurm_says_it_e
     assert store.bound(place.takeovers) == [f"{place.takeovers}1"]
 
 
+def test_a_holder_whose_step_ended_in_a_running_allocation_is_gone(cluster, tmp_path, slurm):
+    """An srun step of an allocation claims the averaging and is cancelled (scancel JOB.STEP)
+    while the allocation runs on: a holder on another node of it, whose pid nobody here can
+    check, is gone once Slurm says its step ended, so its claim can be taken over."""
+    store = Store(tmp_path / "store")
+    name = "run/round/0/m/inputs/x/averaging/claimed"
+    hold = f"srun -n 1 {sys.executable} {HOLD_CLAIM} {store.directory} {name} & sleep 300; wait"
+    sbatch = ["sbatch", "--parsable", "-p", PARTITION, "-A", ACCOUNT, "-J", f"{slurm.prefix}-hold"]
+    sbatch += ["-t", "10", "--mem=500", "-o", str(tmp_path / "hold-%j.out"), "--wrap", hold]
+    submit = slurm.run(sbatch, cwd=tmp_path, timeout=60)
+    assert submit.returncode == 0, submit.tail()
+    job = submit.output.strip().split(";")[0]
+    claim = wait_for("the step's claim", lambda: store.resolve(name), timeout=120)
+    holder = read_record(store, claim)
+    assert (holder["slurm_job"], holder["slurm_step"]) == (job, "0"), holder
+    assert f"Slurm job {job} step 0" in holders.describe(holder)
+    elsewhere = {**holder, "host": "another-node-of-the-allocation"}
+    assert not holders.gone(elsewhere), "its step runs"
+
+    subprocess.run(["scancel", f"{job}.0"], env=slurm_env(), timeout=30, check=True)
+    wait_for(
+        f"step {job}.0 to end",
+        lambda: holders.slurm_step_state(job, "0") not in (None, "RUNNING"),
+        timeout=60,
+    )
+    assert holders.slurm_job_state(job) == "RUNNING", "the allocation runs on"
+    assert holders.gone(elsewhere)
+
+
 # --- the profiles -----------------------------------------------------------------------------
 
 
