@@ -764,6 +764,36 @@ def test_a_holder_whose_step_ended_in_a_running_allocation_is_gone(cluster, tmp_
     assert holders.gone(elsewhere)
 
 
+@pytest.mark.parametrize(
+    ("sacct", "squeue_steps", "gone"),
+    [
+        ("7.3|RUNNING", "", False),
+        ("7.3|CANCELLED by 0", "", True),
+        ("7.3|COMPLETED", "", True),
+        ("", "7.batch 7.3", False),  # accounting has no word: squeue lists the running steps
+        ("", "7.batch", True),
+        ("", "", False),  # nobody can tell: alive
+    ],
+)
+def test_a_holders_step_is_asked_of_sacct_then_squeue(
+    tmp_path, monkeypatch, sacct, squeue_steps, gone
+) -> None:
+    """Fake sacct and squeue (job 7 RUNNING): what gone() concludes about step 3 of it."""
+    steps = "".join(f"echo {step}; " for step in squeue_steps.split())
+    fakes = {
+        "sacct": f"echo '{sacct}'" if sacct else "true",
+        "squeue": f'case "$*" in *-s*) {steps}true;; *) echo RUNNING;; esac',
+    }
+    for command, body in fakes.items():
+        script = tmp_path / command
+        script.write_text(f"#!/bin/sh\n{body}\n")
+        script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    holder = {"host": "another-node", "pid": 1, "slurm_job": "7", "slurm_step": "3"}
+    assert holders.gone(holder) is gone
+    assert holders.gone({**holder, "slurm_step": None}) is False
+
+
 # --- the profiles -----------------------------------------------------------------------------
 
 
