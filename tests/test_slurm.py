@@ -409,12 +409,10 @@ def test_a_secure_round_per_submission_gives_the_receipts_of_a_local_run(cluster
     jobs = submitted(by_slurm.output)
     completed(jobs)
     folders = sorted(Path(log).parent.name for log in jobs.values())
-    assert folders == [
-        "group_round0_average_evaluate_keys_reveal_share_start_train",
-        "group_round1_average_evaluate_keys_reveal_share_train",
-        "rule_model",
-        "rule_summary",
-    ], by_slurm.tail()
+    # a submission a round (the plugin cuts a group's long name: "..._keys_reveal_share_...")
+    assert len(folders) == 4 and folders[2:] == ["rule_model", "rule_summary"], by_slurm.tail()
+    for r in range(2):
+        assert folders[r].startswith(f"group_round{r}_average_evaluate_keys_reveal_share_"), folders
     assert receipts(under_slurm) == receipts(local)
     phases = [p.split("/")[4] for p in receipts(local) if p.count("/") == 5]
     assert sorted(phases) == sorted(["keys", "share", "client", "reveal"] * 6), phases
