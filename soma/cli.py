@@ -197,6 +197,8 @@ def _status_line(row: dict[str, Any], several: set[int]) -> str:
         written = f"{len(row['written'])}/? written (the round does not say its clients: --clients)"
     else:
         written = f"{len(row['written'])}/{len(row['expected'])} written"
+    if row.get("dropped"):
+        written += f", {len(row['dropped'])} dropped out"
     missing = f", missing {row['missing']}" if row["missing"] else ""
     holder = row["averaging"]
     if row["average"]:

@@ -47,6 +47,7 @@ TINY = ROOT / "tests" / "fixtures" / "tiny.yaml"
 FIXTURES = ROOT / "tests" / "fixtures"
 HOLD_CLAIM = ROOT / "tests" / "slurm" / "hold_claim.py"
 SRUN_SBATCH = ROOT / "workflow" / "sbatch" / "soma-srun.sbatch"
+ALLOCATION_SBATCH = ROOT / "workflow" / "sbatch" / "snakemake-allocation.sbatch"
 RUN = "tiny"
 RESULTS = f"results/{RUN}"
 AVERAGE_0 = f"{RESULTS}/round/0/average.json"
@@ -388,6 +389,35 @@ def test_a_round_per_submission_gives_the_receipts_of_a_local_run(cluster, tmp_p
     assert len(receipts(local)) == 7 + (10 if per_job == 1 else 2)  # run, start, 2+2, tsv
 
 
+def test_a_secure_round_per_submission_gives_the_receipts_of_a_local_run(cluster, tmp_path):
+    """Secure aggregation (2 rounds x 3 clients, threshold 2) under profiles/slurm-test-rounds:
+    its phases (keys, share, train, reveal) are in their round's group, so a round is one
+    submission, and every receipt is the local run's, byte for byte."""
+    session = Slurm("secure-rounds")
+    under_slurm, local = tmp_path / "slurm", tmp_path / "local"
+    for workdir in (under_slurm, local):
+        workdir.mkdir()
+        write_config(workdir, clients=3, secure_aggregation={"threshold": 2})
+    try:
+        locally = session.run(snakemake(local), cwd=local, timeout=WHOLE_WORKFLOW)
+        command = snakemake(under_slurm, slurm=session, profile=ROUNDS_PROFILE)
+        by_slurm = session.run(command, cwd=under_slurm, timeout=WHOLE_WORKFLOW)
+    finally:
+        session.cleanup()
+    assert locally.returncode == 0, locally.tail()
+    assert by_slurm.returncode == 0, by_slurm.tail()
+    jobs = submitted(by_slurm.output)
+    completed(jobs)
+    folders = sorted(Path(log).parent.name for log in jobs.values())
+    # a submission a round (the plugin cuts a group's long name: "..._keys_reveal_share_...")
+    assert len(folders) == 4 and folders[2:] == ["rule_model", "rule_summary"], by_slurm.tail()
+    for r in range(2):
+        assert folders[r].startswith(f"group_round{r}_average_evaluate_keys_reveal_share_"), folders
+    assert receipts(under_slurm) == receipts(local)
+    phases = [p.split("/")[4] for p in receipts(local) if p.count("/") == 5]
+    assert sorted(phases) == sorted(["keys", "share", "client", "reveal"] * 6), phases
+
+
 # --- 2. rerunning one round under Slurm -------------------------------------------------------
 
 
@@ -485,6 +515,74 @@ def test_srun_mode_four_tasks_in_one_sbatch_average_each_round_once(cluster, tmp
     assert f"{job}.0|4|COMPLETED" in steps.split(), steps
 
 
+# --- 3b. a whole run in one allocation: the shipped sbatch scripts ------------------------
+
+
+def sbatch_wait(slurm: Slurm, workdir: Path, script: Path, env: dict, *flags: str) -> str:
+    """Submit `script` with sbatch --wait from `workdir`; what the job printed (fails the test,
+    showing it, unless the job completed)."""
+    sbatch = ["sbatch", "--wait", "--parsable", "-p", PARTITION, "-A", ACCOUNT, "-J", slurm.prefix]
+    sbatch += ["-t", "10", "-o", str(workdir / "job-%j.out"), *flags, str(script)]
+    batch = slurm.run(sbatch, cwd=workdir, timeout=WHOLE_WORKFLOW, env=env)
+    job = re.search(r"^(\d+)", batch.output, re.M)
+    assert job, batch.tail()
+    printed = (workdir / f"job-{job.group(1)}.out").read_text(errors="replace")
+    assert batch.returncode == 0, batch.tail() + printed[-4000:]
+    assert ended(job.group(1)) == "COMPLETED", printed[-4000:]
+    return printed
+
+
+def test_the_allocation_script_runs_the_workflow_inside_one_job_as_a_local_run_does(
+    cluster, tmp_path, slurm
+) -> None:
+    """workflow/sbatch/snakemake-allocation.sbatch (2 rounds x 4 clients): snakemake --cores
+    <the job's CPUs> inside one Slurm job gives every receipt of a local run, byte for byte."""
+    inside, local = tmp_path / "allocation", tmp_path / "local"
+    for workdir in (inside, local):
+        workdir.mkdir()
+        write_config(workdir, clients=4)
+    beside = slurm.start(snakemake(local), cwd=local)
+    env = slurm_env()
+    env.update(CONFIG=str(inside / "config.yaml"), SNAKEFILE=str(SNAKEFILE))
+    env["SNAKEMAKE"] = f"{sys.executable} -m snakemake"
+    printed = sbatch_wait(slurm, inside, ALLOCATION_SBATCH, env, "-c", "2", "--mem-per-cpu=1500")
+    locally = slurm.finish(beside, timeout=WHOLE_WORKFLOW)
+    assert locally.returncode == 0, locally.tail()
+    assert "with 2 cores" in printed, printed[-4000:]
+    assert receipts(inside) == receipts(local)
+    assert len([p for p in receipts(local) if "/client/" in p]) == 8
+
+
+def test_the_srun_script_hosts_four_clients_on_two_tasks_and_ends_with_simulates_weights(
+    cluster, tmp_path, slurm
+) -> None:
+    """CLIENTS=4 over --ntasks=2 (2 rounds): each task hosts 2 clients (PER_TASK, worked out
+    by the script), and the final weights are `soma simulate`'s for the same run."""
+    store = tmp_path / "store"
+    env = slurm_env()
+    env.update(STORE=str(store), RUN="ctl", ROUNDS="2", OPTIONS="examples=64", DEADLINE="240")
+    env.update(CLIENTS="4", SOMA_THREADS="1", SOMA=f"{sys.executable} -m soma.cli")
+    printed = sbatch_wait(
+        slurm, tmp_path, SRUN_SBATCH, env, "--ntasks=2", "--overcommit", "--mem-per-cpu=1500"
+    )
+    assert "4 clients (2 a task, 2 tasks)" in printed, printed[-4000:]
+    lines = [json.loads(line) for line in printed.splitlines() if line.startswith("{")]
+    rounds = [line for line in lines if "round" in line]
+    assert sorted((tuple(x["clients"]), x["round"]) for x in rounds) == [
+        ((0, 1), 0), ((0, 1), 1), ((2, 3), 0), ((2, 3), 1)
+    ], printed  # fmt: skip
+    final = {x["weights"] for x in rounds if x["round"] == 1}
+    assert len(final) == 1, printed
+
+    simulate = [sys.executable, "-m", "soma.cli", "simulate", "--run", "ctl", "--rounds", "2"]
+    simulate += ["--clients", "4", "--task", "soma.tasks.control", "--option", "examples=64"]
+    simulate += ["--seed", "0"]
+    alone = slurm.run(simulate, cwd=tmp_path, timeout=FEW_JOBS)
+    assert alone.returncode == 0, alone.tail()
+    simulated = [json.loads(x) for x in alone.output.splitlines() if x.startswith("{")]
+    assert {x["weights"] for x in simulated if x.get("round") == 1} == final, alone.tail()
+
+
 # --- 4a. a client job cancelled with scancel ---------------------------------------------------
 
 
@@ -512,7 +610,8 @@ def test_a_client_job_cancelled_with_scancel_fails_the_run_naming_that_client(
     write_config(tmp_path, task="slow_task", task_options={"slow_task": slow}, metric="loss")
     env = slurm_env()
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(FIXTURES), env.get("PYTHONPATH")]))
-    run = slurm.start(snakemake(tmp_path, AVERAGE_0, slurm=slurm), cwd=tmp_path, env=env)
+    command = snakemake(tmp_path, AVERAGE_0, "--retries", "0", slurm=slurm)  # not the profile's
+    run = slurm.start(command, cwd=tmp_path, env=env)
     job = cancel_client_1_while_it_sleeps(tmp_path, run, slurm)
     failed = slurm.finish(run, timeout=FEW_JOBS / 2)
 
@@ -634,6 +733,65 @@ def test_an_averager_killed_holding_the_claim_is_taken_over_once_slurm_says_it_e
     assert store.bound(place.takeovers) == [f"{place.takeovers}1"]
 
 
+def test_a_holder_whose_step_ended_in_a_running_allocation_is_gone(cluster, tmp_path, slurm):
+    """An srun step of an allocation claims the averaging and is cancelled (scancel JOB.STEP)
+    while the allocation runs on: a holder on another node of it, whose pid nobody here can
+    check, is gone once Slurm says its step ended, so its claim can be taken over."""
+    store = Store(tmp_path / "store")
+    name = "run/round/0/m/inputs/x/averaging/claimed"
+    hold = f"srun -n 1 {sys.executable} {HOLD_CLAIM} {store.directory} {name} & sleep 300; wait"
+    sbatch = ["sbatch", "--parsable", "-p", PARTITION, "-A", ACCOUNT, "-J", f"{slurm.prefix}-hold"]
+    sbatch += ["-t", "10", "--mem=500", "-o", str(tmp_path / "hold-%j.out"), "--wrap", hold]
+    submit = slurm.run(sbatch, cwd=tmp_path, timeout=60)
+    assert submit.returncode == 0, submit.tail()
+    job = submit.output.strip().split(";")[0]
+    claim = wait_for("the step's claim", lambda: store.resolve(name), timeout=120)
+    holder = read_record(store, claim)
+    assert (holder["slurm_job"], holder["slurm_step"]) == (job, "0"), holder
+    assert f"Slurm job {job} step 0" in holders.describe(holder)
+    elsewhere = {**holder, "host": "another-node-of-the-allocation"}
+    assert not holders.gone(elsewhere), "its step runs"
+
+    subprocess.run(["scancel", f"{job}.0"], env=slurm_env(), timeout=30, check=True)
+    wait_for(
+        f"step {job}.0 to end",
+        lambda: holders.slurm_step_state(job, "0") not in (None, "RUNNING"),
+        timeout=60,
+    )
+    assert holders.slurm_job_state(job) == "RUNNING", "the allocation runs on"
+    assert holders.gone(elsewhere)
+
+
+@pytest.mark.parametrize(
+    ("sacct", "squeue_steps", "gone"),
+    [
+        ("7.3|RUNNING", "", False),
+        ("7.3|CANCELLED by 0", "", True),
+        ("7.3|COMPLETED", "", True),
+        ("", "7.batch 7.3", False),  # accounting has no word: squeue lists the running steps
+        ("", "7.batch", True),
+        ("", "", False),  # nobody can tell: alive
+    ],
+)
+def test_a_holders_step_is_asked_of_sacct_then_squeue(
+    tmp_path, monkeypatch, sacct, squeue_steps, gone
+) -> None:
+    """Fake sacct and squeue (job 7 RUNNING): what gone() concludes about step 3 of it."""
+    steps = "".join(f"echo {step}; " for step in squeue_steps.split())
+    fakes = {
+        "sacct": f"echo '{sacct}'" if sacct else "true",
+        "squeue": f'case "$*" in *-s*) {steps}true;; *) echo RUNNING;; esac',
+    }
+    for command, body in fakes.items():
+        script = tmp_path / command
+        script.write_text(f"#!/bin/sh\n{body}\n")
+        script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    holder = {"host": "another-node", "pid": 1, "slurm_job": "7", "slurm_step": "3"}
+    assert holders.gone(holder) is gone
+    assert holders.gone({**holder, "slurm_step": None}) is False
+
+
 # --- the profiles -----------------------------------------------------------------------------
 
 
@@ -648,7 +806,9 @@ def test_the_profiles_name_the_workflows_rules_and_the_test_cluster(tmp_path) ->
     assert {"start", "train", "average", "evaluate", "alone", "centralized", "summary"} <= rules
     user = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())
     test = yaml.safe_load((PROFILE / "config.yaml").read_text())
-    for profile in (user, test):
+    rounds = yaml.safe_load((ROUNDS_PROFILE / "config.yaml").read_text())
+    for profile in (user, test, rounds):
+        assert profile["retries"] == 1
         assert profile["executor"] == "slurm"
         assert set(profile.get("set-resources", {})) <= rules
         assert set(profile.get("set-threads", {})) <= rules
@@ -657,3 +817,15 @@ def test_the_profiles_name_the_workflows_rules_and_the_test_cluster(tmp_path) ->
     assert test["default-resources"]["slurm_partition"] == PARTITION
     assert test["default-resources"]["slurm_account"] == ACCOUNT
     assert test["slurm-init-seconds-before-status-checks"] == 1
+
+
+@pytest.mark.parametrize("profile", ["slurm", "slurm-test", "slurm-test-rounds"])
+def test_every_shipped_profile_takes_a_secure_run(tmp_path, profile) -> None:
+    """A dry run builds the DAG and its groups: a round's group that held train but not the
+    secure phases before it (keys, share) was refused there ("depends on rule(s) keys,share
+    from outside the group"), before any job ran."""
+    write_config(tmp_path, clients=3, secure_aggregation={"threshold": 2})
+    command = snakemake(tmp_path, "-n", "--profile", str(ROOT / "profiles" / profile))
+    dry = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert dry.returncode == 0, (dry.stdout + dry.stderr)[-4000:]
+    assert re.search(r"^keys\s+6$", dry.stdout, re.M), dry.stdout[-4000:]

@@ -86,8 +86,26 @@ def test_who_is_missing_is_who_the_round_expected_not_a_guess_from_who_wrote(sto
 
 def test_who_was_left_out_and_why(store) -> None:
     line = line_of(soma_status(store, "ctl").stdout, 2)
-    assert "3/3 written" in line and "average " in line
+    assert "2/3 written, 1 dropped out; average " in line
     assert "left out client 2: failed: RuntimeError: boom" in line
+
+
+def test_a_drop_out_is_counted_apart_from_the_writes_and_is_not_missing(tmp_path) -> None:
+    """A client recorded as died wrote nothing: "5/5 written" beside it would be false."""
+    s = Store(tmp_path)
+    meeting = Meeting("ctl", 0, 5, quorum=4)
+    for k in (0, 1, 3):
+        contribute(s, meeting, weights(k), mine=k, size=10)
+    drop(s, meeting, mine=2, why="died: its previous job ended")
+    line = line_of(soma_status(tmp_path, "ctl").stdout, 0)
+    assert "3/5 written, 1 dropped out, missing [4]; not averaged" in line
+    (row,) = status(s, "ctl")
+    assert row["written"] == [0, 1, 3] and row["missing"] == [4]
+    assert row["dropped"] == [{"client": 2, "why": "died: its previous job ended"}]
+    contribute(s, meeting, weights(4), mine=4, size=10)
+    average_round(s, meeting, deadline=5)
+    line = line_of(soma_status(tmp_path, "ctl").stdout, 0)
+    assert "4/5 written, 1 dropped out; average " in line
 
 
 def test_a_run_the_store_does_not_hold_is_refused_naming_the_runs_it_does(store) -> None:

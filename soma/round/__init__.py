@@ -997,9 +997,10 @@ def evaluation_name(run: str, weights: str) -> str:
 
 
 def status(store: Store, run: str, *, clients: int | None = None) -> list[dict[str, Any]]:
-    """Per round and meeting: who was expected, who came, who is missing, who was left out
-    and why, who averages, the average, how many averagings were computed, and the metrics
-    the workflow recorded for the average's weights.
+    """Per round and meeting: who was expected, who wrote, who dropped out and why (a
+    drop-out's record is not a write), who is missing, who was left out and why, who
+    averages, the average, how many averagings were computed, and the metrics the workflow
+    recorded for the average's weights.
 
     `apart` is what tells the meeting from the other meetings of its round (see `labels`).
     Who was expected is what the meeting recorded; `clients` only where none is recorded
@@ -1042,6 +1043,7 @@ def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -
         "quorum": None,
         "strategy": None,
         "written": [],
+        "dropped": [],
         "missing": [],
         "left_out": [],
         "averaging": None,
@@ -1073,9 +1075,19 @@ def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -
         )
 
     def written() -> None:
-        names = store.bound(layout.clients(prefix))
-        found = (layout.client_of(n[len(prefix) + 1 :]) for n in names)
-        row["written"] = sorted(k for k in found if k is not None)
+        # A drop-out's record is not a write: it says why that client brought nothing.
+        found = {}
+        for name in store.bound(layout.clients(prefix)):
+            k = layout.client_of(name[len(prefix) + 1 :])
+            if k is not None:
+                found[k] = name
+        dropped = {}
+        for k, name in found.items():
+            record = records.read_client(store, store.resolve(name), client=k, name=name)
+            if isinstance(record, records.DropRecord):
+                dropped[k] = record.dropped
+        row["written"] = sorted(k for k in found if k not in dropped)
+        row["dropped"] = [{"client": k, "why": dropped[k]} for k in sorted(dropped)]
 
     def averagings() -> None:
         under = layout.inputs(prefix)
@@ -1125,5 +1137,6 @@ def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -
         attempt("privacy spent (its strategy)", privacy)
         attempt("evaluation record", metrics)
     expected = row["expected"]
-    row["missing"] = [] if expected is None else [k for k in expected if k not in row["written"]]
+    came = {*row["written"], *(x["client"] for x in row["dropped"])}
+    row["missing"] = [] if expected is None else [k for k in expected if k not in came]
     return row

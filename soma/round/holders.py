@@ -3,8 +3,10 @@
 A claim is a name bound to a record of its holder. When the holder dies holding it, nobody
 else will try, which is what a claim is, said from the other side. So the record carries
 enough to prove a holder gone without guessing: its host and pid with the pid's start time (a
-pid is reused; a pid with the same start time is the same process), and its Slurm job id
-(a job that Slurm says has ended holds nothing).
+pid is reused; a pid with the same start time is the same process), and its Slurm job and
+step (a job that Slurm says has ended holds nothing; nor does a step that has ended in a job
+still running, e.g. an srun task on another node of the allocation, whose pid cannot be
+checked from here).
 """
 
 from __future__ import annotations
@@ -66,7 +68,8 @@ def me(**extra: Any) -> dict[str, Any]:
 def describe(holder: dict[str, Any]) -> str:
     parts = [f"host {holder.get('host')}", f"pid {holder.get('pid')}"]
     if holder.get("slurm_job"):
-        parts.append(f"Slurm job {holder['slurm_job']}")
+        step = holder.get("slurm_step")
+        parts.append(f"Slurm job {holder['slurm_job']}" + (f" step {step}" if step else ""))
     parts.append(f"since {holder.get('when')}")
     return ", ".join(parts)
 
@@ -91,6 +94,34 @@ def slurm_job_state(job_id: str) -> str | None:
     return None
 
 
+def slurm_step_state(job_id: str, step: str) -> str | None:
+    """The state of the job's step `step` (a number, `batch`...): sacct's, else, for a
+    numbered step, squeue's list of the job's running steps (a step not in it has ended, as
+    the job is running); None when neither can tell."""
+    if shutil.which("sacct"):
+        out = subprocess.run(
+            ["sacct", "-n", "-P", "-j", f"{job_id}.{step}", "-o", "JobID,State"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        for line in out.stdout.splitlines() if out.returncode == 0 else []:
+            name, _, state = line.partition("|")
+            if name == f"{job_id}.{step}" and state.split():
+                return state.split()[0]
+    if step.isdigit() and shutil.which("squeue"):
+        out = subprocess.run(
+            ["squeue", "-h", "-s", "-j", job_id, "-o", "%i"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        running = out.stdout.split()
+        if out.returncode == 0 and running:  # the job's steps that run now
+            return "RUNNING" if f"{job_id}.{step}" in running else "ENDED"
+    return None
+
+
 def gone(holder: dict[str, Any]) -> bool:
     """True only when the holder is provably gone; when in doubt, it is alive."""
     job = holder.get("slurm_job")
@@ -98,6 +129,12 @@ def gone(holder: dict[str, Any]) -> bool:
         state = slurm_job_state(str(job))
         if state is not None and state.rstrip("+") not in _SLURM_ALIVE:
             return True
+        step = holder.get("slurm_step")
+        if state is not None and step not in (None, ""):
+            # The job runs on, but the holder's step (its srun task, on any node) may not.
+            ended = slurm_step_state(str(job), str(step))
+            if ended is not None and ended.rstrip("+") not in _SLURM_ALIVE:
+                return True
     if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int):
         start = _process_start(holder["pid"])
         if start is None:
