@@ -7,13 +7,18 @@ The same config (tests/fixtures/tiny.yaml with 5 clients and no baselines) runs 
 one after the other, each in a fresh folder: locally (`--cores 2`), and under Slurm with
 profiles/slurm-test (every job its own submission) and profiles/slurm-test-rounds (a round
 per submission: Snakemake's `groups:`), each with a train job per client and with one job
-a round (`clients_per_job=5`). It prints each wall time, the Slurm submissions, and the
-ratio to the local run of the same `clients_per_job`; and whether the receipts are the
-local run's, byte for byte. The issue's target: a round per submission within 2x local.
+a round (`clients_per_job=5`); and the whole run in one allocation
+(workflow/sbatch/snakemake-allocation.sbatch: `snakemake --cores 2` inside one `sbatch`,
+its wall time counted from `sbatch --wait` to its end, queueing included). It prints each
+wall time, the Slurm submissions, and the ratio to the local run of the same
+`clients_per_job`; and whether the receipts are the local run's, byte for byte. Targets: a
+round per submission within 2x local (issue 11, not met: the plugin's polling), one
+allocation within 1.2x (issue 25).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -25,6 +30,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "tests" / "fixtures" / "tiny.yaml"
+ALLOCATION = "workflow/sbatch/snakemake-allocation.sbatch"
 
 
 def config(workdir: Path, per_job: int) -> Path:
@@ -47,6 +53,28 @@ def run(workdir: Path, per_job: int, profile: str | None) -> tuple[float, int]:
     if done.returncode != 0:
         raise SystemExit(f"{profile or 'local'} failed:\n{(done.stdout + done.stderr)[-3000:]}")
     return seconds, (done.stdout + done.stderr).count("has been submitted with SLURM jobid")
+
+
+def in_one_allocation(workdir: Path, per_job: int) -> float:
+    """Wall seconds of the whole workflow as one `sbatch` of snakemake-allocation.sbatch."""
+    env = {
+        **os.environ,
+        "CONFIG": str(config(workdir, per_job)),
+        "SNAKEFILE": str(ROOT / "Snakefile"),
+        "CORES": "2",
+        "SNAKEMAKE": f"{sys.executable} -m snakemake",
+    }
+    command = ["sbatch", "--wait", "--cpus-per-task=2", "--mem-per-cpu=1G"]
+    command += [f"--output={workdir}/slurm-%j.out", str(ROOT / ALLOCATION)]
+    started = time.monotonic()
+    done = subprocess.run(
+        command, cwd=workdir, env=env, capture_output=True, text=True, timeout=1800
+    )
+    seconds = time.monotonic() - started
+    if done.returncode != 0:
+        logs = "".join(p.read_text() for p in workdir.glob("slurm-*.out"))
+        raise SystemExit(f"one allocation failed:\n{(done.stderr + logs)[-3000:]}")
+    return seconds
 
 
 def receipts(workdir: Path) -> dict[str, bytes]:
@@ -74,6 +102,11 @@ def main() -> None:
                     f"{profile} | {per_job} | {submissions} | {seconds:.1f} | "
                     f"{seconds / base:.2f} | {same}"
                 )
+            workdir = Path(tmp) / f"allocation-{per_job}"
+            workdir.mkdir()
+            seconds = in_one_allocation(workdir, per_job)
+            same = "yes" if receipts(workdir) == receipts(local) else "NO"
+            print(f"one allocation | {per_job} | 1 | {seconds:.1f} | {seconds / base:.2f} | {same}")
 
 
 if __name__ == "__main__":
