@@ -2,6 +2,7 @@
 
     bash tests/slurm/start.sh              # the single-node test cluster (root, Debian 12)
     python benchmarks/slurm_rounds.py      # 2 rounds x 5 clients of digits, each way
+    python benchmarks/slurm_rounds.py --only allocation   # local and one allocation only
 
 The same config (tests/fixtures/tiny.yaml with 5 clients and no baselines) runs four ways,
 one after the other, each in a fresh folder: locally (`--cores 2`), and under Slurm with
@@ -93,7 +94,8 @@ def main() -> None:
             local.mkdir()
             base, _ = run(local, per_job, None)
             print(f"local --cores 2 | {per_job} | - | {base:.1f} | 1.00 | -")
-            for profile in ("profiles/slurm-test", "profiles/slurm-test-rounds"):
+            profiles = ("profiles/slurm-test", "profiles/slurm-test-rounds")
+            for profile in () if "--only" in sys.argv else profiles:
                 workdir = Path(tmp) / f"{Path(profile).name}-{per_job}"
                 workdir.mkdir()
                 seconds, submissions = run(workdir, per_job, profile)
