@@ -27,6 +27,7 @@ from soma.secagg import round as secure_round
 from soma.store import Store
 from soma.workflow import (
     LOG,
+    average_receipt,
     json_numbers,
     meeting_of,
     read_receipt,
@@ -163,19 +164,8 @@ def average(
     record = read_average(store, digest)
     if record.secure is None:
         raise RecordError(f"{meeting.what}: average record {digest} is not a secure sum's")
-    write_receipt(
-        receipt,
-        {
-            "run": config["run"],
-            "round": round,
-            "strategy": meeting.strategy,
-            "weights": record.weights,
-            "state": record.state,
-            "inputs": record.inputs,
-            "left_out": record.left_out,
-            "secure": {k: record.secure[k] for k in ("threshold", "error_bound")},
-        },
-    )
+    secure = {k: record.secure[k] for k in ("threshold", "error_bound")}
+    write_receipt(receipt, average_receipt(meeting, record, inputs=record.inputs, secure=secure))
     LOG.info(
         "%s: the secure sum of %d clients unmasked, weights %s (%.2f s)",
         meeting.what,

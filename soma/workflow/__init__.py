@@ -373,22 +373,27 @@ def average(
                 )
     digest = average_inputs(store, meeting, inputs, deadline=config.get("average_deadline"))
     record = read_average(store, digest)
-    write_receipt(
-        receipt,
-        {
-            "run": config["run"],
-            "round": round,
-            "strategy": meeting.strategy,
-            "weights": record.weights,
-            "state": record.state,
-            "inputs": [
-                {"client": i["client"], "weights": i["weights"], "size": i["size"]}
-                for i in record.inputs
-            ],
-            "left_out": record.left_out,
-        },
-    )
+    inputs_said = [
+        {"client": i["client"], "weights": i["weights"], "size": i["size"]} for i in record.inputs
+    ]
+    write_receipt(receipt, average_receipt(meeting, record, inputs=inputs_said))
     _log_average(meeting, inputs, record, digest, time.perf_counter() - tic)
+
+
+def average_receipt(
+    meeting: Meeting, record: AverageRecord, *, inputs: list[Any], **more: Any
+) -> dict[str, Any]:
+    """An average job's receipt, plain or secure (soma.secagg.jobs): one schema, built here."""
+    return {
+        "run": meeting.run,
+        "round": meeting.round,
+        "strategy": meeting.strategy,
+        "weights": record.weights,
+        "state": record.state,
+        "inputs": inputs,
+        "left_out": record.left_out,
+        **more,
+    }
 
 
 def _log_average(
