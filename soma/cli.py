@@ -8,7 +8,7 @@ Each task is client `$SLURM_PROCID` unless `--mine` says otherwise.
     soma export --store /shared/soma --run cifar [--round 9] -o cifar.safetensors
     soma verify --store /shared/soma [--run cifar]      exit 1 when anything is damaged
     soma repair --store /shared/soma [--run cifar] [--dry-run]
-    soma gc --store /shared/soma [--keep-runs cifar ...] [--dry-run] [--min-age 24h]
+    soma gc --store /shared/soma [--keep-runs cifar ... [--force]] [--dry-run] [--min-age 1h]
 """
 
 from __future__ import annotations
@@ -382,18 +382,20 @@ def _duration(text: str) -> float:
 def gc(args: argparse.Namespace) -> int:
     """Remove unreachable blobs older than --min-age and temporaries of writers that are
     gone; with --keep-runs, every other run's names first. Exit 1 when damage kept it from
-    removing blobs (it says which, and that `soma repair` comes first)."""
+    removing blobs (it says which, and that `soma repair` comes first). What it refuses (a
+    --min-age below its floor, a symbolic link in the store, a run still going) is the
+    library's refusal (soma.health.gc), said in one line."""
+    from soma.health import GRACE
     from soma.health import gc as collect
-    from soma.store import REFRESH_AFTER
 
-    if args.min_age < 2 * REFRESH_AFTER:
-        raise SystemExit(
-            f"soma: gc --min-age {args.min_age:g}s is below {2 * REFRESH_AFTER:g}s: a live writer "
-            f"refreshes a blob it puts only when it is older than {REFRESH_AFTER:g}s, so gc "
-            "could remove a blob under it"
-        )
     store = _existing_store(args.store)
-    report = collect(store, keep_runs=args.keep_runs, dry_run=args.dry_run, min_age=args.min_age)
+    report = collect(
+        store,
+        keep_runs=args.keep_runs,
+        dry_run=args.dry_run,
+        min_age=GRACE if args.min_age is None else args.min_age,
+        force=args.force,
+    )
     _print_report(report, args.json)
     return 1 if report.blocked else 0
 
@@ -583,14 +585,20 @@ def parser() -> argparse.ArgumentParser:
         help="remove the names of every run but these first (default: keep every name)",
     )
     g.add_argument(
+        "--force",
+        action="store_true",
+        help="with --keep-runs: drop a run even with an open round (no average published yet)",
+    )
+    g.add_argument(
         "--dry-run", action="store_true", help="say what would be removed; remove nothing"
     )
     g.add_argument(
         "--min-age",
         type=_duration,
-        default=24 * 3600.0,
+        default=None,
         metavar="DURATION",
-        help="remove only what was untouched this long: 90s, 30m, 6h, 2d (default 24h)",
+        help="remove only what was untouched this long, at least 2m: 90s, 30m, 6h, 2d "
+        "(default 1h, soma.health.GRACE)",
     )
     g.add_argument("--json", action="store_true", help="machine-readable output")
     g.set_defaults(func=gc)

@@ -2,7 +2,7 @@
 
     verify(store, run=None, progress=None) -> VerifyReport   what is wrong, with paths
     repair(store, run=None, dry_run=False) -> RepairReport   what can be recomputed, is
-    gc(store, keep_runs=None, dry_run=False, min_age=GRACE) -> GcReport
+    gc(store, keep_runs=None, dry_run=False, min_age=GRACE, force=False) -> GcReport
 
 Pure functions over a `Store`; `soma verify|repair|gc` (soma.cli) print their reports.
 
@@ -84,15 +84,24 @@ from typing import Any
 
 from soma.errors import SomaError
 from soma.health.advice import Advisor, average_text
-from soma.health.reach import Graph, files, is_digest, list_blobs, resolve_names, walk
+from soma.health.reach import (
+    Graph,
+    files,
+    is_digest,
+    list_blobs,
+    resolve_names,
+    symlinks,
+    walk,
+)
 from soma.health.rebuild import rebuild_record, recompute_average
 from soma.round import holders, layout
 from soma.round.layout import run_of
-from soma.store import Store, _cpus, hash_stream, mark_corrupt
-from soma.store.errors import StoreError, UnknownDigest
+from soma.store import REFRESH_AFTER, Store, _cpus, hash_stream, mark_corrupt
+from soma.store.errors import BadBlob, StoreError, SymlinkInStore, UnknownDigest
 
 __all__ = [
     "GRACE",
+    "MIN_AGE",
     "GcReport",
     "HealthError",
     "Problem",
@@ -104,7 +113,10 @@ __all__ = [
     "verify",
 ]
 
-GRACE = 24 * 3600.0
+GRACE = 3600.0
+# The least `min_age` gc takes: a put refreshes a blob only once it is REFRESH_AFTER old, so
+# below twice that gc could remove a blob a live writer has just put and is about to bind.
+MIN_AGE = 2 * REFRESH_AFTER
 DEAD_WRITER_AGE = 60.0
 
 
@@ -127,7 +139,7 @@ def _hash_blob(store: Store, digest: str, on_chunk: Callable[[int], None]) -> st
     """The sha256 of blob `digest` as it is now (None: gone), marking it when it is wrong."""
     try:
         _, f = store._open_blob(digest)
-    except UnknownDigest:
+    except (UnknownDigest, SymlinkInStore, BadBlob):  # not a blob: reported by `symlinks`
         return None
     with f:
         actual = hash_stream(f, on_chunk)
@@ -165,7 +177,7 @@ def _hash_all(
 class Problem:
     """One thing wrong, with its path and what fixes it."""
 
-    kind: str  # corrupt | missing | bad-name | stray
+    kind: str  # corrupt | missing | bad-name | stray | symlink
     path: str
     detail: str
     digest: str | None = None
@@ -266,6 +278,17 @@ def verify(
     every name resolving to a blob present, every reference a reader follows present."""
     tic = time.monotonic()
     report = VerifyReport(str(store.directory), run)
+    for path in symlinks(store):
+        report.problems.append(
+            Problem(
+                "symlink",
+                path,
+                f"a symbolic link{_target(path)}: the store makes none, follows none, and gc "
+                "refuses to run while one is there",
+                fix="remove the link (`rm` it: what it points at is not touched); if it stands "
+                "for a folder of the store, move that folder here in its place",
+            )
+        )
     names, bad = resolve_names(store, _names_of(store, run))
     graph = walk(store, names)
     graph.bad_names = bad
@@ -347,6 +370,13 @@ def verify(
         )
     report.seconds = time.monotonic() - tic
     return report
+
+
+def _target(path: str) -> str:
+    try:
+        return f" to {os.readlink(path)}"
+    except OSError:
+        return ""
 
 
 def _unneeded(store: Store, graph: Graph, digest: str) -> str:
@@ -615,15 +645,48 @@ def _unlink(path: str | os.PathLike[str]) -> None:
         pass
 
 
+def _open_rounds(names: list[str], run: str) -> list[int]:
+    """The rounds of `run` with a meeting whose average is not published yet (among
+    `names`); round 0 for a run with no meeting yet (its start is made, round 0 trains)."""
+    there = set(names)
+    found = layout.meetings(names, run)
+    if not found:
+        return [0]
+    return sorted({r for r, k in found if layout.average(layout.meeting(run, r, k)) not in there})
+
+
+def _refuse_links(store: Store) -> None:
+    """HealthError naming the symbolic links under the store: gc never removes through one,
+    nor decides what is reachable with names it cannot see."""
+    links = symlinks(store)
+    if links:
+        more = f" (and {len(links) - 1} more: `soma verify` lists them)" if len(links) > 1 else ""
+        raise HealthError(
+            f"gc: {links[0]} is a symbolic link{more}; the store makes none, and gc refuses to "
+            "run while one is there (it could delete through it, or miss names behind it): "
+            "remove it, then run gc again; nothing was removed"
+        )
+
+
 def gc(
     store: Store,
     keep_runs: Iterable[str] | None = None,
     dry_run: bool = False,
     min_age: float = GRACE,
+    force: bool = False,
 ) -> GcReport:
-    """Remove unreachable blobs untouched for `min_age` seconds, abandoned temporaries, and,
-    with `keep_runs`, the names of every other run first. Safe beside live writers: see
-    the module docs for the grace, the race, and what it guarantees."""
+    """Remove unreachable blobs untouched for `min_age` seconds (at least `MIN_AGE`),
+    abandoned temporaries, and, with `keep_runs`, the names of every other run first (a run
+    with an open round only with `force`). Refused, before anything is removed, on a store
+    holding a symbolic link. Safe beside live writers: see the module docs for the grace,
+    the race, and what it guarantees."""
+    if not min_age >= MIN_AGE:
+        raise HealthError(
+            f"gc: min_age {min_age:g}s is below {MIN_AGE:g}s: a live writer refreshes a blob it "
+            f"puts only when it is older than {REFRESH_AFTER:g}s, so gc could remove a blob "
+            "under it (or a temporary it is writing); nothing was removed"
+        )
+    _refuse_links(store)
     tic = time.monotonic()
     now = time.time()
     cutoff = now - min_age
@@ -640,6 +703,21 @@ def gc(
                 f"{store.directory} (its runs: {holds}); nothing was removed"
             )
         dropped = {n for n in everything if run_of(n) not in (None, *keep)}
+        going = {
+            run: rounds
+            for run in sorted({run_of(n) for n in dropped})
+            if run is not None and (rounds := _open_rounds(everything, run))
+        }
+        if going and not force:
+            said = "; ".join(
+                f"run {run!r} (round{'s' if len(r) > 1 else ''} {', '.join(map(str, r))})"
+                for run, r in going.items()
+            )
+            raise HealthError(
+                f"gc --keep-runs would drop {said} with an open round: no average published "
+                "yet, so it may still be going, and dropping its names loses what it writes; "
+                "nothing was removed. Keep it, or drop it anyway with --force"
+            )
         for name in sorted(dropped):
             if dry_run or store.forget(name):
                 report.names_removed.append(name)

@@ -234,7 +234,8 @@ def once(
             check_holder = now >= next_holder_check
             if check_holder:
                 next_holder_check = now + HOLDER_CHECK_EVERY
-            who = who or store.put_value(me)
+            if who is None or check_holder:  # a re-put refreshes it: no grace runs out
+                who = store.put_value(me)  # under an averager that waits (soma.health)
             if _claim(store, place, who, check_holder=check_holder):
                 digest = work.compute(inputs, me)
                 store.bind(place.computed_by(who), who)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from soma.round import layout
 from soma.run import step
 from soma.run.spec import RunSpec
 from soma.run.step import Hosted
@@ -65,6 +66,7 @@ def drive(
         hosted.append(Hosted(k, data, task.size(data)))
     driven = Driven(nodes, hosted, [])
     start, state = store.put_value(export(nodes)), None
+    store.claim(layout.starting(spec.run, start), start)  # reachable while round 0 trains
     for r in range(spec.rounds):
         meeting = spec.meeting(r, start, state)
         taking_part = [h for h in hosted if h.index in meeting.members]

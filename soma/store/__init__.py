@@ -152,6 +152,7 @@ from soma.store.errors import (
     NoCodec,
     NotText,
     StoreError,
+    SymlinkInStore,
     UnknownDigest,
     UnknownName,
 )
@@ -174,6 +175,7 @@ __all__ = [
     "BadBlob",
     "NoCodec",
     "NotText",
+    "SymlinkInStore",
 ]
 
 _HEX = frozenset("0123456789abcdef")
@@ -230,7 +232,13 @@ def check_folder(directory: str | os.PathLike[str]) -> Path:
         )
     culprit = _in_the_way(path)
     if culprit is not None:
-        what = "a file" if culprit.is_file() else "something other than a folder"
+        what = (
+            "a symbolic link, which the store never follows (put the folder itself there)"
+            if culprit.is_symlink()
+            else "a file"
+            if culprit.is_file()
+            else "something other than a folder"
+        )
         if culprit == path:
             raise BadStore(f"store folder {path} is {what}, not a folder")
         raise BadStore(f"store folder {path} cannot be a store: {culprit} is {what}")
@@ -239,9 +247,9 @@ def check_folder(directory: str | os.PathLike[str]) -> Path:
 
 def _in_the_way(path: Path) -> Path | None:
     """The first thing that is there and is not a folder, where the store needs one: its own
-    folders, itself, or the nearest one above it that is there."""
-    for folder in (path / "blobs", path / "names", path / "tmp"):
-        if _there(folder) and not folder.is_dir():
+    folders (a symbolic link is not one), itself, or the nearest one above it that is there."""
+    for folder in (path / "blobs", path / "names", path / "tmp", path / "attic"):
+        if folder.is_symlink() or (_there(folder) and not folder.is_dir()):
             return folder
     for folder in (path, *path.parents):
         if folder.is_dir():
@@ -253,6 +261,79 @@ def _in_the_way(path: Path) -> Path | None:
 
 def _there(path: Path) -> bool:
     return path.exists() or path.is_symlink()  # a dangling link is in the way too
+
+
+# The store never follows a symbolic link it did not make (it makes none): a blob, a name
+# file and a folder of names are opened with O_NOFOLLOW, folder by folder from one the store
+# opened itself, so a link planted anywhere on the way is refused (`SymlinkInStore`), never
+# read through, marked through, or listed through. A file is opened O_NONBLOCK: a FIFO
+# planted where a file was is refused by what it is, not waited on.
+_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_NO_FOLLOW = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _a_link(error: OSError, name: str, dir_fd: int) -> bool:
+    """Whether a no-follow open of `name` in `dir_fd` failed because it is a symbolic link
+    (ELOOP for a file; ENOTDIR for a folder, which a link to one is not)."""
+    if error.errno == errno.ELOOP:
+        return True
+    if error.errno != errno.ENOTDIR:
+        return False
+    try:
+        return stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode)
+    except OSError:
+        return False
+
+
+def symlink_refused(path: str | os.PathLike[str], what: str) -> SymlinkInStore:
+    """The refusal of the symbolic link at `path` (a `what`: blob, name file, folder...)."""
+    try:
+        target = f" (to {os.readlink(path)})"
+    except OSError:
+        target = ""
+    return SymlinkInStore(
+        f"{what} {path} is a symbolic link{target}: the store makes none and follows none; "
+        "remove the link (what it points at is not touched), or put the real file or folder "
+        "in its place (`soma verify` lists every link in the store)"
+    )
+
+
+def _open_in(folder: Path, segments: Iterable[str], what: str) -> int:
+    """`folder` (the store's own, checked when the store was opened) and then each of
+    `segments` below it opened as a folder, none followed if it is a link: its fd (the
+    caller closes it). FileNotFoundError or NotADirectoryError when one is not a folder."""
+    fd = os.open(folder, _FOLDER)
+    for i, segment in enumerate(segments):
+        try:
+            inner = os.open(segment, _FOLDER, dir_fd=fd)
+        except OSError as error:
+            link = _a_link(error, segment, fd)
+            os.close(fd)
+            if link:
+                raise symlink_refused(folder.joinpath(*list(segments)[: i + 1]), what) from None
+            raise
+        os.close(fd)
+        fd = inner
+    return fd
+
+
+def _open_file(folder: Path, segments: list[str], what: str) -> BinaryIO:
+    """The file `folder/segments...` opened for reading (unbuffered), no part of the way
+    below `folder` followed if it is a link (`SymlinkInStore`, naming it)."""
+    fd = _open_in(folder, segments[:-1], f"folder of {what}s")
+    try:
+        return open(
+            segments[-1],
+            "rb",
+            buffering=0,
+            opener=lambda name, flags: os.open(name, flags | _NO_FOLLOW, dir_fd=fd),
+        )
+    except OSError as error:
+        if _a_link(error, segments[-1], fd):
+            raise symlink_refused(folder.joinpath(*segments), what) from None
+        raise
+    finally:
+        os.close(fd)
 
 
 # Putting a blob that is already there refreshes its mtime (gc's grace, soma.health) when it
@@ -447,7 +528,14 @@ class Store:
     def has(self, digest: str) -> bool:
         """Whether blob `digest` is in the store (put back from `attic/` if a gc left it
         there; see soma.health)."""
-        return self.blob_path(digest).exists() or self._rescue(digest)
+        path = self.blob_path(digest)
+        try:
+            st = os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return self._rescue(digest)
+        if stat.S_ISLNK(st.st_mode):
+            raise symlink_refused(path, "blob")
+        return True
 
     def blob_path(self, digest: str) -> Path:
         """Where blob `digest` is (or would be)."""
@@ -520,7 +608,7 @@ class Store:
         path = self._names / name
         for attempt in range(3):
             try:
-                with open(path, "rb") as f:
+                with _open_file(self._names, name.split("/"), "name file") as f:
                     data = f.read(128)
                 break
             except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
@@ -543,21 +631,31 @@ class Store:
         whole, partial = split_prefix(prefix)
         found: list[str] = []
 
-        def walk(folder: Path, above: str, first: bool) -> None:
-            try:
-                entries = os.scandir(folder)
-            except (FileNotFoundError, NotADirectoryError):
-                return
-            with entries:
+        def walk(fd: int, above: str, first: bool) -> None:
+            with os.scandir(fd) as entries:
                 for entry in entries:
                     if entry.name.startswith(".") or (first and not entry.name.startswith(partial)):
                         continue
-                    if entry.is_dir(follow_symlinks=False):
-                        walk(Path(entry.path), f"{above}{entry.name}/", False)
-                    else:
-                        found.append(f"{above}{entry.name}")
+                    if not entry.is_dir(follow_symlinks=False):
+                        found.append(f"{above}{entry.name}")  # a link too: resolve refuses it
+                        continue
+                    try:  # a folder, unless replaced since the listing: never followed
+                        inner = os.open(entry.name, _FOLDER, dir_fd=fd)
+                    except (FileNotFoundError, NotADirectoryError):
+                        continue
+                    try:
+                        walk(inner, f"{above}{entry.name}/", False)
+                    finally:
+                        os.close(inner)
 
-        walk(self._names.joinpath(*whole), "".join(f"{s}/" for s in whole), True)
+        try:
+            top = _open_in(self._names, whole, "folder of names")
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        try:
+            walk(top, "".join(f"{s}/" for s in whole), True)
+        finally:
+            os.close(top)
         return sorted(found)
 
     def entries(self, folder: str) -> list[str]:
@@ -565,10 +663,14 @@ class Store:
         meetings), names and folders alike, sorted: one listing, where `bound` walks them."""
         whole, _ = split_prefix(folder.rstrip("/") + "/")
         try:
-            with os.scandir(self._names.joinpath(*whole)) as found:
-                return sorted(e.name for e in found if not e.name.startswith("."))
+            fd = _open_in(self._names, whole, "folder of names")
         except (FileNotFoundError, NotADirectoryError):
             return []
+        try:
+            with os.scandir(fd) as found:
+                return sorted(e.name for e in found if not e.name.startswith("."))
+        finally:
+            os.close(fd)
 
     # --- values ----------------------------------------------------------------------
 
@@ -679,14 +781,20 @@ class Store:
 
     def _open_blob(self, digest: str) -> tuple[Path, BinaryIO]:
         """Blob `digest` opened for reading (unbuffered), or UnknownDigest. A blob a gc is
-        moving this instant is found in `attic/` and put back (see soma.health)."""
+        moving this instant is found in `attic/` and put back (see soma.health). Never
+        through a symbolic link (`SymlinkInStore`), and only a regular file (`BadBlob`)."""
         path = self.blob_path(digest)
         for attempt in (0, 1):
             try:
-                return path, open(path, "rb", buffering=0)
+                f = _open_file(self._blobs, [digest[:2], digest], "blob")
             except FileNotFoundError:
                 if attempt or not self._rescue(digest):
                     break
+                continue
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                f.close()
+                raise BadBlob(f"blob {path} is not a regular file: the store never writes one")
+            return path, f
         raise UnknownDigest(f"no blob {digest} in {self}")
 
     @staticmethod
@@ -706,13 +814,13 @@ class Store:
         path = self.blob_path(digest)
         for _ in range(3):  # a gc may move it between two looks: each time, fetch it back
             try:
-                st = os.stat(path)
+                st = os.lstat(path)
             except FileNotFoundError:
                 if not self._rescue(digest):
                     return _MISSING
                 continue
-            if st.st_size != size:
-                return _BAD
+            if st.st_size != size or not stat.S_ISREG(st.st_mode):
+                return _BAD  # a link is replaced (renamed over), never followed
             if self.verify_existing or st.st_mtime_ns == CORRUPT_MARK_NS:
                 try:
                     if hash_file(path) != digest:
@@ -722,7 +830,7 @@ class Store:
             if time.time() - st.st_mtime <= REFRESH_AFTER:
                 return _SOUND
             try:
-                os.utime(path)  # a put is a use: gc's grace starts again (soma.health)
+                os.utime(path, follow_symlinks=False)  # a put is a use: gc's grace restarts
                 return _SOUND
             except PermissionError:  # another user's blob: it ages from its own writes
                 return _SOUND

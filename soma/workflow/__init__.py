@@ -133,6 +133,7 @@ def start(config: Mapping[str, Any], receipt: str, run_record: str | None = None
     metrics = checked_metrics(config, task.evaluate(nodes))
     store = Store(config["store"])
     weights = store.put_value(exported)
+    store.claim(layout.starting(config["run"], weights), weights)  # never rebound by another
     store.bind(layout.start(config["run"]), weights)
     keep_evaluation(store, config["run"], weights, metrics)
     if run_record is not None:
