@@ -31,14 +31,22 @@ gc removes blobs no name reaches, temporaries left by killed writers, and (`keep
 every name of the runs not kept. Decisions, and the guarantee they give:
 
 - Grace: a blob is removed only if unreachable *and* untouched for `min_age` seconds
-  (default `GRACE`, 24 h). A writer puts blobs and then binds a name; between the two they
+  (default `GRACE`, 1 h). A writer puts blobs and then binds a name; between the two they
   are unreachable. A put of a blob already there refreshes its mtime (soma.store,
   `REFRESH_AFTER`), so a blob a process put (or re-put) stays for at least `min_age` minus
-  `REFRESH_AFTER` after the put, reachable or not. 24 h covers soma's own longest hold of
-  an unbound digest: `soma client` keeps its round-0 start unbound through round 0's
-  training (and a waiting averager its holder record through `--deadline`). `soma gc`
-  refuses a `--min-age` below twice `REFRESH_AFTER` (60 s), within which a put does not
-  refresh a blob.
+  `REFRESH_AFTER` after the put, reachable or not. soma holds no digest unbound for long:
+  a run's start weights are claimed under `<run>/starts/<weights>` (soma.round.layout) the
+  moment they are made, in every mode, and a waiting averager re-puts its holder record at
+  every holder check (a tree's builder at every level); what is left unbound is a put and
+  its bind, seconds apart. So the grace was shortened from 24 h to 1 h, which is margin for
+  a writer stalled between the two. `gc` (the library, and so `soma gc`) refuses a
+  `min_age` below `MIN_AGE`, twice `REFRESH_AFTER` (2 min), within which a put does not
+  refresh a blob: no caller can ask it to remove a blob just put, or a live writer's
+  temporary.
+- Symbolic links: the store makes none and follows none (soma.store); `verify` reports each
+  one anywhere under the store (kind `symlink`, its path), and `gc` refuses to run, before
+  removing anything, while one is there: it could delete through it (`tmp/` a link), or
+  miss the names behind it (`names/<run>` a link) and collect a live run's blobs.
 - The race: gc decides from a stat, a writer's put may land between that stat and the
   deletion, and the put (one stat and a utime) then believes a blob that is about to go.
   So gc never unlinks a blob in place: it renames it to `attic/<digest>`, stats it there,
@@ -59,8 +67,11 @@ every name of the runs not kept. Decisions, and the guarantee they give:
 - `keep_runs`: the names of every run not listed are removed first (a run is a name's
   part before `/round/<r>/`, or before `/start` or `/evaluation/`); names of no run are
   always kept, and a listed run the store does not hold is refused (a typo would drop
-  everything). Dropping a run that is still being written loses what it binds before the
-  drop; what it binds afterwards stays.
+  everything). A run to drop that has an open round (a meeting with no average published,
+  or no meeting yet beside its start) is refused unless `force`, naming it: it may still
+  be going. A `soma client` run between two rounds (the last published, nobody of the
+  next written yet) looks finished; dropping a run that is still being written loses what
+  it binds before the drop; what it binds afterwards stays.
 - Folders are never removed (a writer may be about to link into one).
 - Readers: on a local filesystem an unlinked blob stays readable through open files and
   maps. Over NFS a file deleted on the server while another machine maps it lazily
@@ -278,7 +289,8 @@ def verify(
     every name resolving to a blob present, every reference a reader follows present."""
     tic = time.monotonic()
     report = VerifyReport(str(store.directory), run)
-    for path in symlinks(store):
+    links = symlinks(store)
+    for path in links:
         report.problems.append(
             Problem(
                 "symlink",
@@ -289,7 +301,13 @@ def verify(
                 "for a folder of the store, move that folder here in its place",
             )
         )
-    names, bad = resolve_names(store, _names_of(store, run))
+    try:
+        listed = _names_of(store, run)
+    except SymlinkInStore:  # the names are behind a link: it is reported, never followed
+        if not links:
+            raise
+        listed = []
+    names, bad = resolve_names(store, listed)
     graph = walk(store, names)
     graph.bad_names = bad
     report.names = len(names) + len(bad)

@@ -246,6 +246,8 @@ def list_blobs(store: Store) -> tuple[dict[str, BlobFile], list[str]]:
     """Every blob file (by digest) and every stray file (a path that is not a blob's)."""
     blobs: dict[str, BlobFile] = {}
     strays: list[str] = []
+    if (store.directory / "blobs").is_symlink():  # never followed; `symlinks` reports it
+        return blobs, strays
     with os.scandir(store.directory / "blobs") as folders:
         for folder in folders:
             if folder.is_symlink():  # never followed; `symlinks` reports it
@@ -272,6 +274,9 @@ def list_blobs(store: Store) -> tuple[dict[str, BlobFile], list[str]]:
 
 
 def files(folder: Path) -> list[os.DirEntry]:
+    """The files in one of the store's folders; none through a symbolic link."""
+    if folder.is_symlink():
+        return []
     try:
         with os.scandir(folder) as entries:
             return [e for e in entries if e.is_file(follow_symlinks=False)]

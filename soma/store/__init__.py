@@ -272,7 +272,7 @@ _FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NO_FOLLOW = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-def _a_link(error: OSError, name: str, dir_fd: int) -> bool:
+def _a_link(error: OSError, name: str | os.PathLike[str], dir_fd: int | None) -> bool:
     """Whether a no-follow open of `name` in `dir_fd` failed because it is a symbolic link
     (ELOOP for a file; ENOTDIR for a folder, which a link to one is not)."""
     if error.errno == errno.ELOOP:
@@ -302,7 +302,12 @@ def _open_in(folder: Path, segments: Iterable[str], what: str) -> int:
     """`folder` (the store's own, checked when the store was opened) and then each of
     `segments` below it opened as a folder, none followed if it is a link: its fd (the
     caller closes it). FileNotFoundError or NotADirectoryError when one is not a folder."""
-    fd = os.open(folder, _FOLDER)
+    try:
+        fd = os.open(folder, _FOLDER)
+    except OSError as error:  # made a link after the store was opened
+        if _a_link(error, folder, None):
+            raise symlink_refused(folder, "store folder") from None
+        raise
     for i, segment in enumerate(segments):
         try:
             inner = os.open(segment, _FOLDER, dir_fd=fd)
