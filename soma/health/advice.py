@@ -144,6 +144,12 @@ class Advisor:
                 f"{target} --forcerun {target}` in the workflow's folder (the seed makes the "
                 "same weights, and their put replaces the blob)"
             )
+        if run is not None and name.startswith(layout.starting(run, "")):
+            return 1, (
+                f"rerun any process of run {run!r} from its first round (`soma client`, `soma "
+                "simulate`, or the workflow's start job): the seed makes the same start weights, "
+                "and their put replaces the blob"
+            )
         if run is not None and name.startswith(layout.evaluation(run, "")):
             return 2, (
                 f"rerun the workflow's evaluation job that kept {name!r} (`--forcerun` its "

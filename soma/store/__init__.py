@@ -116,6 +116,15 @@ Health (soma.health has verify, repair and gc; these are the store's parts of it
   `REFRESH_AFTER`): a put is a use, and gc deletes only unreachable blobs untouched for its
   grace period. A gc moves a blob to `attic/` before deciding, and every read or put that
   misses a blob links it back from there first; see soma.health for why that is sound.
+- Symbolic links: the store makes none and follows none, against a careless user or
+  anyone else who can write the shared folder. Its folders (`blobs`, `names`, `tmp`,
+  `attic`) are refused as links when a store is opened (`BadStore`); a blob, a name file,
+  and every folder on the way to one below them are opened one by one with O_NOFOLLOW (an
+  openat per folder: no extra round trip where the lookups are cached), so a read or a
+  listing refuses a link naming it (`SymlinkInStore`) and never reads, marks or lists
+  through one; a put finds a link where its blob goes by lstat and renames the right
+  bytes over it. `soma verify` reports every link, and `soma gc` refuses to run while one
+  is there (soma.health).
 """
 
 from __future__ import annotations
