@@ -98,7 +98,7 @@ def test_a_blob_that_is_a_symlink_is_refused_by_reads_and_never_marked(tmp_path)
     os.chmod(path, 0o644)
     os.unlink(path)
     os.symlink(outside, path)
-    for read in (store.get, store.has, lambda d: store.recall_digest(d)):
+    for read in (store.get, store.has, store.describe, store.recall_digest):
         with pytest.raises(SymlinkInStore, match=f"blob {path} is a symbolic link"):
             read(digest)
     assert outside.stat().st_mtime == OUTSIDE_MTIME  # never marked corrupt through the link

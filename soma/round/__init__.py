@@ -49,7 +49,7 @@ from soma.round.once import (
 )
 from soma.round.tree import check_fan_in
 from soma.run.identity import differences, shown
-from soma.store import Store, codecs, tensorfile
+from soma.store import Store, codecs
 from soma.strategies import (
     Arrival,
     Strategy,
@@ -397,7 +397,7 @@ def signature(store: Store, digest: str) -> Signature:
         tag = node.get("$tensors") if isinstance(node, dict) and len(node) == 1 else None
         if not isinstance(tag, str):
             raise RoundError(f"value {digest}: node {node_id!r} is not a map of tensors")
-        described = tensorfile.describe(store.blob_path(tag))
+        described = store.describe(tag)
         out[node_id] = {key: (shape, dtype) for key, (dtype, shape) in described.items()}
     return out
 

@@ -770,6 +770,13 @@ class Store:
         entries = tensorfile.read_header(memoryview(base.numpy()), str(path))
         return tensorfile.tensors_from(base, entries, str(path))
 
+    def describe(self, digest: str) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+        """Each tensor's dtype and shape in tensor blob `digest`, from its header alone
+        (nothing verified: whatever reads the data verifies it), opened as every read is."""
+        path, f = self._open_blob(digest)
+        with f:
+            return tensorfile.describe(f, str(path))
+
     # --- housekeeping ----------------------------------------------------------------
 
     def sweep_temporaries(self, older_than: float = 24 * 3600.0) -> int:
