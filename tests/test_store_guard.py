@@ -182,7 +182,8 @@ def test_a_runs_start_is_named_while_round_0_trains_so_gc_cannot_take_it(
     tmp_path, monkeypatch
 ) -> None:
     """gc at the floor, every blob aged, in the middle of round 0's training: the start
-    weights the next client loads are there (the probe lost every client this way)."""
+    weights the next client loads are there (the probe lost every client this way); and
+    the round is announced, so that `gc --keep-runs` sees the run is still going."""
     where = tmp_path / "store"
     real, collected = soma.run.step.train_locally, []
 
@@ -192,6 +193,7 @@ def test_a_runs_start_is_named_while_round_0_trains_so_gc_cannot_take_it(
             store = Store(where)
             aged(store)
             collected.append(health.gc(store, min_age=health.MIN_AGE))
+            collected.append(store.bound(layout.rounds("simulation")))  # the round is open
         return result
 
     monkeypatch.setattr(soma.run.step, "train_locally", train_then_collect)
@@ -200,6 +202,7 @@ def test_a_runs_start_is_named_while_round_0_trains_so_gc_cannot_take_it(
     )
     start = done.rounds[0].record["start"]
     assert collected and all(m is not None for m in done.rounds[0].metrics.values())
+    assert [n.rsplit("/", 1)[-1] for n in collected[1]] == ["about"]  # announced, no client yet
     assert Store(where).resolve(layout.starting("simulation", start)) == start
     assert layout.run_of(layout.starting("simulation", start)) == "simulation"
 

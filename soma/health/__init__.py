@@ -69,9 +69,10 @@ every name of the runs not kept. Decisions, and the guarantee they give:
   always kept, and a listed run the store does not hold is refused (a typo would drop
   everything). A run to drop that has an open round (a meeting with no average published,
   or no meeting yet beside its start) is refused unless `force`, naming it: it may still
-  be going. A `soma client` run between two rounds (the last published, nobody of the
-  next written yet) looks finished; dropping a run that is still being written loses what
-  it binds before the drop; what it binds afterwards stays.
+  be going (`soma client` and `soma simulate` announce each round as it begins, the
+  workflow's train jobs mark it started, so a round in training is open). Dropping a run
+  that is still being written (`force`) loses what it binds before the drop; what it
+  binds afterwards stays.
 - Folders are never removed (a writer may be about to link into one).
 - Readers: on a local filesystem an unlinked blob stays readable through open files and
   maps. Over NFS a file deleted on the server while another machine maps it lazily

@@ -278,8 +278,9 @@ def _check_finite(export: Export, mine: int) -> None:
                 )
 
 
-def _announce(store: Store, meeting: Meeting) -> None:
-    """The meeting's identity, written once, so that `status` can say what it is."""
+def announce(store: Store, meeting: Meeting) -> None:
+    """The meeting's identity, written once, so that `status` can say what it is, and gc
+    that the round is open (a process announces it as the round begins: soma.run.drive)."""
     if store.resolve(meeting.about) is None:
         about = {"run": meeting.run, "round": meeting.round, **meeting.identity()}
         store.claim(meeting.about, store.put_value(about))
@@ -316,7 +317,7 @@ def contribute(
     weights = store.put_value(export)
     extra_digest = None if extra is None else store.put_value(extra)
     own_digest = None if own is None else store.put_value(own)
-    _announce(store, meeting)
+    announce(store, meeting)
     record = records.ClientRecord(mine, weights, size, extra_digest, own_digest, holders.me())
     return Contribution(
         store.keep(meeting.client(mine), record.value()), weights, extra_digest, own_digest
@@ -327,7 +328,7 @@ def drop(store: Store, meeting: Meeting, *, mine: int, why: str) -> str:
     """Say that client `mine` will not bring anything to the round, and why (failed, refused,
     its job died): the others need not wait for it, and the average's record names it."""
     meeting.check_client(mine)
-    _announce(store, meeting)
+    announce(store, meeting)
     record = records.DropRecord(mine, str(why), holders.me())
     return store.keep(meeting.client(mine), record.value())
 

@@ -56,7 +56,7 @@ def drive(
     averages it). `after(round, driven)` is called once a round is averaged, its weights
     loaded into `driven.nodes`. `task` and `strategy` are `spec.checked()`'s."""
     from soma.nodes import export, load
-    from soma.round import average_round
+    from soma.round import announce, average_round
     from soma.round.once import read_record
 
     nodes = task.nodes(spec.seed)
@@ -69,6 +69,7 @@ def drive(
     store.claim(layout.starting(spec.run, start), start)  # reachable while round 0 trains
     for r in range(spec.rounds):
         meeting = spec.meeting(r, start, state)
+        announce(store, meeting)  # the round is open from now: `gc --keep-runs` sees it
         taking_part = [h for h in hosted if h.index in meeting.members]
         metrics: dict[int, Any] = {}
         if meeting.secure is not None:
