@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from soma.nodes import Export, export, load
-from soma.round import Contribution, Meeting, contribute, drop, dropout_reason
+from soma.round import Contradicts, Contribution, Meeting, contribute, drop, dropout_reason
 from soma.round.once import RoundError
 from soma.run.identity import training_seed
 from soma.store import Store
@@ -77,6 +77,8 @@ def plain(
             store, meeting, export(nodes), mine=hosted.index, size=hosted.size, extra=extra,
             own=own,
         )  # fmt: skip
+    except Contradicts:  # it already brought other weights: not a drop-out, a refusal
+        raise
     except Exception as error:  # the task failed or the export was refused
         return leave(store, meeting, hosted.index, dropout_reason(error))
     hosted.own = own

@@ -1,0 +1,106 @@
+"""Records trusted because they are in the store (issue 20): every input checked where it is
+used, a client's record claimed, repair of every record kind, and holder checks that name a
+dead holder as dead. Library-level and quick (no workflow run here)."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+import torch
+
+from soma.round import Backoff, Contradicts, Meeting, RoundError, contribute, drop, gather
+from soma.round.records import RecordError
+from soma.store import Store, codecs
+
+QUICK = Backoff(first=0.002, cap=0.02)
+
+
+def _export(v: float) -> dict:
+    return {"fc": {"w": torch.full((2, 3), v), "b": torch.full((3,), v)}}
+
+
+def _client_record(store: Store, weights: str, k: int = 1, size: float | None = 1.0) -> dict:
+    return {"client": k, "size": size, "weights": weights, "extra": None, "own": None, "by": None}
+
+
+def _claimed(store: Store) -> list[str]:
+    return [n for n in store.bound() if "/inputs/" in n or n.endswith("/average")]
+
+
+def _gather0(store: Store, **kw) -> dict:
+    return gather(
+        store, _export(1.0), run="r", round=0, clients=2, mine=0, size=1.0, deadline=2,
+        backoff=QUICK, **kw,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("quorum", [None, 1])
+def test_a_hand_written_record_with_nan_is_refused_before_the_claim_naming_the_client(
+    tmp_path, quorum
+) -> None:
+    store = Store(tmp_path)
+    meeting = Meeting("r", 0, 2, quorum=quorum)
+    bad = _export(1.0)
+    bad["fc"]["w"][0, 1] = float("nan")
+    store.keep(meeting.client(1), _client_record(store, store.put_value(bad)))
+    with pytest.raises(RoundError, match=r"client 1's weights .* NaN or infinite"):
+        _gather0(store, quorum=quorum)
+    assert _claimed(store) == []
+
+
+def _overlapping(store: Store) -> str:
+    """An export whose tensor file says two tensors share bytes: it hashes right (it was put
+    as bytes), so only its header is wrong."""
+    header = {
+        "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+        "b": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+    }
+    raw = json.dumps(header).encode()
+    blob = store.put(struct.pack("<Q", len(raw)) + raw + bytes(8))
+    return store.put(codecs.record_bytes({"fc": {"$tensors": blob}}, None))
+
+
+def test_a_record_with_overlapping_tensor_offsets_is_refused_before_the_claim_naming_it(
+    tmp_path,
+) -> None:
+    store = Store(tmp_path)
+    meeting = Meeting("r", 0, 2)
+    store.keep(meeting.client(1), _client_record(store, _overlapping(store)))
+    with pytest.raises(RoundError, match=r"client 1's weights .*record .*client/1.*overlaps"):
+        _gather0(store)
+    assert _claimed(store) == []
+
+
+def test_a_record_without_weights_is_refused_naming_the_client_not_a_key_error(tmp_path) -> None:
+    store = Store(tmp_path)
+    meeting = Meeting("r", 0, 2)
+    store.keep(meeting.client(1), {"client": 1, "size": 1.0})
+    with pytest.raises(RecordError, match=r"client 1's record .*client/1.* has no 'weights'"):
+        _gather0(store)
+    assert _claimed(store) == []
+
+
+def test_a_second_contribution_with_other_weights_is_refused_and_the_first_stands(
+    tmp_path,
+) -> None:
+    store = Store(tmp_path)
+    meeting = Meeting("r", 0, 2)
+    first = contribute(store, meeting, _export(1.0), mine=1, size=1.0)
+    again = contribute(store, meeting, _export(1.0), mine=1, size=1.0)  # a rerun: fine
+    assert again.record == first.record
+    with pytest.raises(Contradicts, match=r"client 1 already contributed to round 0 of run 'r'"):
+        contribute(store, meeting, _export(2.0), mine=1, size=1.0)
+    assert store.resolve(meeting.client(1)) == first.record
+    out = _gather0(store)
+    assert torch.equal(out["fc"]["w"], torch.full((2, 3), 1.0))
+
+
+def test_a_client_that_dropped_out_may_come_back_with_its_weights(tmp_path) -> None:
+    store = Store(tmp_path)
+    meeting = Meeting("r", 0, 2)
+    drop(store, meeting, mine=1, why="failed: its state was lost")
+    made = contribute(store, meeting, _export(3.0), mine=1, size=1.0)
+    assert store.resolve(meeting.client(1)) == made.record
+    assert torch.equal(_gather0(store)["fc"]["b"], torch.full((3,), 2.0))
