@@ -104,3 +104,33 @@ def test_a_client_that_dropped_out_may_come_back_with_its_weights(tmp_path) -> N
     made = contribute(store, meeting, _export(3.0), mine=1, size=1.0)
     assert store.resolve(meeting.client(1)) == made.record
     assert torch.equal(_gather0(store)["fc"]["b"], torch.full((3,), 2.0))
+
+
+def test_a_holder_that_died_since_the_last_check_is_taken_over_at_the_deadline(tmp_path) -> None:
+    """Holder checks are 10 s apart; a deadline of 1 s used to report "AveragerDied ... may
+    be alive" about a pid that had died in between. Checked at the deadline, it is dead."""
+    import subprocess
+    import sys
+    import threading
+
+    from soma.round import arrivals, average_round, holders, inputs_key, present
+    from soma.round.once import Place
+
+    store = Store(tmp_path)
+    meeting = Meeting("r", 0, 2)
+    for k in (0, 1):
+        contribute(store, meeting, _export(float(k)), mine=k, size=1.0)
+    came, _ = arrivals(store, meeting, present(store, meeting))
+    place = Place(meeting.averaging(inputs_key(meeting.key, came)))
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        holder = {**holders.me(), "pid": sleeper.pid,
+                  "pid_start": holders._process_start(sleeper.pid)}  # fmt: skip
+        assert store.claim(place.claimed, store.put_value(holder))
+        threading.Timer(0.3, sleeper.kill).start()  # alive at the first check, dead after
+        digest = average_round(store, meeting, deadline=1.0, backoff=QUICK)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert store.resolve(place.takeover(1)) is not None
+    assert store.resolve(meeting.average) == digest
