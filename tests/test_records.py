@@ -134,3 +134,42 @@ def test_a_holder_that_died_since_the_last_check_is_taken_over_at_the_deadline(t
         sleeper.wait()
     assert store.resolve(place.takeover(1)) is not None
     assert store.resolve(meeting.average) == digest
+
+
+def _round(store: Store, run: str = "r", clients: int = 3, **kw) -> Meeting:
+    import threading
+
+    threads = [
+        threading.Thread(
+            target=gather,
+            args=(store, _export(float(k))),
+            kwargs=dict(run=run, round=0, clients=clients, mine=k, size=1.0 + k, deadline=30,
+                        backoff=QUICK, **kw),
+        )  # fmt: skip
+        for k in range(clients)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return Meeting(run, 0, clients, **kw)
+
+
+def test_a_garbled_name_file_is_bound_again_to_what_the_records_say_it_held(tmp_path) -> None:
+    """Garbled (no digest) or another digest (of nothing): each name of a meeting is bound
+    again by `soma repair` to the digest the records pointing at it prove it held."""
+    from soma import health
+
+    store = Store(tmp_path)
+    meeting = _round(store)
+    kinds = ["about", "client/1", "average", "published", "claimed", "computed"]
+    for i, which in enumerate(kinds):
+        name = next(n for n in store.bound(meeting.prefix) if f"/{which}" in n)
+        held = store.resolve(name)
+        path = store.directory / "names" / name
+        path.write_text("not a digest\n" if i % 2 else "0" * 64 + "\n")
+        assert not health.verify(store).clean, which
+        repaired = health.repair(store)
+        assert repaired.clean, (which, repaired.lines())
+        assert store.resolve(name) == held, which
+    assert health.verify(store).clean

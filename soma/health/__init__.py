@@ -20,7 +20,9 @@ hashes to the digest that was lost: an average's `weights` and `state` (and the 
 blobs under them), recomputed from the inputs its record names with the record's
 strategy, options, start and state, exactly as the round did (`recompute_average`); and a
 lost record of a meeting (its identity, an average's record, the averager's holder
-record), reassembled from the others. It never binds a name. A client's export cannot be
+record), reassembled from the others. The only names it binds are name files that hold no
+digest (or the digest of no blob), bound again to the digest the records that point at them
+prove they held (soma.health.rebuild.name_value). A client's export cannot be
 remade from the store: the report names the Snakemake target or the `soma client` command
 whose rerun trains it again (training is seeded, so the rerun writes the same bytes, and a
 put replaces a marked or missing blob). What cannot be remade or rerun (a name file that
@@ -80,12 +82,13 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from soma.errors import SomaError
 from soma.health.advice import Advisor, average_text
 from soma.health.reach import Graph, files, is_digest, list_blobs, resolve_names, walk
-from soma.health.rebuild import rebuild_record, recompute_average
+from soma.health.rebuild import name_value, rebuild_record, recompute_average
 from soma.round import holders, layout
 from soma.round.layout import run_of
 from soma.store import Store, _cpus, hash_stream, mark_corrupt
@@ -419,7 +422,7 @@ def repair(
     and state from its inputs, in round order since a round starts from the one before;
     a lost record from what other records say, kept only when it hashes right), verify
     again, and remove corrupt blobs nothing needs; what is left is said with the job whose
-    rerun fixes it. Never binds a name."""
+    rerun fixes it. Binds only a garbled name whose value the records prove."""
     before = verify(store, run, progress)
     report = RepairReport(before, before, dry_run)
     if dry_run:
@@ -430,6 +433,8 @@ def repair(
     fixer = Store(store.directory, verify_existing=True)
     current = before
     for _ in range(3):  # a record remade may show damage it hid (what only it reached)
+        if _rebind_names(store, run, current, report):
+            current = verify(store, run)
         pending = {p.digest for p in current.problems if p.digest is not None and p.needed}
         if not pending or not _repair_pass(store, fixer, run, pending, report):
             break
@@ -440,6 +445,35 @@ def repair(
                 report.removed.append(p.path)
     report.after = verify(store, run) if current is not before or report.removed else before
     return report
+
+
+def _rebind_names(
+    store: Store, run: str | None, current: VerifyReport, report: RepairReport
+) -> bool:
+    """Bind a name file that holds no digest (or the digest of no blob) again to the digest
+    it provably held (soma.health.rebuild.name_value): the only names repair writes; whether
+    it bound any."""
+    names, _ = resolve_names(store, _names_of(store, run))
+    graph = walk(store, names)
+    wanted = [
+        Path(p.path).relative_to(store.directory / "names").as_posix()
+        for p in current.problems
+        if p.kind == "bad-name"
+    ]
+    for p in current.problems:
+        if p.kind == "missing" and p.digest is not None:
+            wanted += [r.name for r in graph.parents.get(p.digest, []) if r.name is not None]
+    bound = False
+    for name in wanted:
+        digest = name_value(store, graph, name)
+        if digest is not None:
+            store.bind(name, digest)
+            report.rebuilt.append(
+                f"the name {name!r}: bound again to {digest}, which the records that point "
+                "at it say it held"
+            )
+            bound = True
+    return bound
 
 
 def _repair_pass(

@@ -308,3 +308,67 @@ def _average_records(
                     state=state,
                     averaged_by=by,
                 ).value()
+
+
+# --- name files that hold no digest (or a digest of nothing) --------------------------------
+
+
+def name_value(store: Store, graph: Graph, name: str) -> str | None:
+    """The digest name file `name` provably held, worked out from the records that point at
+    it, when exactly one is and its blob is in the store; None otherwise. A meeting's
+    `about` is the identity its key hashes (`_abouts`); a client's record is what the
+    meeting's average records list as its `record`; `average` the meeting's only published
+    averaging; a place's `published` the average record whose inputs hash to the place's
+    key; its `claimed`, last `takeover/<g>` and `computed/<who>` the holder the published
+    average names (`averaged_by`; `computed/` by its digest's first 16 characters)."""
+    m = layout.parse(name)
+    if m is None:
+        return None
+    found = set(_name_candidates(store, graph, m))
+    if len(found) != 1:
+        return None
+    digest = found.pop()
+    return digest if digest != graph.names.get(name) and store.has(digest) else None
+
+
+def _name_candidates(store: Store, graph: Graph, m: layout.RoundName) -> Iterator[str]:
+    from soma.round import Input, inputs_key
+
+    prefix, rest = m.prefix, m.rest
+    if rest == "about":
+        for value in itertools.islice(_abouts(store, graph, m.run, m.round, m.meeting), _MAX_TRIES):
+            yield digest_of(value)
+    elif m.client is not None:
+        for average in _meeting_averages(store, graph, prefix):
+            for given in average["inputs"]:
+                if isinstance(given, dict) and given.get("client") == m.client:
+                    if isinstance(given.get("record"), str):
+                        yield given["record"]
+    elif m.published == "":  # the meeting's average: its only published averaging
+        yield from (graph.names[n] for n in _published(graph, prefix).values())
+    elif m.published:
+        for average in _meeting_averages(store, graph, prefix):
+            try:
+                given = [Input(i["client"], i["weights"], i["size"], i.get("extra"))
+                         for i in average["inputs"]]  # fmt: skip
+            except (KeyError, TypeError):
+                continue
+            if inputs_key(m.meeting, given) == m.published:
+                yield digest_of(average)
+    elif m.holder is not None:
+        place = layout.averaging(prefix, m.holder)
+        average = _record(store, graph, layout.published(place))
+        by = average.get("averaged_by") if average else None
+        if not isinstance(by, dict):
+            return
+        holder = digest_of(by)
+        tail = rest[len(f"inputs/{m.holder}/") :]
+        takeovers = _named(graph, layout.takeovers(place))
+        if tail == "claimed" and not takeovers:
+            yield holder
+        elif tail.startswith("takeover/"):
+            generations = [n.rsplit("/", 1)[1] for n in takeovers] + [tail.rsplit("/", 1)[1]]
+            if tail.rsplit("/", 1)[1] == max(generations, key=int):
+                yield holder
+        elif tail.startswith("computed/") and holder.startswith(tail.rsplit("/", 1)[1]):
+            yield holder
