@@ -173,3 +173,25 @@ def test_a_garbled_name_file_is_bound_again_to_what_the_records_say_it_held(tmp_
         assert repaired.clean, (which, repaired.lines())
         assert store.resolve(name) == held, which
     assert health.verify(store).clean
+
+
+def test_a_tree_rounds_identity_average_and_nodes_are_rebuilt_by_repair(tmp_path) -> None:
+    """Repair used to ignore a meeting's tree: its `about`, its average record and the
+    tree's node records were left "restore from a backup"."""
+    import os
+
+    from soma import health
+
+    store = Store(tmp_path)
+    meeting = _round(store, run="t", clients=5, tree=2)
+    names = store.bound(meeting.prefix)
+    lost = [meeting.about, meeting.average]
+    lost += [n for n in names if n.endswith(("/tree/1/0/published", "/tree/3/0/published"))]
+    assert len(lost) == 4
+    for name in lost:
+        held = store.resolve(name)
+        os.unlink(store.blob_path(held))
+        repaired = health.repair(store)
+        assert repaired.clean, (name, repaired.lines())
+        assert store.has(held)
+    assert health.verify(store).clean

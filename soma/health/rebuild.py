@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -122,6 +123,8 @@ def rebuild_record(store: Store, graph: Graph, digest: str) -> str | None:
             found, what = _averages(store, graph, prefix, place), "the average record of"
         elif m.holder is not None:
             found, what = _holders(store, graph, prefix, m.holder), "a holder record of"
+        elif node := _TREE_NODE.match(m.rest):
+            found, what = _tree_nodes(store, graph, prefix, node["key"]), "a tree node of"
         else:
             continue
         for value in itertools.islice(found, _MAX_TRIES):
@@ -167,30 +170,51 @@ def _abouts(store: Store, graph: Graph, run: str, r: int, key: str) -> Iterator[
     """Identities of the meeting, from its averages and the run's other meetings' configs;
     each checked against the meeting's key (the identity's sha256) before it is offered."""
     configs: list[dict] = []
+    trees: list[Any] = [None]  # the run's fan-ins: a tree of one node was averaged flat
     for name in _named(graph, layout.rounds(run)):
         parsed = layout.parse(name)
         about = _record(store, graph, name) if parsed and parsed.rest == "about" else None
         if about and isinstance(about.get("config"), dict) and about["config"] not in configs:
             configs.append(about["config"])
+        if about and about.get("tree") not in trees:
+            trees.append(about["tree"])
     configs.append({})
     for a in _meeting_averages(store, graph, layout.meeting(run, r, key)):
         members, clients, needed = a.get("expected"), a.get("clients"), a.get("quorum")
         everyone = members == list(range(clients)) if isinstance(clients, int) else False
-        for config in configs:
-            for expected in [None, members] if everyone else [members]:
-                for quorum in [None, needed] if needed == len(members or []) else [needed]:
-                    identity = {
-                        "clients": clients,
-                        "start": a.get("start"),
-                        "state": a.get("state_before"),
-                        "strategy": a.get("strategy"),
-                        "options": a.get("options"),
-                        "config": config,
-                        "expected": expected,
-                        "quorum": quorum,
-                    }
-                    if hashlib.sha256(codecs.canonical_json(identity)).hexdigest() == key:
-                        yield {"run": run, "round": r, **identity}
+        expecteds = [None, members] if everyone else [members]
+        quorums = [None, needed] if needed == len(members or []) else [needed]
+        fan_ins = trees if not a.get("tree") else [None]
+        for config, expected, quorum, fan_in in itertools.product(
+            configs, expecteds, quorums, fan_ins
+        ):
+            identity = {
+                "clients": clients,
+                "start": a.get("start"),
+                "state": a.get("state_before"),
+                "strategy": a.get("strategy"),
+                "options": a.get("options"),
+                "config": config,
+                "expected": expected,
+                "quorum": quorum,
+                **({} if fan_in is None else {"tree": fan_in}),
+                **_tree_and_secure(a),
+            }
+            if hashlib.sha256(codecs.canonical_json(identity)).hexdigest() == key:
+                yield {"run": run, "round": r, **identity}
+
+
+def _tree_and_secure(average: dict[str, Any]) -> dict[str, Any]:
+    """The identity's `tree` (fan-in) and `secure` (threshold), as its average says them
+    (a tree of one node was averaged flat: its fan-in is tried from the run's meetings)."""
+    found = {}
+    tree = average.get("tree")
+    if isinstance(tree, dict) and "fan_in" in tree:
+        found["tree"] = tree["fan_in"]
+    secure = average.get("secure")
+    if isinstance(secure, dict) and "threshold" in secure:
+        found["secure"] = secure["threshold"]
+    return found
 
 
 def _holders(store: Store, graph: Graph, prefix: str, place: str) -> Iterator[dict]:
@@ -221,6 +245,7 @@ def _averages(store: Store, graph: Graph, prefix: str, place: str | None) -> Ite
             identity.get("config") or {},
             None if identity.get("expected") is None else tuple(identity["expected"]),
             identity.get("quorum"),
+            identity.get("tree"),
         )
     except (SomaError, KeyError, TypeError):
         return
@@ -271,9 +296,11 @@ def _average_records(
     if not holders:
         return
     try:
+        grown = _tree_of(store, meeting, inputs)
         weights, state = recompute_average(
             store,
             {
+                "tree": grown,
                 "round": meeting.round,
                 "seed": meeting.config.get("seed"),
                 "strategy": meeting.strategy,
@@ -307,6 +334,7 @@ def _average_records(
                     weights=weights,
                     state=state,
                     averaged_by=by,
+                    tree=grown,
                 ).value()
 
 
@@ -372,3 +400,47 @@ def _name_candidates(store: Store, graph: Graph, m: layout.RoundName) -> Iterato
                 yield holder
         elif tail.startswith("computed/") and holder.startswith(tail.rsplit("/", 1)[1]):
             yield holder
+
+
+def _tree_of(store: Store, meeting: Any, inputs: list) -> dict[str, Any] | None:
+    """An average record's `tree` (fan-in, root mean, weight) when its round was averaged
+    as a tree (soma.round._uses_tree: more inputs than the fan-in), its nodes put again."""
+    from soma.round import tree
+    from soma.strategies import uniform
+
+    if meeting.tree is None or len(inputs) <= meeting.tree:
+        return None
+    leaves = tree.leaves_of(inputs, uniform=uniform(meeting.strategy_object()))
+    root = tree.recompute(store, leaves, meeting.tree)
+    return {"fan_in": meeting.tree, "mean": root.mean, "weight": root.weight}
+
+
+_TREE_NODE = re.compile(r"^inputs/(?P<key>[0-9a-f]{64})/tree/\d+/\d+/published$")
+
+
+def _tree_nodes(store: Store, graph: Graph, prefix: str, key: str) -> Iterator[dict]:
+    """Every node record of the tree of the averaging at `key`, computed again from the
+    inputs its published average names (each node's mean put again on the way)."""
+    from soma.round import Input, tree
+    from soma.strategies import load_strategy, uniform
+
+    average = _record(store, graph, layout.published(layout.averaging(prefix, key)))
+    if average is None:
+        averages = _meeting_averages(store, graph, prefix)
+        average = averages[0] if averages else None
+    grown = None if average is None else average.get("tree")
+    if not isinstance(grown, dict):
+        return
+    try:
+        strategy = load_strategy(average["strategy"], average.get("options") or {})
+        inputs = [Input(i["client"], i["weights"], i["size"]) for i in average["inputs"]]
+        level: list = list(tree.leaves_of(inputs, uniform=uniform(strategy)))
+        for width in tree.widths(len(level), tree.check_fan_in(grown["fan_in"])):
+            below, level = level, []
+            for index in range(width):
+                parts = [below[j] for j in tree.children(index, len(below), grown["fan_in"])]
+                node = store.recall_digest(tree._fold(store, parts))
+                yield node
+                level.append(tree.Node(node["mean"], float(node["weight"])))
+    except (SomaError, StoreError, OSError, KeyError, TypeError, ValueError):
+        return
