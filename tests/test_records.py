@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import struct
+from pathlib import Path
 
 import pytest
 import torch
@@ -195,3 +196,45 @@ def test_a_tree_rounds_identity_average_and_nodes_are_rebuilt_by_repair(tmp_path
         assert repaired.clean, (name, repaired.lines())
         assert store.has(held)
     assert health.verify(store).clean
+
+
+def test_a_lost_strategy_state_fails_the_train_jobs_and_the_run_resumes_after_repair(
+    tmp_path,
+) -> None:
+    """Under a quorum, a deleted strategy state used to make every round-2 client "drop
+    out": their receipts said so, and after `soma repair` the run stayed stuck until
+    `--forcerun`. It is the store's damage: the train jobs fail (no receipt, so Snakemake
+    runs them again) and withdraw their started markers (a rerun is not a retry of a job
+    that died), and after repair the round trains and averages. The workflow's own job
+    functions, in the order Snakemake runs them."""
+    import os
+
+    import yaml
+
+    from soma import health, workflow
+    from soma.run.step import StoreDamaged
+
+    root = Path(__file__).resolve().parents[1]
+    config = yaml.safe_load((root / "config" / "config.yaml").read_text())
+    config.update(yaml.safe_load((root / "config" / "control.yaml").read_text()))
+    config.update(store=str(tmp_path / "store"), run="q", clients=3, rounds=3, quorum=2,
+                  strategy="fedadam")  # fmt: skip
+    config["task_options"]["soma.tasks.control"]["examples"] = 32
+    store = Store(tmp_path / "store")
+    previous = str(tmp_path / "start.json")
+    workflow.start(config, previous)
+    for r in range(3):
+        receipts = [str(tmp_path / f"{r}-{k}.json") for k in range(3)]
+        if r == 2:
+            os.unlink(store.blob_path(workflow.read_receipt(previous)["state"]))
+            for k in range(3):
+                with pytest.raises(StoreDamaged, match=rf"client {k} cannot train .*soma repair"):
+                    workflow.train(config, r, k, previous, receipts[k])
+                assert not Path(receipts[k]).exists()
+            assert health.repair(store).clean
+        for k in range(3):
+            workflow.train(config, r, k, previous, receipts[k])
+            assert "dropped" not in workflow.read_receipt(receipts[k])
+        workflow.average(config, r, receipts, previous, str(tmp_path / f"average{r}.json"))
+        previous = str(tmp_path / f"average{r}.json")
+    assert [i["client"] for i in workflow.read_receipt(previous)["inputs"]] == [0, 1, 2]
