@@ -22,7 +22,8 @@ strategy, options, start and state, exactly as the round did (`recompute_average
 lost record of a meeting (its identity, an average's record, the averager's holder
 record), reassembled from the others. The only names it binds are name files that hold no
 digest (or the digest of no blob), bound again to the digest the records that point at them
-prove they held (soma.health.rebuild.name_value). A client's export cannot be
+prove they held (soma.health.rebuild.name_value); the only names it removes record who held
+a tree node already published, their record lost (nobody reads it). A client's export cannot be
 remade from the store: the report names the Snakemake target or the `soma client` command
 whose rerun trains it again (training is seeded, so the rerun writes the same bytes, and a
 put replaces a marked or missing blob). What cannot be remade or rerun (a name file that
@@ -88,7 +89,12 @@ from typing import Any
 from soma.errors import SomaError
 from soma.health.advice import Advisor, average_text
 from soma.health.reach import Graph, files, is_digest, list_blobs, resolve_names, walk
-from soma.health.rebuild import name_value, rebuild_record, recompute_average
+from soma.health.rebuild import (
+    finished_node_holder,
+    name_value,
+    rebuild_record,
+    recompute_average,
+)
 from soma.round import holders, layout
 from soma.round.layout import run_of
 from soma.store import Store, _cpus, hash_stream, mark_corrupt
@@ -439,6 +445,8 @@ def repair(
         if not pending or not _repair_pass(store, fixer, run, pending, report):
             break
         current = verify(store, run)
+    if _rebind_names(store, run, current, report, finished=True):
+        current = verify(store, run)
     for p in current.problems:
         if p.kind == "corrupt" and not p.needed and p.digest is not None:
             if _collect(store, p.digest, cutoff=1e-9) is not None:
@@ -448,11 +456,17 @@ def repair(
 
 
 def _rebind_names(
-    store: Store, run: str | None, current: VerifyReport, report: RepairReport
+    store: Store,
+    run: str | None,
+    current: VerifyReport,
+    report: RepairReport,
+    *,
+    finished: bool = False,
 ) -> bool:
     """Bind a name file that holds no digest (or the digest of no blob) again to the digest
-    it provably held (soma.health.rebuild.name_value): the only names repair writes; whether
-    it bound any."""
+    it provably held (soma.health.rebuild.name_value); `finished` (once nothing else can be
+    remade): remove a name whose lost record only said who held a published tree node.
+    The only names repair writes; whether it wrote any."""
     names, _ = resolve_names(store, _names_of(store, run))
     graph = walk(store, names)
     wanted = [
@@ -461,7 +475,7 @@ def _rebind_names(
         if p.kind == "bad-name"
     ]
     for p in current.problems:
-        if p.kind == "missing" and p.digest is not None:
+        if p.kind in ("missing", "corrupt") and p.needed and p.digest is not None:
             wanted += [r.name for r in graph.parents.get(p.digest, []) if r.name is not None]
     bound = False
     for name in wanted:
@@ -471,6 +485,13 @@ def _rebind_names(
             report.rebuilt.append(
                 f"the name {name!r}: bound again to {digest}, which the records that point "
                 "at it say it held"
+            )
+            bound = True
+        elif finished and finished_node_holder(graph, name):
+            store.forget(name)
+            report.removed.append(
+                f"the name {name!r}: it recorded who held a tree node that is published, "
+                "and that record is lost; nothing reads it"
             )
             bound = True
     return bound

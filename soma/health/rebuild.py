@@ -124,7 +124,8 @@ def rebuild_record(store: Store, graph: Graph, digest: str) -> str | None:
         elif m.holder is not None:
             found, what = _holders(store, graph, prefix, m.holder), "a holder record of"
         elif node := _TREE_NODE.match(m.rest):
-            found, what = _tree_nodes(store, graph, prefix, node["key"]), "a tree node of"
+            nodes = _tree_nodes(store, graph, prefix, node["key"])
+            found, what = (record for _, _, record in nodes), "a tree node of"
         else:
             continue
         for value in itertools.islice(found, _MAX_TRIES):
@@ -383,23 +384,12 @@ def _name_candidates(store: Store, graph: Graph, m: layout.RoundName) -> Iterato
                 continue
             if inputs_key(m.meeting, given) == m.published:
                 yield digest_of(average)
-    elif m.holder is not None:
-        place = layout.averaging(prefix, m.holder)
-        average = _record(store, graph, layout.published(place))
-        by = average.get("averaged_by") if average else None
-        if not isinstance(by, dict):
-            return
-        holder = digest_of(by)
-        tail = rest[len(f"inputs/{m.holder}/") :]
-        takeovers = _named(graph, layout.takeovers(place))
-        if tail == "claimed" and not takeovers:
-            yield holder
-        elif tail.startswith("takeover/"):
-            generations = [n.rsplit("/", 1)[1] for n in takeovers] + [tail.rsplit("/", 1)[1]]
-            if tail.rsplit("/", 1)[1] == max(generations, key=int):
-                yield holder
-        elif tail.startswith("computed/") and holder.startswith(tail.rsplit("/", 1)[1]):
-            yield holder
+    elif node := _TREE_NODE.match(rest):
+        for level, index, record in _tree_nodes(store, graph, prefix, node["key"]):
+            if (level, index) == (int(node["level"]), int(node["index"])):
+                yield digest_of(record)
+    elif held := _HOLDER_AT.match(rest):
+        yield from _holder_candidates(store, graph, prefix, held["place"], held["tail"])
 
 
 def _tree_of(store: Store, meeting: Any, inputs: list) -> dict[str, Any] | None:
@@ -415,12 +405,21 @@ def _tree_of(store: Store, meeting: Any, inputs: list) -> dict[str, Any] | None:
     return {"fan_in": meeting.tree, "mean": root.mean, "weight": root.weight}
 
 
-_TREE_NODE = re.compile(r"^inputs/(?P<key>[0-9a-f]{64})/tree/\d+/\d+/published$")
+_TREE_NODE = re.compile(
+    r"^inputs/(?P<key>[0-9a-f]{64})/tree/(?P<level>\d+)/(?P<index>\d+)/published$"
+)
+# A holder's name at a place (the averaging's, or a tree node's): claimed, takeover, computed.
+_HOLDER_AT = re.compile(
+    r"^(?P<place>inputs/[0-9a-f]{64}(?:/tree/\d+/\d+)?)/(?P<tail>claimed|takeover/\d+|computed/\w+)$"
+)
 
 
-def _tree_nodes(store: Store, graph: Graph, prefix: str, key: str) -> Iterator[dict]:
-    """Every node record of the tree of the averaging at `key`, computed again from the
-    inputs its published average names (each node's mean put again on the way)."""
+def _tree_nodes(
+    store: Store, graph: Graph, prefix: str, key: str
+) -> Iterator[tuple[int, int, dict]]:
+    """Every node record of the tree of the averaging at `key` (level, index, record),
+    computed again from the inputs its published average names (each node's mean put
+    again on the way)."""
     from soma.round import Input, tree
     from soma.strategies import load_strategy, uniform
 
@@ -435,12 +434,52 @@ def _tree_nodes(store: Store, graph: Graph, prefix: str, key: str) -> Iterator[d
         strategy = load_strategy(average["strategy"], average.get("options") or {})
         inputs = [Input(i["client"], i["weights"], i["size"]) for i in average["inputs"]]
         level: list = list(tree.leaves_of(inputs, uniform=uniform(strategy)))
-        for width in tree.widths(len(level), tree.check_fan_in(grown["fan_in"])):
+        widths = tree.widths(len(level), tree.check_fan_in(grown["fan_in"]))
+        for level_number, width in enumerate(widths, start=1):
             below, level = level, []
             for index in range(width):
                 parts = [below[j] for j in tree.children(index, len(below), grown["fan_in"])]
                 node = store.recall_digest(tree._fold(store, parts))
-                yield node
+                yield level_number, index, node
                 level.append(tree.Node(node["mean"], float(node["weight"])))
     except (SomaError, StoreError, OSError, KeyError, TypeError, ValueError):
         return
+
+
+def _holder_candidates(
+    store: Store, graph: Graph, prefix: str, at: str, tail: str
+) -> Iterator[str]:
+    """Who held the work at place `at` (a holder record's digest), by the name `tail`
+    (claimed, takeover/<g>, computed/<who>): the holder an averaging's published average
+    names (`averaged_by`), or the place's other holder names: without takeovers the one who
+    claimed is the one who computed; the last takeover is the one who computed; `computed/`
+    is named by its holder's first 16 characters."""
+    place = f"{prefix}/{at}"
+    takeovers = _named(graph, layout.takeovers(place))
+    computed = [graph.names[n] for n in _named(graph, layout.computed(place))]
+    average = _record(store, graph, layout.published(place)) if "/tree/" not in at else None
+    by = average.get("averaged_by") if average else None
+    did = ([digest_of(by)] if isinstance(by, dict) else []) or computed
+    if tail == "claimed":
+        if not takeovers:
+            yield from did
+    elif tail.startswith("takeover/"):
+        generations = [n.rsplit("/", 1)[1] for n in takeovers] + [tail.rsplit("/", 1)[1]]
+        if tail.rsplit("/", 1)[1] == max(generations, key=int):
+            yield from did
+    else:
+        who = tail.rsplit("/", 1)[1]
+        holders = [graph.names.get(layout.claimed(place))]
+        holders += [graph.names.get(n) for n in takeovers] + did
+        yield from {h for h in holders if isinstance(h, str) and h.startswith(who)}
+
+
+def finished_node_holder(graph: Graph, name: str) -> bool:
+    """Whether `name` only records who held a tree node that is published (claimed,
+    takeover/<g>, computed/<who>): a record nobody reads once the node is published (a
+    holder is asked after only while its work is pending), so a lost one may go."""
+    m = layout.parse(name)
+    held = _HOLDER_AT.match(m.rest) if m else None
+    if m is None or held is None or "/tree/" not in held["place"]:
+        return False
+    return layout.published(f"{m.prefix}/{held['place']}") in graph.names
