@@ -77,6 +77,7 @@ every name of the runs not kept. Decisions, and the guarantee they give:
 
 from __future__ import annotations
 
+import ast
 import os
 import threading
 import time
@@ -439,13 +440,14 @@ def repair(
     fixer = Store(store.directory, verify_existing=True)
     current = before
     for _ in range(3):  # a record remade may show damage it hid (what only it reached)
-        if _rebind_names(store, run, current, report):
-            current = verify(store, run)
+        bound, graph = _rebind_names(store, run, current, report)
+        if bound:
+            current, graph = verify(store, run), None
         pending = {p.digest for p in current.problems if p.digest is not None and p.needed}
-        if not pending or not _repair_pass(store, fixer, run, pending, report):
+        if not pending or not _repair_pass(store, fixer, run, pending, report, graph):
             break
         current = verify(store, run)
-    if _rebind_names(store, run, current, report, finished=True):
+    if _rebind_names(store, run, current, report, finished=True)[0]:
         current = verify(store, run)
     for p in current.problems:
         if p.kind == "corrupt" and not p.needed and p.digest is not None:
@@ -462,21 +464,25 @@ def _rebind_names(
     report: RepairReport,
     *,
     finished: bool = False,
-) -> bool:
+) -> tuple[bool, Graph | None]:
     """Bind a name file that holds no digest (or the digest of no blob) again to the digest
     it provably held (soma.health.rebuild.name_value); `finished` (once nothing else can be
     remade): remove a name whose lost record only said who held a published tree node.
-    The only names repair writes; whether it wrote any."""
-    names, _ = resolve_names(store, _names_of(store, run))
-    graph = walk(store, names)
+    The only names repair writes; whether it wrote any, and the store's graph when it
+    walked it and wrote nothing (for the repair pass that follows)."""
     wanted = [
         Path(p.path).relative_to(store.directory / "names").as_posix()
         for p in current.problems
         if p.kind == "bad-name"
     ]
+    kinds = ("missing", "corrupt") if finished else ("missing",)
     for p in current.problems:
-        if p.kind in ("missing", "corrupt") and p.needed and p.digest is not None:
-            wanted += [r.name for r in graph.parents.get(p.digest, []) if r.name is not None]
+        if p.kind in kinds and p.needed:  # the names that reach it (Ref.text: name '...')
+            wanted += [ast.literal_eval(v[5:]) for v in p.via if v.startswith("name ")]
+    if not wanted:
+        return False, None
+    names, _ = resolve_names(store, _names_of(store, run))
+    graph = walk(store, names)
     bound = False
     for name in wanted:
         digest = name_value(store, graph, name)
@@ -494,11 +500,16 @@ def _rebind_names(
                 "and that record is lost; nothing reads it"
             )
             bound = True
-    return bound
+    return bound, None if bound else graph
 
 
 def _repair_pass(
-    store: Store, fixer: Store, run: str | None, pending: set[str], report: RepairReport
+    store: Store,
+    fixer: Store,
+    run: str | None,
+    pending: set[str],
+    report: RepairReport,
+    graph: Graph | None = None,
 ) -> bool:
     """Remake what can be remade of `pending` (damaged digests), walking the store again
     after each step that made something (a record remade makes more readable); whether
@@ -507,7 +518,7 @@ def _repair_pass(
     anything = False
     report.failed = []
     while pending:
-        graph = walk(store, names)
+        graph = graph or walk(store, names)
         made = set()
         for digest in sorted(pending):
             what = rebuild_record(fixer, graph, digest)
@@ -528,6 +539,7 @@ def _repair_pass(
             break
         pending -= made
         anything = True
+        graph = None  # what was made is walked again
     return anything
 
 
