@@ -238,3 +238,20 @@ def test_a_lost_strategy_state_fails_the_train_jobs_and_the_run_resumes_after_re
         workflow.average(config, r, receipts, previous, str(tmp_path / f"average{r}.json"))
         previous = str(tmp_path / f"average{r}.json")
     assert [i["client"] for i in workflow.read_receipt(previous)["inputs"]] == [0, 1, 2]
+
+
+def test_a_hand_written_secure_sum_with_nan_is_refused_before_the_claim(tmp_path) -> None:
+    from soma.round import layout
+    from soma.secagg.round import average_round, session_prefix
+    from soma.strategies import load_strategy
+
+    store = Store(tmp_path)
+    meeting = Meeting("s", 0, 3, start=store.put_value(_export(0.0)), secure=2)
+    weighted = _export(2.0)
+    weighted["fc"]["b"][1] = float("nan")
+    store.keep(layout.session(session_prefix(meeting), "sum"),
+               {"secagg": 1, "weighted": weighted, "total": 2.0, "contributors": [0, 1],
+                "dropped": [], "error_bound": 0.0})  # fmt: skip
+    with pytest.raises(RoundError, match=r"secure sum .*node 'fc' key 'b' is not a tensor of"):
+        average_round(store, meeting, load_strategy("fedavg"), took_part=False, deadline=1)
+    assert _claimed(store) == []
