@@ -14,7 +14,12 @@ candidate that does not hash to the lost digest is never kept. What soma can rem
   clients, and the recomputed weights and state, built by the rounds' own builder
   (`soma.round.records.average_record`), so a candidate is the record the round wrote or none;
 - a holder's record of the averager (`claimed`, `computed/`, `takeover/`): the average
-  record names it (`averaged_by`).
+  record names it (`averaged_by`);
+- a tree round's (soma.round.tree): its identity and average record (the fan-in is in
+  both), and each node's record, computed again from the inputs the average names;
+- a name file that holds no digest, or the digest of no blob (`name_value`): what it held,
+  when the records that point at it say so (see there). A lost record of who held a tree
+  node already published cannot be remade and is read by nobody: repair removes its names.
 
 A client's own record (it says who sent it, and when) and a train job's `started` record
 cannot be remade; the first is replaced by rerunning the client (soma.health.advice says how).
