@@ -338,8 +338,10 @@ def _claim_record(store: Store, meeting: Meeting, record: records.ClientRecord) 
 
     try:
         there = store.resolve(name)
-        earlier = None if there is None else records.read_client(
-            store, there, client=record.client, name=name
+        earlier = (
+            None
+            if there is None
+            else records.read_client(store, there, client=record.client, name=name)
         )
     except (SomaError, OSError):
         earlier = None

@@ -178,8 +178,10 @@ def check_sum(store: Store, meeting: Meeting, sum_digest: str) -> None:
     ):
         raise RoundError(f"{where}: contributors {contributors!r} are not the round's clients")
     total = result["total"]
-    if isinstance(total, bool) or not isinstance(total, (int, float)) or not (
-        math.isfinite(total) and total > 0
+    if (
+        isinstance(total, bool)
+        or not isinstance(total, (int, float))
+        or not (math.isfinite(total) and total > 0)
     ):
         raise RoundError(f"{where}: its total size {total!r} is not a finite number above zero")
     weighted = result["weighted"]
