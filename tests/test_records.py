@@ -144,8 +144,16 @@ def _round(store: Store, run: str = "r", clients: int = 3, **kw) -> Meeting:
         threading.Thread(
             target=gather,
             args=(store, _export(float(k))),
-            kwargs=dict(run=run, round=0, clients=clients, mine=k, size=1.0 + k, deadline=30,
-                        backoff=QUICK, **kw),
+            kwargs=dict(
+                run=run,
+                round=0,
+                clients=clients,
+                mine=k,
+                size=1.0 + k,
+                deadline=30,
+                backoff=QUICK,
+                **kw,
+            ),
         )  # fmt: skip
         for k in range(clients)
     ]

@@ -646,8 +646,16 @@ def test_every_record_of_a_tree_round_lost_or_its_name_garbled_is_repaired(
         threading.Thread(
             target=soma.gather,
             args=(pristine, _client_export(0, k)),
-            kwargs=dict(run="tree", round=0, clients=5, mine=k, size=10 + k, deadline=60,
-                        backoff=QUICK, tree=2),
+            kwargs=dict(
+                run="tree",
+                round=0,
+                clients=5,
+                mine=k,
+                size=10 + k,
+                deadline=60,
+                backoff=QUICK,
+                tree=2,
+            ),
         )  # fmt: skip
         for k in range(5)
     ]
