@@ -687,5 +687,6 @@ import mutants_fedopt  # noqa: E402, F401
 import mutants_guard  # noqa: E402, F401
 import mutants_local  # noqa: E402, F401
 import mutants_privacy  # noqa: E402, F401
+import mutants_records  # noqa: E402, F401
 import mutants_robust  # noqa: E402, F401
 import mutants_secagg  # noqa: E402, F401

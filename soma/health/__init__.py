@@ -20,7 +20,10 @@ hashes to the digest that was lost: an average's `weights` and `state` (and the 
 blobs under them), recomputed from the inputs its record names with the record's
 strategy, options, start and state, exactly as the round did (`recompute_average`); and a
 lost record of a meeting (its identity, an average's record, the averager's holder
-record), reassembled from the others. It never binds a name. A client's export cannot be
+record), reassembled from the others. The only names it binds are name files that hold no
+digest (or the digest of no blob), bound again to the digest the records that point at them
+prove they held (soma.health.rebuild.name_value); the only names it removes record who held
+a tree node already published, their record lost (nobody reads it). A client's export cannot be
 remade from the store: the report names the Snakemake target or the `soma client` command
 whose rerun trains it again (training is seeded, so the rerun writes the same bytes, and a
 put replaces a marked or missing blob). What cannot be remade or rerun (a name file that
@@ -86,12 +89,14 @@ every name of the runs not kept. Decisions, and the guarantee they give:
 
 from __future__ import annotations
 
+import ast
 import os
 import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from soma.errors import SomaError
@@ -105,7 +110,12 @@ from soma.health.reach import (
     symlinks,
     walk,
 )
-from soma.health.rebuild import rebuild_record, recompute_average
+from soma.health.rebuild import (
+    finished_node_holder,
+    name_value,
+    rebuild_record,
+    recompute_average,
+)
 from soma.round import holders, layout
 from soma.round.layout import run_of
 from soma.store import REFRESH_AFTER, Store, _cpus, hash_stream, mark_corrupt
@@ -468,7 +478,7 @@ def repair(
     and state from its inputs, in round order since a round starts from the one before;
     a lost record from what other records say, kept only when it hashes right), verify
     again, and remove corrupt blobs nothing needs; what is left is said with the job whose
-    rerun fixes it. Never binds a name."""
+    rerun fixes it. Binds only a garbled name whose value the records prove."""
     before = verify(store, run, progress)
     report = RepairReport(before, before, dry_run)
     if dry_run:
@@ -479,9 +489,14 @@ def repair(
     fixer = Store(store.directory, verify_existing=True)
     current = before
     for _ in range(3):  # a record remade may show damage it hid (what only it reached)
+        bound, graph = _rebind_names(store, run, current, report)
+        if bound:
+            current, graph = verify(store, run), None
         pending = {p.digest for p in current.problems if p.digest is not None and p.needed}
-        if not pending or not _repair_pass(store, fixer, run, pending, report):
+        if not pending or not _repair_pass(store, fixer, run, pending, report, graph):
             break
+        current = verify(store, run)
+    if _rebind_names(store, run, current, report, finished=True)[0]:
         current = verify(store, run)
     for p in current.problems:
         if p.kind == "corrupt" and not p.needed and p.digest is not None:
@@ -491,8 +506,59 @@ def repair(
     return report
 
 
+def _rebind_names(
+    store: Store,
+    run: str | None,
+    current: VerifyReport,
+    report: RepairReport,
+    *,
+    finished: bool = False,
+) -> tuple[bool, Graph | None]:
+    """Bind a name file that holds no digest (or the digest of no blob) again to the digest
+    it provably held (soma.health.rebuild.name_value); `finished` (once nothing else can be
+    remade): remove a name whose lost record only said who held a published tree node.
+    The only names repair writes; whether it wrote any, and the store's graph when it
+    walked it and wrote nothing (for the repair pass that follows)."""
+    wanted = [
+        Path(p.path).relative_to(store.directory / "names").as_posix()
+        for p in current.problems
+        if p.kind == "bad-name"
+    ]
+    kinds = ("missing", "corrupt") if finished else ("missing",)
+    for p in current.problems:
+        if p.kind in kinds and p.needed:  # the names that reach it (Ref.text: name '...')
+            wanted += [ast.literal_eval(v[5:]) for v in p.via if v.startswith("name ")]
+    if not wanted:
+        return False, None
+    names, _ = resolve_names(store, _names_of(store, run))
+    graph = walk(store, names)
+    bound = False
+    for name in wanted:
+        digest = name_value(store, graph, name)
+        if digest is not None:
+            store.bind(name, digest)
+            report.rebuilt.append(
+                f"the name {name!r}: bound again to {digest}, which the records that point "
+                "at it say it held"
+            )
+            bound = True
+        elif finished and finished_node_holder(graph, name):
+            store.forget(name)
+            report.removed.append(
+                f"the name {name!r}: it recorded who held a tree node that is published, "
+                "and that record is lost; nothing reads it"
+            )
+            bound = True
+    return bound, None if bound else graph
+
+
 def _repair_pass(
-    store: Store, fixer: Store, run: str | None, pending: set[str], report: RepairReport
+    store: Store,
+    fixer: Store,
+    run: str | None,
+    pending: set[str],
+    report: RepairReport,
+    graph: Graph | None = None,
 ) -> bool:
     """Remake what can be remade of `pending` (damaged digests), walking the store again
     after each step that made something (a record remade makes more readable); whether
@@ -501,7 +567,7 @@ def _repair_pass(
     anything = False
     report.failed = []
     while pending:
-        graph = walk(store, names)
+        graph = graph or walk(store, names)
         made = set()
         for digest in sorted(pending):
             what = rebuild_record(fixer, graph, digest)
@@ -522,6 +588,7 @@ def _repair_pass(
             break
         pending -= made
         anything = True
+        graph = None  # what was made is walked again
     return anything
 
 

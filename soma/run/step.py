@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from soma.nodes import Export, export, load
-from soma.round import Contribution, Meeting, contribute, drop, dropout_reason
+from soma.round import Contradicts, Contribution, Meeting, contribute, drop, dropout_reason
 from soma.round.once import RoundError
 from soma.run.identity import training_seed
 from soma.store import Store
@@ -77,7 +77,12 @@ def plain(
             store, meeting, export(nodes), mine=hosted.index, size=hosted.size, extra=extra,
             own=own,
         )  # fmt: skip
+    except Contradicts:  # it already brought other weights: not a drop-out, a refusal
+        raise
     except Exception as error:  # the task failed or the export was refused
+        damage = store_damage(error, meeting, hosted.index)
+        if damage is not None:
+            raise damage from error
         return leave(store, meeting, hosted.index, dropout_reason(error))
     hosted.own = own
     return Outcome(hosted.index, metrics=metrics, contribution=made)
@@ -97,6 +102,26 @@ def secure(
     except Exception as error:  # it shared its keys: the others unmask without it
         return leave(store, meeting, hosted.index, dropout_reason(error))
     return Outcome(hosted.index, metrics=metrics, trained=(trained, weight))
+
+
+class StoreDamaged(RoundError):
+    """What a round starts from (its start, the strategy's state, a client's own state) is
+    missing or corrupt in the store: the store's damage, not the client's failure, so the
+    client does not drop out (a drop-out would stand after `soma repair`); it fails."""
+
+
+def store_damage(error: BaseException, meeting: Meeting, client: int) -> StoreDamaged | None:
+    """The refusal to drop out when `error` is the store's damage (a blob missing or
+    corrupt), naming the client, the round and what repairs it; None for any other error."""
+    from soma.store.errors import CorruptBlob, UnknownDigest
+
+    if not isinstance(error, (UnknownDigest, CorruptBlob)):
+        return None
+    return StoreDamaged(
+        f"client {client} cannot train in {meeting.what}: the store is damaged "
+        f"({type(error).__name__}: {error}); that is not the client's failure, so it does not "
+        "drop out: run `soma verify` and `soma repair` on the store, then run again"
+    )
 
 
 def leave(store: Store, meeting: Meeting, client: int, why: str) -> Outcome:

@@ -282,9 +282,17 @@ def _train_client(
         own = None if own is None else store.recall_digest(own)
         hosted = Hosted(client, data, task.size(data), own=own)
     except Exception as error:
+        damage = step.store_damage(error, meeting, client)
+        if damage is not None:
+            store.forget(_started_name(meeting, client))  # its rerun is not a retry
+            raise damage from error
         return _drop_out(store, meeting, client, dropout_reason(error))
     nodes = task.nodes(config["seed"])
-    done = step.plain(store, meeting, task, strategy_of(config), nodes, hosted)
+    try:
+        done = step.plain(store, meeting, task, strategy_of(config), nodes, hosted)
+    except step.StoreDamaged:  # after `soma repair`, a rerun of this job is not a retry
+        store.forget(_started_name(meeting, client))
+        raise
     if done.dropped is not None:
         return _dropped(meeting, client, done.dropped)
     made = done.contribution
