@@ -131,6 +131,7 @@ import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO
@@ -139,7 +140,18 @@ import torch
 
 from soma.store import codecs, tensorfile
 from soma.store.codecs import register_codec, unregister_codec
-from soma.store.files import create_new, fsync_folder, write_all
+from soma.store.files import (
+    DURABILITIES,
+    DURABLE,
+    SCRATCH,
+    SHARED_MARKER,
+    can_syncfs,
+    create_new,
+    fsync_folder,
+    make_durable,
+    write_all,
+    write_atomic,
+)
 from soma.store.names import MAX_STORE_PATH_BYTES, check_name, split_prefix
 from soma.store.errors import (
     BadBlob,
@@ -391,6 +403,10 @@ class Store:
     blob while it is hashed instead of after (see "Large values" in the module docs).
     `verify_existing`: a put of a blob already there hashes it, and replaces it when its
     bytes are wrong (see "Health"); what `soma repair` uses.
+    `durability`: "durable" (names are durable before they are said bound, and never before
+    what they reach) or "scratch" (no fsync at all: a machine crash means rerunning the
+    round), refused on a store that says it is shared; `shared`: say so (writes its marker).
+    See soma.store.files for what each fsync protects.
     """
 
     def __init__(
@@ -399,8 +415,12 @@ class Store:
         *,
         write_beside_hash: bool = False,
         verify_existing: bool = False,
+        durability: str = DURABLE,
+        shared: bool = False,
     ) -> None:
         self.directory = check_folder(directory)
+        _check_durability(self.directory, durability, shared)
+        self.durability = durability
         self._blobs = self.directory / "blobs"
         self._names = self.directory / "names"
         self._tmp = self.directory / "tmp"
@@ -409,8 +429,18 @@ class Store:
         for folder in (self.directory, self._blobs, self._names, self._tmp):
             folder.mkdir(parents=True, exist_ok=True)
         self._host = "".join(c if c.isalnum() or c in "-_" else "_" for c in os.uname().nodename)
+        filesystem = _filesystem(self.directory)
         # see "Large values" in the module docs; only ever on a local filesystem
-        self._beside = write_beside_hash and _filesystem(self.directory) in _LOCAL_FILESYSTEMS
+        self._beside = write_beside_hash and filesystem in _LOCAL_FILESYSTEMS
+        # What was written since the last pass (soma.store.files): files whose bytes, and
+        # folders whose entries, must be durable before a name may reach them.
+        self._whole = self.directory if can_syncfs(filesystem) else None
+        self._unsynced: tuple[list[str], list[Path]] = ([], [])
+        self._unsynced_lock = threading.Lock()
+        self._queued: list[tuple[str, str]] | None = None  # a group's binds (name, temporary)
+        self._grouping: int | None = None  # the thread whose group it is
+        if shared and not (self.directory / SHARED_MARKER).exists():
+            write_atomic(self.directory / SHARED_MARKER, b"this store is shared\n")
 
     def __repr__(self) -> str:
         return f"Store({str(self.directory)!r})"
@@ -461,12 +491,12 @@ class Store:
         check_name(name)
         self._existing(digest, f"cannot bind {name!r}: ")
         tmp = self._small_temp(digest, "bind")
-        target = self._names / name
-        try:
-            self._placing(name, lambda: os.rename(tmp, target))
-        finally:
-            _unlink_quietly(tmp)
-        fsync_folder(target.parent)
+        if self._queued is not None and self._grouping == threading.get_ident():
+            self._queued.append((name, tmp))  # bound when the group commits
+            return
+        self._sync()  # what it reaches, and its temporary, before the name
+        self._rename_onto(name, tmp)
+        self._sync()
 
     def claim(self, name: str, digest: str) -> bool:
         """Point `name` at `digest` if nobody has it: True if this call took it, else False.
@@ -477,6 +507,7 @@ class Store:
         check_name(name)
         self._existing(digest, f"cannot claim {name!r}: ")
         tmp = self._small_temp(digest, "claim")
+        self._sync()  # what it reaches, and its temporary, before the name
         target = self._names / name
 
         def link() -> bool:
@@ -497,8 +528,33 @@ class Store:
         finally:
             _unlink_quietly(tmp)
         if won:
-            fsync_folder(target.parent)
+            self._unsynced_folder(target.parent)
+            if self._queued is None or self._grouping != threading.get_ident():
+                self._sync()  # in a group, with its other names at the end
         return won
+
+    @contextmanager
+    def group(self) -> Iterator[None]:
+        """A group commit: binds in this thread wait for the end of the block, where every
+        blob written and every name's temporary are made durable in one pass, then every
+        name is bound, then the names are made durable in a second pass (soma.store.files).
+        What a process hosting several clients does with a round's contributions: a crash
+        never leaves a name reaching a blob that is not durable. The block's binds are
+        committed even when it raises (what was kept is whole). Nested: the outer commits."""
+        if self._queued is not None:
+            yield
+            return
+        self._queued, self._grouping = [], threading.get_ident()
+        try:
+            yield
+        finally:
+            queued, self._queued, self._grouping = self._queued, None, None
+            self._commit(queued)
+
+    def sync(self) -> None:
+        """Make everything this store wrote durable now (nothing to do in scratch mode): for
+        a digest about to be handed over outside the store (binds and claims do it)."""
+        self._sync()
 
     def forget(self, name: str) -> bool:
         """Remove `name` (what `soma gc --keep-runs` does to the runs it drops); True if it
@@ -671,6 +727,47 @@ class Store:
 
     # --- inside ----------------------------------------------------------------------
 
+    def _unsynced_file(self, path: str | os.PathLike[str]) -> None:
+        if self.durability == DURABLE:
+            with self._unsynced_lock:
+                self._unsynced[0].append(os.fspath(path))
+
+    def _unsynced_folder(self, folder: Path) -> None:
+        if self.durability == DURABLE:
+            with self._unsynced_lock:
+                self._unsynced[1].append(folder)
+
+    def _sync(self) -> None:
+        """One pass over what was written since the last (soma.store.files.make_durable)."""
+        with self._unsynced_lock:
+            files, folders = self._unsynced
+            self._unsynced = ([], [])
+        if files or folders:
+            make_durable(files, folders, self._whole)
+
+    def _rename_onto(self, name: str, tmp: str) -> None:
+        """Rename the temporary `tmp` onto `name`, its folder left to the next pass."""
+        target = self._names / name
+        try:
+            self._placing(name, lambda: os.rename(tmp, target))
+        finally:
+            _unlink_quietly(tmp)
+        self._unsynced_folder(target.parent)
+
+    def _commit(self, queued: list[tuple[str, str]]) -> None:
+        """A group's end: one pass (blobs and temporaries), the names, a second pass. A name
+        refused (NameConflict) is raised once the others are bound."""
+        self._sync()
+        failed: BaseException | None = None
+        for name, tmp in queued:
+            try:
+                self._rename_onto(name, tmp)
+            except StoreError as error:
+                failed = failed or error
+        self._sync()
+        if failed is not None:
+            raise failed
+
     def _existing(self, digest: str, context: str = "") -> Path:
         path = self.blob_path(digest)
         if not self.has(digest):
@@ -720,6 +817,7 @@ class Store:
                 except FileNotFoundError:
                     continue
             if time.time() - st.st_mtime <= REFRESH_AFTER:
+                self._unsynced_file(path)  # maybe another process's, not yet durable
                 return _SOUND
             try:
                 os.utime(path)  # a put is a use: gc's grace starts again (soma.health)
@@ -758,9 +856,9 @@ class Store:
             return create_new(path), path
 
     def _seal(self, fd: int) -> None:
-        """fsync and make read-only (as the umask allowed it readable), then close."""
+        """Make read-only (as the umask allowed it readable), then close; its bytes are made
+        durable by the next pass (see soma.store.files), before any name reaches them."""
         try:
-            os.fsync(fd)
             os.fchmod(fd, stat.S_IMODE(os.fstat(fd).st_mode) & ~0o222)
         finally:
             os.close(fd)
@@ -773,6 +871,7 @@ class Store:
             self._abandon(fd, tmp)
             raise
         self._seal(fd)
+        self._unsynced_file(tmp)
         return tmp
 
     @staticmethod
@@ -799,7 +898,8 @@ class Store:
                         os.link(tmp, final)
                     break
                 except FileExistsError:
-                    return  # the same bytes, put by somebody else
+                    self._unsynced_file(final)  # the same bytes, maybe not yet durable
+                    return
                 except FileNotFoundError:
                     if attempt:
                         raise
@@ -808,7 +908,8 @@ class Store:
                     if os.stat(tmp).st_nlink == 2:  # NFS: the link happened
                         break
                     raise
-            fsync_folder(final.parent)
+            self._unsynced_file(final)
+            self._unsynced_folder(final.parent)
         finally:
             _unlink_quietly(tmp)
 
@@ -968,7 +1069,23 @@ class Store:
             if name is None:
                 raise
             raise self._conflict_above(name) from None
-        fsync_folder(folder.parent)
+        self._unsynced_folder(folder.parent)
+
+
+def _check_durability(folder: Path, durability: object, shared: bool) -> None:
+    """Refuse, before anything is made, a durability that is not one, and scratch on a store
+    that says it is shared (its `SHARED_MARKER` file, or `shared=True`)."""
+    if durability not in DURABILITIES:
+        raise BadStore(
+            f"durability {durability!r} is not one of {', '.join(DURABILITIES)} (store {folder})"
+        )
+    marker = folder / SHARED_MARKER
+    if durability == SCRATCH and (shared or marker.exists()):
+        said = "shared=True" if shared else f"its marker {marker}"
+        raise BadStore(
+            f"store {folder} says it is shared ({said}): durability 'scratch' (no fsync, a "
+            "crash loses the round) is refused on it; use 'durable', or a store of your own"
+        )
 
 
 def _unlink_quietly(path: str) -> None:
