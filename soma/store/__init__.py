@@ -131,8 +131,8 @@ import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -140,19 +140,6 @@ import torch
 
 from soma.store import codecs, tensorfile
 from soma.store.codecs import register_codec, unregister_codec
-from soma.store.files import (
-    DURABILITIES,
-    DURABLE,
-    SCRATCH,
-    SHARED_MARKER,
-    can_syncfs,
-    create_new,
-    fsync_folder,
-    make_durable,
-    write_all,
-    write_atomic,
-)
-from soma.store.names import MAX_STORE_PATH_BYTES, check_name, split_prefix
 from soma.store.errors import (
     BadBlob,
     BadDigest,
@@ -167,6 +154,19 @@ from soma.store.errors import (
     UnknownDigest,
     UnknownName,
 )
+from soma.store.files import (
+    DURABILITIES,
+    DURABLE,
+    SCRATCH,
+    SHARED_MARKER,
+    can_syncfs,
+    create_new,
+    fsync_folder,
+    make_durable,
+    write_all,
+    write_atomic,
+)
+from soma.store.names import MAX_STORE_PATH_BYTES, check_name, split_prefix
 
 __all__ = [
     "Store",
@@ -357,6 +357,37 @@ class _Beside(threading.Thread):
             raise self.error
 
 
+# What this process kept lately, by a sample of its bytes: a prediction only (whether a
+# large blob is likely new, so worth writing while it is hashed), never trusted for a
+# digest. A blob is known by its header and 256 bytes spread over each tensor (training
+# changes nearly every weight; a node left as it was samples the same); at most
+# _KEPT_AT_MOST of them, the oldest forgotten first.
+_KEPT: dict[bytes, str] = {}
+_KEPT_AT_MOST = 4096
+_KEPT_LOCK = threading.Lock()
+
+
+def _fingerprint(plan: tensorfile.TensorPlan) -> bytes | None:
+    h = hashlib.blake2b(plan.header, digest_size=16)
+    for t in plan.ordered:
+        if t.device.type != "cpu" or not t.is_contiguous() or t.is_conj() or t.is_neg():
+            return None  # sampling it would cost a copy: not predicted, written beside
+        if t.numel():
+            data = memoryview(t.detach().reshape(-1).view(torch.uint8).numpy())
+            h.update(data[:: max(1, len(data) // 256)].tobytes())
+    return h.digest()
+
+
+def _remember(seen: bytes | None, digest: str) -> str:
+    if seen is not None:
+        with _KEPT_LOCK:
+            _KEPT.pop(seen, None)
+            _KEPT[seen] = digest
+            while len(_KEPT) > _KEPT_AT_MOST:
+                _KEPT.pop(next(iter(_KEPT)))
+    return digest
+
+
 def _hash_plan(plan: tensorfile.TensorPlan) -> str:
     h = hashlib.sha256()
     for chunk in plan.chunks():
@@ -413,7 +444,7 @@ class Store:
         self,
         directory: str | os.PathLike[str],
         *,
-        write_beside_hash: bool = False,
+        write_beside_hash: bool | None = None,
         verify_existing: bool = False,
         durability: str = DURABLE,
         shared: bool = False,
@@ -430,8 +461,11 @@ class Store:
             folder.mkdir(parents=True, exist_ok=True)
         self._host = "".join(c if c.isalnum() or c in "-_" else "_" for c in os.uname().nodename)
         filesystem = _filesystem(self.directory)
-        # see "Large values" in the module docs; only ever on a local filesystem
-        self._beside = write_beside_hash and filesystem in _LOCAL_FILESYSTEMS
+        # see "Large values" in the module docs; only ever on a local filesystem. None:
+        # where this process has not kept these very tensors unchanged before (a new blob).
+        local = filesystem in _LOCAL_FILESYSTEMS
+        self._beside = write_beside_hash is not False and local
+        self._always_beside = bool(write_beside_hash) and local
         # What was written since the last pass (soma.store.files): files whose bytes, and
         # folders whose entries, must be durable before a name may reach them.
         self._whole = self.directory if can_syncfs(filesystem) else None
@@ -919,7 +953,7 @@ class Store:
         while this one is written: the hash and write of one blob never overlap, those of
         two do."""
         if len(plans) < 2 or self._beside or _cpus() < 2:
-            return [self._put_plan(plan) for plan in plans]
+            return [self._put_plan(plan) for plan in plans]  # beside: each overlaps itself
         with ThreadPoolExecutor(1) as pool:
             hashes = [pool.submit(_hash_plan, plan) for plan in plans]
             try:
@@ -945,10 +979,21 @@ class Store:
         return digest
 
     def _put_plan(self, plan: tensorfile.TensorPlan) -> str:
-        """Write a planned safetensors blob: hash and write side by side (large), or hash
-        first and write only if new (small)."""
-        if plan.nbytes < _SPECULATE_FROM or not self._beside or _cpus() < 2:
-            return self._write_new(plan, _hash_plan(plan))
+        """Write a planned safetensors blob: hash and write side by side (large, and likely
+        new), or hash first and write only if new (small, or these tensors kept before)."""
+        seen = _fingerprint(plan)
+        if (
+            plan.nbytes < _SPECULATE_FROM
+            or not self._beside
+            or _cpus() < 2
+            or (not self._always_beside and _KEPT.get(seen) is not None)
+        ):
+            return _remember(seen, self._write_new(plan, _hash_plan(plan)))
+        _remember(seen, digest := self._speculate(plan))
+        return digest
+
+    def _speculate(self, plan: tensorfile.TensorPlan) -> str:
+        """Write the blob of `plan` while it is hashed; dropped unflushed if it was there."""
         fd, tmp = self._temp("blob")
         writer = _Beside(lambda chunk: write_all(fd, chunk))
         h = hashlib.sha256()
