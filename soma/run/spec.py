@@ -18,7 +18,7 @@ computed, each naming the config key or the command-line option to change:
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -73,6 +73,23 @@ OPTIONS = {
     "threads": "--threads",
     "durability": "--durability",
 }
+
+
+def open_store(
+    path: str | Path, durability: str, named: str, refused: Callable[[str], SomaError]
+) -> Store:
+    """The store at `path` with `durability`; its refusal (scratch on a store that says it is
+    shared) as `refused`, naming the setting (`named`)."""
+    from soma.store import Store
+    from soma.store.errors import BadStore
+
+    try:
+        return Store(path, durability=durability)
+    except BadStore as error:
+        if durability == "durable":
+            raise
+        raise refused(f"{named}: {error}") from None
+
 
 # How a run's store makes its writes durable: soma.store.files.DURABILITIES, spelled here too
 # because check() imports no torch, which the store's package does (a test keeps them equal).
@@ -207,15 +224,13 @@ class RunSpec:
     def store(self, path: str | Path) -> Store:
         """The store at `path` opened with this run's durability; scratch on a store that
         says it is shared is refused (before anything is made), naming the setting."""
-        from soma.store import Store
-        from soma.store.errors import BadStore
+        return open_store(path, self.durability, self.named("durability"), self.refused)
 
-        try:
-            return Store(path, durability=self.durability)
-        except BadStore as error:
-            if self.durability == "durable":
-                raise
-            raise self.refused(f"{self.named('durability')}: {error}") from None
+    @staticmethod
+    def config_store(config: Mapping[str, Any]) -> Store:
+        """The store of a workflow job's `config` (its `store`), with its `durability`."""
+        durability = config.get("durability") or "durable"
+        return open_store(config["store"], durability, "config key `durability`", ConfigRefused)
 
     # --- the checks --------------------------------------------------------------------------
 
