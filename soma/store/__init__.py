@@ -16,11 +16,15 @@ Layout (format 1)::
                                   files being written; nothing else writes there
     <dir>/attic/abcdef...         a blob a gc is deleting this instant (see "Health")
 
-Every write goes: a new file in `tmp/`, write, fsync, then `link(2)` (a blob, a claim) or
-`rename(2)` (a bind) into its final place, then fsync of that folder. A process killed at
-any instant leaves at worst a file in `tmp/` (`soma gc` removes those whose writer is
-gone), never a partial file under a final name. A folder on the way to a name is made (and
-its parent fsynced) the first time it is needed.
+Every write goes: a new file in `tmp/`, write, then `link(2)` (a blob, a claim) or
+`rename(2)` (a bind) into its final place. A process killed at any instant leaves at worst a
+file in `tmp/` (`soma gc` removes those whose writer is gone), never a partial file under a
+final name. Against a machine crash (`durability="durable"`, the default), what was written
+is made durable in passes (one syncfs, or an fsync of each file and folder): one just before
+a name is placed (everything it reaches, and its own temporary), one after it; a group
+commit (`Store.group`) binds many names between the same two passes. soma.store.files lists
+what each fsync protects; `durability="scratch"` makes none. A folder on the way to a name
+is made the first time it is needed (and made durable by the pass after it).
 
 The hash is sha256 (hashlib, OpenSSL): it is the digest everybody can check with
 `sha256sum`, it runs at about the speed of a disk (~1 GB/s a core), and nobody can make two
@@ -57,15 +61,16 @@ the wire. Nothing is known until the last byte is hashed, so keeping a new blob 
 hash *then* a write; but with a second CPU the next node's blob is hashed (in a thread)
 while this one's is written, so an export of several nodes overlaps the two. A new blob's
 writeback to the disk is started every few MB as it is written (sync_file_range(2), Linux)
-rather than all left to the closing fsync. `Store(dir, write_beside_hash=True)` instead
-writes a tensor blob of 4 MB or more to its temporary while hashing it, on a local
-filesystem in a process with a second CPU (its affinity: a one-CPU Slurm task never does):
-if the blob turns out to be there already, the temporary is truncated and removed before it
-is ever flushed (no disk write, but a page-cache copy spent). It is off by default because
-on the 2-core VM it was measured on it gained nothing for a new blob (the hash and the copy
-compete for the same memory bandwidth) and cost a 1 GB blob already there ~3x its
-hash-only time; it never applies on a network folder, where dirty pages may reach the
-server before the truncate.
+rather than all left to the closing pass. A tensor blob of 4 MB or more that is likely new
+is written to its temporary while it is hashed, on a local filesystem in a process with a
+second CPU (its affinity: a one-CPU Slurm task never does): likely new unless a sample of
+its bytes (its header, 256 bytes spread over each tensor) was kept by this process lately,
+which an unchanged node's is and a trained one's is not. A prediction only: if the blob
+turns out to be there already, the temporary is truncated and removed before it is ever
+flushed (no disk write, but a page-cache copy spent, which cost a 1 GB blob already there
+~3x its hash-only time when every blob was written beside). `write_beside_hash=True`
+writes every large blob beside its hash, `False` none. It never applies on a network
+folder, where dirty pages may reach the server before the truncate.
 
 Reading verifies at sha256's speed (~1 GB/s a core), the tensor blobs of one value side
 by side on up to 4 CPUs. `recall(name, lazy=True)` maps the blobs (copy-on-write mmap)
@@ -83,10 +88,10 @@ What a network folder costs, in metadata round trips (NFS calls) per operation:
 - `bound(prefix)`: one READDIR(PLUS) per folder under the prefix; no file is opened.
 - `put` of a blob already there: one stat (and a SETATTR, the utime, when it was last
   touched more than a minute ago). A new blob:
-  CREATE, WRITEs, COMMIT (fsync), LINK, REMOVE, and the folder fsync; plus one MKDIR the
-  first time one of the 256 fan-out folders is used. `keep` is a put per tensor blob, one
-  for the record, and a `bind`.
-- `bind`: stat of the blob, CREATE+WRITE+COMMIT of the temporary, RENAME, folder fsync.
+  CREATE, WRITEs, LINK, REMOVE (its COMMIT is the next pass's); plus one MKDIR the first
+  time one of the 256 fan-out folders is used. `keep` is a put per tensor blob, one for the
+  record, and a `bind`.
+- `bind`: stat of the blob, CREATE+WRITE of the temporary, a pass (COMMITs), RENAME, a pass.
 - `claim`: the same with LINK instead of RENAME, a GETATTR only if LINK reports an error,
   and the REMOVE of the temporary.
 - `get`/`recall`: OPEN, READs of the whole blob (verified), CLOSE.
@@ -430,8 +435,9 @@ class Store:
     """A content-addressed store in `directory` (made if missing; refused, with nothing made,
     where it cannot be: see `check_folder`). See the module docs.
 
-    `write_beside_hash`: on a local filesystem with a second CPU, write a new large tensor
-    blob while it is hashed instead of after (see "Large values" in the module docs).
+    `write_beside_hash`: on a local filesystem with a second CPU, write a large tensor blob
+    while it is hashed instead of after: None, when it is likely new; True, always; False,
+    never (see "Large values" in the module docs).
     `verify_existing`: a put of a blob already there hashes it, and replaces it when its
     bytes are wrong (see "Health"); what `soma repair` uses.
     `durability`: "durable" (names are durable before they are said bound, and never before
