@@ -433,6 +433,7 @@ def repair(
         pending = {p.digest for p in current.problems if p.digest is not None and p.needed}
         if not pending or not _repair_pass(store, fixer, run, pending, report):
             break
+        fixer.sync()  # names reach what it remade: durable now (soma.store.files)
         current = verify(store, run)
     for p in current.problems:
         if p.kind == "corrupt" and not p.needed and p.digest is not None:

@@ -950,6 +950,8 @@ class Store:
                     raise
             self._unsynced_file(final)
             self._unsynced_folder(final.parent)
+            if replace:  # names may reach it already: durable now, not at the next name
+                self._sync()
         finally:
             _unlink_quietly(tmp)
 
