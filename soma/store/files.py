@@ -33,7 +33,8 @@ several clients uses for a round's contributions) writes every client's blobs an
 temporaries, makes them all durable in one pass, then binds every name, then makes the
 names durable in a second pass. A pass is one `syncfs(2)` of the store's filesystem where
 that is exact (Linux >= 5.8 reports writeback errors through it; a filesystem in
-`SYNCFS_FILESYSTEMS`), else an fsync of each file and then of each folder once. What is left:
+`SYNCFS_FILESYSTEMS`) and the pass has more than `SYNCFS_ABOVE` files and folders, else an
+fsync of each file and then of each folder once. What is left:
 at most two passes per name bound or claimed alone, two per group (see README "What a crash
 can cost").
 
@@ -176,16 +177,22 @@ def fsync_file(path: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
+# A pass of more files and folders than this is one syncfs where it is exact: a syncfs also
+# writes back what other processes left dirty on the filesystem, so a few fsyncs (a name, a
+# value of one blob) stay fsyncs.
+SYNCFS_ABOVE = 1
+
+
 def make_durable(
     files: Iterable[str | os.PathLike[str]],
     folders: Iterable[Path],
     whole: Path | None = None,
 ) -> None:
     """One pass that makes `files` (their bytes) and `folders` (their entries) durable: a
-    syncfs of `whole`'s filesystem when given and there is more than one thing to do, else
-    an fsync of each file, then of each folder once."""
+    syncfs of `whole`'s filesystem when given and there are more than SYNCFS_ABOVE things to
+    do, else an fsync of each file, then of each folder once."""
     files, folders = list(dict.fromkeys(files)), list(dict.fromkeys(folders))
-    if whole is not None and len(files) + len(folders) > 1:
+    if whole is not None and len(files) + len(folders) > SYNCFS_ABOVE:
         syncfs(whole)
         return
     for path in files:
