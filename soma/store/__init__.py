@@ -989,16 +989,12 @@ class Store:
     def _put_plan(self, plan: tensorfile.TensorPlan) -> str:
         """Write a planned safetensors blob: hash and write side by side (large, and likely
         new), or hash first and write only if new (small, or these tensors kept before)."""
+        if plan.nbytes < _SPECULATE_FROM or not self._beside or _cpus() < 2:
+            return self._write_new(plan, _hash_plan(plan))
         seen = _fingerprint(plan)
-        if (
-            plan.nbytes < _SPECULATE_FROM
-            or not self._beside
-            or _cpus() < 2
-            or (not self._always_beside and _KEPT.get(seen) is not None)
-        ):
+        if not self._always_beside and seen is not None and seen in _KEPT:
             return _remember(seen, self._write_new(plan, _hash_plan(plan)))
-        _remember(seen, digest := self._speculate(plan))
-        return digest
+        return _remember(seen, self._speculate(plan))
 
     def _speculate(self, plan: tensorfile.TensorPlan) -> str:
         """Write the blob of `plan` while it is hashed; dropped unflushed if it was there."""
