@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -145,17 +143,16 @@ def test_scratch_is_refused_on_a_store_that_says_it_is_shared(tmp_path: Path) ->
 
 
 def test_soma_simulate_refuses_scratch_on_a_shared_store_naming_the_option(
-    tmp_path: Path,
+    tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
+    from soma.cli import main
+
     Store(tmp_path / "s", shared=True)
     before = sorted(p.name for p in (tmp_path / "s").rglob("*"))
-    run = [sys.executable, "-m", "soma.cli", "simulate", "--rounds", "1", "--clients", "2"]
-    done = subprocess.run(
-        [*run, "--store", str(tmp_path / "s"), "--durability", "scratch"],
-        capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
-    assert done.returncode == 1
-    assert "--durability" in done.stderr and "says it is shared" in done.stderr, done.stderr
+    run = ["simulate", "--rounds", "1", "--clients", "2", "--store", str(tmp_path / "s")]
+    assert main([*run, "--durability", "scratch"]) == 1
+    said = capsys.readouterr().err
+    assert "--durability" in said and "says it is shared" in said, said
     assert sorted(p.name for p in (tmp_path / "s").rglob("*")) == before
     bad = spec.RunSpec(run="r", task="soma.tasks.control", clients=2, rounds=1, durability="x")
     with pytest.raises(spec.ConfigRefused, match="config key `durability` must be one of"):
@@ -164,3 +161,33 @@ def test_soma_simulate_refuses_scratch_on_a_shared_store_naming_the_option(
 
 def test_the_run_layer_spells_the_store_s_durabilities() -> None:
     assert spec.DURABILITIES == files.DURABILITIES
+
+
+def test_a_simulated_run_never_places_a_name_before_what_it_reaches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole run (start, contributions grouped by the one process hosting them, the
+    averaging's claims and records): every name placed reaches only durable blobs."""
+    import importlib
+
+    import soma
+
+    store = Store(tmp_path / "s")
+    watch = Watch(store, monkeypatch)
+    monkeypatch.setattr(importlib.import_module("soma.run.simulate"), "store_at", _given(store))
+    soma.simulate("soma.tasks.control", clients=3, rounds=2, store=tmp_path / "s")
+    placed = [name for name, _ in watch.placed]
+    assert sum("/client/" in name for name in placed) == 6
+    assert sum(name.endswith("/average") for name in placed) == 2
+    assert all(not missing for _, missing in watch.placed), watch.placed
+    assert watch.passes <= 3 * 6  # passes a contribution, averages included
+
+
+def _given(store: Store):
+    from contextlib import contextmanager
+
+    @contextmanager
+    def store_at(path, spec):
+        yield store
+
+    return store_at
