@@ -191,3 +191,23 @@ def _given(store: Store):
         yield store
 
     return store_at
+
+
+def test_the_workflow_takes_durability_as_a_config_key_and_refuses_scratch_when_shared(
+    tmp_path: Path,
+) -> None:
+    import jsonschema
+    import yaml
+
+    root = Path(__file__).resolve().parent.parent
+    schema = yaml.safe_load((root / "workflow/schemas/config.schema.yaml").read_text())
+    config = yaml.safe_load((root / "config/config.yaml").read_text())
+    for durability in spec.DURABILITIES:
+        jsonschema.validate({**config, "run": "r", "durability": durability}, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**config, "run": "r", "durability": "fast"}, schema)
+    given = {"store": str(tmp_path / "s"), "durability": "scratch"}
+    assert spec.RunSpec.config_store(given).durability == "scratch"
+    Store(tmp_path / "s", shared=True)
+    with pytest.raises(spec.ConfigRefused, match="config key `durability`: .* says it is shared"):
+        spec.RunSpec.config_store(given)
