@@ -78,7 +78,7 @@ def client(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     spec = RunSpec.from_args(args)
     task, strategy = spec.checked()
-    with store_at(args.store) as store:  # only once the run was checked whole
+    with store_at(args.store, spec) as store:  # only once the run was checked whole
         driven = drive(
             spec, store, task, strategy, deadline=args.deadline, after=_printer(args, task)
         )
@@ -416,6 +416,13 @@ class _Defaults(argparse.HelpFormatter):
 
 def _run_arguments(c: argparse.ArgumentParser) -> None:
     """What a run is and how a process drives it: `soma client`'s and `soma simulate`'s."""
+    c.add_argument(
+        "--durability",
+        default="durable",
+        help="durable: a name is durable before it is said bound, never before what it "
+        "reaches; scratch: no fsync (a machine crash means rerunning the round), refused on "
+        "a store that says it is shared (its file `shared`)",
+    )
     c.add_argument("--task", default="soma.tasks.control", help="a task's import path")
     c.add_argument(
         "--option",

@@ -67,7 +67,7 @@ def every_name_whole(store: Store) -> int:
         except Exception:  # noqa: BLE001 - any failure to read a name back is a loss
             wrong += 1
             continue
-        if name.startswith("keep/"):
+        if name.startswith(("keep/", "group/")):
             trial, i = map(int, name.split("/")[1:])
             same = value == {**value, "i": i, "trial": trial}
             same = same and _equal(value["export"], worker.keep_value(trial, i)["export"])
@@ -142,6 +142,53 @@ def test_writers_killed_at_random_instants_of_keep_claim_and_gather(tmp_path: Pa
                 store.forget(name)
         taken = [n for n in store.bound("gather/") if "/takeover/" in n]
         FIGURES["SIGKILL in gather"]["averagings taken over"] += len(taken)
+    finally:
+        server.stdin.close()
+        server.kill()
+        server.wait()
+
+
+def test_writers_killed_at_random_instants_of_group_commits(tmp_path: Path) -> None:
+    """A process hosting several clients commits them as a group (Store.group): killed at
+    any instant, no name reaches a partial value, and the names are bound in order, after
+    every value of their group was written."""
+    store = Store(tmp_path / "store")
+    server = subprocess.Popen(
+        [sys.executable, str(HERE / "health_worker.py"), "serve", str(store.directory)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    rng = random.Random(2323)
+    try:
+        assert server.stdout.readline() == "ready\n"
+        for trial in range(8):
+            server.stdin.write(f"group {trial}\n")
+            server.stdin.flush()
+            started = server.stdout.readline().split()
+            time.sleep(rng.uniform(0.005, 0.3))
+            try:
+                os.kill(int(started[1]), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            reaped = server.stdout.readline().split()
+            assert reaped[:3] == ["reaped", started[1], "1"], f"not killed, it ended: {reaped}"
+            figures = FIGURES["SIGKILL in group commit"]
+            figures["trials"] += 1
+            figures["faults"] += 1
+            figures["operations done"] += int(reaped[3])
+            report = health.verify(store)
+            figures["detected"] += len(report.problems)
+            assert report.clean, report.lines()
+            wrong = every_name_whole(store)
+            figures["lost"] += wrong
+            assert wrong == 0, f"trial {trial}: {wrong} names point at partial values"
+            bound = [int(n.rsplit("/", 1)[1]) for n in store.bound(f"group/{trial}/")]
+            assert sorted(bound) == list(range(len(bound)))
+            assert 4 * int(reaped[3]) <= len(bound) <= 4 * int(reaped[3]) + 4
+            health.gc(store, min_age=0)
+            for name in store.bound("group/"):
+                store.forget(name)
     finally:
         server.stdin.close()
         server.kill()

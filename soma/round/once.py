@@ -241,9 +241,10 @@ def once(
                 who = store.put_value(me)  # under an averager that waits (soma.health)
             if _claim(store, place, who, check_holder=check_holder):
                 digest = work.compute(inputs, me)
-                store.bind(place.computed_by(who), who)
-                publish(store, place.published, digest)
-                return work.settle(store.resolve(place.published) or digest)
+                with store.group():  # its names made durable in one pass (soma.store.files)
+                    store.bind(place.computed_by(who), who)
+                    publish(store, place.published, digest)
+                    return work.settle(store.resolve(place.published) or digest)
             # the averaging gets a whole deadline from when the round was ready, so that a
             # round going on with its quorum at the deadline is not called dead at once
             if at_deadline:

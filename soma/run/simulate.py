@@ -50,6 +50,7 @@ def simulate(
     tree: int | None = None,
     run: str = "simulation",
     store: str | Path | None = None,
+    durability: str = "durable",
     deadline: float | None = 3600.0,
     after: Callable[[Round, Any], None] | None = None,
 ) -> Simulated:
@@ -70,6 +71,7 @@ def simulate(
         secure=secure_aggregation,
         tree=tree,
         mine=tuple(range(clients)) if isinstance(clients, int) else None,
+        durability=durability,
         given="library",
     )
     return simulate_spec(spec, store, deadline=deadline, after=after)
@@ -84,18 +86,17 @@ def simulate_spec(
 ) -> Simulated:
     """`simulate` of a spec whose `mine` is every client."""
     task, strategy = spec.checked()
-    with store_at(store) as kept:
+    with store_at(store, spec) as kept:
         driven = drive(spec, kept, task, strategy, deadline=deadline, after=after)
         return Simulated(driven.rounds, driven.weights, task.evaluate(driven.nodes), driven.nodes)
 
 
 @contextmanager
-def store_at(path: str | Path | None) -> Iterator[Store]:
-    """The store at `path`, or (None) one in a temporary folder, removed at the end."""
-    from soma.store import Store
-
+def store_at(path: str | Path | None, spec: RunSpec) -> Iterator[Store]:
+    """The store at `path`, or (None) one in a temporary folder, removed at the end; opened
+    with `spec`'s durability (RunSpec.store)."""
     if path is not None:
-        yield Store(path)
+        yield spec.store(path)
         return
     with tempfile.TemporaryDirectory(prefix="soma-simulate-") as folder:
-        yield Store(folder)
+        yield spec.store(folder)

@@ -18,8 +18,9 @@ computed, each naming the config key or the command-line option to change:
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ from soma.run.options import pairs, typed
 
 if TYPE_CHECKING:
     from soma.round import Meeting
+    from soma.store import Store
     from soma.strategies import Strategy
     from soma.tasks import Task
 
@@ -52,6 +54,7 @@ CONFIG_KEYS = {
     "tree": "tree",
     "per_job": "clients_per_job",
     "threads": "threads",
+    "durability": "durability",
 }
 OPTIONS = {
     "rounds": "--rounds",
@@ -68,7 +71,29 @@ OPTIONS = {
     "per_job": "--per-task",
     "mine": "--mine",
     "threads": "--threads",
+    "durability": "--durability",
 }
+
+
+def open_store(
+    path: str | Path, durability: str, named: str, refused: Callable[[str], SomaError]
+) -> Store:
+    """The store at `path` with `durability`; its refusal (scratch on a store that says it is
+    shared) as `refused`, naming the setting (`named`)."""
+    from soma.store import Store
+    from soma.store.errors import BadStore
+
+    try:
+        return Store(path, durability=durability)
+    except BadStore as error:
+        if durability == "durable":
+            raise
+        raise refused(f"{named}: {error}") from None
+
+
+# How a run's store makes its writes durable: soma.store.files.DURABILITIES, spelled here too
+# because check() imports no torch, which the store's package does (a test keeps them equal).
+DURABILITIES = ("durable", "scratch")
 
 
 # soma.simulate's keyword argument of a field, where its name is not the field's.
@@ -85,7 +110,9 @@ class RunSpec:
     takes part in a round and how many must come (`participation`, `quorum`), how a round is
     averaged (`tree`: a fan-in; `secure`: secure aggregation's threshold), its seed, and how
     its clients are hosted (`per_job` clients a job or task; `mine`: this process's clients,
-    None for the workflow, whose jobs each name theirs). `given` says where it came from
+    None for the workflow, whose jobs each name theirs), and how its store makes writes
+    durable (`durability`: "durable", or "scratch": no fsync, for a simulation on a scratch
+    folder, where a crash means rerunning the round). `given` says where it came from
     ("config", "args" or "library": soma.simulate): a refusal names the config key, the
     option or the keyword argument accordingly."""
 
@@ -104,6 +131,7 @@ class RunSpec:
     per_job: int = 1
     mine: tuple[int, ...] | None = None
     threads: int = 1
+    durability: str = "durable"
     given: str = "config"
 
     def __post_init__(self) -> None:
@@ -135,6 +163,7 @@ class RunSpec:
             tree=(config.get("tree") or {}).get("fan_in"),
             per_job=config.get("clients_per_job", 1) or 1,
             threads=config.get("threads", 1) or 1,
+            durability=config.get("durability") or "durable",
         )
 
     @classmethod
@@ -158,6 +187,7 @@ class RunSpec:
             per_job=getattr(args, "per_task", 1),
             mine=None if mine is None else tuple(mine),
             threads=args.threads,
+            durability=getattr(args, "durability", "durable"),
             given="args",
         )
 
@@ -190,6 +220,17 @@ class RunSpec:
             tree=self.tree,
             secure=self.secure,
         )
+
+    def store(self, path: str | Path) -> Store:
+        """The store at `path` opened with this run's durability; scratch on a store that
+        says it is shared is refused (before anything is made), naming the setting."""
+        return open_store(path, self.durability, self.named("durability"), self.refused)
+
+    @staticmethod
+    def config_store(config: Mapping[str, Any]) -> Store:
+        """The store of a workflow job's `config` (its `store`), with its `durability`."""
+        durability = config.get("durability") or "durable"
+        return open_store(config["store"], durability, "config key `durability`", ConfigRefused)
 
     # --- the checks --------------------------------------------------------------------------
 
@@ -226,6 +267,11 @@ class RunSpec:
                 )
         if self.tree is not None:
             self._at_least("tree", 2)
+        if self.durability not in DURABILITIES:
+            raise self.refused(
+                f"{self.named('durability')} must be one of {', '.join(DURABILITIES)}, "
+                f"not {self.durability!r}"
+            )
         try:
             sampled = sample_size(self.participation, self.clients)
             quorum_size(self.quorum, sampled)

@@ -22,9 +22,9 @@ from typing import Any
 from soma.round import Meeting, dropout_reason
 from soma.round.records import RecordError, SecureRecord, read_average
 from soma.run import step
+from soma.run.spec import RunSpec
 from soma.run.step import Hosted
 from soma.secagg import round as secure_round
-from soma.store import Store
 from soma.workflow import (
     LOG,
     average_receipt,
@@ -60,7 +60,7 @@ def keys(
     from soma.secagg import advertise
 
     meeting = meeting_of(config, round, read_receipt(previous))
-    secrets = advertise(Store(config["store"]), secure_round.session_of(meeting), client)
+    secrets = advertise(RunSpec.config_store(config), secure_round.session_of(meeting), client)
     write_receipt(private, secrets.private_record(), mode=PRIVATE)
     write_receipt(receipt, {**_receipt(meeting, client), "phase": "keys"})
     LOG.info("%s, client %d: keys advertised", meeting.what, client)
@@ -80,7 +80,7 @@ def share(
 
     meeting = meeting_of(config, round, read_receipt(previous))
     secrets = _secrets(meeting, private)
-    among = share_secrets(Store(config["store"]), secrets.session, secrets, deadline=DEADLINE)
+    among = share_secrets(RunSpec.config_store(config), secrets.session, secrets, deadline=DEADLINE)
     write_receipt(shared, secrets.private_record(), mode=PRIVATE)
     write_receipt(receipt, {**_receipt(meeting, client), "phase": "share", "among": among})
     LOG.info("%s, client %d: secrets shared among clients %s", meeting.what, client, among)
@@ -99,7 +99,7 @@ def train(
     from soma.secagg import masked_input
 
     tic = time.perf_counter()
-    store = Store(config["store"])
+    store = RunSpec.config_store(config)
     started = read_receipt(previous)
     meeting = meeting_of(config, round, started)
     secrets = _secrets(meeting, private)
@@ -147,7 +147,7 @@ def reveal(
         write_receipt(receipt, {**_receipt(meeting, client), "phase": "reveal", "dropped": True})
         return
     secrets = _secrets(meeting, private)
-    came = reveal_shares(Store(config["store"]), secrets.session, secrets, deadline=DEADLINE)
+    came = reveal_shares(RunSpec.config_store(config), secrets.session, secrets, deadline=DEADLINE)
     write_receipt(receipt, {**_receipt(meeting, client), "phase": "reveal", "unmasks": came})
 
 
@@ -156,7 +156,7 @@ def average(
 ) -> None:
     """Phase 5: unmask the sum (once), step the strategy from the mean, publish the average."""
     tic = time.perf_counter()
-    store = Store(config["store"])
+    store = RunSpec.config_store(config)
     meeting = meeting_of(config, round, read_receipt(previous))
     digest = secure_round.average_round(
         store, meeting, strategy_of(config), took_part=True, deadline=DEADLINE

@@ -131,7 +131,7 @@ def start(config: Mapping[str, Any], receipt: str, run_record: str | None = None
     nodes = task.nodes(config["seed"])
     exported = export(nodes)  # before evaluate(), which may move the nodes to a device
     metrics = checked_metrics(config, task.evaluate(nodes))
-    store = Store(config["store"])
+    store = RunSpec.config_store(config)
     weights = store.put_value(exported)
     store.claim(layout.starting(config["run"], weights), weights)  # never rebound by another
     store.bind(layout.start(config["run"]), weights)
@@ -219,7 +219,7 @@ def train(
     average names it as left out. Otherwise the job fails, naming the client and the reason.
     """
     task = task_of(config)
-    store = Store(config["store"])
+    store = RunSpec.config_store(config)
     started = read_receipt(previous)
     meeting = meeting_of(config, round, started)
     write_receipt(receipt, _train_client(task, store, config, meeting, client, started, before))
@@ -238,7 +238,7 @@ def train_batch(
     own train job would: from the round's start, with its own seed and state. One receipt
     holds each client's receipt, the very one `train` writes for it, under "clients"."""
     task = task_of(config)
-    store = Store(config["store"])
+    store = RunSpec.config_store(config)
     started = read_receipt(previous)
     meeting = meeting_of(config, round, started)
     for k in clients:
@@ -371,7 +371,7 @@ def average(
 ) -> None:
     """Average exactly the weights the client receipts name; once, whoever else tries."""
     tic = time.perf_counter()
-    store = Store(config["store"])
+    store = RunSpec.config_store(config)
     meeting = meeting_of(config, round, read_receipt(previous))
     inputs = []
     for path in clients:
@@ -436,7 +436,7 @@ def evaluate(config: Mapping[str, Any], round: int, averaged: str, receipt: str)
     """
     tic = time.perf_counter()
     task = task_of(config)
-    store = Store(config["store"])
+    store = RunSpec.config_store(config)
     average = read_receipt(averaged)
     weights = average["weights"]
     metrics = checked_metrics(config, task.evaluate(nodes_at(task, store, config, weights)))
@@ -466,7 +466,7 @@ def _baseline(
 ) -> list:
     """Train from the start on one body of data for as many rounds, evaluating each; each
     round in the log, since a baseline job runs as long as the whole federation."""
-    store = Store(config["store"])
+    store = RunSpec.config_store(config)
     nodes = nodes_at(task, store, config, start)
     per_round = []
     tic = time.perf_counter()
