@@ -227,10 +227,8 @@ def _privacy_text(spent: Any) -> str:
 
     against = spent.get("against")
     whom = f", against {ADVERSARIES.get(against, against)}" if against else ""
-    return (
-        f"; privacy spent: epsilon {spent['epsilon']:.4g}{budget} at delta {spent['delta']:g}"
-        f"{whom}"
-    )
+    at = f"at delta {spent['delta']:g}{whom}"
+    return f"; privacy spent: epsilon {spent['epsilon']:.4g}{budget} {at}"
 
 
 def export(args: argparse.Namespace) -> int:
