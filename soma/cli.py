@@ -223,7 +223,12 @@ def _privacy_text(spent: Any) -> str:
     if not isinstance(spent, dict):
         return ""
     budget = f" of a budget of {spent['budget']:.4g}" if "budget" in spent else ""
-    return f"; privacy spent: epsilon {spent['epsilon']:.4g}{budget} at delta {spent['delta']:g}"
+    from soma.privacy import ADVERSARIES
+
+    against = spent.get("against")
+    whom = f", against {ADVERSARIES.get(against, against)}" if against else ""
+    at = f"at delta {spent['delta']:g}{whom}"
+    return f"; privacy spent: epsilon {spent['epsilon']:.4g}{budget} {at}"
 
 
 def export(args: argparse.Namespace) -> int:

@@ -462,10 +462,18 @@ def evaluate(config: Mapping[str, Any], round: int, averaged: str, receipt: str)
 
 
 def _baseline(
-    config: Mapping[str, Any], task: Task, data, start: str, client: int, who: str
+    config: Mapping[str, Any],
+    task: Task,
+    data,
+    start: str,
+    client: int,
+    who: str,
+    *,
+    quiet: bool = False,
 ) -> list:
     """Train from the start on one body of data for as many rounds, evaluating each; each
-    round in the log, since a baseline job runs as long as the whole federation."""
+    round in the log, since a baseline job runs as long as the whole federation (`quiet`:
+    without the training's own metrics, a client's loss and steps)."""
     store = RunSpec.config_store(config)
     nodes = nodes_at(task, store, config, start)
     per_round = []
@@ -478,7 +486,9 @@ def _baseline(
             "%s, round %d: trained (%s), evaluated %s (%.2f s)",
             who,
             r,
-            shown(json_numbers(trained if isinstance(trained, Mapping) else {})),
+            "withheld"
+            if quiet
+            else shown(json_numbers(trained if isinstance(trained, Mapping) else {})),
             shown(metrics),
             time.perf_counter() - tic,
         )
@@ -487,23 +497,21 @@ def _baseline(
 
 
 def alone(config: Mapping[str, Any], client: int, started: str, receipt: str) -> None:
-    """Client `client` trained on its own shard alone, for exactly as long as the federation."""
+    """Client `client` trained on its own shard alone, for exactly as long as the federation.
+    Under secure aggregation its size and its training's metrics (loss, steps) are neither
+    in the receipt nor in the log: they are what the secure sum hides of it; its test
+    metrics, which the summary's alone columns need, are."""
     task = task_of(config)
     data = task.shard(client, config["clients"])
     start_weights = read_receipt(started)["weights"]
-    size = task.size(data)
-    LOG.info("client %d alone: %s examples, from weights %s", client, size, start_weights)
-    write_receipt(
-        receipt,
-        {
-            "run": config["run"],
-            "client": client,
-            "size": size,
-            "per_round": _baseline(
-                config, task, data, start_weights, client, f"client {client} alone"
-            ),
-        },
-    )
+    secure = config.get("secure_aggregation") is not None
+    size = None if secure else task.size(data)
+    shown_size = "(size withheld: secure aggregation)" if secure else f"{size}"
+    LOG.info("client %d alone: %s examples, from weights %s", client, shown_size, start_weights)
+    who = f"client {client} alone"
+    per_round = _baseline(config, task, data, start_weights, client, who, quiet=secure)
+    written = {"run": config["run"], "client": client, "per_round": per_round}
+    write_receipt(receipt, written if secure else {**written, "size": size})
 
 
 def centralized(config: Mapping[str, Any], started: str, receipt: str) -> None:

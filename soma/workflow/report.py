@@ -25,7 +25,16 @@ def lower_is_better(metric: str) -> bool:
     return metric.endswith(("loss", "error", "mse"))
 
 
-COLUMNS = ("strategy", "round", "federated", "alone", "alone_best", "centralized", "epsilon")
+COLUMNS = (
+    "strategy",
+    "round",
+    "federated",
+    "alone",
+    "alone_best",
+    "centralized",
+    "epsilon",
+    "epsilon_against",  # whom the epsilon holds against (soma.privacy.ADVERSARIES)
+)
 START = "start"  # the `round` of the starting weights' row: before round 0
 # What each column is called in the plot's legend, and how it is drawn.
 SERIES = {
@@ -55,7 +64,7 @@ def summary_rows(
     """
     given = [read_receipt(path) for path in evaluations]
     federated = {e["round"]: e["metrics"] for e in given}
-    spent = {e["round"]: e["privacy"]["epsilon"] for e in given if e.get("privacy")}
+    spent = {e["round"]: e["privacy"] for e in given if e.get("privacy")}
     if federated and not any(metric in m for m in federated.values()):
         returned = ", ".join(sorted(next(iter(federated.values()))))
         raise ConfigRefused(
@@ -77,7 +86,8 @@ def summary_rows(
         if central_run:
             row["centralized"] = central_run[r]["metrics"].get(metric)
         if r in spent:  # a DP strategy's privacy spent up to this round (soma.privacy)
-            row["epsilon"] = spent[r]
+            row["epsilon"] = spent[r]["epsilon"]
+            row["epsilon_against"] = spent[r].get("against", "unstated")
         rows.append(row)
     return rows
 
