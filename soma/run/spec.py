@@ -239,6 +239,7 @@ class RunSpec:
                     f"{self.named('secure')}: threshold {self.secure} must be between 2 and "
                     f"the {sampled} clients of a round"
                 )
+            self._check_threshold(sampled)
             if self.tree is not None or self.per_job != 1 and self.given == "config":
                 raise self.refused(
                     f"{self.named('secure', 'per_job', 'tree')}: a secure round is a job per "
@@ -248,6 +249,25 @@ class RunSpec:
                 )
         self._check_option_names()
         return self
+
+    def _check_threshold(self, sampled: int) -> None:
+        """Secure aggregation's threshold against whom it must hold (soma.secagg): more than
+        half a round's clients, and more clients than any one process hosts, unless it hosts
+        them all (then nobody outside it has anything to hide from it)."""
+        assert self.secure is not None
+        if 2 * self.secure <= sampled:
+            raise self.refused(
+                f"{self.named('secure')}: threshold {self.secure} is at or below half the "
+                f"{sampled} clients of a round: two groups of {self.secure} that do not overlap "
+                f"could unmask a client; it must be at least {sampled // 2 + 1}"
+            )
+        hosted = len(self.mine or ())
+        if hosted >= self.secure and hosted < self.clients:
+            raise self.refused(
+                f"{self.named('mine', 'secure')}: this process would host {hosted} clients, at "
+                f"least the threshold {self.secure}: it would hold enough shares to unmask "
+                f"every other client; host fewer than {self.secure} (or all {self.clients})"
+            )
 
     def _check_option_names(self) -> None:
         """An option the task does not take, when its module declares them (read, not run)."""

@@ -76,10 +76,11 @@ summed securely like the rest.
 Threat model and limits. The clients follow the protocol (they may crash at any point); the
 unmasker and any reader of the folder are curious; fewer than t clients collude with them. As
 in the paper's honest-but-curious version, nothing is signed: whoever can *write* the folder
-can impersonate a client (the actively secure version needs a PKI; not here). Choose t > n/2 (a
-majority of the members); t >= 2 is enforced. Every pair of clients does a key agreement and
-every client expands n masks of the model's size (O(n^2) work in all, as in the paper; SecAgg+
-would mask along a sparse graph instead).
+can impersonate a client (the actively secure version needs a PKI; not here). t > n/2 (a
+majority of the members) and t >= 2 are enforced: at or below half, two groups of t that do not
+overlap could rebuild both halves of one client's secrets (Bonawitz et al. need t > n/2).
+Every pair of clients does a key agreement and every client expands n masks of the model's
+size (O(n^2) work in all, as in the paper; SecAgg+ would mask along a sparse graph instead).
 
 Private keys and seeds never leave the client process: they live in a `Secrets` object, in
 memory, which refuses to be pickled. All of a client's phases run in that one process (a
@@ -188,7 +189,15 @@ class Session:
         if not _is_int(self.threshold) or not 2 <= self.threshold <= len(members):
             raise SecAggError(
                 f"threshold {self.threshold!r} must be an integer in 2..{len(members)} "
-                f"(the members); a majority, {len(members) // 2 + 1} or more, is advised"
+                f"(the members), and more than half of them: {len(members) // 2 + 1} or more"
+            )
+        if 2 * self.threshold <= len(members):
+            raise SecAggError(
+                f"threshold {self.threshold} is at or below half the {len(members)} members: "
+                f"two groups of {self.threshold} that do not overlap could rebuild both "
+                f"halves of one client's secrets (its self-mask seed and its mask key), which "
+                f"unmasks it; it must be at least "
+                f"{len(members) // 2 + 1}"
             )
         FixedPoint(self.precision_bits, self.ring_bits)  # checks them
 
