@@ -49,6 +49,7 @@ CONFIG_KEYS = {
     "participation": "participation",
     "quorum": "quorum",
     "secure": "secure_aggregation",
+    "secrets": "secure_aggregation.secrets",
     "tree": "tree",
     "per_job": "clients_per_job",
     "threads": "threads",
@@ -100,6 +101,7 @@ class RunSpec:
     participation: int | float | None = None
     quorum: int | float | None = None
     secure: int | None = None
+    secrets: str | None = None  # secure aggregation's secrets folder (soma.run.secrets)
     tree: int | None = None
     per_job: int = 1
     mine: tuple[int, ...] | None = None
@@ -132,6 +134,7 @@ class RunSpec:
             participation=config.get("participation"),
             quorum=config.get("quorum"),
             secure=(config.get("secure_aggregation") or {}).get("threshold"),
+            secrets=(config.get("secure_aggregation") or {}).get("secrets"),
             tree=(config.get("tree") or {}).get("fan_in"),
             per_job=config.get("clients_per_job", 1) or 1,
             threads=config.get("threads", 1) or 1,
@@ -240,6 +243,12 @@ class RunSpec:
                     f"the {sampled} clients of a round"
                 )
             self._check_threshold(sampled)
+            if self.secrets is not None:
+                from soma.run.secrets import template_refusal
+
+                refusal = template_refusal(self.secrets)
+                if refusal is not None:
+                    raise self.refused(f"{self.named('secrets')}: {refusal}")
             if self.tree is not None or self.per_job != 1 and self.given == "config":
                 raise self.refused(
                     f"{self.named('secure', 'per_job', 'tree')}: a secure round is a job per "
