@@ -85,7 +85,7 @@ def test_a_process_hosting_at_least_the_threshold_is_refused_before_anything_is_
     store = tmp_path / "s"
     command = ["client", "--store", str(store), "--run", "r", "--rounds", "1"]
     command += ["--clients", "5", "--secure-aggregation", "3", "--option", "examples=8"]
-    command += ["--task", "soma.tasks.control", "--deadline", "5"]
+    command += ["--task", "soma.tasks.control", "--deadline", "1"]
     assert main([*command, "--mine", "0-2"]) == 1
     said = capsys.readouterr().err
     assert said.startswith("soma: --mine/--secure-aggregation: this process would host 3"), said
