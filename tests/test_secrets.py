@@ -174,6 +174,16 @@ def test_a_rerun_train_job_writes_no_second_masked_input(tmp_path, monkeypatch) 
     store = Store(config["store"])
     assert len(ring_blobs(store)) == 1, "one masked input of client 0, ever"
     assert json.loads(receipt.read_text())["earlier"] is True
+    # client 1's earlier attempt claimed its masking and died before writing: it drops out
+    from soma.secagg.round import session_of
+    from soma.workflow import meeting_of
+
+    session = session_of(meeting_of(config, 0, json.loads(start.read_text())))
+    store.claim(session.name("masking", 1), store.put_value({"client": 1}))
+    jobs.train(config, 0, 1, str(start), str(tmp_path / "results/client/1.json"))
+    dropped = json.loads((tmp_path / "results/client/1.json").read_text())["dropped"]
+    assert "its masks are used once" in dropped
+    assert len(ring_blobs(store)) == 1
 
 
 def test_nothing_masked_is_written_by_a_second_masking_with_the_same_secrets(tmp_path) -> None:
@@ -220,6 +230,12 @@ def test_a_secure_round_keeps_each_clients_secrets_0700_and_deletes_them_at_its_
     assert average["inputs"] == [{"client": k, "secure": True} for k in range(3)]
     for k in range(3):
         assert list((tmp_path / f"secrets/{k}").iterdir()) == [], "deleted once revealed"
+    # client 0's jobs rerun once its secrets are gone: what it did stands, nothing is redone
+    revealed = (results / "reveal/0.json").read_text()
+    jobs.reveal(config, 0, 0, str(start), str(results / "client/0.json"), str(results / "r0"))
+    assert (results / "r0").read_text() == revealed
+    jobs.train(config, 0, 0, str(start), str(results / "t0"))
+    assert json.loads((results / "t0").read_text())["earlier"] is True
 
 
 def test_a_folder_of_another_user_is_refused_naming_the_client(tmp_path) -> None:

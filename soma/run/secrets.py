@@ -146,10 +146,11 @@ def one_user_warning(template: str | None, run: str) -> str:
     """What the `start` job logs under secure aggregation: against whom it holds when every
     client's jobs run as this job's user (Snakemake starts every job as the user who runs it)."""
     me = _owner(os.geteuid())
+    also = "" if os.geteuid() == 0 else " (nor root)"
     return (
         f"secure aggregation: the workflow's jobs run as user {me}; each client's secrets are "
         f"kept in a folder of its own ({folder(template, run, 0)} for client 0, mode 0700), "
         f"which keeps them only from other users. If every client's jobs run as {me} (as "
         "Snakemake starts them), secure aggregation protects the clients' exports from "
-        f"readers of the store only, not from user {me} (nor root): see README.md, 'Privacy'"
+        f"readers of the store only, not from user {me}{also}: see README.md, 'Privacy'"
     )

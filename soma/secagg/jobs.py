@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from soma.round import Meeting, dropout_reason
+from soma.round import Meeting, dropout_reason, read_record
 from soma.round.records import RecordError, SecureRecord, read_average
 from soma.run import secrets as private
 from soma.run import step
@@ -165,12 +165,18 @@ def reveal(
 
     meeting = meeting_of(config, round, read_receipt(previous))
     path = _secrets_path(config, meeting, client)
+    store = Store(config["store"])
+    done = store.resolve(secure_round.session_of(meeting).name("reveal", client))
+    if done is not None and not path.exists():  # a rerun: revealed, and its secrets deleted
+        came = sorted(int(u) for u in read_record(store, done)["b"])
+        write_receipt(receipt, {**_receipt(meeting, client), "phase": "reveal", "unmasks": came})
+        return
     if "dropped" in read_receipt(trained):
         write_receipt(receipt, {**_receipt(meeting, client), "phase": "reveal", "dropped": True})
         private.forget(path)
         return
     secrets = _secrets(config, meeting, client)
-    came = reveal_shares(Store(config["store"]), secrets.session, secrets, deadline=DEADLINE)
+    came = reveal_shares(store, secrets.session, secrets, deadline=DEADLINE)
     write_receipt(receipt, {**_receipt(meeting, client), "phase": "reveal", "unmasks": came})
     private.forget(path)
     LOG.info("%s, client %d: shares revealed, its secrets %s deleted", meeting.what, client, path)
