@@ -84,7 +84,8 @@ def _frozen(options: Mapping[str, Any] | None) -> Mapping[str, Any]:
 class RunSpec:
     """What a run is: its task and strategy with their options, its clients and rounds, who
     takes part in a round and how many must come (`participation`, `quorum`), how a round is
-    averaged (`tree`: a fan-in; `secure`: secure aggregation's threshold), its seed, and how
+    averaged (`tree`: a fan-in; `secure`: secure aggregation's threshold; `secrets`: the
+    workflow's template of each client's secrets folder, soma.run.secrets), its seed, and how
     its clients are hosted (`per_job` clients a job or task; `mine`: this process's clients,
     None for the workflow, whose jobs each name theirs). `given` says where it came from
     ("config", "args" or "library": soma.simulate): a refusal names the config key, the
