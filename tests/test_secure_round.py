@@ -172,8 +172,9 @@ def snakemake(workdir: Path, *config: str, umask: int = -1) -> None:
 
 def test_the_workflow_under_secure_aggregation_trains_fedavg_within_the_bound(tmp_path) -> None:
     snakemake(tmp_path / "plain", "run=sec")
-    # under umask 000: the secrets are 0600 on purpose, the receipts as the umask says
-    snakemake(tmp_path / "secure", "run=sec", "secure_aggregation={threshold: 2}", umask=0)
+    # under umask 000: the secrets are 0700/0600 on purpose, the receipts as the umask says
+    secure = f"secure_aggregation={{threshold: 2, secrets: '{tmp_path}/secrets/{{client}}'}}"
+    snakemake(tmp_path / "secure", "run=sec", secure, umask=0)
     for r in range(2):
         receipts = [
             json.loads((tmp_path / side / f"results/sec/round/{r}/average.json").read_text())
@@ -189,9 +190,13 @@ def test_the_workflow_under_secure_aggregation_trains_fedavg_within_the_bound(tm
                     secure[node][key], plain[node][key], atol=1e-5, rtol=1e-4
                 )
         assert receipts[1]["inputs"] == [{"client": k, "secure": True} for k in range(3)]
-    private = sorted((tmp_path / "secure/private/sec").rglob("*.json"))
-    assert len(private) == 2 * 3 * 2, "each client's secrets, per round, before and after sharing"
-    assert {p.stat().st_mode & 0o777 for p in private} == {0o600}
+    folders = sorted((tmp_path / "secrets").iterdir())
+    assert [p.name for p in folders] == ["0", "1", "2"], "a folder a client"
+    assert {p.stat().st_mode & 0o777 for p in folders} == {0o700}
+    assert [p for f in folders for p in f.iterdir()] == [], "deleted at each client's reveal"
+    assert not (tmp_path / "secure/private").exists()
+    start_log = (tmp_path / "secure/logs/sec/start.log").read_text()
+    assert "protects the clients' exports from readers of the store only" in start_log
     receipts = (tmp_path / "secure/results/sec/round").rglob("*.json")
     assert {p.stat().st_mode & 0o777 for p in receipts} == {0o666}
     store = Store(tmp_path / "secure" / "store")

@@ -60,8 +60,16 @@ def declared(config: Mapping[str, Any]) -> dict[str, Any]:
         "participation": config.get("participation"),
         "quorum": config.get("quorum"),
         "tree": config.get("tree"),
-        "secure_aggregation": config.get("secure_aggregation"),
+        "secure_aggregation": _secure(config.get("secure_aggregation")),
     }
+
+
+def _secure(secure: Any) -> Any:
+    """Secure aggregation's keys that change the run: where a client keeps its secrets
+    between its jobs (`secrets`) does not."""
+    if not isinstance(secure, Mapping):
+        return secure
+    return {k: v for k, v in secure.items() if k != "secrets"}
 
 
 def digest(value: Mapping[str, Any]) -> str:

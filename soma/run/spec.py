@@ -51,6 +51,7 @@ CONFIG_KEYS = {
     "participation": "participation",
     "quorum": "quorum",
     "secure": "secure_aggregation",
+    "secrets": "secure_aggregation.secrets",
     "tree": "tree",
     "per_job": "clients_per_job",
     "threads": "threads",
@@ -108,7 +109,8 @@ def _frozen(options: Mapping[str, Any] | None) -> Mapping[str, Any]:
 class RunSpec:
     """What a run is: its task and strategy with their options, its clients and rounds, who
     takes part in a round and how many must come (`participation`, `quorum`), how a round is
-    averaged (`tree`: a fan-in; `secure`: secure aggregation's threshold), its seed, and how
+    averaged (`tree`: a fan-in; `secure`: secure aggregation's threshold; `secrets`: the
+    workflow's template of each client's secrets folder, soma.run.secrets), its seed, and how
     its clients are hosted (`per_job` clients a job or task; `mine`: this process's clients,
     None for the workflow, whose jobs each name theirs), and how its store makes writes
     durable (`durability`: "durable", or "scratch": no fsync, for a simulation on a scratch
@@ -127,6 +129,7 @@ class RunSpec:
     participation: int | float | None = None
     quorum: int | float | None = None
     secure: int | None = None
+    secrets: str | None = None  # secure aggregation's secrets folder (soma.run.secrets)
     tree: int | None = None
     per_job: int = 1
     mine: tuple[int, ...] | None = None
@@ -160,6 +163,7 @@ class RunSpec:
             participation=config.get("participation"),
             quorum=config.get("quorum"),
             secure=(config.get("secure_aggregation") or {}).get("threshold"),
+            secrets=(config.get("secure_aggregation") or {}).get("secrets"),
             tree=(config.get("tree") or {}).get("fan_in"),
             per_job=config.get("clients_per_job", 1) or 1,
             threads=config.get("threads", 1) or 1,
@@ -285,6 +289,13 @@ class RunSpec:
                     f"{self.named('secure')}: threshold {self.secure} must be between 2 and "
                     f"the {sampled} clients of a round"
                 )
+            self._check_threshold(sampled)
+            if self.secrets is not None:
+                from soma.run.secrets import template_refusal
+
+                refusal = template_refusal(self.secrets)
+                if refusal is not None:
+                    raise self.refused(f"{self.named('secrets')}: {refusal}")
             if self.tree is not None or self.per_job != 1 and self.given == "config":
                 raise self.refused(
                     f"{self.named('secure', 'per_job', 'tree')}: a secure round is a job per "
@@ -294,6 +305,25 @@ class RunSpec:
                 )
         self._check_option_names()
         return self
+
+    def _check_threshold(self, sampled: int) -> None:
+        """Secure aggregation's threshold against whom it must hold (soma.secagg): more than
+        half a round's clients, and more clients than any one process hosts, unless it hosts
+        them all (then nobody outside it has anything to hide from it)."""
+        assert self.secure is not None
+        if 2 * self.secure <= sampled:
+            raise self.refused(
+                f"{self.named('secure')}: threshold {self.secure} is at or below half the "
+                f"{sampled} clients of a round: two groups of {self.secure} that do not overlap "
+                f"could unmask a client; it must be at least {sampled // 2 + 1}"
+            )
+        hosted = len(self.mine or ())
+        if hosted >= self.secure and hosted < self.clients:
+            raise self.refused(
+                f"{self.named('mine', 'secure')}: this process would host {hosted} clients, at "
+                f"least the threshold {self.secure}: it would hold enough shares to unmask "
+                f"every other client; host fewer than {self.secure} (or all {self.clients})"
+            )
 
     def _check_option_names(self) -> None:
         """An option the task does not take, when its module declares them (read, not run)."""

@@ -127,7 +127,12 @@ def start(config: Mapping[str, Any], receipt: str, run_record: str | None = None
     """
     tic = time.perf_counter()
     _importable_here()
-    task, _ = spec_of(config).checked()
+    spec = spec_of(config)
+    task, _ = spec.checked()
+    if spec.secure is not None:  # against whom it holds, when every job runs as this user
+        from soma.run.secrets import one_user_warning
+
+        LOG.warning(one_user_warning(spec.secrets, spec.run))
     nodes = task.nodes(config["seed"])
     exported = export(nodes)  # before evaluate(), which may move the nodes to a device
     metrics = checked_metrics(config, task.evaluate(nodes))
