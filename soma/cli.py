@@ -467,6 +467,14 @@ def _run_arguments(c: argparse.ArgumentParser) -> None:
         "shared by every process of the round (FedAvg-style strategies; default: flat)",
     )
     c.add_argument(
+        "--personal",
+        action="append",
+        default=[],
+        metavar="NODE",
+        help="a node each client keeps for itself: never sent nor averaged, kept as its own "
+        "state (FedPer, FedBN; repeatable)",
+    )
+    c.add_argument(
         "--deadline",
         type=float,
         default=3600.0,

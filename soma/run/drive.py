@@ -57,6 +57,7 @@ def drive(
     from soma.nodes import export, load
     from soma.round import average_round
     from soma.round.once import read_record
+    from soma.run.personal import shared
 
     nodes = task.nodes(spec.seed)
     hosted = []
@@ -64,21 +65,23 @@ def drive(
         data = task.shard(k, spec.clients)
         hosted.append(Hosted(k, data, task.size(data)))
     driven = Driven(nodes, hosted, [])
-    start, state = store.put_value(export(nodes)), None
+    start, state = store.put_value(shared(export(nodes), spec.personal)), None
     for r in range(spec.rounds):
         meeting = spec.meeting(r, start, state)
         taking_part = [h for h in hosted if h.index in meeting.members]
         metrics: dict[int, Any] = {}
         if meeting.secure is not None:
             digest = _secure_round(
-                store, meeting, task, strategy, nodes, taking_part, metrics, deadline
+                store, meeting, task, strategy, nodes, taking_part, metrics, deadline, spec.rounds
             )
         else:
             for h in taking_part:
-                metrics[h.index] = step.plain(store, meeting, task, strategy, nodes, h).metrics
+                metrics[h.index] = step.plain(
+                    store, meeting, task, strategy, nodes, h, rounds=spec.rounds
+                ).metrics
             digest = average_round(store, meeting, deadline=deadline)
         record = read_record(store, digest)
-        load(nodes, store.recall_digest(record["weights"]))
+        load(nodes, store.recall_digest(record["weights"]), partial=bool(spec.personal))
         start, state = record["weights"], record["state"]
         driven.rounds.append(Round(r, digest, record, metrics))
         if after is not None:
@@ -95,6 +98,7 @@ def _secure_round(
     taking_part: list[Hosted],
     metrics: dict[int, Any],
     deadline: float | None,
+    rounds: int,
 ) -> str:
     """The round under secure aggregation (soma.secagg.round): this process's clients go
     through its phases together, each trained by the one client step; the average's digest."""
@@ -103,7 +107,7 @@ def _secure_round(
     by_index = {h.index: h for h in taking_part}
 
     def train(k: int):
-        done = step.secure(store, meeting, task, strategy, nodes, by_index[k])
+        done = step.secure(store, meeting, task, strategy, nodes, by_index[k], rounds=rounds)
         metrics[k] = done.metrics
         return done.dropped if done.dropped is not None else done.trained
 

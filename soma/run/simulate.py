@@ -48,6 +48,7 @@ def simulate(
     quorum: int | float | None = None,
     secure_aggregation: int | None = None,
     tree: int | None = None,
+    personal: tuple[str, ...] | list[str] = (),
     run: str = "simulation",
     store: str | Path | None = None,
     deadline: float | None = 3600.0,
@@ -69,6 +70,7 @@ def simulate(
         quorum=quorum,
         secure=secure_aggregation,
         tree=tree,
+        personal=tuple(personal),
         mine=tuple(range(clients)) if isinstance(clients, int) else None,
         given="library",
     )

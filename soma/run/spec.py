@@ -52,6 +52,7 @@ CONFIG_KEYS = {
     "tree": "tree",
     "per_job": "clients_per_job",
     "threads": "threads",
+    "personal": "personal",
 }
 OPTIONS = {
     "rounds": "--rounds",
@@ -68,6 +69,7 @@ OPTIONS = {
     "per_job": "--per-task",
     "mine": "--mine",
     "threads": "--threads",
+    "personal": "--personal",
 }
 
 
@@ -104,6 +106,7 @@ class RunSpec:
     per_job: int = 1
     mine: tuple[int, ...] | None = None
     threads: int = 1
+    personal: tuple[str, ...] = ()
     given: str = "config"
 
     def __post_init__(self) -> None:
@@ -111,6 +114,8 @@ class RunSpec:
         object.__setattr__(self, "strategy_options", _frozen(self.strategy_options))
         if self.mine is not None:
             object.__setattr__(self, "mine", tuple(self.mine))
+        if isinstance(self.personal, (list, tuple)):
+            object.__setattr__(self, "personal", tuple(self.personal))
 
     # --- made from a config or from arguments ---------------------------------------------
 
@@ -135,6 +140,7 @@ class RunSpec:
             tree=(config.get("tree") or {}).get("fan_in"),
             per_job=config.get("clients_per_job", 1) or 1,
             threads=config.get("threads", 1) or 1,
+            personal=config.get("personal") or (),
         )
 
     @classmethod
@@ -158,6 +164,7 @@ class RunSpec:
             per_job=getattr(args, "per_task", 1),
             mine=None if mine is None else tuple(mine),
             threads=args.threads,
+            personal=tuple(getattr(args, "personal", None) or ()),
             given="args",
         )
 
@@ -167,7 +174,10 @@ class RunSpec:
         """The part of the run's identity that is not the strategy's (soma.run.identity)."""
         from soma.run.identity import identity
 
-        return identity(self.task, dict(self.task_options), self.seed)
+        found = identity(self.task, dict(self.task_options), self.seed)
+        if self.personal:  # only when set: the meetings of every other run keep their keys
+            found["personal"] = sorted(self.personal)
+        return found
 
     def meeting(self, round: int, start: str | None, state: str | None) -> Meeting:
         """Where round `round`'s clients meet, from the weights (and the strategy state) it
@@ -246,8 +256,25 @@ class RunSpec:
                     if self.given == "config"
                     else f"{self.named('secure', 'tree')}: a secure round is summed flat"
                 )
+        self._check_personal_names()
         self._check_option_names()
         return self
+
+    def _check_personal_names(self) -> None:
+        """`personal`: distinct node names, never under secure aggregation (soma.run.personal)."""
+        personal = self.personal
+        if not isinstance(personal, tuple) or not all(
+            isinstance(n, str) and n for n in personal
+        ):
+            raise self.refused(f"{self.named('personal')} must be a list of node names")
+        twice = sorted({n for n in personal if personal.count(n) > 1})
+        if twice:
+            raise self.refused(f"{self.named('personal')}: node {twice[0]!r} is named twice")
+        if personal and self.secure is not None:
+            raise self.refused(
+                f"{self.named('personal', 'secure')}: a secure round keeps no client's state "
+                "from one round to the next, so personal nodes cannot be kept under it"
+            )
 
     def _check_option_names(self) -> None:
         """An option the task does not take, when its module declares them (read, not run)."""
@@ -304,6 +331,12 @@ class RunSpec:
             except RoundError as error:
                 raise self.refused(f"{self.named('strategy', 'secure')}: {error}") from None
         self._check_clients(task)
+        if self.personal:
+            from soma.run.personal import refusal
+
+            why = refusal(self.personal, task.nodes(self.seed), self.strategy, strategy)
+            if why is not None:
+                raise self.refused(f"{self.named('personal')}: {why}")
         return task, strategy
 
     def _check_clients(self, task: Task) -> None:

@@ -19,11 +19,18 @@ line's `--task`) is its import path, e.g. `soma.tasks.digits` or `mypkg.mytask`,
   (FedAvg, FedAdam, the robust ones); one that does is refused before any round starts.
 - `evaluate(nodes)`: metrics on held-out data, e.g. `{"accuracy": 0.93, "loss": 0.21}`.
 
-Optionally `everything()`: all the training data as one shard, for the centralized baseline
-(by default the union of all shards is not assumed to be expressible, and the baseline is
-skipped); and `check(clients)`: refuse, as a TaskError, a client count the task's options
-cannot serve (the digits task: too few clients to hold every digit), so that the workflow's
-`start` job says so before any client trains.
+A task's train() that takes a `context` keyword is also told where it stands, a `Context`:
+the round (from 0), the run's number of rounds, the client and the run's client count, the
+same in every mode; e.g. a learning rate decayed across rounds,
+`lr = self.lr * 0.5 ** (context.round / context.rounds)`. A train() without it is called
+as before.
+
+Optionally `everything()` (`everything(clients)`: told the run's client count): all the
+training data as one shard, for the centralized baseline (by default the union of all shards
+is not assumed to be expressible, and the baseline is skipped); and `check(clients)`:
+refuse, as a TaskError, a client count the task's options cannot serve (the digits task:
+too few clients to hold every digit), so that the workflow's `start` job says so before any
+client trains.
 
 A task module may declare its option names as a module-level literal, `OPTIONS = ("epochs",
 "lr", ...)`: `declared_options` reads it from the module's source without running the module
@@ -36,8 +43,10 @@ import ast
 import importlib
 import importlib.machinery
 import importlib.util
+import inspect
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from soma.errors import TaskError
@@ -58,6 +67,26 @@ class TaskNotFound(TaskError):
 class OptionsRefused(TaskError):
     """The task's make() refused its options with a TypeError (an unknown name) or a
     ValueError, or an option the task does not declare (see `check_option_names`)."""
+
+
+@dataclass(frozen=True)
+class Context:
+    """Where a client's training stands, for a task's train() that takes `context=`: the
+    round (0-based) of `rounds`, and client `client` of `clients`."""
+
+    round: int
+    rounds: int
+    client: int
+    clients: int
+
+
+def takes_keyword(function: Any, name: str) -> bool:
+    """Whether `function` takes keyword `name` by that name (not merely through **kwargs,
+    which a task may hand on to something that does not)."""
+    try:
+        return name in inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 @runtime_checkable

@@ -39,6 +39,7 @@ from soma.run import identity as runs
 from soma.run import step
 from soma.run.alone import trained_alone
 from soma.run.configs import ConfigRefused
+from soma.run.personal import shared
 from soma.run.spec import RunSpec
 from soma.run.step import Hosted
 from soma.store import Store
@@ -132,7 +133,7 @@ def start(config: Mapping[str, Any], receipt: str, run_record: str | None = None
     exported = export(nodes)  # before evaluate(), which may move the nodes to a device
     metrics = checked_metrics(config, task.evaluate(nodes))
     store = Store(config["store"])
-    weights = store.put_value(exported)
+    weights = store.put_value(shared(exported, spec_of(config).personal))
     store.bind(layout.start(config["run"]), weights)
     keep_evaluation(store, config["run"], weights, metrics)
     if run_record is not None:
@@ -194,7 +195,7 @@ def shown(metrics: Mapping[str, Any]) -> str:
 
 def nodes_at(task: Task, store: Store, config: Mapping[str, Any], weights: str) -> dict:
     nodes = task.nodes(config["seed"])
-    load(nodes, store.recall_digest(weights))
+    load(nodes, store.recall_digest(weights), partial=bool(spec_of(config).personal))
     return nodes
 
 
@@ -283,7 +284,9 @@ def _train_client(
     except Exception as error:
         return _drop_out(store, meeting, client, dropout_reason(error))
     nodes = task.nodes(config["seed"])
-    done = step.plain(store, meeting, task, strategy_of(config), nodes, hosted)
+    done = step.plain(
+        store, meeting, task, strategy_of(config), nodes, hosted, rounds=config["rounds"]
+    )
     if done.dropped is not None:
         return _dropped(meeting, client, done.dropped)
     made = done.contribution
@@ -506,7 +509,7 @@ def centralized(config: Mapping[str, Any], started: str, receipt: str) -> None:
         LOG.warning("no centralized baseline: %s", why)
         write_receipt(receipt, {"run": config["run"], "per_round": None, "why": why})
         return
-    data = everything()
+    data = everything(**told_clients(everything, config["clients"]))
     start_weights = read_receipt(started)["weights"]
     size = task.size(data)
     LOG.info("centralized: %s examples, from weights %s", size, start_weights)
@@ -518,6 +521,14 @@ def centralized(config: Mapping[str, Any], started: str, receipt: str) -> None:
             "per_round": _baseline(config, task, data, start_weights, 0, "centralized"),
         },
     )
+
+
+def told_clients(everything: Any, clients: int) -> dict[str, int]:
+    """`everything(clients=...)` for a task's everything() that takes the client count (the
+    union of the clients' shards may depend on it), nothing for one that does not."""
+    from soma.tasks import takes_keyword
+
+    return {"clients": clients} if takes_keyword(everything, "clients") else {}
 
 
 def threads(count: int) -> None:
