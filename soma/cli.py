@@ -74,8 +74,10 @@ def client(args: argparse.Namespace) -> int:
     from soma.run.drive import drive
     from soma.run.simulate import store_at
     from soma.run.spec import RunSpec
+    from soma.tasks import importable_here
 
     torch.set_num_threads(args.threads)
+    importable_here()  # `--task mytask` finds mytask.py here, as the workflow does
     spec = RunSpec.from_args(args)
     task, strategy = spec.checked()
     with store_at(args.store) as store:  # only once the run was checked whole

@@ -108,6 +108,8 @@ class RunSpec:
     threads: int = 1
     personal: tuple[str, ...] = ()
     given: str = "config"
+    # the other names under the config's `task_options` (each must name a task: see check)
+    other_tasks: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "task_options", _frozen(self.task_options))
@@ -141,6 +143,7 @@ class RunSpec:
             per_job=config.get("clients_per_job", 1) or 1,
             threads=config.get("threads", 1) or 1,
             personal=config.get("personal") or (),
+            other_tasks=tuple(sorted(set(config.get("task_options") or {}) - {task})),
         )
 
     @classmethod
@@ -258,7 +261,21 @@ class RunSpec:
                 )
         self._check_personal_names()
         self._check_option_names()
+        self._check_other_tasks()
         return self
+
+    def _check_other_tasks(self) -> None:
+        """Options under a name that is no task (a typo of the task's, say) are refused, not
+        ignored; another task's options may stay in a config (read, not run)."""
+        from soma.tasks import source_of
+
+        for name in self.other_tasks:
+            if source_of(name) is None:
+                raise self.refused(
+                    f"{self.named('task_options')}: options under {name!r}, which names no task "
+                    f"module, would be ignored (the run's task is {self.task!r}): put them "
+                    f"under {self.task!r}, or make {name!r} importable"
+                )
 
     def _check_personal_names(self) -> None:
         """`personal`: distinct node names, never under secure aggregation (soma.run.personal)."""

@@ -45,6 +45,7 @@ import importlib.machinery
 import importlib.util
 import inspect
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -114,6 +115,13 @@ class Task(Protocol):
 REQUIRED = ("nodes", "shard", "size", "train", "evaluate")
 
 
+def importable_here() -> None:
+    """A task module in the working directory is importable too, whichever way soma was
+    started: the workflow's jobs, and `soma client` (whose script's sys.path lacks it)."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+
+
 def load_task(path: str, options: Mapping[str, Any] | None = None) -> Task:
     """The task at import path `path`, made with `options`; refused clearly when it is not one.
 
@@ -125,7 +133,10 @@ def load_task(path: str, options: Mapping[str, Any] | None = None) -> Task:
     try:
         module = importlib.import_module(path)
     except ImportError as error:
-        raise TaskNotFound(f"task {path!r} cannot be imported: {error}") from error
+        raise TaskNotFound(
+            f"task {path!r} cannot be imported: {error} (a module in the working folder is "
+            "found; one elsewhere needs its folder on PYTHONPATH)"
+        ) from error
     make = getattr(module, "make", None)
     if not callable(make):
         raise TaskNotFound(f"task module {path!r} has no make(**options) function")

@@ -48,7 +48,7 @@ from soma.strategies import (
     Strategy,
     load_strategy,
 )
-from soma.tasks import Task, load_task
+from soma.tasks import Task, importable_here, load_task
 
 LOG = logging.getLogger("soma.workflow")
 
@@ -81,9 +81,8 @@ def spec_of(config: Mapping[str, Any]) -> RunSpec:
 
 
 def _importable_here() -> None:
-    """A task module in the working directory is importable too."""
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    """A task module in the working directory is importable too (soma.tasks)."""
+    importable_here()
 
 
 def task_of(config: Mapping[str, Any]) -> Task:
