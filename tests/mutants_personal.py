@@ -36,3 +36,13 @@ def _train_told_nothing() -> None:
     import soma.tasks
 
     _replace(soma.tasks, "takes_keyword", lambda function, name: False)
+
+
+@mutant("task_not_found_in_the_working_folder", caught_by=[
+    "tests/test_task_author.py", "-k", "working_folder"
+])  # fmt: skip
+def _task_not_found_in_the_working_folder() -> None:
+    """`soma client --task mytask` looks only where the script's sys.path says."""
+    import soma.tasks
+
+    _replace(soma.tasks, "importable_here", lambda: None)
