@@ -46,3 +46,13 @@ def _task_not_found_in_the_working_folder() -> None:
     import soma.tasks
 
     _replace(soma.tasks, "importable_here", lambda: None)
+
+
+@mutant("a_client_that_never_trained_goes_unnamed", caught_by=[
+    "tests/test_attendance.py", "-k", "never_trains_ends or only_a_client"
+])  # fmt: skip
+def _a_client_that_never_trained_goes_unnamed() -> None:
+    """A client left out of every round ends the run in silence."""
+    import soma.run.attendance
+
+    _replace(soma.run.attendance, "never_trained", lambda records, among=None: {})

@@ -219,7 +219,8 @@ def test_quantity_skew_gives_unequal_sizes_with_labels_spread_alike():
 
 def test_a_client_below_min_size_is_refused_naming_it_and_the_option():
     labels = np.array([0, 0, 0, 1, 1, 1, 2, 2, 2, 2])
-    with pytest.raises(PartitionError, match=r"client \d+ would hold 1 example, fewer than min_size=2"):
+    refused = r"client \d+ would hold 1 example, fewer than min_size=2"
+    with pytest.raises(PartitionError, match=refused):
         partition(labels, 10, "dirichlet", alpha=0.01, seed=0, min_size=2)
     with pytest.raises(PartitionError, match="min_size must be"):
         partition(labels, 2, "iid", min_size=0)

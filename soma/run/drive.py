@@ -86,7 +86,18 @@ def drive(
         driven.rounds.append(Round(r, digest, record, metrics))
         if after is not None:
             after(driven.rounds[-1], driven)
+    _warn_never_trained(driven)
     return driven
+
+
+def _warn_never_trained(driven: Driven) -> None:
+    """A hosted client left out of every round it was sampled for ends the run with a
+    warning naming it and its last reason (soma.run.attendance), not in silence."""
+    from soma.run.attendance import never_trained, warning
+
+    records = [done.record for done in driven.rounds]
+    for client, why in never_trained(records, [h.index for h in driven.hosted]).items():
+        step.LOG.warning(warning(client, why))
 
 
 def _secure_round(

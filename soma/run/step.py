@@ -117,6 +117,7 @@ def plain(
             store, meeting, sent, mine=hosted.index, size=hosted.size, extra=extra, own=own
         )
     except Exception as error:  # the task failed or the export was refused
+        log_traceback(meeting, hosted.index)
         return leave(store, meeting, hosted.index, dropout_reason(error))
     hosted.own = own
     return Outcome(hosted.index, metrics=metrics, contribution=made)
@@ -141,8 +142,15 @@ def secure(
         trained, weight = export(nodes), secure_round.weight_of(strategy, hosted.size)
         secure_round.check_export(meeting, hosted.index, trained, weight)
     except Exception as error:  # it shared its keys: the others unmask without it
+        log_traceback(meeting, hosted.index)
         return leave(store, meeting, hosted.index, dropout_reason(error))
     return Outcome(hosted.index, metrics=metrics, trained=(trained, weight))
+
+
+def log_traceback(meeting: Meeting, client: int) -> None:
+    """The exception being handled, with its traceback, in the log of whoever hosts the
+    client (a drop-out's record keeps only its one-line reason)."""
+    LOG.warning("client %d could not take part in %s:", client, meeting.what, exc_info=True)
 
 
 def leave(store: Store, meeting: Meeting, client: int, why: str) -> Outcome:

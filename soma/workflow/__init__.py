@@ -281,6 +281,7 @@ def _train_client(
         own = None if own is None else store.recall_digest(own)
         hosted = Hosted(client, data, task.size(data), own=own)
     except Exception as error:
+        step.log_traceback(meeting, client)
         return _drop_out(store, meeting, client, dropout_reason(error))
     nodes = task.nodes(config["seed"])
     done = step.plain(
