@@ -107,6 +107,7 @@ class Task(Protocol):
         *,
         seed: int,
         objective: Objective | None = None,
+        context: Context | None = None,  # optional: a train() without it is called without
     ) -> dict[str, float]: ...
 
     def evaluate(self, nodes: Mapping[str, nn.Module]) -> dict[str, float]: ...
