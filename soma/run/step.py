@@ -12,6 +12,7 @@ goes on; otherwise it raises `CannotTakePart`, naming the client and the reason.
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -77,7 +78,7 @@ def _train(
     personal nodes (if the run has any, soma.run.personal) from its own state."""
     personal, seed = personal_of(meeting), meeting.config["seed"]
     if personal:
-        fresh = lambda: task.nodes(seed)  # noqa: E731
+        fresh = functools.partial(task.nodes, seed)
         load_round(nodes, store.recall_digest(meeting.start), hosted.own, personal, fresh)
         mine = None  # the own state is the personal nodes' (no client side: RunSpec.checked)
     else:

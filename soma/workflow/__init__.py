@@ -221,7 +221,8 @@ def train(
     store = Store(config["store"])
     started = read_receipt(previous)
     meeting = meeting_of(config, round, started)
-    write_receipt(receipt, _train_client(task, store, config, meeting, client, started, before))
+    written = _train_client(task, store, config, meeting, client, started, before)
+    write_receipt(receipt, _keeping_own(written, before))
 
 
 def train_batch(
@@ -242,13 +243,25 @@ def train_batch(
     meeting = meeting_of(config, round, started)
     for k in clients:
         meeting.check_client(k)
-    each = [_train_client(task, store, config, meeting, k, started, before.get(k)) for k in clients]
+    each = []
+    for k in clients:
+        written = _train_client(task, store, config, meeting, k, started, before.get(k))
+        each.append(_keeping_own(written, before.get(k)))
     write_receipt(receipt, {"run": meeting.run, "round": round, "batch": batch, "clients": each})
 
 
 def clients_in(receipt: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The client receipts in a receipt: itself, or a batch's (config `clients_per_job`)."""
     return list(receipt["clients"]) if "clients" in receipt else [dict(receipt)]
+
+
+def _keeping_own(written: dict[str, Any], before: str | None) -> dict[str, Any]:
+    """A client that dropped out keeps the own state it had (its personal nodes, SCAFFOLD's
+    c_i) for the next round it trains, as a `soma client` process keeps it."""
+    if "dropped" not in written or before is None:
+        return written
+    own = _own_state(before, written["client"])
+    return written if own is None else {**written, "own": own}
 
 
 def _own_state(before: str | None, client: int) -> str | None:
