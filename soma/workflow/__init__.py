@@ -194,7 +194,8 @@ def shown(metrics: Mapping[str, Any]) -> str:
 
 def nodes_at(task: Task, store: Store, config: Mapping[str, Any], weights: str) -> dict:
     nodes = task.nodes(config["seed"])
-    load(nodes, store.recall_digest(weights), partial=bool(spec_of(config).personal))
+    # a personalized run's weights hold its shared nodes alone (soma.run.personal)
+    load(nodes, store.recall_digest(weights), partial=bool(config.get("personal")))
     return nodes
 
 
