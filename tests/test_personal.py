@@ -105,5 +105,7 @@ def test_the_workflow_trains_the_same_bits_as_simulate(tmp_path) -> None:
         timeout=900,
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    average = workdir / "results" / "personal" / "round" / "1" / "average.json"
-    assert json.loads(average.read_text())["weights"] == simulated.weights
+    results = workdir / "results" / "personal" / "round" / "1"
+    assert json.loads((results / "average.json").read_text())["weights"] == simulated.weights
+    told = json.loads((results / "client" / "1.json").read_text())["metrics"]
+    assert (told["round"], told["rounds"], told["client"], told["clients"]) == (1, 2, 1, 2)
