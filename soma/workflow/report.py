@@ -277,7 +277,7 @@ def _draw_attendance(axes: Any, rows: Sequence[Mapping[str, Any]], xs: Sequence[
             at, dropped, width=0.5, bottom=trained, color="tab:red", alpha=0.4,
             label="clients dropped out",
         )  # fmt: skip
-        for x, t, d, why in counted:
+        for x, t, d, why in counted if len(counted) <= 20 else ():  # legible, or not at all
             if d:
                 clients.annotate(why, (x, t + d), ha="center", va="bottom", fontsize=7)
     top = max(t + d for _, t, d, _ in counted)
