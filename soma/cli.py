@@ -74,8 +74,10 @@ def client(args: argparse.Namespace) -> int:
     from soma.run.drive import drive
     from soma.run.simulate import store_at
     from soma.run.spec import RunSpec
+    from soma.tasks import importable_here
 
     torch.set_num_threads(args.threads)
+    importable_here()  # `--task mytask` finds mytask.py here, as the workflow does
     spec = RunSpec.from_args(args)
     task, strategy = spec.checked()
     with store_at(args.store, spec) as store:  # only once the run was checked whole
@@ -479,6 +481,14 @@ def _run_arguments(c: argparse.ArgumentParser) -> None:
         metavar="FAN_IN",
         help="average through a tree of partial means, FAN_IN inputs a node, the work "
         "shared by every process of the round (FedAvg-style strategies; default: flat)",
+    )
+    c.add_argument(
+        "--personal",
+        action="append",
+        default=[],
+        metavar="NODE",
+        help="a node each client keeps for itself: never sent nor averaged, kept as its own "
+        "state (FedPer, FedBN; repeatable)",
     )
     c.add_argument(
         "--deadline",

@@ -50,7 +50,7 @@ def declared(config: Mapping[str, Any]) -> dict[str, Any]:
     from soma.run.options import typed
 
     task, strategy = config["task"], config.get("strategy", "fedavg")
-    return {
+    found = {
         "task": task,
         "task_options": typed((config.get("task_options") or {}).get(task)),
         "seed": config["seed"],
@@ -62,6 +62,9 @@ def declared(config: Mapping[str, Any]) -> dict[str, Any]:
         "tree": config.get("tree"),
         "secure_aggregation": _secure(config.get("secure_aggregation")),
     }
+    if config.get("personal"):  # only when set: the records of every other run stay as they were
+        found["personal"] = sorted(config["personal"])
+    return found
 
 
 def _secure(secure: Any) -> Any:

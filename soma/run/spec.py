@@ -56,6 +56,7 @@ CONFIG_KEYS = {
     "per_job": "clients_per_job",
     "threads": "threads",
     "durability": "durability",
+    "personal": "personal",
 }
 OPTIONS = {
     "rounds": "--rounds",
@@ -73,6 +74,7 @@ OPTIONS = {
     "mine": "--mine",
     "threads": "--threads",
     "durability": "--durability",
+    "personal": "--personal",
 }
 
 
@@ -135,13 +137,18 @@ class RunSpec:
     mine: tuple[int, ...] | None = None
     threads: int = 1
     durability: str = "durable"
+    personal: tuple[str, ...] = ()
     given: str = "config"
+    # the other names under the config's `task_options` (each must name a task: see check)
+    other_tasks: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "task_options", _frozen(self.task_options))
         object.__setattr__(self, "strategy_options", _frozen(self.strategy_options))
         if self.mine is not None:
             object.__setattr__(self, "mine", tuple(self.mine))
+        if isinstance(self.personal, (list, tuple)):
+            object.__setattr__(self, "personal", tuple(self.personal))
 
     # --- made from a config or from arguments ---------------------------------------------
 
@@ -168,6 +175,8 @@ class RunSpec:
             per_job=config.get("clients_per_job", 1) or 1,
             threads=config.get("threads", 1) or 1,
             durability=config.get("durability") or "durable",
+            personal=config.get("personal") or (),
+            other_tasks=tuple(sorted(set(config.get("task_options") or {}) - {task})),
         )
 
     @classmethod
@@ -192,6 +201,7 @@ class RunSpec:
             mine=None if mine is None else tuple(mine),
             threads=args.threads,
             durability=getattr(args, "durability", "durable"),
+            personal=tuple(getattr(args, "personal", None) or ()),
             given="args",
         )
 
@@ -201,7 +211,10 @@ class RunSpec:
         """The part of the run's identity that is not the strategy's (soma.run.identity)."""
         from soma.run.identity import identity
 
-        return identity(self.task, dict(self.task_options), self.seed)
+        found = identity(self.task, dict(self.task_options), self.seed)
+        if self.personal:  # only when set: the meetings of every other run keep their keys
+            found["personal"] = sorted(self.personal)
+        return found
 
     def meeting(self, round: int, start: str | None, state: str | None) -> Meeting:
         """Where round `round`'s clients meet, from the weights (and the strategy state) it
@@ -303,7 +316,9 @@ class RunSpec:
                     if self.given == "config"
                     else f"{self.named('secure', 'tree')}: a secure round is summed flat"
                 )
+        self._check_personal_names()
         self._check_option_names()
+        self._check_other_tasks()
         return self
 
     def _check_threshold(self, sampled: int) -> None:
@@ -323,6 +338,35 @@ class RunSpec:
                 f"{self.named('mine', 'secure')}: this process would host {hosted} clients, at "
                 f"least the threshold {self.secure}: it would hold enough shares to unmask "
                 f"every other client; host fewer than {self.secure} (or all {self.clients})"
+            )
+
+    def _check_other_tasks(self) -> None:
+        """Options under a name that is no task (a typo of the task's, say) are refused, not
+        ignored; another task's options may stay in a config (read, not run)."""
+        from soma.tasks import source_of
+
+        for name in self.other_tasks:
+            if source_of(name) is None:
+                raise self.refused(
+                    f"{self.named('task_options')}: options under {name!r}, which names no task "
+                    f"module, would be ignored (the run's task is {self.task!r}): put them "
+                    f"under {self.task!r}, or make {name!r} importable"
+                )
+
+    def _check_personal_names(self) -> None:
+        """`personal`: distinct node names, never under secure aggregation (soma.run.personal)."""
+        personal = self.personal
+        if not isinstance(personal, tuple) or not all(
+            isinstance(n, str) and n for n in personal
+        ):
+            raise self.refused(f"{self.named('personal')} must be a list of node names")
+        twice = sorted({n for n in personal if personal.count(n) > 1})
+        if twice:
+            raise self.refused(f"{self.named('personal')}: node {twice[0]!r} is named twice")
+        if personal and self.secure is not None:
+            raise self.refused(
+                f"{self.named('personal', 'secure')}: a secure round keeps no client's state "
+                "from one round to the next, so personal nodes cannot be kept under it"
             )
 
     def _check_option_names(self) -> None:
@@ -380,6 +424,12 @@ class RunSpec:
             except RoundError as error:
                 raise self.refused(f"{self.named('strategy', 'secure')}: {error}") from None
         self._check_clients(task)
+        if self.personal:
+            from soma.run.personal import refusal
+
+            why = refusal(self.personal, task.nodes(self.seed), self.strategy, strategy)
+            if why is not None:
+                raise self.refused(f"{self.named('personal')}: {why}")
         return task, strategy
 
     def _check_clients(self, task: Task) -> None:

@@ -112,7 +112,9 @@ def train(config: Mapping[str, Any], round: int, client: int, previous: str, rec
         done = step.leave(store, meeting, client, dropout_reason(error))
     else:
         nodes = task.nodes(config["seed"])
-        done = step.secure(store, meeting, task, strategy_of(config), nodes, hosted)
+        done = step.secure(
+            store, meeting, task, strategy_of(config), nodes, hosted, rounds=config["rounds"]
+        )
     if done.dropped is not None:  # withdrawn, and the round goes on without it
         write_receipt(receipt, {**_receipt(meeting, client), "dropped": done.dropped})
         return

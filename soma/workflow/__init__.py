@@ -39,6 +39,7 @@ from soma.run import identity as runs
 from soma.run import step
 from soma.run.alone import trained_alone
 from soma.run.configs import ConfigRefused
+from soma.run.personal import shared
 from soma.run.spec import RunSpec
 from soma.run.step import Hosted
 from soma.store import Store
@@ -47,7 +48,7 @@ from soma.strategies import (
     Strategy,
     load_strategy,
 )
-from soma.tasks import Task, load_task
+from soma.tasks import Task, importable_here, load_task
 
 LOG = logging.getLogger("soma.workflow")
 
@@ -80,9 +81,8 @@ def spec_of(config: Mapping[str, Any]) -> RunSpec:
 
 
 def _importable_here() -> None:
-    """A task module in the working directory is importable too."""
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    """A task module in the working directory is importable too (soma.tasks)."""
+    importable_here()
 
 
 def task_of(config: Mapping[str, Any]) -> Task:
@@ -137,7 +137,7 @@ def start(config: Mapping[str, Any], receipt: str, run_record: str | None = None
     exported = export(nodes)  # before evaluate(), which may move the nodes to a device
     metrics = checked_metrics(config, task.evaluate(nodes))
     store = RunSpec.config_store(config)
-    weights = store.put_value(exported)
+    weights = store.put_value(shared(exported, spec_of(config).personal))
     store.claim(layout.starting(config["run"], weights), weights)  # never rebound by another
     store.bind(layout.start(config["run"]), weights)
     keep_evaluation(store, config["run"], weights, metrics)
@@ -200,7 +200,8 @@ def shown(metrics: Mapping[str, Any]) -> str:
 
 def nodes_at(task: Task, store: Store, config: Mapping[str, Any], weights: str) -> dict:
     nodes = task.nodes(config["seed"])
-    load(nodes, store.recall_digest(weights))
+    # a personalized run's weights hold its shared nodes alone (soma.run.personal)
+    load(nodes, store.recall_digest(weights), partial=bool(config.get("personal")))
     return nodes
 
 
@@ -227,7 +228,8 @@ def train(
     store = RunSpec.config_store(config)
     started = read_receipt(previous)
     meeting = meeting_of(config, round, started)
-    write_receipt(receipt, _train_client(task, store, config, meeting, client, started, before))
+    written = _train_client(task, store, config, meeting, client, started, before)
+    write_receipt(receipt, _keeping_own(written, before))
 
 
 def train_batch(
@@ -248,13 +250,25 @@ def train_batch(
     meeting = meeting_of(config, round, started)
     for k in clients:
         meeting.check_client(k)
-    each = [_train_client(task, store, config, meeting, k, started, before.get(k)) for k in clients]
+    each = []
+    for k in clients:
+        written = _train_client(task, store, config, meeting, k, started, before.get(k))
+        each.append(_keeping_own(written, before.get(k)))
     write_receipt(receipt, {"run": meeting.run, "round": round, "batch": batch, "clients": each})
 
 
 def clients_in(receipt: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The client receipts in a receipt: itself, or a batch's (config `clients_per_job`)."""
     return list(receipt["clients"]) if "clients" in receipt else [dict(receipt)]
+
+
+def _keeping_own(written: dict[str, Any], before: str | None) -> dict[str, Any]:
+    """A client that dropped out keeps the own state it had (its personal nodes, SCAFFOLD's
+    c_i) for the next round it trains, as a `soma client` process keeps it."""
+    if "dropped" not in written or before is None:
+        return written
+    own = _own_state(before, written["client"])
+    return written if own is None else {**written, "own": own}
 
 
 def _own_state(before: str | None, client: int) -> str | None:
@@ -291,10 +305,13 @@ def _train_client(
         if damage is not None:
             store.forget(_started_name(meeting, client))  # its rerun is not a retry
             raise damage from error
+        step.log_traceback(meeting, client)
         return _drop_out(store, meeting, client, dropout_reason(error))
     nodes = task.nodes(config["seed"])
     try:
-        done = step.plain(store, meeting, task, strategy_of(config), nodes, hosted)
+        done = step.plain(
+            store, meeting, task, strategy_of(config), nodes, hosted, rounds=config["rounds"]
+        )
     except step.StoreDamaged:  # after `soma repair`, a rerun of this job is not a retry
         store.forget(_started_name(meeting, client))
         raise
@@ -528,7 +545,7 @@ def centralized(config: Mapping[str, Any], started: str, receipt: str) -> None:
         LOG.warning("no centralized baseline: %s", why)
         write_receipt(receipt, {"run": config["run"], "per_round": None, "why": why})
         return
-    data = everything()
+    data = everything(**told_clients(everything, config["clients"]))
     start_weights = read_receipt(started)["weights"]
     size = task.size(data)
     LOG.info("centralized: %s examples, from weights %s", size, start_weights)
@@ -540,6 +557,14 @@ def centralized(config: Mapping[str, Any], started: str, receipt: str) -> None:
             "per_round": _baseline(config, task, data, start_weights, 0, "centralized"),
         },
     )
+
+
+def told_clients(everything: Any, clients: int) -> dict[str, int]:
+    """`everything(clients=...)` for a task's everything() that takes the client count (the
+    union of the clients' shards may depend on it), nothing for one that does not."""
+    from soma.tasks import takes_keyword
+
+    return {"clients": clients} if takes_keyword(everything, "clients") else {}
 
 
 def threads(count: int) -> None:
