@@ -49,9 +49,7 @@ def count(clients: int, rounds: int, task: str, durability: str, folder: str) ->
     if files._SYNCFS is not None:
         files._SYNCFS = counted("syncfs", files._SYNCFS)
     try:
-        soma.simulate(
-            task, clients=clients, rounds=rounds, store=folder, durability=durability
-        )
+        soma.simulate(task, clients=clients, rounds=rounds, store=folder, durability=durability)
     finally:
         os.fsync, os.fdatasync, files._SYNCFS = saved
     total = sum(made.values())
@@ -75,8 +73,10 @@ def main() -> None:
     parser.add_argument("--dir", default=None, help="where the store is made (default: /tmp)")
     parser.add_argument("--where", action="store_true", help="list where the calls came from")
     parser.add_argument(
-        "--no-syncfs", action="store_true", help="a pass fsyncs each file and folder, as where "
-        "syncfs is not exact (non-Linux, FUSE...)"
+        "--no-syncfs",
+        action="store_true",
+        help="a pass fsyncs each file and folder, as where "
+        "syncfs is not exact (non-Linux, FUSE...)",
     )
     args = parser.parse_args()
     if args.no_syncfs:

@@ -80,10 +80,7 @@ def refusal(
 
     unknown = [name for name in personal if name not in nodes]
     if unknown:
-        return (
-            f"node {unknown[0]!r} is not one of the task's nodes "
-            f"({', '.join(map(repr, nodes))})"
-        )
+        return f"node {unknown[0]!r} is not one of the task's nodes ({', '.join(map(repr, nodes))})"
     exported = export(nodes)
     left = [node for node in exported if node not in set(personal)]
     if not left:

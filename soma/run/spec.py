@@ -356,9 +356,7 @@ class RunSpec:
     def _check_personal_names(self) -> None:
         """`personal`: distinct node names, never under secure aggregation (soma.run.personal)."""
         personal = self.personal
-        if not isinstance(personal, tuple) or not all(
-            isinstance(n, str) and n for n in personal
-        ):
+        if not isinstance(personal, tuple) or not all(isinstance(n, str) and n for n in personal):
             raise self.refused(f"{self.named('personal')} must be a list of node names")
         twice = sorted({n for n in personal if personal.count(n) > 1})
         if twice:
