@@ -333,7 +333,7 @@ def _claim_record(store: Store, meeting: Meeting, record: records.ClientRecord) 
     (a rerun) find the record there; a drop-out or a record that cannot be read is replaced
     (the client came back, or `soma verify` advised this rerun)."""
     name, digest = meeting.client(record.client), store.put_value(record.value())
-    if store.claim(name, digest):
+    if store.claim(name, digest, at_commit=True):  # only this client claims its record
         return digest
     from soma.errors import SomaError
 

@@ -572,7 +572,8 @@ class Store:
         self._whole = self.directory if can_syncfs(filesystem) else None
         self._unsynced: tuple[list[str], list[Path]] = ([], [])
         self._unsynced_lock = threading.Lock()
-        self._queued: list[tuple[str, str]] | None = None  # a group's binds (name, temporary)
+        # a group's names: (name, temporary, digest if claimed at commit, None if bound)
+        self._queued: list[tuple[str, str, str | None]] | None = None
         self._grouping: int | None = None  # the thread whose group it is
         if shared and not (self.directory / SHARED_MARKER).exists():
             write_atomic(self.directory / SHARED_MARKER, b"this store is shared\n")
@@ -634,22 +635,38 @@ class Store:
         self._existing(digest, f"cannot bind {name!r}: ")
         tmp = self._small_temp(digest, "bind")
         if self._queued is not None and self._grouping == threading.get_ident():
-            self._queued.append((name, tmp))  # bound when the group commits
+            self._queued.append((name, tmp, None))  # bound when the group commits
             return
         self._sync()  # what it reaches, and its temporary, before the name
         self._rename_onto(name, tmp)
         self._sync()
 
-    def claim(self, name: str, digest: str) -> bool:
+    def claim(self, name: str, digest: str, *, at_commit: bool = False) -> bool:
         """Point `name` at `digest` if nobody has it: True if this call took it, else False.
 
         link(2) of a temporary onto the name, never rename and never resolve-then-bind;
         on any error from link the temporary's link count says whether it happened (NFS).
+        `at_commit`, inside a group: for a name only its own writer claims (a client's
+        record), claimed with the group's other names at its end, in its passes; True now
+        means nobody held it when asked, and a writer that took it meanwhile with another
+        digest makes the commit raise NameConflict naming it.
         """
         check_name(name)
         self._existing(digest, f"cannot claim {name!r}: ")
+        if at_commit and self._queued is not None and self._grouping == threading.get_ident():
+            if self.resolve(name) is not None:
+                return False
+            self._queued.append((name, self._small_temp(digest, "claim"), digest))
+            return True
         tmp = self._small_temp(digest, "claim")
         self._sync()  # what it reaches, and its temporary, before the name
+        won = self._link_onto(name, tmp)
+        if won and (self._queued is None or self._grouping != threading.get_ident()):
+            self._sync()  # in a group, with its other names at the end
+        return won
+
+    def _link_onto(self, name: str, tmp: str) -> bool:
+        """Link the temporary `tmp` onto `name` unless it exists: True if this call did."""
         target = self._names / name
 
         def link() -> bool:
@@ -671,8 +688,6 @@ class Store:
             _unlink_quietly(tmp)
         if won:
             self._unsynced_folder(target.parent)
-            if self._queued is None or self._grouping != threading.get_ident():
-                self._sync()  # in a group, with its other names at the end
         return won
 
     @contextmanager
@@ -922,9 +937,15 @@ class Store:
         refused (NameConflict) is raised once the others are bound."""
         self._sync()
         failed: BaseException | None = None
-        for name, tmp in queued:
+        for name, tmp, claimed in queued:
             try:
-                self._rename_onto(name, tmp)
+                if claimed is None:
+                    self._rename_onto(name, tmp)
+                elif not self._link_onto(name, tmp) and self.resolve(name) != claimed:
+                    raise NameConflict(
+                        f"{name!r} was claimed by another writer while this one's group was "
+                        f"being written: it holds {self.resolve(name)}, not {claimed}"
+                    )
             except StoreError as error:
                 failed = failed or error
         self._sync()
