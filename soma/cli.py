@@ -71,6 +71,7 @@ def client(args: argparse.Namespace) -> int:
     and without --store a temporary store, removed at the end."""
     import torch
 
+    from soma.evaluation import has_central
     from soma.run.drive import drive
     from soma.run.simulate import store_at
     from soma.run.spec import RunSpec
@@ -82,7 +83,7 @@ def client(args: argparse.Namespace) -> int:
         driven = drive(
             spec, store, task, strategy, deadline=args.deadline, after=_printer(args, task)
         )
-        evaluation = task.evaluate(driven.nodes)
+        evaluation = task.evaluate(driven.nodes) if has_central(task) else None
     line = {**_who(args, driven.hosted), "done": args.rounds, "evaluation": evaluation}
     print(json.dumps(line, sort_keys=True), flush=True)
     return 0
@@ -129,6 +130,8 @@ def _log_round(task, nodes, args, round: int, record: dict[str, Any]) -> None:
     that exactly one does it; every client with --evaluate all), and who was left out."""
     members = record.get("expected") or list(range(args.clients))
     if args.evaluate == "none" or (args.evaluate == "one" and min(members) not in args.mine):
+        return
+    if not callable(getattr(task, "evaluate", None)):  # only evaluate_local: soma status shows it
         return
     metrics = task.evaluate(nodes)
     shown = ", ".join(f"{k} {v:.4g}" for k, v in sorted(metrics.items()) if _is_number(v))
@@ -478,6 +481,21 @@ def _run_arguments(c: argparse.ArgumentParser) -> None:
         default="one",
         help="who logs the test metrics of each round's new weights on stderr: one client "
         "(the lowest-numbered of the round), every client, or nobody",
+    )
+    c.add_argument(
+        "--evaluate-participation",
+        type=_count_or_fraction,
+        default=None,
+        help="who evaluates each round's average on their own held-out data (a task's "
+        "evaluate_local): a count or a fraction of the clients, drawn from the seed and the "
+        "round (default: the round's sample)",
+    )
+    c.add_argument(
+        "--tracking",
+        default=None,
+        metavar="DIR",
+        help="write per-round metrics as TensorBoard event files in DIR (the `tracking` "
+        "extra; default: none)",
     )
     c.add_argument(
         "--threads",

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 @dataclass
 class Simulated:
     """A simulated run: each round (its average's record and digest, each client's training
-    metrics), the digest of the last average's weights, and their evaluation by the task."""
+    metrics, its federated evaluation), the digest of the last average's weights, and their
+    evaluation by the task (None: the task has only `evaluate_local`)."""
 
     rounds: list[Round]
     weights: str
@@ -48,6 +49,8 @@ def simulate(
     quorum: int | float | None = None,
     secure_aggregation: int | None = None,
     tree: int | None = None,
+    evaluate_participation: int | float | None = None,
+    tracking: str | None = None,
     run: str = "simulation",
     store: str | Path | None = None,
     deadline: float | None = 3600.0,
@@ -71,6 +74,8 @@ def simulate(
         tree=tree,
         mine=tuple(range(clients)) if isinstance(clients, int) else None,
         given="library",
+        evaluate_participation=evaluate_participation,
+        tracking=None if tracking is None else str(tracking),
     )
     return simulate_spec(spec, store, deadline=deadline, after=after)
 
@@ -83,10 +88,13 @@ def simulate_spec(
     after: Callable[[Round, Any], None] | None = None,
 ) -> Simulated:
     """`simulate` of a spec whose `mine` is every client."""
+    from soma.evaluation import has_central
+
     task, strategy = spec.checked()
     with store_at(store) as kept:
         driven = drive(spec, kept, task, strategy, deadline=deadline, after=after)
-        return Simulated(driven.rounds, driven.weights, task.evaluate(driven.nodes), driven.nodes)
+        evaluation = task.evaluate(driven.nodes) if has_central(task) else None
+        return Simulated(driven.rounds, driven.weights, evaluation, driven.nodes)
 
 
 @contextmanager

@@ -33,6 +33,12 @@ if TYPE_CHECKING:
     from soma.tasks import Task
 
 
+def tracking_folder(run: str) -> str:
+    """Where the workflow's jobs write a run's TensorBoard events (config `tracking: true`),
+    so that `tensorboard --logdir results/` shows every run."""
+    return f"results/{run}/tensorboard"
+
+
 class BadArgument(SomaError, ValueError):
     """A command-line argument refused before the command does anything; names the option."""
 
@@ -48,6 +54,8 @@ CONFIG_KEYS = {
     "strategy_options": "strategy_options",
     "participation": "participation",
     "quorum": "quorum",
+    "evaluate_participation": "evaluate_participation",
+    "tracking": "tracking",
     "secure": "secure_aggregation",
     "tree": "tree",
     "per_job": "clients_per_job",
@@ -63,6 +71,8 @@ OPTIONS = {
     "strategy_options": "--strategy-option",
     "participation": "--participation",
     "quorum": "--quorum",
+    "evaluate_participation": "--evaluate-participation",
+    "tracking": "--tracking",
     "secure": "--secure-aggregation",
     "tree": "--tree",
     "per_job": "--per-task",
@@ -105,6 +115,10 @@ class RunSpec:
     mine: tuple[int, ...] | None = None
     threads: int = 1
     given: str = "config"
+    # who evaluates a round's average on their own data (soma.evaluation): None, the round's
+    # sample; and where per-round metrics go as TensorBoard events (soma.tracking): None, nowhere
+    evaluate_participation: int | float | None = None
+    tracking: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "task_options", _frozen(self.task_options))
@@ -135,6 +149,8 @@ class RunSpec:
             tree=(config.get("tree") or {}).get("fan_in"),
             per_job=config.get("clients_per_job", 1) or 1,
             threads=config.get("threads", 1) or 1,
+            evaluate_participation=config.get("evaluate_participation"),
+            tracking=tracking_folder(str(config["run"])) if config.get("tracking") else None,
         )
 
     @classmethod
@@ -159,6 +175,8 @@ class RunSpec:
             mine=None if mine is None else tuple(mine),
             threads=args.threads,
             given="args",
+            evaluate_participation=getattr(args, "evaluate_participation", None),
+            tracking=getattr(args, "tracking", None),
         )
 
     # --- what the run is, the same in every mode ------------------------------------------
@@ -189,6 +207,14 @@ class RunSpec:
             quorum=quorum,
             tree=self.tree,
             secure=self.secure,
+        )
+
+    def evaluating(self, round: int) -> list[int]:
+        """Who evaluates round `round`'s average on their own data (soma.evaluation)."""
+        from soma.run.participation import evaluating
+
+        return evaluating(
+            self.seed, round, self.clients, self.participation, self.evaluate_participation
         )
 
     # --- the checks --------------------------------------------------------------------------
@@ -233,6 +259,10 @@ class RunSpec:
             raise self.refused(
                 f"{self.named('clients', 'participation', 'quorum')}: {error}"
             ) from None
+        try:
+            self.evaluating(0)
+        except ParticipationError as error:
+            raise self.refused(f"{self.named('evaluate_participation')}: {error}") from None
         if self.secure is not None:
             if not 2 <= self.secure <= sampled:
                 raise self.refused(
@@ -304,7 +334,24 @@ class RunSpec:
             except RoundError as error:
                 raise self.refused(f"{self.named('strategy', 'secure')}: {error}") from None
         self._check_clients(task)
+        self._check_evaluation(task)
         return task, strategy
+
+    def _check_evaluation(self, task: Task) -> None:
+        """A task that can be evaluated somehow; the tracking extra, when tracking is asked."""
+        from soma.evaluation import has_central, has_local
+        from soma.tracking import TrackingError, check_available
+
+        if not (has_central(task) or has_local(task)):
+            raise self.refused(
+                f"{self.named('task')}: task {self.task!r} has neither evaluate(nodes) nor "
+                "evaluate_local(nodes, client, clients) (see soma.tasks)"
+            )
+        if self.tracking is not None:
+            try:
+                check_available()
+            except TrackingError as error:
+                raise self.refused(f"{self.named('tracking')}: {error}") from None
 
     def _check_clients(self, task: Task) -> None:
         """The task's own check that its options can serve this many clients, if it has one."""

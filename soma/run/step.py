@@ -16,6 +16,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from soma.evaluation import keep_training
 from soma.nodes import Export, export, load
 from soma.round import Contribution, Meeting, contribute, drop, dropout_reason
 from soma.round.once import RoundError
@@ -73,6 +74,7 @@ def plain(
     client's new own state."""
     try:
         metrics, extra, own = _train(store, meeting, task, strategy, nodes, hosted)
+        keep_training(store, meeting, hosted.index, metrics, hosted.size)
         made = contribute(
             store, meeting, export(nodes), mine=hosted.index, size=hosted.size, extra=extra,
             own=own,
@@ -92,6 +94,7 @@ def secure(
 
     try:
         metrics, _, _ = _train(store, meeting, task, strategy, nodes, hosted)
+        keep_training(store, meeting, hosted.index, metrics, hosted.size)
         trained, weight = export(nodes), secure_round.weight_of(strategy, hosted.size)
         secure_round.check_export(meeting, hosted.index, trained, weight)
     except Exception as error:  # it shared its keys: the others unmask without it

@@ -17,7 +17,14 @@ line's `--task`) is its import path, e.g. `soma.tasks.digits` or `mypkg.mytask`,
   examples/myloop.py). A task whose
   train() takes no `objective` still works with every strategy that has no client side
   (FedAvg, FedAdam, the robust ones); one that does is refused before any round starts.
-- `evaluate(nodes)`: metrics on held-out data, e.g. `{"accuracy": 0.93, "loss": 0.21}`.
+- `evaluate(nodes)`: metrics on a central held-out test set, e.g. `{"accuracy": 0.93,
+  "loss": 0.21}`; optional for a task that has `evaluate_local`.
+- `evaluate_local(nodes, client, clients)`, optional: federated evaluation, the metrics of the
+  given weights on client `client`'s own held-out split (never its training data), and how
+  many examples they are of: `({"accuracy": 0.9}, 84)`. Each round, the clients that
+  evaluate (the round's sample, or `evaluate_participation`) answer it for the round's
+  average; the round's metrics are the mean weighted by those sizes, with the spread over
+  clients beside it (soma.evaluation). A task needs `evaluate` or `evaluate_local`, or both.
 
 Optionally `everything()`: all the training data as one shard, for the centralized baseline
 (by default the union of all shards is not assumed to be expressible, and the baseline is
@@ -82,7 +89,8 @@ class Task(Protocol):
     def evaluate(self, nodes: Mapping[str, nn.Module]) -> dict[str, float]: ...
 
 
-REQUIRED = ("nodes", "shard", "size", "train", "evaluate")
+# `evaluate` is optional for a task that has `evaluate_local` (checked by RunSpec.checked).
+REQUIRED = ("nodes", "shard", "size", "train")
 
 
 def load_task(path: str, options: Mapping[str, Any] | None = None) -> Task:
