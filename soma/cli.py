@@ -5,7 +5,7 @@ Each task is client `$SLURM_PROCID` unless `--mine` says otherwise.
     srun -n 4 soma client --store /shared/soma --run cifar --rounds 10 --clients 4
     soma simulate --rounds 10 --clients 4 [--store /tmp/s]   every client in this process
     soma status --store /shared/soma --run cifar [--json]
-    soma export --store /shared/soma --run cifar [--round 9] -o cifar.safetensors
+    soma export --store /shared/soma --run cifar [--round 9 | --best] -o cifar.safetensors
     soma verify --store /shared/soma [--run cifar]      exit 1 when anything is damaged
     soma repair --store /shared/soma [--run cifar] [--dry-run]
     soma gc --store /shared/soma [--keep-runs cifar ...] [--dry-run] [--min-age 24h]
@@ -233,11 +233,28 @@ def export(args: argparse.Namespace) -> int:
     """One average's weights as a safetensors file plain PyTorch loads (see soma.model)."""
     from soma.model import export_average
 
+    if args.best:
+        return _export_best(args)
     store = _existing_store(args.store)
     made = export_average(store, args.run, args.output, round=args.round, average=args.average)
     print(
         f"{args.output}: round {made['round']} of run {made['run']!r}, "
         f"weights {made['weights']}, average {made['average']}"
+    )
+    return 0
+
+
+def _export_best(args: argparse.Namespace) -> int:
+    """`soma export --best`: the round whose federated validation `--metric` is best."""
+    from soma.model import export_best
+
+    if args.round is not None or args.average is not None:
+        raise BadArgument("--best chooses the round itself: give it without --round or --average")
+    store = _existing_store(args.store)
+    made = export_best(store, args.run, args.output, args.metric)
+    print(
+        f"{args.output}: round {made['round']} of run {made['run']!r} (best federated "
+        f"validation {args.metric} {made['best']['validation']:.4g}), weights {made['weights']}"
     )
     return 0
 
@@ -571,6 +588,15 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         metavar="DIGEST",
         help="which average, when the round has several (a unique prefix will do)",
+    )
+    e.add_argument(
+        "--best",
+        action="store_true",
+        help="the round whose federated validation --metric (the clients' own held-out "
+        "data, never the central test set) is best",
+    )
+    e.add_argument(
+        "--metric", default="accuracy", help="with --best: the metric (a loss: lower is better)"
     )
     e.add_argument("-o", "--output", required=True, help="the model file to write")
     e.set_defaults(func=export)

@@ -177,6 +177,24 @@ def declared_options(path: str, where: list[str] | None = None) -> tuple[str, ..
     return None
 
 
+def defines(path: str, name: str, where: list[str] | None = None) -> bool:
+    """Whether task module `path`'s source defines a function or method `name` (read, not
+    run): how the Snakefile knows, without torch, that a task answers `evaluate_local` and so
+    that the run has a best round to export. False when its source cannot be read so."""
+    source = source_of(path, where)
+    if source is None:
+        return False
+    try:
+        with open(source, encoding="utf-8") as file:
+            tree = ast.parse(file.read(), filename=source)
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return False
+    return any(
+        isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name
+        for node in ast.walk(tree)
+    )
+
+
 def _assigned(node: ast.stmt, name: str) -> ast.expr | None:
     """The value of a module-level `name = ...` (or `name: T = ...`), else None."""
     if isinstance(node, ast.Assign) and any(
