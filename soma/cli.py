@@ -170,6 +170,26 @@ def _metrics_text(metrics: Any) -> str:
     return "; " + ", ".join(shown) if shown else ""
 
 
+def _federated_text(federated: Any) -> str:
+    """`; validation accuracy 0.91 [min 0.80, p10 0.82, median 0.93, max 1.00] over 4
+    clients; train loss 0.31`: a round's federated evaluation (soma.evaluation)."""
+    if not isinstance(federated, dict):
+        return ""
+    parts = []
+    for name, spread in sorted((federated.get("evaluation") or {}).items()):
+        stats = ", ".join(
+            f"{stat} {_g(spread.get(stat))}" for stat in ("min", "p10", "median", "max")
+        )
+        parts.append(f"validation {name} {_g(spread.get('mean'))} [{stats}]")
+    said = "; " + ", ".join(parts) + f" over {len(federated.get('evaluated') or [])} clients"
+    loss = (federated.get("training") or {}).get("loss")
+    return said + (f"; train loss {_g(loss.get('mean'))}" if loss else "")
+
+
+def _g(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, (int, float)) else "nan"
+
+
 def status(args: argparse.Namespace) -> int:
     """Per round: who wrote, who is missing, who was left out, the average and its metrics.
 
@@ -218,6 +238,7 @@ def _status_line(row: dict[str, Any], several: set[int]) -> str:
     left = "".join(f"; left out client {x['client']}: {x['why']}" for x in row["left_out"])
     problems = "".join(f"; {problem}" for problem in row["problems"])
     metrics = _metrics_text(row["metrics"]) + _privacy_text(row.get("privacy"))
+    metrics += _federated_text(row.get("federated"))
     return f"round {row['round']:>4}{meeting}: {written}{missing}; {state}{metrics}{left}{problems}"
 
 

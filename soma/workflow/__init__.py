@@ -524,7 +524,6 @@ def evaluate_federated(
     return {"federated": federated}
 
 
-
 def _baseline(
     config: Mapping[str, Any], task: Task, data, start: str, client: int, who: str
 ) -> list:

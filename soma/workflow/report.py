@@ -25,7 +25,22 @@ def lower_is_better(metric: str) -> bool:
     return metric.endswith(("loss", "error", "mse"))
 
 
-COLUMNS = ("strategy", "round", "federated", "alone", "alone_best", "centralized", "epsilon")
+# `validation*`: federated evaluation (soma.evaluation), the clients' own held-out data: the
+# mean weighted by evaluation size, and the spread over clients; `train_loss`: the clients'
+# training loss, weighted by training size.
+VALIDATION = tuple(f"validation_{stat}" for stat in ("min", "p10", "median", "p90", "max"))
+COLUMNS = (
+    "strategy",
+    "round",
+    "federated",
+    "alone",
+    "alone_best",
+    "centralized",
+    "validation",
+    *VALIDATION,
+    "train_loss",
+    "epsilon",
+)
 START = "start"  # the `round` of the starting weights' row: before round 0
 # What each column is called in the plot's legend, and how it is drawn.
 SERIES = {
@@ -33,6 +48,7 @@ SERIES = {
     "centralized": ("centralized (all data)", "s--"),
     "alone": ("alone (mean of clients)", "^:"),
     "alone_best": ("alone (best client)", "v-."),
+    "validation": ("validation (clients' own data: mean, 10th-90th percentile)", "d-"),
 }
 
 
@@ -56,12 +72,14 @@ def summary_rows(
     given = [read_receipt(path) for path in evaluations]
     federated = {e["round"]: e["metrics"] for e in given}
     spent = {e["round"]: e["privacy"]["epsilon"] for e in given if e.get("privacy")}
-    if federated and not any(metric in m for m in federated.values()):
-        returned = ", ".join(sorted(next(iter(federated.values()))))
+    local = {e["round"]: e["federated"] for e in given if e.get("federated")}
+    central = [m for m in federated.values() if m]
+    if central and not any(metric in m for m in central):
+        returned = ", ".join(sorted(central[0]))
         raise ConfigRefused(
             f"config key `metric`: the task's evaluate() returns {returned}; not {metric!r}"
         )
-    alone_runs = [read_receipt(p)["per_round"] for p in alones]
+    alone_runs = [r for r in (read_receipt(p)["per_round"] for p in alones) if r is not None]
     central_run = read_receipt(central)["per_round"] if central else None
     better = min if lower_is_better(metric) else max
     rows = []
@@ -76,10 +94,26 @@ def summary_rows(
         row = _row(strategy, r, federated[r].get(metric), values, better)
         if central_run:
             row["centralized"] = central_run[r]["metrics"].get(metric)
+        if r in local:
+            row.update(validation_columns(local[r], metric))
         if r in spent:  # a DP strategy's privacy spent up to this round (soma.privacy)
             row["epsilon"] = spent[r]
         rows.append(row)
     return rows
+
+
+def validation_columns(federated: Mapping[str, Any], metric: str) -> dict[str, Any]:
+    """A round's federated evaluation of `metric` (mean and spread) and training loss, as
+    the table's columns (see COLUMNS)."""
+    columns: dict[str, Any] = {}
+    spread = (federated.get("evaluation") or {}).get(metric)
+    if spread:
+        columns["validation"] = spread.get("mean")
+        columns.update({c: spread.get(c.removeprefix("validation_")) for c in VALIDATION})
+    loss = (federated.get("training") or {}).get("loss")
+    if loss:
+        columns["train_loss"] = loss.get("mean")
+    return columns
 
 
 def _row(
@@ -186,6 +220,16 @@ def round_ticks(rounds: Sequence[int | str]) -> list[int]:
     return [x_of(START), *ticks]
 
 
+def _band(axes: Any, rows: Sequence[Mapping[str, Any]], xs: Sequence[int], color: str) -> None:
+    """The 10th-90th percentile over clients of federated evaluation, around its mean."""
+
+    def series(column: str) -> list[float]:
+        return [math.nan if row.get(column) is None else row[column] for row in rows]
+
+    low, high = series("validation_p10"), series("validation_p90")
+    axes.fill_between(xs, low, high, alpha=0.2, color=color, linewidth=0)
+
+
 def draw(
     rows: Sequence[Mapping[str, Any]], columns: Sequence[str], metric: str, plot: str, title: str
 ) -> None:
@@ -216,11 +260,13 @@ def plotted(
     for column, (label, style) in SERIES.items():
         if column in columns:
             ys = [math.nan if row.get(column) is None else row[column] for row in rows]
-            axes.plot(xs, ys, style, label=label.format(strategy=strategy))
+            (line,) = axes.plot(xs, ys, style, label=label.format(strategy=strategy))
+            if column == "validation" and "validation_p10" in columns:
+                _band(axes, rows, xs, line.get_color())
     ticks = round_ticks([row["round"] for row in rows])
     axes.set_xticks(ticks, ["start" if t == x_of(START) else str(t) for t in ticks])
     axes.set_xlabel("round (0-based, as in the table)")
-    axes.set_ylabel(f"test {metric}")
+    axes.set_ylabel(f"{metric}" if "validation" in columns else f"test {metric}")
     axes.set_title(title)
     axes.grid(alpha=0.3)
     if rows:
