@@ -73,9 +73,9 @@ def summary_rows(
     federated = {e["round"]: e["metrics"] for e in given}
     spent = {e["round"]: e["privacy"]["epsilon"] for e in given if e.get("privacy")}
     local = {e["round"]: e["federated"] for e in given if e.get("federated")}
-    central = [m for m in federated.values() if m]
-    if central and not any(metric in m for m in central):
-        returned = ", ".join(sorted(central[0]))
+    tested = [m for m in federated.values() if m]  # a task with only evaluate_local has none
+    if tested and not any(metric in m for m in tested):
+        returned = ", ".join(sorted(tested[0]))
         raise ConfigRefused(
             f"config key `metric`: the task's evaluate() returns {returned}; not {metric!r}"
         )
