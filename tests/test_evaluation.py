@@ -108,7 +108,7 @@ def test_the_same_records_and_metrics_in_the_workflow_and_simulated(tmp_path) ->
         json.dumps(
             {"run": "fed", "task": "soma.tasks.control", "clients": 3, "rounds": 2,
              "metric": "loss", "evaluate_participation": 2, "tracking": True,
-             "task_options": {"soma.tasks.control": {"examples": 64}}}
+             "clients_per_job": 3, "task_options": {"soma.tasks.control": {"examples": 64}}}
         )
     )  # fmt: skip
     ok(snakemake(tmp_path / "wf", "--cores", "2", config=[NO_BASELINES, config]))
@@ -117,7 +117,8 @@ def test_the_same_records_and_metrics_in_the_workflow_and_simulated(tmp_path) ->
         "soma.tasks.control",
         clients=3,
         rounds=2,
-        task_options={"examples": 64},
+        task_options={"examples": 64, "epochs": 1, "lr": 0.05},  # config.yaml's, as the workflow
+        strategy_options={"norm_bound": None},
         evaluate_participation=2,
         run="fed",
         store=tmp_path / "sim",
@@ -125,7 +126,7 @@ def test_the_same_records_and_metrics_in_the_workflow_and_simulated(tmp_path) ->
     )
     sim = Store(tmp_path / "sim")
     found = meetings(flow, "fed")
-    assert found == meetings(sim, "fed") and len(found) == 2
+    assert found == meetings(sim, "fed") and len(found) == 2  # the same meetings: the same run
     for r, key in found:
         prefix = layout.meeting("fed", r, key)
         names = [layout.federated(prefix)]
