@@ -63,7 +63,7 @@ def test_digits_keeps_a_validation_split_of_each_shard_fixed_by_split_seed() -> 
     assert size == len(task.held_out(0, 3)[1]) and set(metrics) == {"accuracy", "loss"}
 
 
-ONLY_LOCAL = '''
+ONLY_LOCAL = """
 from soma.tasks.control import ControlTask
 
 
@@ -73,7 +73,7 @@ class OnlyLocal(ControlTask):
 
 def make(**options):
     return OnlyLocal(**options)
-'''
+"""
 
 
 def test_a_task_with_only_evaluate_local_runs_and_is_judged_by_its_clients(
@@ -151,14 +151,17 @@ def test_the_same_records_and_metrics_in_the_workflow_and_simulated(tmp_path) ->
     assert read_metadata(results / "best.safetensors")["round"] == str(best)
     exported = export_best(sim, "fed", tmp_path / "best.safetensors", "loss")
     assert exported["round"] == best
-    assert (tmp_path / "best.safetensors").read_bytes() == (results / "best.safetensors").read_bytes()
+    assert (tmp_path / "best.safetensors").read_bytes() == (
+        results / "best.safetensors"
+    ).read_bytes()
     events = read_scalars(str(results / "tensorboard"))
     assert [step for step, _ in events["validation/loss/mean"]] == [0, 1]
     assert [v for _, v in events["validation/loss/mean"]] == pytest.approx(list(means.values()))
     assert {"test/loss", "train/loss/mean", "validation/loss/p10"} <= set(events)
-    assert read_scalars(str(tmp_path / "simtb"))["validation/loss/mean"] == events[
-        "validation/loss/mean"
-    ]
+    assert (
+        read_scalars(str(tmp_path / "simtb"))["validation/loss/mean"]
+        == events["validation/loss/mean"]
+    )
 
 
 def test_soma_export_best_and_nothing_tracked_unless_asked(tmp_path) -> None:
