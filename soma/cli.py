@@ -134,6 +134,10 @@ def _log_round(task, nodes, args, round: int, record: dict[str, Any]) -> None:
     if not callable(getattr(task, "evaluate", None)):  # only evaluate_local: soma status shows it
         return
     metrics = task.evaluate(nodes)
+    if getattr(args, "tracking", None):  # the central test metrics, where they are computed
+        from soma.tracking import track_round
+
+        track_round(args.tracking, round, central=metrics)
     shown = ", ".join(f"{k} {v:.4g}" for k, v in sorted(metrics.items()) if _is_number(v))
     left = record.get("left_out") or []
     also = f" ({len(left)} left out: {', '.join(str(x['client']) for x in left)})" if left else ""
