@@ -18,6 +18,8 @@ rule evaluate:
     threads: config["threads"]
     params:
         task=TASK,
+        # who evaluates on their own data: another draw reruns the evaluations
+        evaluate_participation=config.get("evaluate_participation"),
     script:
         "../scripts/evaluate.py"
 
