@@ -134,21 +134,53 @@ def evaluate_round(
     weights: str,
     mine: Iterable[int],
     evaluators: Sequence[int],
+    personal: Sequence[str] = (),
+    seed: int = 0,
 ) -> dict[str, Any] | None:
     """Clients `mine` (those of `evaluators` this process hosts) evaluate the average
     `weights` on their own held-out data, each record kept; then the round's `federated`
     record if every evaluator's is there (see the module), else None. `nodes` is loaded with
-    the weights afresh for each client, so one client's evaluation cannot touch another's."""
+    the weights afresh for each client, so one client's evaluation cannot touch another's.
+    With `personal` nodes (soma.run.personal), each client evaluates the shared weights with
+    its own personal nodes, so only the evaluators whose record the average took in (their
+    own state is in it, the same in every mode) evaluate; the run's `seed` makes the nodes."""
     from soma.nodes import load
+    from soma.run.personal import load_round
 
     average = store.recall_digest(weights)
-    for k in sorted(set(mine) & set(evaluators)):
+    owns = _own_states(store, meeting) if personal else {}
+    if personal:
+        evaluators = [k for k in evaluators if k in owns]
+    with store.group():  # one commit for every client hosted here (soma.store.files)
+        for k in sorted(set(mine) & set(evaluators)):
+            if personal:
+                load_round(nodes, average, owns[k], personal, lambda: task.nodes(seed))
+            else:
+                load(nodes, average)
+            metrics, size = local_metrics(task, nodes, k, meeting.clients)
+            record = {"client": k, "weights": weights, "metrics": metrics, "size": size}
+            store.keep(layout.evaluated(meeting.prefix, k, meeting.clients), record)
+    if not personal:
         load(nodes, average)
-        metrics, size = local_metrics(task, nodes, k, meeting.clients)
-        record = {"client": k, "weights": weights, "metrics": metrics, "size": size}
-        store.keep(layout.evaluated(meeting.prefix, k, meeting.clients), record)
-    load(nodes, average)
     return settle(store, meeting, weights, evaluators)
+
+
+def _own_states(store: Store, meeting: Any) -> dict[int, Any]:
+    """The own state of each client the round's average took in (None: it keeps none)."""
+    from soma.round.records import read_average, read_client
+
+    averaged = store.resolve(layout.average(meeting.prefix))
+    owns: dict[int, Any] = {}
+    if averaged is None:
+        return owns
+    for entry in read_average(store, averaged).inputs:
+        k, own = entry["client"], None
+        if entry.get("record"):
+            name = meeting.client(k)
+            record = read_client(store, entry["record"], client=k, name=name)
+            own = None if record.own is None else store.recall_digest(record.own)
+        owns[k] = own
+    return owns
 
 
 def _recorded(store: Store, name: str) -> dict[str, Any] | None:

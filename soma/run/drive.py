@@ -125,7 +125,9 @@ def evaluate_hosted(
         return None
     evaluators = spec.evaluating(meeting.round)
     mine = [h.index for h in hosted]
-    federated = evaluate_round(store, meeting, task, nodes, record["weights"], mine, evaluators)
+    federated = evaluate_round(
+        store, meeting, task, nodes, record["weights"], mine, evaluators, spec.personal, spec.seed
+    )
     if federated is not None and spec.tracking is not None and set(mine) & set(evaluators):
         from soma.round import privacy_spent
         from soma.tracking import track_round

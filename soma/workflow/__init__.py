@@ -538,7 +538,9 @@ def evaluate_federated(
     spec = spec_of(config)
     meeting = meeting_of(config, round, read_receipt(previous))
     evaluators = spec.evaluating(round)
-    federated = evaluate_round(store, meeting, task, nodes, weights, evaluators, evaluators)
+    federated = evaluate_round(
+        store, meeting, task, nodes, weights, evaluators, evaluators, spec.personal, spec.seed
+    )
     evaluated = federated["evaluation"]
     if evaluated and config["metric"] not in evaluated and not has_central(task):
         raise ConfigRefused(
