@@ -37,6 +37,7 @@ from typing import Any
 from soma.arithmetic import Signature, first_difference
 from soma.nodes import Export
 from soma.round import holders, layout, once, records, tree
+from soma.round import signing as signatures
 from soma.round.once import (
     POLL,
     AveragerDied,
@@ -114,6 +115,7 @@ class Meeting:
     quorum: int | None = None
     tree: int | None = None  # the fan-in of hierarchical averaging (soma.round.tree); None: flat
     secure: int | None = None  # secure aggregation's threshold (soma.secagg.round); None: off
+    signing: signatures.Signing | None = None  # the run's roster, its records signed; None: off
 
     def __post_init__(self) -> None:
         run = self.run
@@ -177,6 +179,7 @@ class Meeting:
             # only when set, so that every flat run keeps the key it always had
             **({} if self.tree is None else {"tree": self.tree}),
             **({} if self.secure is None else {"secure": self.secure}),
+            **({} if self.signing is None else {"roster": self.signing.digest}),
         }
 
     @property
@@ -318,9 +321,10 @@ def contribute(
     own_digest = None if own is None else store.put_value(own)
     _announce(store, meeting)
     record = records.ClientRecord(mine, weights, size, extra_digest, own_digest, holders.me())
-    return Contribution(
-        store.keep(meeting.client(mine), record.value()), weights, extra_digest, own_digest
+    kept = signatures.keep(
+        store, meeting.signing, record.value(), name=meeting.client(mine), by=mine
     )
+    return Contribution(kept, weights, extra_digest, own_digest)
 
 
 def drop(store: Store, meeting: Meeting, *, mine: int, why: str) -> str:
@@ -329,7 +333,9 @@ def drop(store: Store, meeting: Meeting, *, mine: int, why: str) -> str:
     meeting.check_client(mine)
     _announce(store, meeting)
     record = records.DropRecord(mine, str(why), holders.me())
-    return store.keep(meeting.client(mine), record.value())
+    return signatures.keep(
+        store, meeting.signing, record.value(), name=meeting.client(mine), by=mine
+    )
 
 
 def dropout_reason(error: BaseException) -> str:
@@ -337,6 +343,28 @@ def dropout_reason(error: BaseException) -> str:
     the average) or failed (its task raised)."""
     kind = "refused" if isinstance(error, Refused) else "failed"
     return f"{kind}: {type(error).__name__}: {error}"
+
+
+def check_signed(
+    store: Store, meeting: Meeting, digest: str, *, name: str, writer: int | None, what: str
+) -> None:
+    """Refuse the record `digest` at `name` unless its `writer` (None: anyone on the roster)
+    signed it, when the run has a roster (soma.round.signing)."""
+    where = f"{meeting.what}: {what}"
+    signatures.check(store, meeting.signing, digest, name=name, writer=writer, what=where)
+
+
+def averager(meeting: Meeting) -> int | None:
+    """Whose key signs the meeting's average (a roster member whose key this process holds;
+    refused when none), or None when the run has no roster."""
+    return None if meeting.signing is None else meeting.signing.any_member(meeting.members)
+
+
+def check_average(store: Store, meeting: Meeting, digest: str) -> str:
+    """The meeting's average `digest`, once checked signed by somebody on the roster."""
+    name = meeting.average
+    check_signed(store, meeting, digest, name=name, writer=None, what="the average record")
+    return digest
 
 
 def present(store: Store, meeting: Meeting) -> list[int]:
@@ -357,6 +385,7 @@ def arrivals(store: Store, meeting: Meeting, here: list[int]) -> tuple[list[Inpu
     for k in here:
         name = meeting.client(k)
         digest = store.resolve(name)
+        check_signed(store, meeting, digest, name=name, writer=k, what=f"client {k}'s record")
         record = records.read_client(store, digest, client=k, name=name)
         if isinstance(record, records.DropRecord):
             dropped[k] = record.dropped
@@ -773,7 +802,8 @@ def _average(
         if root is None
         else {"fan_in": meeting.tree, "mean": root.mean, "weight": root.weight},
     )
-    return record.put(store)
+    signer = averager(meeting)
+    return signatures.put(store, meeting.signing, record.value(), name=meeting.average, by=signer)
 
 
 def _uses_tree(meeting: Meeting, inputs: Sequence[Input]) -> bool:
@@ -814,6 +844,7 @@ class _Averaging:
 
     def check(self, inputs: list[Input]) -> None:
         check_inputs(self.store, self.meeting, self.strategy, inputs)
+        averager(self.meeting)  # a roster member's key to sign the average with, or refused
 
     def place(self, inputs: list[Input]) -> Place:
         return Place(self.meeting.averaging(inputs_key(self.meeting.key, inputs)))
@@ -883,7 +914,8 @@ def average_round(
         return never, detail
 
     work = _Averaging(store, meeting, ready, missing, late=True)
-    return once.once(store, work, deadline=deadline, backoff=backoff, sleep=sleep)
+    digest = once.once(store, work, deadline=deadline, backoff=backoff, sleep=sleep)
+    return check_average(store, meeting, digest)
 
 
 def average_inputs(
@@ -904,7 +936,7 @@ def average_inputs(
     for i in inputs:
         meeting.check_client(i.client)
     work = _Averaging(store, meeting, lambda past: list(inputs), lambda: ([], ""), late=False)
-    return once.once(store, work, deadline=deadline, backoff=backoff)
+    return check_average(store, meeting, once.once(store, work, deadline=deadline, backoff=backoff))
 
 
 def weights_of_average(store: Store, digest: str) -> Export:
