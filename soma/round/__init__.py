@@ -312,6 +312,7 @@ def contribute(
     round, and named by its record, for the next round this client trains.
     """
     meeting.check_client(mine)
+    signatures.holds(meeting.signing, mine)
     _check_size(size, mine)
     _check_finite(export, mine)
     if extra is not None:
@@ -331,6 +332,7 @@ def drop(store: Store, meeting: Meeting, *, mine: int, why: str) -> str:
     """Say that client `mine` will not bring anything to the round, and why (failed, refused,
     its job died): the others need not wait for it, and the average's record names it."""
     meeting.check_client(mine)
+    signatures.holds(meeting.signing, mine)
     _announce(store, meeting)
     record = records.DropRecord(mine, str(why), holders.me())
     return signatures.keep(

@@ -243,6 +243,12 @@ class Signing:
         return f"the roster names clients {', '.join(str(k) for k, _ in self.roster)}"
 
 
+def holds(signing: Signing | None, by: int) -> None:
+    """Refuse, before anything is written, a writer whose key this process does not hold."""
+    if signing is not None:
+        signing.private(by)
+
+
 # --- canonical bytes, signing, checking -------------------------------------------------------
 
 

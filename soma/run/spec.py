@@ -18,6 +18,7 @@ computed, each naming the config key or the command-line option to change:
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -29,6 +30,7 @@ from soma.run.options import pairs, typed
 
 if TYPE_CHECKING:
     from soma.round import Meeting
+    from soma.round.signing import Signing
     from soma.strategies import Strategy
     from soma.tasks import Task
 
@@ -52,6 +54,8 @@ CONFIG_KEYS = {
     "tree": "tree",
     "per_job": "clients_per_job",
     "threads": "threads",
+    "roster": "roster",
+    "keys": "keys",
 }
 OPTIONS = {
     "rounds": "--rounds",
@@ -68,6 +72,8 @@ OPTIONS = {
     "per_job": "--per-task",
     "mine": "--mine",
     "threads": "--threads",
+    "roster": "--roster",
+    "keys": "--keys",
 }
 
 
@@ -104,6 +110,8 @@ class RunSpec:
     per_job: int = 1
     mine: tuple[int, ...] | None = None
     threads: int = 1
+    roster: str | None = None  # the roster file: its records signed (soma.round.signing)
+    keys: str | None = None  # where this process finds a client's private key ({client})
     given: str = "config"
 
     def __post_init__(self) -> None:
@@ -135,6 +143,8 @@ class RunSpec:
             tree=(config.get("tree") or {}).get("fan_in"),
             per_job=config.get("clients_per_job", 1) or 1,
             threads=config.get("threads", 1) or 1,
+            roster=config.get("roster"),
+            keys=config.get("keys"),
         )
 
     @classmethod
@@ -158,6 +168,8 @@ class RunSpec:
             per_job=getattr(args, "per_task", 1),
             mine=None if mine is None else tuple(mine),
             threads=args.threads,
+            roster=getattr(args, "roster", None),
+            keys=getattr(args, "keys", None),
             given="args",
         )
 
@@ -189,7 +201,20 @@ class RunSpec:
             quorum=quorum,
             tree=self.tree,
             secure=self.secure,
+            signing=self.signing,
         )
+
+    @functools.cached_property
+    def signing(self) -> Signing | None:
+        """The run's roster and where its keys are (None: records unsigned), read once."""
+        from soma.round.signing import Signing, SigningError, read_roster
+
+        if self.roster is None:
+            return None
+        try:
+            return Signing.of(read_roster(self.roster), self.keys)
+        except SigningError as error:
+            raise self.refused(f"{self.named('roster')}: {error}") from None
 
     # --- the checks --------------------------------------------------------------------------
 
@@ -247,7 +272,31 @@ class RunSpec:
                     else f"{self.named('secure', 'tree')}: a secure round is summed flat"
                 )
         self._check_option_names()
+        self._check_roster()
         return self
+
+    def _check_roster(self) -> None:
+        """The roster names every client of the run; and this process holds the private key
+        of each client it hosts, the roster's (soma.round.signing)."""
+        from soma.round.signing import SigningError
+
+        if self.roster is None:
+            if self.keys is not None:
+                raise self.refused(f"{self.named('keys')} given without a roster: nothing signs")
+            return
+        signing = self.signing
+        assert signing is not None
+        missing = [k for k in range(self.clients) if k not in signing.members]
+        if missing:
+            raise self.refused(
+                f"{self.named('roster')}: clients {', '.join(map(str, missing))} of the run's "
+                f"{self.clients} are not on the roster {self.roster!r}"
+            )
+        for k in self.mine or ():
+            try:
+                signing.private(k)
+            except SigningError as error:
+                raise self.refused(f"{self.named('keys')}: {error}") from None
 
     def _check_option_names(self) -> None:
         """An option the task does not take, when its module declares them (read, not run)."""
