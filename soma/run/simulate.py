@@ -48,6 +48,8 @@ def simulate(
     quorum: int | float | None = None,
     secure_aggregation: int | None = None,
     tree: int | None = None,
+    roster: str | Path | None = None,
+    keys: str | Path | None = None,
     run: str = "simulation",
     store: str | Path | None = None,
     deadline: float | None = 3600.0,
@@ -69,6 +71,8 @@ def simulate(
         quorum=quorum,
         secure=secure_aggregation,
         tree=tree,
+        roster=None if roster is None else str(roster),
+        keys=None if keys is None else str(keys),
         mine=tuple(range(clients)) if isinstance(clients, int) else None,
         given="library",
     )

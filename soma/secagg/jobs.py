@@ -119,7 +119,8 @@ def train(
     metrics = done.metrics
     floats = secure_round.floats_of(trained)
     masked_input(store, secrets.session, secrets, floats, size, deadline=DEADLINE)
-    store.keep(meeting.client(client), SecureRecord(client, secrets.session.prefix).value())
+    record = SecureRecord(client, secrets.session.prefix)
+    secure_round.keep_secure_record(store, meeting, record)
     written = {**_receipt(meeting, client), "secure": True, "metrics": json_numbers(metrics)}
     write_receipt(receipt, written)
     LOG.info(
