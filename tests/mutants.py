@@ -688,3 +688,4 @@ import mutants_local  # noqa: E402, F401
 import mutants_privacy  # noqa: E402, F401
 import mutants_robust  # noqa: E402, F401
 import mutants_secagg  # noqa: E402, F401
+import mutants_sign  # noqa: E402, F401
