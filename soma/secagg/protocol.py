@@ -64,6 +64,7 @@ Layout, under the session's prefix (names are claimed: written once, never repla
     <prefix>/reveal/<k>        k's revealed shares: b of each contributor, s of each dropped client
     <prefix>/roster/<phase>    who is in, for keys, shares and masked (claimed once)
     <prefix>/withdrawn/<k>     k will not go on, and why: no barrier waits for it
+    <prefix>/confirmed/<k>     with a roster: the survivors (masked roster) k saw, signed
     <prefix>/unmasked/...      soma.round.once's claim, takeovers, audit and published result
     <prefix>/sum               the result (claimed): weighted sum, total, who contributed, dropped
 
@@ -75,9 +76,11 @@ summed securely like the rest.
 
 Threat model and limits. The clients follow the protocol (they may crash at any point); the
 unmasker and any reader of the folder are curious; fewer than t clients collude with them. As
-in the paper's honest-but-curious version, nothing is signed: whoever can *write* the folder
-can impersonate a client (the actively secure version needs a PKI; not here). Choose t > n/2 (a
-majority of the members); t >= 2 is enforced. Every pair of clients does a key agreement and
+in the paper's honest-but-curious version, nothing is signed unless the run has a roster:
+then every message is signed by its client and checked before use (soma.round.signing), and
+before revealing, each client signs the survivors it saw (`confirmed/<k>`) and refuses to
+reveal when the signed sets differ (`consistent`: the malicious-server variant's check).
+Choose t > n/2 (a majority of the members); t >= 2 is enforced. Every pair of clients does a key agreement and
 every client expands n masks of the model's size (O(n^2) work in all, as in the paper; SecAgg+
 would mask along a sparse graph instead).
 
