@@ -80,9 +80,9 @@ in the paper's honest-but-curious version, nothing is signed unless the run has 
 then every message is signed by its client and checked before use (soma.round.signing), and
 before revealing, each client signs the survivors it saw (`confirmed/<k>`) and refuses to
 reveal when the signed sets differ (`consistent`: the malicious-server variant's check).
-Choose t > n/2 (a majority of the members); t >= 2 is enforced. Every pair of clients does a key agreement and
-every client expands n masks of the model's size (O(n^2) work in all, as in the paper; SecAgg+
-would mask along a sparse graph instead).
+Choose t > n/2 (a majority of the members); t >= 2 is enforced. Every pair of clients does a
+key agreement and every client expands n masks of the model's size (O(n^2) work in all, as in
+the paper; SecAgg+ would mask along a sparse graph instead).
 
 Private keys and seeds never leave the client process: they live in a `Secrets` object, in
 memory, which refuses to be pickled. All of a client's phases run in that one process (a
