@@ -252,20 +252,22 @@ def holds(signing: Signing | None, by: int) -> None:
 # --- canonical bytes, signing, checking -------------------------------------------------------
 
 
-def _message(name: str, tree: object) -> bytes:
-    """What is signed: the label, the name the record is kept under, the record's tree."""
-    return codecs.canonical_json({"label": _LABEL, "name": name, "record": tree})
+def _message(name: str, tree: object, loose: str | None) -> bytes:
+    """What is signed: the label, the name the record is kept under, the record's tree and
+    its loose tensors' blob (the digests of every blob it holds)."""
+    record = {"label": _LABEL, "name": name, "record": tree, "tensors": loose}
+    return codecs.canonical_json(record)
 
 
-def _tree(store: Store, value: Mapping[str, Any]) -> dict[str, Any]:
-    """The record's tree as the store keeps it (tensors as the digests of their blobs)."""
+def _tree(store: Store, value: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """The record's tree and loose-tensor digest as the store will keep them: its tensors'
+    blobs are written now (the signed record reuses them), the record itself is not."""
     encoded = codecs.encode(dict(value))
-    if not encoded.maps and not encoded.loose:
-        tree = encoded.tree
-    else:  # the tensors' blobs, written now (the signed record reuses them)
-        tree, _ = codecs.parse_record(store.get(store.put_value(dict(value))), "record")
-    assert isinstance(tree, dict) and SIGNED not in tree
-    return tree
+    for ref, tensors in encoded.maps:
+        ref["$tensors"] = store.put_tensors(tensors)
+    loose = store.put_tensors(encoded.loose_map()) if encoded.loose else None
+    assert isinstance(encoded.tree, dict) and SIGNED not in encoded.tree
+    return encoded.tree, loose
 
 
 def signed(
@@ -277,7 +279,7 @@ def signed(
     if by is None:
         raise SigningError(f"nobody on the roster signs {name!r}")
     key = signing.private(by)
-    signature = key.sign(_message(name, _tree(store, value)))
+    signature = key.sign(_message(name, *_tree(store, value)))
     return {**value, SIGNED: {"key": _public_hex(key), "signature": signature.hex()}}
 
 
@@ -310,7 +312,7 @@ def check(
     anyone on the roster); nothing to check without a roster. `what` names the record."""
     if signing is None:
         return
-    tree, _ = codecs.parse_record(store.get(digest), f"{what} (record {digest})")
+    tree, loose = codecs.parse_record(store.get(digest), f"{what} (record {digest})")
     whose = f"{what} ({name!r}, record {digest[:12]})"
     said = tree.get(SIGNED) if isinstance(tree, dict) else None
     if not isinstance(said, dict):
@@ -329,7 +331,7 @@ def check(
     body = {k: v for k, v in tree.items() if k != SIGNED}
     try:
         public_cls.from_public_bytes(bytes.fromhex(key)).verify(
-            bytes.fromhex(signature), _message(name, body)
+            bytes.fromhex(signature), _message(name, body, loose)
         )
     except (invalid, ValueError):
         raise SigningError(
