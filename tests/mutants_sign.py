@@ -104,3 +104,14 @@ def _sign_average_not_checked() -> None:
     import soma.round
 
     _replace(soma.round, "check_average", lambda store, meeting, digest: digest)
+
+
+@mutant(
+    "sign_workflow_inputs_not_checked",
+    caught_by=[_T + "test_the_workflows_inputs_must_be_what_the_clients_signed"],
+)
+def _sign_workflow_inputs_not_checked() -> None:
+    """The average job averages whatever weights its receipts name, signed or not."""
+    import soma.round
+
+    _replace(soma.round, "check_signed_inputs", lambda store, meeting, inputs: None)

@@ -146,6 +146,23 @@ def test_an_average_signed_by_nobody_on_the_roster_is_refused(tmp_path, keys, ho
     assert "the average record" in str(refused.value)
 
 
+def test_the_workflows_inputs_must_be_what_the_clients_signed(tmp_path, keys):
+    """The workflow's average job takes its inputs from receipts: with a roster, each must be
+    what its client's signed record in the store says."""
+    from soma.round import Input, average_inputs
+
+    store, signing = Store(tmp_path / "store"), signing_of(keys)
+    meeting = Meeting("forged", 0, 2, signing=signing)
+    made = [contribute(store, meeting, export(float(k)), mine=k, size=1.0) for k in range(2)]
+    other = store.put_value(export(42.0))
+    inputs = [Input(0, made[0].weights, 1.0), Input(1, other, 1.0)]
+    with pytest.raises(SigningError, match="client 1's signed record .* is not the input"):
+        average_inputs(store, meeting, inputs, deadline=5)
+    assert store.resolve(meeting.average) is None
+    inputs[1] = Input(1, made[1].weights, 1.0)
+    average_inputs(store, meeting, inputs, deadline=5)
+
+
 def test_a_whole_signed_run_trains_the_bits_of_an_unsigned_one_and_signs_every_record(
     tmp_path, keys
 ):

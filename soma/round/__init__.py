@@ -362,6 +362,29 @@ def averager(meeting: Meeting) -> int | None:
     return None if meeting.signing is None else meeting.signing.any_member(meeting.members)
 
 
+def check_signed_inputs(store: Store, meeting: Meeting, inputs: Sequence[Input]) -> None:
+    """With a roster, each input is what its client's signed record says (the workflow's
+    inputs come from its receipts, not from the store): refused by name otherwise."""
+    if meeting.signing is None:
+        return
+    for i in inputs:
+        name = meeting.client(i.client)
+        digest = store.resolve(name)
+        if digest is None:
+            raise signatures.SigningError(
+                f"{meeting.what}: client {i.client} has no signed record at {name!r} for the "
+                f"weights {i.weights} it is said to have brought"
+            )
+        check_signed(store, meeting, digest, name=name, writer=i.client, what="its record")
+        record = records.read_client(store, digest, client=i.client, name=name)
+        said = getattr(record, "weights", None), getattr(record, "size", None)
+        if said + (getattr(record, "extra", None),) != (i.weights, i.size, i.extra):
+            raise signatures.SigningError(
+                f"{meeting.what}: client {i.client}'s signed record {digest[:12]} is not the "
+                f"input it is said to have brought (weights {i.weights[:12]})"
+            )
+
+
 def check_average(store: Store, meeting: Meeting, digest: str) -> str:
     """The meeting's average `digest`, once checked signed by somebody on the roster."""
     name = meeting.average
@@ -846,6 +869,7 @@ class _Averaging:
 
     def check(self, inputs: list[Input]) -> None:
         check_inputs(self.store, self.meeting, self.strategy, inputs)
+        check_signed_inputs(self.store, self.meeting, inputs)
         averager(self.meeting)  # a roster member's key to sign the average with, or refused
 
     def place(self, inputs: list[Input]) -> Place:
