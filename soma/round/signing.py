@@ -76,7 +76,7 @@ def make_keys(out: str | os.PathLike[str], client: int) -> tuple[Path, str]:
     and `<out>/<client>.pub` (the public key, hex); (the private key's path, the public key)."""
     private_cls, _, _, serialization = _lib()
     folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # a new folder: its owner's only
     key = private_cls.generate()
     pem = key.private_bytes(
         serialization.Encoding.PEM,
