@@ -95,7 +95,10 @@ def row(
     tic = time.perf_counter()
     runs = []
     for seed in range(seeds if strategy == "dp_fedavg" and (z or 0) > 0 else 1):
-        given = dict(options, seed=seed) if strategy == "dp_fedavg" else options
+        # keyed by the seed so that a row repeats: not private (the epsilon column is the
+        # figure the same run would spend with private noise: everyone every round, public)
+        reproducible = {"seed": seed, "noise": "reproducible_not_private"}
+        given = dict(options, **reproducible) if strategy == "dp_fedavg" else options
         runs.append(federate(task, clients, rounds, strategy, given, baselines=baselines))
     early = [accuracy_at(r["federated"], EARLY) for r in runs]
     late = [accuracy_at(r["federated"], rounds) for r in runs]

@@ -3,6 +3,7 @@
     bash tests/slurm/start.sh              # the single-node test cluster (root, Debian 12)
     python benchmarks/slurm_rounds.py      # 2 rounds x 5 clients of digits, each way
     python benchmarks/slurm_rounds.py --only allocation   # local and one allocation only
+    python benchmarks/slurm_rounds.py --size=10x10        # 10 rounds x 10 clients
 
 The same config (tests/fixtures/tiny.yaml with 5 clients and no baselines) runs four ways,
 one after the other, each in a fresh folder: locally (`--cores 2`), and under Slurm with
@@ -34,9 +35,15 @@ TINY = ROOT / "tests" / "fixtures" / "tiny.yaml"
 ALLOCATION = "workflow/sbatch/snakemake-allocation.sbatch"
 
 
+# rounds x clients: `--size 10x10` for the larger run (default 2x5)
+SIZE = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--size=")), "2x5")
+ROUNDS, CLIENTS = (int(n) for n in SIZE.split("x"))
+
+
 def config(workdir: Path, per_job: int) -> Path:
     values = yaml.safe_load(TINY.read_text())
-    values.update(run="tiny", rounds=2, clients=5, threads=1, store=str(workdir / "store"))
+    values.update(run="tiny", rounds=ROUNDS, clients=CLIENTS, threads=1)
+    values.update(store=str(workdir / "store"))
     values.update(baselines={"alone": False, "centralized": False}, clients_per_job=per_job)
     path = workdir / "config.yaml"
     path.write_text(yaml.safe_dump(values, sort_keys=True))
@@ -106,7 +113,7 @@ def main() -> None:
     print("way | clients_per_job | submissions | wall s | x local | receipts as local")
     print("--- | --- | --- | --- | --- | ---")
     with tempfile.TemporaryDirectory(prefix="soma-slurm-rounds-") as tmp:
-        for per_job in (1, 5):
+        for per_job in (1, CLIENTS):
             local = Path(tmp) / f"local-{per_job}"
             local.mkdir()
             base, _ = run(local, per_job, None)

@@ -7,9 +7,11 @@ default), and in the same run, on the same bytes:
 
 - write+fsync: the tensors' bytes written to one file and fsynced (the disk's best);
 - sha256: hashlib over the same bytes in memory (the hash's best);
-- keep: `store.keep` of the export into a fresh store, fsyncs included (target >= 0.7 x
-  the slower of the two); "keep again": the same export once more (nothing new to write);
-  "beside": both with `Store(..., write_beside_hash=True)`;
+- keep: `store.keep` of the export, every weight changed since the last keep (as training
+  does), into a fresh store, fsyncs included (target >= 0.7 x the slower of the two): the
+  store predicts a new blob and writes it while it hashes it; "keep again": the same export
+  once more (predicted there: hashed, nothing new written); "beside": both with
+  `Store(..., write_beside_hash=True)`, which always writes while it hashes;
 - read (cold): that file read back after dropping it from the page cache;
 - recall (cold): `store.recall` after dropping the blobs from the page cache, eager and
   lazy, verification included (target >= 0.8 x read).
@@ -127,8 +129,17 @@ def bench_size(work: Path, nbytes: int, repeat: int, nodes: int) -> dict[str, fl
     def fresh_store() -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
-    def keep(beside: bool = False) -> None:
+    def keep(beside: bool | None = None) -> None:
         Store(folder, write_beside_hash=beside).keep("bench", {"export": export, "size": 1})
+
+    def new_export() -> None:
+        """A fresh store, and every weight changed in place, as a round of training does
+        (the store then predicts a new blob, and writes it while it hashes it)."""
+        fresh_store()
+        with torch.no_grad():
+            for node in export.values():
+                for t in node.values():
+                    t.add_(1.0)
 
     store = Store(folder)
 
@@ -141,9 +152,9 @@ def bench_size(work: Path, nbytes: int, repeat: int, nodes: int) -> dict[str, fl
         ("write", write_raw, lambda: raw.unlink(missing_ok=True)),
         ("read", read_raw, lambda: drop_cache(raw)),
         ("sha256", sha, None),
-        ("keep", keep, fresh_store),
+        ("keep", keep, new_export),
         ("keep again", keep, None),  # unchanged: hashed, nothing new written
-        ("keep beside", lambda: keep(True), fresh_store),
+        ("keep beside", lambda: keep(True), new_export),
         ("again beside", lambda: keep(True), None),
         ("recall", lambda: store.recall("bench"), drop_blobs),
         ("recall lazy", lambda: store.recall("bench", lazy=True), drop_blobs),

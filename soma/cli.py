@@ -8,7 +8,7 @@ Each task is client `$SLURM_PROCID` unless `--mine` says otherwise.
     soma export --store /shared/soma --run cifar [--round 9] -o cifar.safetensors
     soma verify --store /shared/soma [--run cifar]      exit 1 when anything is damaged
     soma repair --store /shared/soma [--run cifar] [--dry-run]
-    soma gc --store /shared/soma [--keep-runs cifar ...] [--dry-run] [--min-age 24h]
+    soma gc --store /shared/soma [--keep-runs cifar ... [--force]] [--dry-run] [--min-age 1h]
 """
 
 from __future__ import annotations
@@ -74,11 +74,13 @@ def client(args: argparse.Namespace) -> int:
     from soma.run.drive import drive
     from soma.run.simulate import store_at
     from soma.run.spec import RunSpec
+    from soma.tasks import importable_here
 
     torch.set_num_threads(args.threads)
+    importable_here()  # `--task mytask` finds mytask.py here, as the workflow does
     spec = RunSpec.from_args(args)
     task, strategy = spec.checked()
-    with store_at(args.store) as store:  # only once the run was checked whole
+    with store_at(args.store, spec) as store:  # only once the run was checked whole
         driven = drive(
             spec, store, task, strategy, deadline=args.deadline, after=_printer(args, task)
         )
@@ -223,7 +225,12 @@ def _privacy_text(spent: Any) -> str:
     if not isinstance(spent, dict):
         return ""
     budget = f" of a budget of {spent['budget']:.4g}" if "budget" in spent else ""
-    return f"; privacy spent: epsilon {spent['epsilon']:.4g}{budget} at delta {spent['delta']:g}"
+    from soma.privacy import ADVERSARIES
+
+    against = spent.get("against")
+    whom = f", against {ADVERSARIES.get(against, against)}" if against else ""
+    at = f"at delta {spent['delta']:g}{whom}"
+    return f"; privacy spent: epsilon {spent['epsilon']:.4g}{budget} {at}"
 
 
 def export(args: argparse.Namespace) -> int:
@@ -382,18 +389,20 @@ def _duration(text: str) -> float:
 def gc(args: argparse.Namespace) -> int:
     """Remove unreachable blobs older than --min-age and temporaries of writers that are
     gone; with --keep-runs, every other run's names first. Exit 1 when damage kept it from
-    removing blobs (it says which, and that `soma repair` comes first)."""
+    removing blobs (it says which, and that `soma repair` comes first). What it refuses (a
+    --min-age below its floor, a symbolic link in the store, a run still going) is the
+    library's refusal (soma.health.gc), said in one line."""
+    from soma.health import GRACE
     from soma.health import gc as collect
-    from soma.store import REFRESH_AFTER
 
-    if args.min_age < 2 * REFRESH_AFTER:
-        raise SystemExit(
-            f"soma: gc --min-age {args.min_age:g}s is below {2 * REFRESH_AFTER:g}s: a live writer "
-            f"refreshes a blob it puts only when it is older than {REFRESH_AFTER:g}s, so gc "
-            "could remove a blob under it"
-        )
     store = _existing_store(args.store)
-    report = collect(store, keep_runs=args.keep_runs, dry_run=args.dry_run, min_age=args.min_age)
+    report = collect(
+        store,
+        keep_runs=args.keep_runs,
+        dry_run=args.dry_run,
+        min_age=GRACE if args.min_age is None else args.min_age,
+        force=args.force,
+    )
     _print_report(report, args.json)
     return 1 if report.blocked else 0
 
@@ -433,6 +442,13 @@ def keys(args: argparse.Namespace) -> int:
 
 def _run_arguments(c: argparse.ArgumentParser) -> None:
     """What a run is and how a process drives it: `soma client`'s and `soma simulate`'s."""
+    c.add_argument(
+        "--durability",
+        default="durable",
+        help="durable: a name is durable before it is said bound, never before what it "
+        "reaches; scratch: no fsync (a machine crash means rerunning the round), refused on "
+        "a store that says it is shared (its file `shared`)",
+    )
     c.add_argument("--task", default="soma.tasks.control", help="a task's import path")
     c.add_argument(
         "--option",
@@ -498,6 +514,14 @@ def _run_arguments(c: argparse.ArgumentParser) -> None:
         metavar="FAN_IN",
         help="average through a tree of partial means, FAN_IN inputs a node, the work "
         "shared by every process of the round (FedAvg-style strategies; default: flat)",
+    )
+    c.add_argument(
+        "--personal",
+        action="append",
+        default=[],
+        metavar="NODE",
+        help="a node each client keeps for itself: never sent nor averaged, kept as its own "
+        "state (FedPer, FedBN; repeatable)",
     )
     c.add_argument(
         "--deadline",
@@ -624,14 +648,20 @@ def parser() -> argparse.ArgumentParser:
         help="remove the names of every run but these first (default: keep every name)",
     )
     g.add_argument(
+        "--force",
+        action="store_true",
+        help="with --keep-runs: drop a run even with an open round (no average published yet)",
+    )
+    g.add_argument(
         "--dry-run", action="store_true", help="say what would be removed; remove nothing"
     )
     g.add_argument(
         "--min-age",
         type=_duration,
-        default=24 * 3600.0,
+        default=None,
         metavar="DURATION",
-        help="remove only what was untouched this long: 90s, 30m, 6h, 2d (default 24h)",
+        help="remove only what was untouched this long, at least 2m: 90s, 30m, 6h, 2d "
+        "(default 1h, soma.health.GRACE)",
     )
     g.add_argument("--json", action="store_true", help="machine-readable output")
     g.set_defaults(func=gc)

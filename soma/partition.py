@@ -1,7 +1,13 @@
 """Splitting a labelled training set among clients: pure numpy, deterministic from a seed.
 
+For task authors: a task's `shard(client, clients)` can be `labels[...]`-indexed by
+`partition(labels, clients, scheme, ...)[client]` (compute it once per client count and
+cache it: see soma/tasks/digits.py), with the scheme and its parameters as task options.
+
 `partition(labels, clients, scheme, ...)` returns one sorted index array per client; together
-they cover every example exactly once (disjoint, union = all), and no client is empty. The
+they cover every example exactly once (disjoint, union = all), and no client is empty. A
+client left with fewer than `min_size` examples (default 1; a task that trains on minibatches
+wants 2 or more) is refused, naming the client and the option, before any client trains. The
 schemes:
 
 - `iid`: a seeded shuffle cut into `clients` nearly equal parts.
@@ -13,6 +19,10 @@ schemes:
   modulo the number of classes), and each class's examples are shared equally among the
   clients holding it. Every class must be held by someone, so clients * labels_per_client must
   be at least the number of classes (10 clients x 2 labels covers 10 digits exactly twice).
+- `quantity`: quantity skew, labels iid: a seeded shuffle cut into parts whose sizes are in
+  proportions drawn from Dirichlet(`alpha`, ..., `alpha`); small `alpha` (0.5) gives a few
+  large clients and many small ones, large `alpha` (100) nearly equal sizes. A client left
+  empty by the draw takes one example from the largest client.
 
 The same (labels, clients, scheme, parameters, seed) give the same partition in every process
 (numpy's `Generator`, PCG64, with one numpy installation).
@@ -26,7 +36,7 @@ import numpy as np
 
 from soma.errors import SomaError
 
-SCHEMES = ("iid", "dirichlet", "labels_per_client")
+SCHEMES = ("iid", "dirichlet", "labels_per_client", "quantity")
 
 
 class PartitionError(SomaError, ValueError):
@@ -69,8 +79,10 @@ def partition(
     alpha: float = 0.5,
     labels_per_client: int = 2,
     seed: int = 0,
+    min_size: int = 1,
 ) -> list[np.ndarray]:
-    """One sorted index array per client: disjoint, covering every example, none empty."""
+    """One sorted index array per client: disjoint, covering every example, none with fewer
+    than `min_size` examples (refused, naming the first such client)."""
     labels = np.asarray(labels)
     if labels.ndim != 1:
         raise PartitionError(f"labels must be one-dimensional, not of shape {labels.shape}")
@@ -84,14 +96,51 @@ def partition(
         )
     if not _is_int(seed) or seed < 0:
         raise PartitionError(f"seed must be an integer >= 0, not {seed!r}")
+    if not _is_int(min_size) or min_size < 1:
+        raise PartitionError(f"min_size must be an integer >= 1, not {min_size!r}")
     rng = np.random.default_rng(seed)
     if scheme == "iid":
         parts = np.array_split(rng.permutation(len(labels)), clients)
     elif scheme == "dirichlet":
         parts = _dirichlet(labels, classes, clients, float(alpha), rng)
+    elif scheme == "quantity":
+        parts = _quantity(len(labels), clients, float(alpha), rng)
     else:
         parts = _labels_per_client(labels, classes, clients, int(labels_per_client), rng)
+    _check_min_size(parts, min_size, scheme, alpha)
     return [np.sort(np.asarray(part, dtype=np.int64)) for part in parts]
+
+
+def _check_min_size(parts: list[np.ndarray], min_size: int, scheme: str, alpha: float) -> None:
+    """Refuse a client left with fewer than `min_size` examples, naming it and the options."""
+    for client, part in enumerate(parts):
+        if len(part) < min_size:
+            skewed = scheme in ("dirichlet", "quantity")
+            raise PartitionError(
+                f"client {client} would hold {len(part)} example{'s' * (len(part) != 1)}, "
+                f"fewer than min_size={min_size}: "
+                + (f"raise alpha (now {alpha}), " if skewed else "")
+                + "use fewer clients, or lower min_size"
+            )
+
+
+def _quantity(
+    examples: int, clients: int, alpha: float, rng: np.random.Generator
+) -> list[np.ndarray]:
+    shares = rng.dirichlet(np.full(clients, alpha))
+    cuts = np.floor(np.cumsum(shares)[:-1] * examples).astype(np.int64)
+    return _none_empty(list(np.split(rng.permutation(examples), cuts)), rng)
+
+
+def _none_empty(parts: list[np.ndarray], rng: np.random.Generator) -> list[np.ndarray]:
+    """Each empty client takes one example (chosen by the seed) from the largest."""
+    for client in range(len(parts)):
+        if len(parts[client]) == 0:
+            donor = int(np.argmax([len(p) for p in parts]))
+            taken = int(rng.integers(len(parts[donor])))
+            parts[client] = parts[donor][taken : taken + 1]
+            parts[donor] = np.delete(parts[donor], taken)
+    return parts
 
 
 def _dirichlet(
@@ -104,15 +153,7 @@ def _dirichlet(
         cuts = np.floor(np.cumsum(shares)[:-1] * len(members)).astype(np.int64)
         for client, piece in enumerate(np.split(members, cuts)):
             pieces[client].append(piece)
-    parts = [np.concatenate(p) for p in pieces]
-    # No empty client: each empty one takes one example (chosen by the seed) from the largest.
-    for client in range(clients):
-        if len(parts[client]) == 0:
-            donor = int(np.argmax([len(p) for p in parts]))
-            taken = int(rng.integers(len(parts[donor])))
-            parts[client] = parts[donor][taken : taken + 1]
-            parts[donor] = np.delete(parts[donor], taken)
-    return parts
+    return _none_empty([np.concatenate(p) for p in pieces], rng)
 
 
 def _labels_per_client(

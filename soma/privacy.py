@@ -4,7 +4,8 @@ accountant. Pure: tensors and numbers in, tensors and numbers out; nothing read 
 An *update* is export-shaped, `{node: {key: tensor}}`: a client's weights minus the round's
 start. Its coordinates are its real floating-point tensors, all nodes together; integer and
 bool tensors are counts (BatchNorm's `num_batches_tracked`), never clipped, never noised,
-never in the norm: they pass through as they are. A complex tensor is refused (its noise
+never in the norm: they pass through `clip` as they are (dp_fedavg keeps the round start's
+value of them, never a client's, which no noise would cover). A complex tensor is refused (its noise
 would need a convention of its own, and nothing in soma trains one).
 
 - `clip`: the whole update scaled so that its L2 norm (over every float of every node, one
@@ -14,22 +15,36 @@ would need a convention of its own, and nothing in soma trains one).
   sensitivity is C, its noise z C, and the mean divides both by the fixed m.
 - `share_std`: distributed DP, each of the m clients' share, z C / sqrt(m): m independent
   shares add up to the central z C.
-- `generator` and `gaussian`: the noise, drawn from a `torch.Generator` seeded by the SHA-256
-  of (seed, what it is for): a rerun round draws the same bits. The noise is only as secret
-  as the seed: whoever knows it can draw the noise again and take it off. `seed=None` draws
-  the generator's seed from the operating system instead (private, not reproducible).
+- `NoiseSource` and `gaussian`: the noise, from AES-256 in counter mode under a 32-byte key
+  (`private_noise`: `os.urandom`), never from the run's seed: the seed is in the config and
+  in the store, and a torch generator keeps 32 bits of it, few enough to try them all and
+  take the noise off the published weights (it was done, in 35 minutes on two cores).
+  `reproducible_noise_not_private` keys it by the SHA-256 of a seed instead, for benchmarks,
+  and is not private. Continuous Gaussian noise, drawn in float64 and rounded once to the
+  weight's dtype, in both modes; in distributed mode it is added before the secure sum's
+  fixed point (rounding after the noise is post-processing). Discrete noise in the secure
+  sum's ring (TensorFlow Federated's distributed discrete Gaussian or Skellam) was not
+  chosen: the sum of m continuous Gaussian shares is exactly the central Gaussian, so the
+  accounting below is exact, where a sum of discrete Gaussians is only close to one and
+  needs an accountant of its own; the floating-point caveat (Mironov 2012: the low bits of a
+  float sample are not exactly Gaussian) is bounded by the float32 rounding of the result.
 - Adaptive clipping (Andrew et al. 2021): `update_multiplier` and `next_clip`.
-- The accountant: `epsilon` (one configuration, `rounds` times), `epsilon_of` (a history of
-  configurations, for a run whose noise or participation changed), `noise_for_epsilon` (its
-  inverse, by bisection). Each round is `PoissonSampledDpEvent(q, GaussianDpEvent(z))` under
-  add-or-remove-one adjacency, composed by `dp_accounting`'s RDP accountant by default: it is
-  the moments accountant of McMahan et al. and Andrew et al., so figures compare with theirs;
-  it is closed-form and takes well under a millisecond (the bisection and the budget check,
-  done by every process that finds a round ready, are free); and it is an upper bound, about
-  10% above the tighter PLD accountant's (`accountant="pld"`, 20-500 ms a call): the safe
-  side. soma samples a fixed count of clients per round, without replacement, where the
-  accountant assumes Poisson sampling: at full participation (q = 1) the two are the same
-  thing; below it, this is the customary approximation (TF Privacy makes it too).
+- The accountant, against whom each figure holds:
+  - `exposure` and `epsilon_public`: against whoever reads the store or the config, who
+    knows the sample (soma draws it by hash from the run's seed and writes it in every
+    round record): a client's rounds are Gaussian mechanisms composed, no amplification by
+    sampling, add-or-remove-one adjacency. Gaussians compose exactly into one Gaussian, so a
+    client's history is one number, the sum of z^-2 over the rounds it took part in. This is
+    the figure dp_fedavg reports and stops its budget on (the worst-placed client's).
+  - `epsilon` and `epsilon_of` (a history of stretches): a Poisson sample at rate q that is
+    secret from the reader (`PoissonSampledDpEvent`, add-or-remove-one). soma draws no such
+    sample, so nothing here reports it; it is the figure the literature quotes.
+  - `epsilon_fixed_sample`: a fixed count drawn without replacement, secret from the
+    reader (`SampledWithoutReplacementDpEvent`, replace-one, multiplier z / 2).
+  - `noise_for_epsilon`: the inverse of `epsilon`, by bisection (at rate 1 it is the public
+    figure of a client that takes part in every round).
+  RDP by default (the moments accountant of McMahan et al., closed-form and fast, an upper
+  bound about 10% above the tighter PLD's, `accountant="pld"`).
 - `spent`: what a state says was spent, for `soma status` and the summary.
 
 `dp_accounting` is an optional dependency (`pip install 'soma[privacy]'`), imported only when
@@ -43,10 +58,11 @@ import hashlib
 import logging
 import math
 import numbers
-import secrets
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from soma.arithmetic import working_dtype
@@ -58,7 +74,7 @@ TensorMap = dict[str, dict[str, torch.Tensor]]
 Stretch = tuple[float, float, int]
 
 ACCOUNTANTS = ("rdp", "pld")
-INSTALL = "pip install 'soma[privacy]' (or pip install dp-accounting)"
+INSTALL = "pip install 'soma[privacy]' (or pip install dp-accounting cryptography)"
 
 
 class PrivacyError(SomaError):
@@ -135,20 +151,73 @@ def share_std(bound: float, multiplier: float, clients_sampled: int) -> float:
     return multiplier * bound / math.sqrt(clients_sampled)
 
 
-def generator(seed: int | None, *parts: object) -> torch.Generator:
-    """A CPU generator seeded by SHA-256 of (seed, parts): the same bits for the same (seed,
-    parts) in every process; another round, client or purpose, another stream. `seed=None`:
-    a seed from the operating system's entropy, different every call."""
-    if seed is None:
-        return torch.Generator().manual_seed(secrets.randbits(63))
+KEY_BYTES = 32  # AES-256: the noise's key is 256 bits, never a 32- or 64-bit seed
+
+
+class NoiseSource:
+    """Standard normals from AES-256 in counter mode under a 32-byte key (through
+    `cryptography`): a cryptographically secure stream, so that the noise cannot be drawn
+    again, and so taken off the published weights, by anyone who does not hold the key. A
+    torch generator keeps 32 bits of its seed at most (`manual_seed(s)` is
+    `manual_seed(s + 2**32)`): its noise was recovered from published weights by trying
+    every seed. The key is refused unless it is 32 bytes; it lives in this object only.
+
+    Uniforms are 53-bit (the top bits of each 64-bit word of the keystream, plus a half so
+    that none is 0), turned into pairs of normals by Box-Muller in float64."""
+
+    __slots__ = ("_stream",)
+
+    def __init__(self, key: bytes) -> None:
+        if not isinstance(key, (bytes, bytearray)) or len(key) != KEY_BYTES:
+            length = len(key) if isinstance(key, (bytes, bytearray)) else type(key).__name__
+            raise PrivacyError(
+                f"the noise key is {KEY_BYTES} bytes (AES-256), not {length}: a shorter seed "
+                "is a search space whoever reads the weights can try in full"
+            )
+        try:
+            from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+        except ImportError as error:
+            raise PrivacyError(f"the noise needs cryptography: {INSTALL}") from error
+
+        cipher = Cipher(algorithms.AES(bytes(key)), modes.CTR(bytes(16)))  # one key, one stream
+        self._stream = cipher.encryptor()
+
+    def __repr__(self) -> str:
+        return "NoiseSource(<key withheld>)"
+
+    def uniform(self, count: int) -> torch.Tensor:
+        """`count` uniforms in (0, 1), float64, from the next 8 x `count` keystream bytes."""
+        words = np.frombuffer(self._stream.update(bytes(8 * count)), dtype=np.uint64)
+        return (torch.from_numpy((words >> np.uint64(11)).astype(np.float64)) + 0.5) * 2.0**-53
+
+    def normal(self, shape: Sequence[int], dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        """Standard normals of `shape`, drawn in float64 and rounded once to `dtype`."""
+        count = math.prod(shape)
+        pairs = (count + 1) // 2
+        u = self.uniform(2 * pairs)
+        radius = torch.sqrt(-2.0 * torch.log(u[:pairs]))
+        angle = 2.0 * math.pi * u[pairs:]
+        draws = torch.cat([radius * torch.cos(angle), radius * torch.sin(angle)])[:count]
+        return draws.reshape(tuple(shape)).to(dtype)
+
+
+def private_noise() -> NoiseSource:
+    """Noise keyed by 32 bytes from the operating system (`os.urandom`): nothing about the
+    run (its seed, its config, the store) determines it, and the key is never written."""
+    return NoiseSource(os.urandom(KEY_BYTES))
+
+
+def reproducible_noise_not_private(seed: int, *parts: object) -> NoiseSource:
+    """Noise keyed by SHA-256 of (seed, parts): a rerun draws the same bits, and so can
+    whoever knows the seed, and take the noise off. For benchmarks only: a strategy using it
+    reports an infinite epsilon."""
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise PrivacyError(f"seed must be an integer or None, not {seed!r}")
-    text = "/".join(["soma/privacy", str(int(seed)), *map(str, parts)])
-    digest = hashlib.sha256(text.encode()).digest()
-    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "big") >> 1)
+        raise PrivacyError(f"seed must be an integer, not {seed!r}")
+    text = "/".join(["soma/privacy/reproducible-not-private", str(int(seed)), *map(str, parts)])
+    return NoiseSource(hashlib.sha256(text.encode()).digest())
 
 
-def gaussian(like: Tensors, std: float, generator: torch.Generator) -> TensorMap:
+def gaussian(like: Tensors, std: float, source: NoiseSource) -> TensorMap:
     """N(0, std^2) for every float of `like` (in sorted node and key order, so the draw does not
     depend on the order a map was built in), in float32 for half precision and in the tensor's
     own dtype otherwise; counts get no noise and are absent from the result."""
@@ -157,8 +226,8 @@ def gaussian(like: Tensors, std: float, generator: torch.Generator) -> TensorMap
     noise: TensorMap = {}
     for node, key, tensor in coordinates:
         dtype = working_dtype(tensor.dtype)
-        draw = torch.randn(tensor.shape, generator=generator, dtype=dtype)
-        noise.setdefault(node, {})[key] = draw * std
+        draw = source.normal(tuple(tensor.shape)) * std
+        noise.setdefault(node, {})[key] = draw.to(dtype)
     return noise
 
 
@@ -271,6 +340,93 @@ def _epsilon(stretches: tuple[Stretch, ...], delta: float, accountant: str) -> f
     return float(ledger.get_epsilon(delta))
 
 
+def exposure(multiplier: float, rounds: int = 1) -> float:
+    """What `rounds` Gaussian rounds with noise multiplier z cost one client that took part
+    in them, as a number that adds up: rounds / z^2 (infinite without noise). Gaussian
+    mechanisms compose exactly into one Gaussian mechanism whose multiplier is
+    (sum of z^-2)^(-1/2), so a client's whole history is this one sum."""
+    z = _non_negative("noise multiplier", multiplier)
+    if isinstance(rounds, bool) or not isinstance(rounds, numbers.Integral) or rounds < 0:
+        raise PrivacyError(f"rounds must be an integer >= 0, not {rounds!r}")
+    if rounds == 0:
+        return 0.0
+    return math.inf if z == 0 else rounds / z**2
+
+
+def epsilon_public(spent_exposure: float, delta: float, *, accountant: str = "rdp") -> float:
+    """The epsilon at `delta` of a client whose rounds add up to `spent_exposure` (the sum
+    of `exposure` over the rounds it took part in), against whoever knows which rounds those
+    were: the sample is public (soma draws it from the run's seed and records it), so no
+    amplification by sampling: the rounds are Gaussian mechanisms composed, under
+    add-or-remove-one adjacency (the sum's sensitivity is the clip C)."""
+    total = _real("exposure", spent_exposure)
+    if total < 0:
+        raise PrivacyError(f"exposure must be >= 0, not {spent_exposure!r}")
+    delta = _delta(delta)
+    _accountant(accountant)
+    if total == 0:
+        return 0.0
+    if math.isinf(total):
+        return math.inf
+    return _epsilon_events(("gaussian", total**-0.5), delta, accountant)
+
+
+def epsilon_fixed_sample(
+    noise_multiplier: float, clients: int, sampled: int, rounds: int, delta: float
+) -> float:
+    """The epsilon at `delta` of `rounds` rounds, each a Gaussian mechanism on a sample of
+    exactly `sampled` of `clients` drawn without replacement, against a reader from whom the
+    sample is secret. Such a sample is a fixed count, so the adjacency is replace-one (the
+    count is public): one client's update replaced by another's moves the sum by up to 2C,
+    so the event's multiplier is z / 2 (Wang, Balle and Kasiviswanathan 2019, RDP only)."""
+    z = _non_negative("noise multiplier", noise_multiplier)
+    clients, sampled = _count("clients", clients), _count("clients sampled", sampled)
+    if sampled > clients:
+        raise PrivacyError(f"a sample of {sampled} is more than the {clients} clients")
+    if isinstance(rounds, bool) or not isinstance(rounds, numbers.Integral) or rounds < 0:
+        raise PrivacyError(f"rounds must be an integer >= 0, not {rounds!r}")
+    delta = _delta(delta)
+    if rounds == 0:
+        return 0.0
+    if z == 0:
+        return math.inf
+    return _epsilon_events(("fixed", z / 2, clients, sampled, int(rounds)), delta, "rdp")
+
+
+@functools.lru_cache(maxsize=1024)
+def _epsilon_events(event: tuple, delta: float, accountant: str) -> float:
+    dp = _dp_accounting()
+    if event[0] == "gaussian":
+        built, relation = dp.GaussianDpEvent(event[1]), dp.NeighboringRelation.ADD_OR_REMOVE_ONE
+    else:
+        _, z, clients, sampled, rounds = event
+        sample = dp.SampledWithoutReplacementDpEvent(clients, sampled, dp.GaussianDpEvent(z))
+        built, relation = dp.SelfComposedDpEvent(sample, rounds), dp.NeighboringRelation.REPLACE_ONE
+    if accountant == "rdp":
+        from dp_accounting import rdp
+
+        ledger = rdp.RdpAccountant(neighboring_relation=relation)
+    else:
+        from dp_accounting import pld
+
+        ledger = pld.PLDAccountant()
+    ledger.compose(built)
+    return float(ledger.get_epsilon(delta))
+
+
+def _delta(delta: object) -> float:
+    value = _real("delta", delta)
+    if not 0 < value < 1:
+        raise PrivacyError(f"delta must be in (0, 1), not {delta!r}")
+    return value
+
+
+def _accountant(accountant: object) -> None:
+    if accountant not in ACCOUNTANTS:
+        known = ", ".join(ACCOUNTANTS)
+        raise PrivacyError(f"accountant must be one of {known}, not {accountant!r}")
+
+
 def noise_for_epsilon(
     target_epsilon: float,
     delta: float,
@@ -303,10 +459,23 @@ def noise_for_epsilon(
     return high
 
 
+STORE_READER, SECRET_POISSON = "store_reader", "secret_poisson_sample"
+# Whom a reported epsilon holds against, by the `against` that `spent` gives it.
+ADVERSARIES = {
+    STORE_READER: "whoever reads the store or the config (the sample is public: the "
+    "worst-placed client's rounds composed, no amplification by sampling)",
+    SECRET_POISSON: "only a reader from whom a Poisson sample is secret, not a reader of the "
+    "store (a state kept before soma accounted for the public sample)",
+}
+
+
 def spent(state: object) -> dict[str, Any] | None:
-    """What a strategy's state says was spent so far, `{"epsilon", "delta", "round"}` (and
-    `"budget"` when the run has one), or None for a state that keeps no such account (another
-    strategy's, or none). For `soma status` and the workflow's summary."""
+    """What a strategy's state says was spent so far, `{"epsilon", "delta", "round",
+    "against"}` (and `"budget"` when the run has one), or None for a state that keeps no such
+    account (another strategy's, or none). `against` says whom the figure holds against (a
+    key of ADVERSARIES): a state that keeps each client's `exposure` is the public-sample
+    figure; an older one's assumed a secret Poisson sample. For `soma status` and the
+    workflow's summary."""
     if not isinstance(state, Mapping):
         return None
     try:
@@ -317,6 +486,7 @@ def spent(state: object) -> dict[str, Any] | None:
         }
     except (KeyError, TypeError, ValueError):
         return None
+    found["against"] = STORE_READER if "exposure" in state else SECRET_POISSON
     budget = state.get("budget")
     if isinstance(budget, (int, float)) and not isinstance(budget, bool):
         found["budget"] = float(budget)

@@ -2,7 +2,7 @@
 killed at random instants or raced by a gc.
 
     python tests/health_worker.py serve <store>
-        reads `<op> <trial>` lines (op: keep, claim, gather); for each, forks a writer (torch
+        reads `<op> <trial>` lines (op: keep, claim, gather, group); for each, forks a writer (torch
         is imported once, here), prints `started <pid>`, waits for it, prints
         `reaped <pid> <killed-by-signal> <operations done>`
     python tests/health_worker.py reput <store> <epoch> <count> <seed>
@@ -84,10 +84,21 @@ def _gather(store, trial: int, done) -> None:
         done[0] += 1
 
 
+def _group(store, trial: int, done) -> None:
+    """Group commits, as a process hosting 4 clients makes them: 4 values kept, bound together
+    at the end of the group (`group/<trial>/<i>`, i = 4 * commit + client)."""
+    for commit in range(10_000):
+        with store.group():
+            for c in range(4):
+                i = 4 * commit + c
+                store.keep(f"group/{trial}/{i}", keep_value(trial, i))
+        done[0] += 1
+
+
 def serve(directory: str) -> None:
     from soma.store import Store
 
-    ops = {"keep": _keep, "claim": _claim, "gather": _gather}
+    ops = {"keep": _keep, "claim": _claim, "gather": _gather, "group": _group}
     print("ready", flush=True)
     for line in sys.stdin:
         op, trial = line.split()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from soma.secagg.jobs import PRIVATE
+from soma.run.secrets import FILE_MODE as PRIVATE
 from soma.store.files import write_atomic
 from soma.workflow import read_receipt, write_receipt
 

@@ -17,6 +17,7 @@ CASES = [
     ("dirichlet", {"alpha": 0.05}),
     ("dirichlet", {"alpha": 0.5}),
     ("dirichlet", {"alpha": 1000.0}),
+    ("quantity", {"alpha": 0.5}),
     ("labels_per_client", {"labels_per_client": 1}),
     ("labels_per_client", {"labels_per_client": 2}),
     ("labels_per_client", {"labels_per_client": 3}),
@@ -153,9 +154,9 @@ def test_options_are_checked_without_data():
     check("labels_per_client", labels_per_client=10, classes=10)
     with pytest.raises(PartitionError, match="labels_per_client=11"):
         check("labels_per_client", labels_per_client=11, classes=10)
-    with pytest.raises(PartitionError, match="iid, dirichlet, labels_per_client"):
+    with pytest.raises(PartitionError, match="iid, dirichlet, labels_per_client, quantity"):
         check("IID")
-    assert SCHEMES == ("iid", "dirichlet", "labels_per_client")
+    assert SCHEMES == ("iid", "dirichlet", "labels_per_client", "quantity")
 
 
 @settings(max_examples=60, deadline=None)
@@ -204,3 +205,23 @@ def test_property_disjoint_cover(
     assert_disjoint_cover(parts, examples)
     if scheme == "labels_per_client":
         assert all(len(np.unique(labels[part])) == labels_per_client for part in parts)
+
+
+def test_quantity_skew_gives_unequal_sizes_with_labels_spread_alike():
+    skewed = sorted(len(p) for p in partition(LABELS, 10, "quantity", alpha=0.5, seed=1))
+    even = sorted(len(p) for p in partition(LABELS, 10, "quantity", alpha=1000.0, seed=1))
+    assert skewed[-1] > 4 * skewed[0] and even[-1] < 1.3 * even[0]
+    parts = partition(LABELS, 10, "quantity", alpha=0.5, seed=1)
+    assert distance_from_overall(parts) < distance_from_overall(
+        partition(LABELS, 10, "dirichlet", alpha=0.5, seed=1)
+    )
+
+
+def test_a_client_below_min_size_is_refused_naming_it_and_the_option():
+    labels = np.array([0, 0, 0, 1, 1, 1, 2, 2, 2, 2])
+    refused = r"client \d+ would hold 1 example, fewer than min_size=2"
+    with pytest.raises(PartitionError, match=refused):
+        partition(labels, 10, "dirichlet", alpha=0.01, seed=0, min_size=2)
+    with pytest.raises(PartitionError, match="min_size must be"):
+        partition(labels, 2, "iid", min_size=0)
+    assert all(len(p) >= 5 for p in partition(labels, 2, "iid", min_size=5))

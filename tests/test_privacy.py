@@ -35,7 +35,15 @@ def net(*values: float, count: int = 0) -> dict:
 
 
 def dp(**options) -> object:
-    return load_strategy("dp_fedavg", {"seed": 3, **options})
+    return load_strategy("dp_fedavg", options)
+
+
+def reproducible(**options) -> object:
+    """dp_fedavg whose noise is keyed by seed 3: the bits can be checked, and it is not private."""
+    return load_strategy("dp_fedavg", {"seed": 3, "noise": "reproducible_not_private", **options})
+
+
+NOT_PRIVATE = privacy.reproducible_noise_not_private
 
 
 def updates(*rows: tuple[float, ...], counts: tuple[int, ...] = ()) -> list[Update]:
@@ -91,7 +99,7 @@ def test_the_noise_scale_by_hand() -> None:
 
 def test_a_seeded_draw_has_the_standard_deviation_asked_for() -> None:
     like = {"big": {"w": torch.zeros(200_000)}, "n": {"steps": torch.tensor(3)}}
-    noise = privacy.gaussian(like, 0.3, privacy.generator(7, "central", 1))
+    noise = privacy.gaussian(like, 0.3, privacy.private_noise())
     assert list(noise) == ["big"]  # counts get no noise
     draw = noise["big"]["w"].double()
     assert draw.std().item() == pytest.approx(0.3, rel=0.01)
@@ -102,7 +110,8 @@ def test_the_same_seed_and_round_draw_the_same_bits_another_round_other_bits() -
     like = {"fc": {"w": torch.zeros(1000), "b": torch.zeros(3, dtype=torch.float64)}}
 
     def draw(seed, *parts):
-        return privacy.gaussian(like, 1.0, privacy.generator(seed, *parts))
+        source = privacy.private_noise() if seed is None else NOT_PRIVATE(seed, *parts)
+        return privacy.gaussian(like, 1.0, source)
 
     once, again = draw(5, "central", 3), draw(5, "central", 3)
     assert torch.equal(once["fc"]["w"], again["fc"]["w"])
@@ -115,7 +124,7 @@ def test_the_same_seed_and_round_draw_the_same_bits_another_round_other_bits() -
 
 def test_half_precision_is_noised_in_float32() -> None:
     noise = privacy.gaussian(
-        {"fc": {"w": torch.zeros(4, dtype=torch.float16)}}, 1.0, privacy.generator(1)
+        {"fc": {"w": torch.zeros(4, dtype=torch.float16)}}, 1.0, privacy.private_noise()
     )
     assert noise["fc"]["w"].dtype == torch.float32
 
@@ -183,6 +192,7 @@ def test_spent_reads_a_dp_state_and_nothing_else() -> None:
         "epsilon": privacy.epsilon(1.0, 1.0, 1, DELTA),
         "delta": DELTA,
         "round": 1,
+        "against": privacy.STORE_READER,
     }
     budgeted = dp(budget=100.0).aggregate(net(0, 0, 0), updates((1, 0, 0)), None, clients=1)[1]
     assert privacy.spent(budgeted)["budget"] == 100.0
@@ -195,11 +205,12 @@ def test_spent_reads_a_dp_state_and_nothing_else() -> None:
 
 def test_central_without_noise_by_hand() -> None:
     """Clip 0.5: (3, 4, 0) is 5 long and becomes (0.3, 0.4, 0); (0, 0.25, 0) is within. Their
-    mean over the two clients, unweighted whatever their sizes; the first update's count."""
+    mean over the two clients, unweighted whatever their sizes; the start's count, not a
+    client's (no noise covers it)."""
     strategy = dp(clip=0.5, noise_multiplier=0.0)
     weights, _ = strategy.aggregate(net(1, 1, 1), updates((4, 5, 1), (1, 1.25, 1)), None, clients=2)
     assert torch.allclose(weights["fc"]["weight"], t(1.15, 1.325, 1), atol=1e-6)
-    assert torch.equal(weights["fc"]["steps"], torch.tensor(7))
+    assert torch.equal(weights["fc"]["steps"], torch.tensor(0))
 
 
 def test_central_divides_by_the_clients_expected_not_by_those_who_came() -> None:
@@ -210,10 +221,10 @@ def test_central_divides_by_the_clients_expected_not_by_those_who_came() -> None
 
 def test_central_noise_by_hand_is_the_seeded_draw_at_z_c_over_m() -> None:
     """z = 1.5, C = 0.5, m = 2: the mean's noise has standard deviation 1.5 x 0.5 / 2."""
-    strategy = dp(clip=0.5, noise_multiplier=1.5)
+    strategy = reproducible(clip=0.5, noise_multiplier=1.5)
     previous = net(0, 0, 0)
     weights, _ = strategy.aggregate(previous, updates((3, 4, 0), (0, 0.25, 0)), None, clients=2)
-    noise = privacy.gaussian(previous, 0.375, privacy.generator(3, "central", 1))
+    noise = privacy.gaussian(previous, 0.375, NOT_PRIVATE(3, "central", 1))
     expected = t(0.15, 0.325, 0) + noise["fc"]["weight"]
     assert torch.allclose(weights["fc"]["weight"], expected, atol=1e-6)
 
@@ -226,8 +237,8 @@ def test_central_noise_has_standard_deviation_z_c_over_m_on_a_large_model() -> N
     assert weights["big"]["w"].double().std().item() == pytest.approx(2.0 * 0.5 / 3, rel=0.02)
 
 
-def test_a_rerun_round_draws_the_same_bits_and_the_next_round_others() -> None:
-    strategy = dp(clip=0.5, noise_multiplier=1.0)
+def test_a_reproducible_rerun_round_draws_the_same_bits_and_the_next_round_others() -> None:
+    strategy = reproducible(clip=0.5, noise_multiplier=1.0)
     start = {"big": {"w": torch.zeros(1000)}}
     same = [Update(0, 1.0, start)]
     first, state = strategy.aggregate(start, same, None, clients=1)
@@ -246,11 +257,12 @@ def test_the_state_counts_rounds_and_epsilon_and_continues_through_the_store(tmp
         state = store.recall_digest(store.put_value(state))
         assert state == {
             "round": r,
-            "epsilon": privacy.epsilon(1.5, 0.5, r, DELTA),
+            "epsilon": privacy.epsilon_public(r / 1.5**2, DELTA),  # client 0, every round
             "delta": DELTA,
             "budget": None,
             "clip": 0.5,
             "history": [[1.5, 0.5, r]],
+            "exposure": {"everyone": 0.0, "clients": {"0": r / 1.5**2}},
         }
 
 
@@ -300,7 +312,7 @@ def test_a_round_past_the_budget_is_refused_before_anything_is_computed() -> Non
 def test_the_round_refuses_a_round_past_the_budget_before_anything_is_claimed(tmp_path) -> None:
     store = soma.Store(tmp_path)
     start = net(0, 0, 0)
-    options = {"noise_multiplier": 1.0, "budget": 0.1, "seed": 1}
+    options = {"noise_multiplier": 1.0, "budget": 0.1}
     with pytest.raises(StrategyError, match=r"budget=0.1: one more round .*\(0 rounds so far"):
         soma.gather(
             store,
@@ -357,14 +369,14 @@ def share(strategy, start, state=None):
 
 def test_a_distributed_client_releases_its_clipped_update_plus_its_share_of_noise() -> None:
     """z = 1.5, C = 0.5, m = 4: the client adds noise of standard deviation 1.5 x 0.5 / 2."""
-    strategy = dp(clip=0.5, noise_multiplier=1.5, mode="distributed", clients_per_round=4)
+    strategy = reproducible(clip=0.5, noise_multiplier=1.5, mode="distributed", clients_per_round=4)
     start = net(1, 1, 1, count=2)
     objective = share(strategy, start)
     released = objective.release(net(4, 5, 1, count=9), start, seed=11)
-    noise = privacy.gaussian(start, 0.375, privacy.generator(3, "distributed", 1, 11))
+    noise = privacy.gaussian(start, 0.375, NOT_PRIVATE(3, "distributed", 1, 11))
     expected = t(1.3, 1.4, 1) + noise["fc"]["weight"]
     assert torch.allclose(released["fc"]["weight"], expected, atol=1e-6)
-    assert torch.equal(released["fc"]["steps"], torch.tensor(9))
+    assert torch.equal(released["fc"]["steps"], torch.tensor(2))  # the start's, not its own
     assert objective.finish(released) == (None, None)
 
 
@@ -375,8 +387,8 @@ def test_distributed_shares_have_standard_deviation_z_c_over_sqrt_m() -> None:
     assert released["big"]["w"].double().std().item() == pytest.approx(2.0 * 0.5 / 2, rel=0.02)
 
 
-def test_distributed_clients_draw_their_own_noise_and_a_rerun_the_same() -> None:
-    strategy = dp(clip=0.5, noise_multiplier=1.0, mode="distributed", clients_per_round=2)
+def test_distributed_clients_draw_their_own_noise_and_a_reproducible_rerun_the_same() -> None:
+    strategy = reproducible(clip=0.5, noise_multiplier=1.0, mode="distributed", clients_per_round=2)
     start = {"big": {"w": torch.zeros(1000)}}
     a = share(strategy, start).release(start, start, seed=1)["big"]["w"]
     b = share(strategy, start).release(start, start, seed=2)["big"]["w"]
@@ -390,7 +402,7 @@ def test_the_distributed_averager_only_averages_over_the_m_expected() -> None:
         net(0, 0, 0), updates((3, 4, 0), (1, 0, 0)), None, clients=4
     )
     assert torch.allclose(weights["fc"]["weight"], t(2, 2, 0))  # not clipped: not its to do
-    assert state["epsilon"] == privacy.epsilon(1.0, 0.5, 1, DELTA)
+    assert state["epsilon"] == privacy.epsilon_public(1.0, DELTA)  # the sample is public
 
 
 def test_a_distributed_round_with_fewer_than_m_clients_is_refused() -> None:
@@ -444,7 +456,7 @@ class Setter:
 
 
 def test_train_locally_sends_what_the_objective_releases() -> None:
-    strategy = dp(clip=0.5, noise_multiplier=1.5, mode="distributed", clients_per_round=4)
+    strategy = reproducible(clip=0.5, noise_multiplier=1.5, mode="distributed", clients_per_round=4)
     nodes = {"fc": nn.Linear(3, 1, bias=False)}
     with torch.no_grad():
         nodes["fc"].weight.copy_(t(1, 1, 1).reshape(1, 3))
@@ -452,14 +464,14 @@ def test_train_locally_sends_what_the_objective_releases() -> None:
     _, extra, own = train_locally(
         strategy, Setter(), nodes, t(4, 5, 1).reshape(1, 3), seed=11, state=None, mine=None
     )
-    noise = privacy.gaussian(start, 0.375, privacy.generator(3, "distributed", 1, 11))
+    noise = privacy.gaussian(start, 0.375, NOT_PRIVATE(3, "distributed", 1, 11))
     expected = t(1.3, 1.4, 1).reshape(1, 3) + noise["fc"]["weight"]
     assert torch.allclose(soma.export(nodes)["fc"]["weight"], expected, atol=1e-6)
     assert (extra, own) == (None, None)
 
 
 def test_the_digits_federation_runs_in_both_modes_and_accounts_the_same() -> None:
-    options = {"clip": 1.0, "noise_multiplier": 0.5, "seed": 0, "clients_per_round": 10}
+    options = {"clip": 1.0, "noise_multiplier": 0.5, "clients_per_round": 10}
     for mode in ("central", "distributed"):
         result = soma.simulate(
             "soma.tasks.digits",
@@ -532,7 +544,7 @@ def test_soma_status_shows_the_privacy_spent_per_round(tmp_path) -> None:
 
     store = soma.Store(tmp_path)
     start = store.put_value(net(0, 0, 0))
-    options = {"noise_multiplier": 1.0, "seed": 1}
+    options = {"noise_multiplier": 1.0}
     state = None
     for r in range(2):
         meeting = Meeting(
@@ -548,7 +560,8 @@ def test_soma_status_shows_the_privacy_spent_per_round(tmp_path) -> None:
     assert spent[1]["epsilon"] == pytest.approx(epsilon(1.0, 1.0, 2, 1e-5))
     command = [sys.executable, "-m", "soma.cli", "status", "--store", str(tmp_path), "--run", "dp"]
     shown = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
-    assert f"privacy spent: epsilon {spent[1]['epsilon']:.4g} at delta 1e-05" in shown.stdout
+    shown_spent = f"privacy spent: epsilon {spent[1]['epsilon']:.4g} at delta 1e-05"
+    assert f"{shown_spent}, against whoever reads the store or the config" in shown.stdout
     as_json = subprocess.run([*command, "--json"], capture_output=True, text=True, check=True)
     assert json.loads(as_json.stdout)[1]["privacy"] == spent[1]
 
@@ -568,12 +581,14 @@ def test_the_workflows_summary_has_the_epsilon_spent_per_round(tmp_path) -> None
     ]
     command += ["--cores", "2", "--configfile", str(root / "tests/fixtures/tiny.yaml")]
     command += [str(root / "tests/fixtures/no-baselines.yaml"), "--config", "strategy=dp_fedavg"]
-    command += ["strategy_options={dp_fedavg: {noise_multiplier: 2.0, seed: 1}}", "run=dp"]
+    command += ["strategy_options={dp_fedavg: {noise_multiplier: 2.0}}", "run=dp"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = (tmp_path / "results/dp/summary.tsv").read_text().splitlines()
     header = lines[0].split("\t")
-    assert header[-1] == "epsilon"
-    shown = [float(line.split("\t")[-1]) for line in lines[2:]]  # after the start row
-    expected = [privacy.epsilon(2.0, 1.0, r, 1e-5) for r in (1, 2)]
-    assert shown == pytest.approx(expected, rel=1e-3)
+    column = header.index("epsilon")
+    assert header[column + 1] == "epsilon_against"
+    rows = [line.split("\t") for line in lines[2:]]  # after the start row
+    expected = [privacy.epsilon_public(r / 2.0**2, 1e-5) for r in (1, 2)]
+    assert [float(row[column]) for row in rows] == pytest.approx(expected, rel=1e-3)
+    assert {row[column + 1] for row in rows} == {privacy.STORE_READER}

@@ -67,7 +67,7 @@ def every_name_whole(store: Store) -> int:
         except Exception:  # noqa: BLE001 - any failure to read a name back is a loss
             wrong += 1
             continue
-        if name.startswith("keep/"):
+        if name.startswith(("keep/", "group/")):
             trial, i = map(int, name.split("/")[1:])
             same = value == {**value, "i": i, "trial": trial}
             same = same and _equal(value["export"], worker.keep_value(trial, i)["export"])
@@ -78,6 +78,15 @@ def every_name_whole(store: Store) -> int:
             mean = store.recall_digest(value["weights"])
             wrong += not _equal(mean, worker.gather_export(r))
     return wrong
+
+
+def aged(store: Store) -> None:
+    """Every blob and temporary made older than gc's floor (`health.MIN_AGE`): a test where
+    nothing writes any more lets gc take what the floor would keep a minute longer."""
+    then = time.time() - 2 * health.MIN_AGE
+    for path in [*(store.directory / "blobs").rglob("*"), *(store.directory / "tmp").iterdir()]:
+        if path.is_file():
+            os.utime(path, (then, then))
 
 
 def _equal(a: dict, b: dict) -> bool:
@@ -125,13 +134,61 @@ def test_writers_killed_at_random_instants_of_keep_claim_and_gather(tmp_path: Pa
             figures["lost"] += wrong
             assert wrong == 0, f"trial {trial}: {wrong} names point at partial values"
             # nothing writes now: what the killed writer left goes, and verify stays clean
-            cleaned = health.gc(store, min_age=0)
+            aged(store)
+            cleaned = health.gc(store, min_age=health.MIN_AGE)
             assert os.listdir(store.directory / "tmp") == [], cleaned.lines()
             assert health.verify(store).clean
             for name in store.bound("keep/"):  # keep the store small
                 store.forget(name)
         taken = [n for n in store.bound("gather/") if "/takeover/" in n]
         FIGURES["SIGKILL in gather"]["averagings taken over"] += len(taken)
+    finally:
+        server.stdin.close()
+        server.kill()
+        server.wait()
+
+
+def test_writers_killed_at_random_instants_of_group_commits(tmp_path: Path) -> None:
+    """A process hosting several clients commits them as a group (Store.group): killed at
+    any instant, no name reaches a partial value, and the names are bound in order, after
+    every value of their group was written."""
+    store = Store(tmp_path / "store")
+    server = subprocess.Popen(
+        [sys.executable, str(HERE / "health_worker.py"), "serve", str(store.directory)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    rng = random.Random(2323)
+    try:
+        assert server.stdout.readline() == "ready\n"
+        for trial in range(8):
+            server.stdin.write(f"group {trial}\n")
+            server.stdin.flush()
+            started = server.stdout.readline().split()
+            time.sleep(rng.uniform(0.005, 0.3))
+            try:
+                os.kill(int(started[1]), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            reaped = server.stdout.readline().split()
+            assert reaped[:3] == ["reaped", started[1], "1"], f"not killed, it ended: {reaped}"
+            figures = FIGURES["SIGKILL in group commit"]
+            figures["trials"] += 1
+            figures["faults"] += 1
+            figures["operations done"] += int(reaped[3])
+            report = health.verify(store)
+            figures["detected"] += len(report.problems)
+            assert report.clean, report.lines()
+            wrong = every_name_whole(store)
+            figures["lost"] += wrong
+            assert wrong == 0, f"trial {trial}: {wrong} names point at partial values"
+            bound = [int(n.rsplit("/", 1)[1]) for n in store.bound(f"group/{trial}/")]
+            assert sorted(bound) == list(range(len(bound)))
+            assert 4 * int(reaped[3]) <= len(bound) <= 4 * int(reaped[3]) + 4
+            health.gc(store, min_age=0)
+            for name in store.bound("group/"):
+                store.forget(name)
     finally:
         server.stdin.close()
         server.kill()
@@ -190,7 +247,8 @@ def test_a_full_filesystem_fails_keeps_cleanly_and_loses_nothing(small_tmpfs: Pa
         for name in rng.sample(sorted(kept), len(kept) // 2):  # free some, as a user would
             store.forget(name)
             del kept[name]
-        health.gc(store, min_age=0)
+        aged(store)
+        health.gc(store, min_age=health.MIN_AGE)
         assert health.verify(store).clean
 
 
@@ -519,3 +577,175 @@ def test_gc_in_a_loop_while_soma_clients_keep_and_gather(
         assert store.recall_digest(record["weights"])
         for given in record["inputs"]:
             assert store.recall_digest(given["weights"])
+
+
+# --- records written by hand, not through contribute (issue 20) ---------------------------
+
+
+def _hand_cases(store: Store) -> list[tuple[str, object]]:
+    """(what, client 1's record) as a careless user or a hostile writer would leave it."""
+    import json
+    import struct
+
+    from soma.store import codecs
+
+    def export(v: float, **change) -> str:
+        w = torch.full((4, 3), v)
+        for at, value in change.items():
+            w.view(-1)[int(at[1:])] = value
+        return store.put_value({"fc": {"w": w, "b": torch.zeros(4)}})
+
+    def header(**offsets) -> str:
+        described = {
+            k: {"dtype": "F32", "shape": [2], "data_offsets": o} for k, o in offsets.items()
+        }
+        raw = json.dumps(described).encode()
+        blob = store.put(struct.pack("<Q", len(raw)) + raw + bytes(8))
+        return store.put(codecs.record_bytes({"fc": {"$tensors": blob}}, None))
+
+    def record(weights: object, **more) -> dict:
+        return {"client": 1, "size": 1.0, "weights": weights, "extra": None, "own": None,
+                "by": None, **more}  # fmt: skip
+
+    return [
+        ("NaN", record(export(1.0, i5=float("nan")))),
+        ("infinity", record(export(1.0, i0=float("inf")))),
+        ("overlapping offsets", record(header(a=[0, 8], b=[0, 8]))),
+        ("offsets out of range", record(header(a=[0, 8], b=[8, 16]))),
+        ("no weights key", {"client": 1, "size": 1.0}),
+        ("weights not a digest", record(42)),
+        ("weights not in the store", record("0" * 64)),
+        ("weights not an export", record(store.put_value({"fc": 3}))),
+        ("another client's record", record(export(1.0), client=0)),
+        ("another network", record(store.put_value({"fc": {"w": torch.zeros(2)}}))),
+        ("not a record", [1, 2]),
+    ]
+
+
+def test_records_written_by_hand_are_refused_before_the_claim_naming_the_client(
+    tmp_path: Path,
+) -> None:
+    from soma.errors import SomaError
+    from soma.round import Meeting, contribute
+
+    store = Store(tmp_path / "store")
+    figures = FIGURES["records by hand"]
+    good = {"fc": {"w": torch.ones(4, 3), "b": torch.zeros(4)}}
+    for i, (what, record) in enumerate(_hand_cases(store)):
+        for quorum in (None, 1):
+            meeting = Meeting(f"hand{i}", 0, 2, quorum=quorum)
+            store.keep(meeting.client(1), record)
+            figures["trials"] += 1
+            figures["faults"] += 1
+            with pytest.raises(SomaError) as refused:
+                soma.gather(store, good, run=meeting.run, round=0, clients=2, mine=0, size=1.0,
+                            deadline=0.2, backoff=QUICK, quorum=quorum)  # fmt: skip
+            claimed = [n for n in store.bound(meeting.prefix) if "/inputs/" in n]
+            named = "client 1" in str(refused.value)
+            figures["detected"] += named and not claimed
+            figures["lost"] += bool(claimed) or store.resolve(meeting.average) is not None
+            assert named and not claimed, (what, str(refused.value), claimed)
+    # a second contribution with other weights: refused, the first stands
+    meeting = Meeting("twice", 0, 2)
+    first = contribute(store, meeting, good, mine=1, size=1.0)
+    figures["trials"] += 1
+    figures["faults"] += 1
+    with pytest.raises(SomaError, match="client 1 already contributed to round 0"):
+        contribute(store, meeting, {"fc": {"w": torch.zeros(4, 3), "b": torch.ones(4)}},
+                   mine=1, size=1.0)  # fmt: skip
+    kept = store.resolve(meeting.client(1)) == first.record
+    figures["detected"] += kept
+    figures["lost"] += not kept
+
+
+def _as_before(store: Store, pristine: Store) -> None:
+    """Every name of `pristine` bound in `store` as it is there, its blob present (cheaper
+    than a copy of the store: a trial damages a record or a name, or drops a name)."""
+    from soma.store.errors import CorruptName
+
+    for name in pristine.bound():
+        digest = pristine.resolve(name)
+        if not store.has(digest):
+            store.put(pristine.get(digest))
+        try:
+            same = store.resolve(name) == digest
+        except CorruptName:
+            same = False
+        if not same:
+            store.bind(name, digest)
+
+
+def _one_of_each_kind(store: Store, names: list[str]) -> list[str]:
+    """A name of each kind (client records, tree nodes of a level, holders...: digests and
+    indices aside), the one whose digest fewest other names hold (a tree node's holder that
+    is not also the averager), to keep the trials few."""
+    import re
+
+    held = {n: store.resolve(n) for n in names}
+    shared = defaultdict(int)
+    for digest in held.values():
+        shared[digest] += 1
+    kinds: dict[str, str] = {}
+    for name in sorted(names, key=lambda n: shared[held[n]]):
+        kind = re.sub(r"[0-9a-f]{16,}", "<h>", name)
+        kind = re.sub(r"/(client|tree/\d+)/\d+", r"/\1/<i>", kind)
+        kinds.setdefault(kind, name)
+    return sorted(kinds.values())
+
+
+def test_every_record_of_a_tree_round_lost_or_its_name_garbled_is_repaired(
+    tmp_path: Path,
+) -> None:
+    """Each record a tree round's names hold (identity, client records, averagings, tree
+    nodes, holders), its blob lost or its name file garbled, one at a time; `soma repair`
+    and, where the advice says so, the client's rerun."""
+    pristine = Store(tmp_path / "pristine")
+    threads = [
+        threading.Thread(
+            target=soma.gather,
+            args=(pristine, _client_export(0, k)),
+            kwargs=dict(
+                run="tree",
+                round=0,
+                clients=5,
+                mine=k,
+                size=10 + k,
+                deadline=60,
+                backoff=QUICK,
+                tree=2,
+            ),
+        )  # fmt: skip
+        for k in range(5)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    figures = FIGURES["tree round records"]
+    rng = random.Random(20)
+    store = Store(tmp_path / "store")
+    shutil.copytree(pristine.directory, store.directory, symlinks=True, dirs_exist_ok=True)
+    for name in _one_of_each_kind(pristine, pristine.bound("tree/")):
+        for how in ("lose", "garble"):
+            _as_before(store, pristine)  # each trial starts from the round as it was
+            held = store.resolve(name)
+            if how == "lose":
+                os.unlink(store.blob_path(held))
+            else:
+                (store.directory / "names" / name).write_text(f"garbled {rng.random()}\n")
+            figures["trials"] += 1
+            figures["faults"] += 1
+            report = health.verify(store)
+            figures["detected"] += not report.clean
+            repaired = health.repair(store)
+            for problem in repaired.left:
+                figures["rerun"] += _rerun(store, pristine, problem)
+            after = health.repair(store)
+            figures["repaired"] += not repaired.left
+            figures["names dropped"] += sum(r.startswith("the name") for r in repaired.removed)
+            figures["lost"] += bool(after.left)
+            if after.left:
+                kind = "/".join(n if len(n) < 64 else "<key>" for n in name.split("/")[4:])
+                figures[f"lost: {how} {kind}"] += 1
+            else:
+                assert health.verify(store).clean

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -171,8 +172,9 @@ def snakemake(workdir: Path, *config: str, umask: int = -1) -> None:
 
 def test_the_workflow_under_secure_aggregation_trains_fedavg_within_the_bound(tmp_path) -> None:
     snakemake(tmp_path / "plain", "run=sec")
-    # under umask 000: the secrets are 0600 on purpose, the receipts as the umask says
-    snakemake(tmp_path / "secure", "run=sec", "secure_aggregation={threshold: 2}", umask=0)
+    # under umask 000: the secrets are 0700/0600 on purpose, the receipts as the umask says
+    secure = f"secure_aggregation={{threshold: 2, secrets: '{tmp_path}/secrets/{{client}}'}}"
+    snakemake(tmp_path / "secure", "run=sec", secure, umask=0)
     for r in range(2):
         receipts = [
             json.loads((tmp_path / side / f"results/sec/round/{r}/average.json").read_text())
@@ -188,9 +190,13 @@ def test_the_workflow_under_secure_aggregation_trains_fedavg_within_the_bound(tm
                     secure[node][key], plain[node][key], atol=1e-5, rtol=1e-4
                 )
         assert receipts[1]["inputs"] == [{"client": k, "secure": True} for k in range(3)]
-    private = sorted((tmp_path / "secure/private/sec").rglob("*.json"))
-    assert len(private) == 2 * 3 * 2, "each client's secrets, per round, before and after sharing"
-    assert {p.stat().st_mode & 0o777 for p in private} == {0o600}
+    folders = sorted((tmp_path / "secrets").iterdir())
+    assert [p.name for p in folders] == ["0", "1", "2"], "a folder a client"
+    assert {p.stat().st_mode & 0o777 for p in folders} == {0o700}
+    assert [p for f in folders for p in f.iterdir()] == [], "deleted at each client's reveal"
+    assert not (tmp_path / "secure/private").exists()
+    start_log = (tmp_path / "secure/logs/sec/start.log").read_text()
+    assert "protects the clients' exports from readers of the store only" in start_log
     receipts = (tmp_path / "secure/results/sec/round").rglob("*.json")
     assert {p.stat().st_mode & 0o777 for p in receipts} == {0o666}
     store = Store(tmp_path / "secure" / "store")
@@ -239,6 +245,7 @@ def test_distributed_dp_inside_the_secure_sum_is_the_plain_distributed_run(tmp_p
     only the noisy sum, which is the plain distributed run's mean within the fixed point."""
     dp = ["--strategy", "dp_fedavg", "--strategy-option", "mode=distributed"]
     dp += ["--strategy-option", "clients_per_round=4", "--strategy-option", "seed=7"]
+    dp += ["--strategy-option", "noise=reproducible_not_private"]  # the same noise in both
     dp += ["--strategy-option", "noise_multiplier=0.5", "--strategy-option", "clip=0.5"]
     plain = soma_clients(tmp_path / "plain", ["0-3"], *dp)
     secure = soma_clients(tmp_path / "secure", ["0-1", "2-3"], *dp, "--secure-aggregation", "3")
@@ -249,7 +256,7 @@ def test_distributed_dp_inside_the_secure_sum_is_the_plain_distributed_run(tmp_p
             for key in a[node]:
                 torch.testing.assert_close(b[node][key], a[node][key], atol=1e-5, rtol=1e-4)
     spent = [row["privacy"] for row in status(Store(tmp_path / "secure"), "sec")]
-    assert [s["round"] for s in spent] == [1, 2] and spent[1]["epsilon"] > spent[0]["epsilon"]
+    assert [s["round"] for s in spent] == [1, 2] and spent[1]["epsilon"] == math.inf
 
 
 def test_adaptive_clipping_is_refused_with_secure_aggregation(tmp_path) -> None:

@@ -397,7 +397,8 @@ def test_a_secure_round_per_submission_gives_the_receipts_of_a_local_run(cluster
     under_slurm, local = tmp_path / "slurm", tmp_path / "local"
     for workdir in (under_slurm, local):
         workdir.mkdir()
-        write_config(workdir, clients=3, secure_aggregation={"threshold": 2})
+        secure = {"threshold": 2, "secrets": str(workdir / "secrets/{client}")}  # not shared
+        write_config(workdir, clients=3, secure_aggregation=secure)
     try:
         locally = session.run(snakemake(local), cwd=local, timeout=WHOLE_WORKFLOW)
         command = snakemake(under_slurm, slurm=session, profile=ROUNDS_PROFILE)

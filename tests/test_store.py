@@ -398,18 +398,30 @@ def test_a_registered_codec_round_trips_and_an_unregistered_one_is_refused(store
 
 
 @pytest.mark.parametrize(
-    "beside, cpus",
-    [(False, 2), (True, 1), (True, 2)],
-    ids=["hash-first", "beside-but-one-cpu", "written-beside-the-hash"],
+    "beside, cpus, written_beside",
+    [(False, 2, 0), (True, 1, 0), (True, 2, 5), (None, 2, 3)],
+    ids=["hash-first", "beside-but-one-cpu", "written-beside-the-hash", "predicted"],
 )
 def test_an_export_is_kept_node_by_node_and_an_unchanged_node_costs_nothing(
-    tmp_path: Path, beside: bool, cpus: int, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    beside: bool | None,
+    cpus: int,
+    written_beside: int,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Predicted (the default): a large blob is written while it is hashed unless a sample
+    of its bytes was kept lately (the unchanged backbone, the second time)."""
     import soma.store
 
     monkeypatch.setattr(soma.store, "_cpus", lambda: cpus)
+    monkeypatch.setattr(soma.store, "_KEPT", {})
+    speculated = []
+    real = soma.store.Store._speculate
+    monkeypatch.setattr(
+        soma.store.Store, "_speculate", lambda self, plan: speculated.append(1) or real(self, plan)
+    )
     store = Store(tmp_path / "store", write_beside_hash=beside)
-    assert store._beside == beside  # tmp_path is on a local filesystem
+    assert store._beside == (beside is not False)  # tmp_path is on a local filesystem
     g = torch.Generator().manual_seed(2)
     frozen = {"weight": torch.randn(1100, 1024, generator=g)}  # above the 4 MB threshold
     trained = {"weight": torch.randn(1100, 1024, generator=g), "bias": torch.zeros(3)}
@@ -423,6 +435,7 @@ def test_an_export_is_kept_node_by_node_and_an_unchanged_node_costs_nothing(
     assert os.stat(store.blob_path(backbone)).st_mtime_ns == stamp
     assert temporaries(store) == []
     same(frozen, store.recall("run/round/1")["export"]["backbone"])
+    assert len(speculated) == written_beside
 
 
 def test_the_same_value_is_the_same_digest_whatever_order_it_was_built_in(store: Store) -> None:

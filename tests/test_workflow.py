@@ -93,9 +93,10 @@ def test_a_local_run_leaves_receipts_a_table_and_a_plot(finished) -> None:
     results = finished / "results" / "tiny"
     table = (results / "summary.tsv").read_text().splitlines()
     header = ["strategy", "round", "federated", "alone", "alone_best", "centralized"]
-    assert table[0].split("\t") == header
+    assert table[0].split("\t") == [*header, "trained", "dropped", "why"]
     rows = [dict(zip(table[0].split("\t"), line.split("\t"), strict=True)) for line in table[1:]]
     assert [r["round"] for r in rows] == ["start", "0", "1"]  # the starting weights, then 0..
+    assert [(r["trained"], r["dropped"]) for r in rows] == [("", ""), ("2", "0"), ("2", "0")]
     assert float(rows[-1]["federated"]) > float(rows[-1]["alone"]) + 0.2
     assert float(rows[-1]["alone_best"]) >= float(rows[-1]["alone"])
     assert (results / "accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the metric's

@@ -75,6 +75,13 @@ def test_a_diverging_client_drops_out_and_the_quorum_goes_on(tmp_path) -> None:
         assert average["left_out"] == [{"client": 1, "why": dropped["dropped"]}]
     rows = status(Store(tmp_path / "store"), "div")
     assert all(Store(tmp_path / "store").recall_digest(row["average"])["left_out"] for row in rows)
+    # who took part, shown: in the table, and the client that never trained named at the end
+    table = (tmp_path / "results" / "div" / "summary.tsv").read_text().splitlines()
+    assert [line.split("\t")[-3:] for line in table[2:]] == [["2", "1", "refused 1"]] * 2
+    summary = (tmp_path / "logs" / "div" / "summary.log").read_text()
+    assert "client 1 took part in none of the rounds" in summary and "NaN" in summary
+    client = (tmp_path / "logs" / "div" / "round" / "0" / "client" / "1.log").read_text()
+    assert "Traceback" in client, "the drop-out's traceback is in its log"
 
 
 def test_without_a_quorum_a_diverging_client_fails_its_job_naming_the_key(tmp_path) -> None:

@@ -2,7 +2,7 @@
 
     verify(store, run=None, progress=None) -> VerifyReport   what is wrong, with paths
     repair(store, run=None, dry_run=False) -> RepairReport   what can be recomputed, is
-    gc(store, keep_runs=None, dry_run=False, min_age=GRACE) -> GcReport
+    gc(store, keep_runs=None, dry_run=False, min_age=GRACE, force=False) -> GcReport
 
 Pure functions over a `Store`; `soma verify|repair|gc` (soma.cli) print their reports.
 
@@ -20,7 +20,10 @@ hashes to the digest that was lost: an average's `weights` and `state` (and the 
 blobs under them), recomputed from the inputs its record names with the record's
 strategy, options, start and state, exactly as the round did (`recompute_average`); and a
 lost record of a meeting (its identity, an average's record, the averager's holder
-record), reassembled from the others. It never binds a name. A client's export cannot be
+record), reassembled from the others. The only names it binds are name files that hold no
+digest (or the digest of no blob), bound again to the digest the records that point at them
+prove they held (soma.health.rebuild.name_value); the only names it removes record who held
+a tree node already published, their record lost (nobody reads it). A client's export cannot be
 remade from the store: the report names the Snakemake target or the `soma client` command
 whose rerun trains it again (training is seeded, so the rerun writes the same bytes, and a
 put replaces a marked or missing blob). What cannot be remade or rerun (a name file that
@@ -31,14 +34,22 @@ gc removes blobs no name reaches, temporaries left by killed writers, and (`keep
 every name of the runs not kept. Decisions, and the guarantee they give:
 
 - Grace: a blob is removed only if unreachable *and* untouched for `min_age` seconds
-  (default `GRACE`, 24 h). A writer puts blobs and then binds a name; between the two they
+  (default `GRACE`, 1 h). A writer puts blobs and then binds a name; between the two they
   are unreachable. A put of a blob already there refreshes its mtime (soma.store,
   `REFRESH_AFTER`), so a blob a process put (or re-put) stays for at least `min_age` minus
-  `REFRESH_AFTER` after the put, reachable or not. 24 h covers soma's own longest hold of
-  an unbound digest: `soma client` keeps its round-0 start unbound through round 0's
-  training (and a waiting averager its holder record through `--deadline`). `soma gc`
-  refuses a `--min-age` below twice `REFRESH_AFTER` (60 s), within which a put does not
-  refresh a blob.
+  `REFRESH_AFTER` after the put, reachable or not. soma holds no digest unbound for long:
+  a run's start weights are claimed under `<run>/starts/<weights>` (soma.round.layout) the
+  moment they are made, in every mode, and a waiting averager re-puts its holder record at
+  every holder check (a tree's builder at every level); what is left unbound is a put and
+  its bind, seconds apart. So the grace was shortened from 24 h to 1 h, which is margin for
+  a writer stalled between the two. `gc` (the library, and so `soma gc`) refuses a
+  `min_age` below `MIN_AGE`, twice `REFRESH_AFTER` (2 min), within which a put does not
+  refresh a blob: no caller can ask it to remove a blob just put, or a live writer's
+  temporary.
+- Symbolic links: the store makes none and follows none (soma.store); `verify` reports each
+  one anywhere under the store (kind `symlink`, its path), and `gc` refuses to run, before
+  removing anything, while one is there: it could delete through it (`tmp/` a link), or
+  miss the names behind it (`names/<run>` a link) and collect a live run's blobs.
 - The race: gc decides from a stat, a writer's put may land between that stat and the
   deletion, and the put (one stat and a utime) then believes a blob that is about to go.
   So gc never unlinks a blob in place: it renames it to `attic/<digest>`, stats it there,
@@ -59,8 +70,12 @@ every name of the runs not kept. Decisions, and the guarantee they give:
 - `keep_runs`: the names of every run not listed are removed first (a run is a name's
   part before `/round/<r>/`, or before `/start` or `/evaluation/`); names of no run are
   always kept, and a listed run the store does not hold is refused (a typo would drop
-  everything). Dropping a run that is still being written loses what it binds before the
-  drop; what it binds afterwards stays.
+  everything). A run to drop that has an open round (a meeting with no average published,
+  or no meeting yet beside its start) is refused unless `force`, naming it: it may still
+  be going (`soma client` and `soma simulate` announce each round as it begins, the
+  workflow's train jobs mark it started, so a round in training is open). Dropping a run
+  that is still being written (`force`) loses what it binds before the drop; what it
+  binds afterwards stays.
 - Folders are never removed (a writer may be about to link into one).
 - Readers: on a local filesystem an unlinked blob stays readable through open files and
   maps. Over NFS a file deleted on the server while another machine maps it lazily
@@ -74,25 +89,41 @@ every name of the runs not kept. Decisions, and the guarantee they give:
 
 from __future__ import annotations
 
+import ast
 import os
 import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from soma.errors import SomaError
 from soma.health.advice import Advisor, average_text
-from soma.health.reach import Graph, files, is_digest, list_blobs, resolve_names, walk
-from soma.health.rebuild import rebuild_record, recompute_average
+from soma.health.reach import (
+    Graph,
+    files,
+    is_digest,
+    list_blobs,
+    resolve_names,
+    symlinks,
+    walk,
+)
+from soma.health.rebuild import (
+    finished_node_holder,
+    name_value,
+    rebuild_record,
+    recompute_average,
+)
 from soma.round import holders, layout
 from soma.round.layout import run_of
-from soma.store import Store, _cpus, hash_stream, mark_corrupt
-from soma.store.errors import StoreError, UnknownDigest
+from soma.store import REFRESH_AFTER, Store, _cpus, hash_stream, mark_corrupt
+from soma.store.errors import BadBlob, StoreError, SymlinkInStore, UnknownDigest
 
 __all__ = [
     "GRACE",
+    "MIN_AGE",
     "GcReport",
     "HealthError",
     "Problem",
@@ -104,7 +135,10 @@ __all__ = [
     "verify",
 ]
 
-GRACE = 24 * 3600.0
+GRACE = 3600.0
+# The least `min_age` gc takes: a put refreshes a blob only once it is REFRESH_AFTER old, so
+# below twice that gc could remove a blob a live writer has just put and is about to bind.
+MIN_AGE = 2 * REFRESH_AFTER
 DEAD_WRITER_AGE = 60.0
 
 
@@ -127,7 +161,7 @@ def _hash_blob(store: Store, digest: str, on_chunk: Callable[[int], None]) -> st
     """The sha256 of blob `digest` as it is now (None: gone), marking it when it is wrong."""
     try:
         _, f = store._open_blob(digest)
-    except UnknownDigest:
+    except (UnknownDigest, SymlinkInStore, BadBlob):  # not a blob: reported by `symlinks`
         return None
     with f:
         actual = hash_stream(f, on_chunk)
@@ -165,7 +199,7 @@ def _hash_all(
 class Problem:
     """One thing wrong, with its path and what fixes it."""
 
-    kind: str  # corrupt | missing | bad-name | stray
+    kind: str  # corrupt | missing | bad-name | stray | symlink
     path: str
     detail: str
     digest: str | None = None
@@ -266,7 +300,25 @@ def verify(
     every name resolving to a blob present, every reference a reader follows present."""
     tic = time.monotonic()
     report = VerifyReport(str(store.directory), run)
-    names, bad = resolve_names(store, _names_of(store, run))
+    links = symlinks(store)
+    for path in links:
+        report.problems.append(
+            Problem(
+                "symlink",
+                path,
+                f"a symbolic link{_target(path)}: the store makes none, follows none, and gc "
+                "refuses to run while one is there",
+                fix="remove the link (`rm` it: what it points at is not touched); if it stands "
+                "for a folder of the store, move that folder here in its place",
+            )
+        )
+    try:
+        listed = _names_of(store, run)
+    except SymlinkInStore:  # the names are behind a link: it is reported, never followed
+        if not links:
+            raise
+        listed = []
+    names, bad = resolve_names(store, listed)
     graph = walk(store, names)
     graph.bad_names = bad
     report.names = len(names) + len(bad)
@@ -349,6 +401,13 @@ def verify(
     return report
 
 
+def _target(path: str) -> str:
+    try:
+        return f" to {os.readlink(path)}"
+    except OSError:
+        return ""
+
+
 def _unneeded(store: Store, graph: Graph, digest: str) -> str:
     why = "only a note in a record names it" if digest in graph.parents else "no name reaches it"
     return f"nothing needs it ({why}): `soma repair --store {store.directory}` removes it"
@@ -419,7 +478,7 @@ def repair(
     and state from its inputs, in round order since a round starts from the one before;
     a lost record from what other records say, kept only when it hashes right), verify
     again, and remove corrupt blobs nothing needs; what is left is said with the job whose
-    rerun fixes it. Never binds a name."""
+    rerun fixes it. Binds only a garbled name whose value the records prove."""
     before = verify(store, run, progress)
     report = RepairReport(before, before, dry_run)
     if dry_run:
@@ -430,9 +489,15 @@ def repair(
     fixer = Store(store.directory, verify_existing=True)
     current = before
     for _ in range(3):  # a record remade may show damage it hid (what only it reached)
+        bound, graph = _rebind_names(store, run, current, report)
+        if bound:
+            current, graph = verify(store, run), None
         pending = {p.digest for p in current.problems if p.digest is not None and p.needed}
-        if not pending or not _repair_pass(store, fixer, run, pending, report):
+        if not pending or not _repair_pass(store, fixer, run, pending, report, graph):
             break
+        fixer.sync()  # names reach what it remade: durable now (soma.store.files)
+        current = verify(store, run)
+    if _rebind_names(store, run, current, report, finished=True)[0]:
         current = verify(store, run)
     for p in current.problems:
         if p.kind == "corrupt" and not p.needed and p.digest is not None:
@@ -442,8 +507,59 @@ def repair(
     return report
 
 
+def _rebind_names(
+    store: Store,
+    run: str | None,
+    current: VerifyReport,
+    report: RepairReport,
+    *,
+    finished: bool = False,
+) -> tuple[bool, Graph | None]:
+    """Bind a name file that holds no digest (or the digest of no blob) again to the digest
+    it provably held (soma.health.rebuild.name_value); `finished` (once nothing else can be
+    remade): remove a name whose lost record only said who held a published tree node.
+    The only names repair writes; whether it wrote any, and the store's graph when it
+    walked it and wrote nothing (for the repair pass that follows)."""
+    wanted = [
+        Path(p.path).relative_to(store.directory / "names").as_posix()
+        for p in current.problems
+        if p.kind == "bad-name"
+    ]
+    kinds = ("missing", "corrupt") if finished else ("missing",)
+    for p in current.problems:
+        if p.kind in kinds and p.needed:  # the names that reach it (Ref.text: name '...')
+            wanted += [ast.literal_eval(v[5:]) for v in p.via if v.startswith("name ")]
+    if not wanted:
+        return False, None
+    names, _ = resolve_names(store, _names_of(store, run))
+    graph = walk(store, names)
+    bound = False
+    for name in wanted:
+        digest = name_value(store, graph, name)
+        if digest is not None:
+            store.bind(name, digest)
+            report.rebuilt.append(
+                f"the name {name!r}: bound again to {digest}, which the records that point "
+                "at it say it held"
+            )
+            bound = True
+        elif finished and finished_node_holder(graph, name):
+            store.forget(name)
+            report.removed.append(
+                f"the name {name!r}: it recorded who held a tree node that is published, "
+                "and that record is lost; nothing reads it"
+            )
+            bound = True
+    return bound, None if bound else graph
+
+
 def _repair_pass(
-    store: Store, fixer: Store, run: str | None, pending: set[str], report: RepairReport
+    store: Store,
+    fixer: Store,
+    run: str | None,
+    pending: set[str],
+    report: RepairReport,
+    graph: Graph | None = None,
 ) -> bool:
     """Remake what can be remade of `pending` (damaged digests), walking the store again
     after each step that made something (a record remade makes more readable); whether
@@ -452,7 +568,7 @@ def _repair_pass(
     anything = False
     report.failed = []
     while pending:
-        graph = walk(store, names)
+        graph = graph or walk(store, names)
         made = set()
         for digest in sorted(pending):
             what = rebuild_record(fixer, graph, digest)
@@ -473,6 +589,7 @@ def _repair_pass(
             break
         pending -= made
         anything = True
+        graph = None  # what was made is walked again
     return anything
 
 
@@ -615,15 +732,48 @@ def _unlink(path: str | os.PathLike[str]) -> None:
         pass
 
 
+def _open_rounds(names: list[str], run: str) -> list[int]:
+    """The rounds of `run` with a meeting whose average is not published yet (among
+    `names`); round 0 for a run with no meeting yet (its start is made, round 0 trains)."""
+    there = set(names)
+    found = layout.meetings(names, run)
+    if not found:
+        return [0]
+    return sorted({r for r, k in found if layout.average(layout.meeting(run, r, k)) not in there})
+
+
+def _refuse_links(store: Store) -> None:
+    """HealthError naming the symbolic links under the store: gc never removes through one,
+    nor decides what is reachable with names it cannot see."""
+    links = symlinks(store)
+    if links:
+        more = f" (and {len(links) - 1} more: `soma verify` lists them)" if len(links) > 1 else ""
+        raise HealthError(
+            f"gc: {links[0]} is a symbolic link{more}; the store makes none, and gc refuses to "
+            "run while one is there (it could delete through it, or miss names behind it): "
+            "remove it, then run gc again; nothing was removed"
+        )
+
+
 def gc(
     store: Store,
     keep_runs: Iterable[str] | None = None,
     dry_run: bool = False,
     min_age: float = GRACE,
+    force: bool = False,
 ) -> GcReport:
-    """Remove unreachable blobs untouched for `min_age` seconds, abandoned temporaries, and,
-    with `keep_runs`, the names of every other run first. Safe beside live writers: see
-    the module docs for the grace, the race, and what it guarantees."""
+    """Remove unreachable blobs untouched for `min_age` seconds (at least `MIN_AGE`),
+    abandoned temporaries, and, with `keep_runs`, the names of every other run first (a run
+    with an open round only with `force`). Refused, before anything is removed, on a store
+    holding a symbolic link. Safe beside live writers: see the module docs for the grace,
+    the race, and what it guarantees."""
+    if not min_age >= MIN_AGE:
+        raise HealthError(
+            f"gc: min_age {min_age:g}s is below {MIN_AGE:g}s: a live writer refreshes a blob it "
+            f"puts only when it is older than {REFRESH_AFTER:g}s, so gc could remove a blob "
+            "under it (or a temporary it is writing); nothing was removed"
+        )
+    _refuse_links(store)
     tic = time.monotonic()
     now = time.time()
     cutoff = now - min_age
@@ -640,6 +790,21 @@ def gc(
                 f"{store.directory} (its runs: {holds}); nothing was removed"
             )
         dropped = {n for n in everything if run_of(n) not in (None, *keep)}
+        going = {
+            run: rounds
+            for run in sorted({run_of(n) for n in dropped})
+            if run is not None and (rounds := _open_rounds(everything, run))
+        }
+        if going and not force:
+            said = "; ".join(
+                f"run {run!r} (round{'s' if len(r) > 1 else ''} {', '.join(map(str, r))})"
+                for run, r in going.items()
+            )
+            raise HealthError(
+                f"gc --keep-runs would drop {said} with an open round: no average published "
+                "yet, so it may still be going, and dropping its names loses what it writes; "
+                "nothing was removed. Keep it, or drop it anyway with --force"
+            )
         for name in sorted(dropped):
             if dry_run or store.forget(name):
                 report.names_removed.append(name)

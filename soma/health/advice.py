@@ -91,7 +91,16 @@ class Advisor:
         return None, min(ranked)[1]
 
     def bad_name(self, name: str) -> str:
-        """What fixes a name file that holds no digest (what it pointed at is unknown)."""
+        """What fixes a name file that holds no digest: `soma repair` when the records that
+        point at it say what it held, else the client's rerun or a backup."""
+        from soma.health.rebuild import name_value
+
+        held = name_value(self.store, self.graph, name)
+        if held is not None:
+            return (
+                f"`soma repair --store {self.store.directory}` binds it again to {held}, "
+                "which the records that point at it say it held"
+            )
         m = layout.parse(name)
         rest = m.rest if m else ""
         if m is not None and m.client is not None:
@@ -143,6 +152,12 @@ class Advisor:
                 f"rerun the workflow's start job of run {run!r}: `snakemake --cores 2 --until "
                 f"{target} --forcerun {target}` in the workflow's folder (the seed makes the "
                 "same weights, and their put replaces the blob)"
+            )
+        if run is not None and name.startswith(layout.starting(run, "")):
+            return 1, (
+                f"rerun any process of run {run!r} from its first round (`soma client`, `soma "
+                "simulate`, or the workflow's start job): the seed makes the same start weights, "
+                "and their put replaces the blob"
             )
         if run is not None and name.startswith(layout.evaluation(run, "")):
             return 2, (

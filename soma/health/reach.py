@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from soma.store import Store, codecs, mark_corrupt
-from soma.store.errors import BadBlob, CorruptName, UnknownDigest
+from soma.store.errors import BadBlob, CorruptName, SymlinkInStore, UnknownDigest
 
 # A blob reached as a possible record is read whole and hashed while walking when it is at
 # most this big, or when it starts like a record.
@@ -138,7 +139,7 @@ def look_at(store: Store, digest: str, as_tensors: bool) -> Look:
     later, with progress); a possible record is read whole and hashed now."""
     try:
         path, f = store._open_blob(digest)
-    except UnknownDigest:
+    except (UnknownDigest, SymlinkInStore, BadBlob):  # a link or a FIFO: no blob (`symlinks`)
         return Look(present=False)
     with f:
         size = os.fstat(f.fileno()).st_size
@@ -226,6 +227,8 @@ def resolve_names(store: Store, names: Iterable[str]) -> tuple[dict[str, str], l
         except CorruptName as error:
             bad.append((name, str(error)))
             continue
+        except SymlinkInStore:  # not a name: `symlinks` reports it
+            continue
         if digest is not None:  # unbound since the listing
             found[name] = digest
     return found, bad
@@ -243,8 +246,12 @@ def list_blobs(store: Store) -> tuple[dict[str, BlobFile], list[str]]:
     """Every blob file (by digest) and every stray file (a path that is not a blob's)."""
     blobs: dict[str, BlobFile] = {}
     strays: list[str] = []
+    if (store.directory / "blobs").is_symlink():  # never followed; `symlinks` reports it
+        return blobs, strays
     with os.scandir(store.directory / "blobs") as folders:
         for folder in folders:
+            if folder.is_symlink():  # never followed; `symlinks` reports it
+                continue
             if not folder.is_dir(follow_symlinks=False):
                 strays.append(folder.path)
                 continue
@@ -253,6 +260,8 @@ def list_blobs(store: Store) -> tuple[dict[str, BlobFile], list[str]]:
                     try:
                         st = entry.stat(follow_symlinks=False)
                     except FileNotFoundError:
+                        continue
+                    if stat.S_ISLNK(st.st_mode):  # `symlinks` reports it
                         continue
                     good = is_digest(entry.name) and entry.name[:2] == folder.name
                     if good and entry.is_file(follow_symlinks=False):
@@ -265,8 +274,33 @@ def list_blobs(store: Store) -> tuple[dict[str, BlobFile], list[str]]:
 
 
 def files(folder: Path) -> list[os.DirEntry]:
+    """The files in one of the store's folders; none through a symbolic link."""
+    if folder.is_symlink():
+        return []
     try:
         with os.scandir(folder) as entries:
             return [e for e in entries if e.is_file(follow_symlinks=False)]
     except FileNotFoundError:
         return []
+
+
+def symlinks(store: Store) -> list[str]:
+    """Every symbolic link anywhere under the store (its folders, their folders, and files),
+    sorted: the store makes none, so each is somebody else's, and nothing here follows one.
+    One listing per folder, never through a link."""
+    found: list[str] = []
+
+    def walk(folder: str) -> None:
+        try:
+            with os.scandir(folder) as entries:
+                listed = list(entries)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for entry in listed:
+            if entry.is_symlink():
+                found.append(entry.path)
+            elif entry.is_dir(follow_symlinks=False):
+                walk(entry.path)
+
+    walk(str(store.directory))
+    return sorted(found)

@@ -14,7 +14,12 @@ candidate that does not hash to the lost digest is never kept. What soma can rem
   clients, and the recomputed weights and state, built by the rounds' own builder
   (`soma.round.records.average_record`), so a candidate is the record the round wrote or none;
 - a holder's record of the averager (`claimed`, `computed/`, `takeover/`): the average
-  record names it (`averaged_by`).
+  record names it (`averaged_by`);
+- a tree round's (soma.round.tree): its identity and average record (the fan-in is in
+  both), and each node's record, computed again from the inputs the average names;
+- a name file that holds no digest, or the digest of no blob (`name_value`): what it held,
+  when the records that point at it say so (see there). A lost record of who held a tree
+  node already published cannot be remade and is read by nobody: repair removes its names.
 
 A client's own record (it says who sent it, and when) and a train job's `started` record
 cannot be remade; the first is replaced by rerunning the client (soma.health.advice says how).
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -122,6 +128,9 @@ def rebuild_record(store: Store, graph: Graph, digest: str) -> str | None:
             found, what = _averages(store, graph, prefix, place), "the average record of"
         elif m.holder is not None:
             found, what = _holders(store, graph, prefix, m.holder), "a holder record of"
+        elif node := _TREE_NODE.match(m.rest):
+            nodes = _tree_nodes(store, graph, prefix, node["key"])
+            found, what = (record for _, _, record in nodes), "a tree node of"
         else:
             continue
         for value in itertools.islice(found, _MAX_TRIES):
@@ -167,30 +176,51 @@ def _abouts(store: Store, graph: Graph, run: str, r: int, key: str) -> Iterator[
     """Identities of the meeting, from its averages and the run's other meetings' configs;
     each checked against the meeting's key (the identity's sha256) before it is offered."""
     configs: list[dict] = []
+    trees: list[Any] = [None]  # the run's fan-ins: a tree of one node was averaged flat
     for name in _named(graph, layout.rounds(run)):
         parsed = layout.parse(name)
         about = _record(store, graph, name) if parsed and parsed.rest == "about" else None
         if about and isinstance(about.get("config"), dict) and about["config"] not in configs:
             configs.append(about["config"])
+        if about and about.get("tree") not in trees:
+            trees.append(about["tree"])
     configs.append({})
     for a in _meeting_averages(store, graph, layout.meeting(run, r, key)):
         members, clients, needed = a.get("expected"), a.get("clients"), a.get("quorum")
         everyone = members == list(range(clients)) if isinstance(clients, int) else False
-        for config in configs:
-            for expected in [None, members] if everyone else [members]:
-                for quorum in [None, needed] if needed == len(members or []) else [needed]:
-                    identity = {
-                        "clients": clients,
-                        "start": a.get("start"),
-                        "state": a.get("state_before"),
-                        "strategy": a.get("strategy"),
-                        "options": a.get("options"),
-                        "config": config,
-                        "expected": expected,
-                        "quorum": quorum,
-                    }
-                    if hashlib.sha256(codecs.canonical_json(identity)).hexdigest() == key:
-                        yield {"run": run, "round": r, **identity}
+        expecteds = [None, members] if everyone else [members]
+        quorums = [None, needed] if needed == len(members or []) else [needed]
+        fan_ins = trees if not a.get("tree") else [None]
+        for config, expected, quorum, fan_in in itertools.product(
+            configs, expecteds, quorums, fan_ins
+        ):
+            identity = {
+                "clients": clients,
+                "start": a.get("start"),
+                "state": a.get("state_before"),
+                "strategy": a.get("strategy"),
+                "options": a.get("options"),
+                "config": config,
+                "expected": expected,
+                "quorum": quorum,
+                **({} if fan_in is None else {"tree": fan_in}),
+                **_tree_and_secure(a),
+            }
+            if hashlib.sha256(codecs.canonical_json(identity)).hexdigest() == key:
+                yield {"run": run, "round": r, **identity}
+
+
+def _tree_and_secure(average: dict[str, Any]) -> dict[str, Any]:
+    """The identity's `tree` (fan-in) and `secure` (threshold), as its average says them
+    (a tree of one node was averaged flat: its fan-in is tried from the run's meetings)."""
+    found = {}
+    tree = average.get("tree")
+    if isinstance(tree, dict) and "fan_in" in tree:
+        found["tree"] = tree["fan_in"]
+    secure = average.get("secure")
+    if isinstance(secure, dict) and "threshold" in secure:
+        found["secure"] = secure["threshold"]
+    return found
 
 
 def _holders(store: Store, graph: Graph, prefix: str, place: str) -> Iterator[dict]:
@@ -221,6 +251,7 @@ def _averages(store: Store, graph: Graph, prefix: str, place: str | None) -> Ite
             identity.get("config") or {},
             None if identity.get("expected") is None else tuple(identity["expected"]),
             identity.get("quorum"),
+            identity.get("tree"),
         )
     except (SomaError, KeyError, TypeError):
         return
@@ -271,9 +302,11 @@ def _average_records(
     if not holders:
         return
     try:
+        grown = _tree_of(store, meeting, inputs)
         weights, state = recompute_average(
             store,
             {
+                "tree": grown,
                 "round": meeting.round,
                 "seed": meeting.config.get("seed"),
                 "strategy": meeting.strategy,
@@ -307,4 +340,151 @@ def _average_records(
                     weights=weights,
                     state=state,
                     averaged_by=by,
+                    tree=grown,
                 ).value()
+
+
+# --- name files that hold no digest (or a digest of nothing) --------------------------------
+
+
+def name_value(store: Store, graph: Graph, name: str) -> str | None:
+    """The digest name file `name` provably held, worked out from the records that point at
+    it, when exactly one is and its blob is in the store; None otherwise. A meeting's
+    `about` is the identity its key hashes (`_abouts`); a client's record is what the
+    meeting's average records list as its `record`; `average` the meeting's only published
+    averaging; a place's `published` the average record whose inputs hash to the place's
+    key; its `claimed`, last `takeover/<g>` and `computed/<who>` the holder the published
+    average names (`averaged_by`; `computed/` by its digest's first 16 characters)."""
+    m = layout.parse(name)
+    if m is None:
+        return None
+    found = set(_name_candidates(store, graph, m))
+    if len(found) != 1:
+        return None
+    digest = found.pop()
+    return digest if digest != graph.names.get(name) and store.has(digest) else None
+
+
+def _name_candidates(store: Store, graph: Graph, m: layout.RoundName) -> Iterator[str]:
+    from soma.round import Input, inputs_key
+
+    prefix, rest = m.prefix, m.rest
+    if rest == "about":
+        for value in itertools.islice(_abouts(store, graph, m.run, m.round, m.meeting), _MAX_TRIES):
+            yield digest_of(value)
+    elif m.client is not None:
+        for average in _meeting_averages(store, graph, prefix):
+            for given in average["inputs"]:
+                if isinstance(given, dict) and given.get("client") == m.client:
+                    if isinstance(given.get("record"), str):
+                        yield given["record"]
+    elif m.published == "":  # the meeting's average: its only published averaging
+        yield from (graph.names[n] for n in _published(graph, prefix).values())
+    elif m.published:
+        for average in _meeting_averages(store, graph, prefix):
+            try:
+                given = [Input(i["client"], i["weights"], i["size"], i.get("extra"))
+                         for i in average["inputs"]]  # fmt: skip
+            except (KeyError, TypeError):
+                continue
+            if inputs_key(m.meeting, given) == m.published:
+                yield digest_of(average)
+    elif node := _TREE_NODE.match(rest):
+        for level, index, record in _tree_nodes(store, graph, prefix, node["key"]):
+            if (level, index) == (int(node["level"]), int(node["index"])):
+                yield digest_of(record)
+    elif held := _HOLDER_AT.match(rest):
+        yield from _holder_candidates(store, graph, prefix, held["place"], held["tail"])
+
+
+def _tree_of(store: Store, meeting: Any, inputs: list) -> dict[str, Any] | None:
+    """An average record's `tree` (fan-in, root mean, weight) when its round was averaged
+    as a tree (soma.round._uses_tree: more inputs than the fan-in), its nodes put again."""
+    from soma.round import tree
+    from soma.strategies import uniform
+
+    if meeting.tree is None or len(inputs) <= meeting.tree:
+        return None
+    leaves = tree.leaves_of(inputs, uniform=uniform(meeting.strategy_object()))
+    root = tree.recompute(store, leaves, meeting.tree)
+    return {"fan_in": meeting.tree, "mean": root.mean, "weight": root.weight}
+
+
+_TREE_NODE = re.compile(
+    r"^inputs/(?P<key>[0-9a-f]{64})/tree/(?P<level>\d+)/(?P<index>\d+)/published$"
+)
+# A holder's name at a place (the averaging's, or a tree node's): claimed, takeover, computed.
+_HOLDER_AT = re.compile(
+    r"^(?P<place>inputs/[0-9a-f]{64}(?:/tree/\d+/\d+)?)/(?P<tail>claimed|takeover/\d+|computed/\w+)$"
+)
+
+
+def _tree_nodes(
+    store: Store, graph: Graph, prefix: str, key: str
+) -> Iterator[tuple[int, int, dict]]:
+    """Every node record of the tree of the averaging at `key` (level, index, record),
+    computed again from the inputs its published average names (each node's mean put
+    again on the way)."""
+    from soma.round import Input, tree
+    from soma.strategies import load_strategy, uniform
+
+    average = _record(store, graph, layout.published(layout.averaging(prefix, key)))
+    if average is None:
+        averages = _meeting_averages(store, graph, prefix)
+        average = averages[0] if averages else None
+    grown = None if average is None else average.get("tree")
+    if not isinstance(grown, dict):
+        return
+    try:
+        strategy = load_strategy(average["strategy"], average.get("options") or {})
+        inputs = [Input(i["client"], i["weights"], i["size"]) for i in average["inputs"]]
+        level: list = list(tree.leaves_of(inputs, uniform=uniform(strategy)))
+        widths = tree.widths(len(level), tree.check_fan_in(grown["fan_in"]))
+        for level_number, width in enumerate(widths, start=1):
+            below, level = level, []
+            for index in range(width):
+                parts = [below[j] for j in tree.children(index, len(below), grown["fan_in"])]
+                node = store.recall_digest(tree._fold(store, parts))
+                yield level_number, index, node
+                level.append(tree.Node(node["mean"], float(node["weight"])))
+    except (SomaError, StoreError, OSError, KeyError, TypeError, ValueError):
+        return
+
+
+def _holder_candidates(
+    store: Store, graph: Graph, prefix: str, at: str, tail: str
+) -> Iterator[str]:
+    """Who held the work at place `at` (a holder record's digest), by the name `tail`
+    (claimed, takeover/<g>, computed/<who>): the holder an averaging's published average
+    names (`averaged_by`), or the place's other holder names: without takeovers the one who
+    claimed is the one who computed; the last takeover is the one who computed; `computed/`
+    is named by its holder's first 16 characters."""
+    place = f"{prefix}/{at}"
+    takeovers = _named(graph, layout.takeovers(place))
+    computed = [graph.names[n] for n in _named(graph, layout.computed(place))]
+    average = _record(store, graph, layout.published(place)) if "/tree/" not in at else None
+    by = average.get("averaged_by") if average else None
+    did = ([digest_of(by)] if isinstance(by, dict) else []) or computed
+    if tail == "claimed":
+        if not takeovers:
+            yield from did
+    elif tail.startswith("takeover/"):
+        generations = [n.rsplit("/", 1)[1] for n in takeovers] + [tail.rsplit("/", 1)[1]]
+        if tail.rsplit("/", 1)[1] == max(generations, key=int):
+            yield from did
+    else:
+        who = tail.rsplit("/", 1)[1]
+        holders = [graph.names.get(layout.claimed(place))]
+        holders += [graph.names.get(n) for n in takeovers] + did
+        yield from {h for h in holders if isinstance(h, str) and h.startswith(who)}
+
+
+def finished_node_holder(graph: Graph, name: str) -> bool:
+    """Whether `name` only records who held a tree node that is published (claimed,
+    takeover/<g>, computed/<who>): a record nobody reads once the node is published (a
+    holder is asked after only while its work is pending), so a lost one may go."""
+    m = layout.parse(name)
+    held = _HOLDER_AT.match(m.rest) if m else None
+    if m is None or held is None or "/tree/" not in held["place"]:
+        return False
+    return layout.published(f"{m.prefix}/{held['place']}") in graph.names

@@ -50,7 +50,7 @@ from soma.round.once import (
 )
 from soma.round.tree import check_fan_in
 from soma.run.identity import differences, shown
-from soma.store import Store, codecs, tensorfile
+from soma.store import Store, codecs
 from soma.strategies import (
     Arrival,
     Strategy,
@@ -281,8 +281,9 @@ def _check_finite(export: Export, mine: int) -> None:
                 )
 
 
-def _announce(store: Store, meeting: Meeting) -> None:
-    """The meeting's identity, written once, so that `status` can say what it is."""
+def announce(store: Store, meeting: Meeting) -> None:
+    """The meeting's identity, written once, so that `status` can say what it is, and gc
+    that the round is open (a process announces it as the round begins: soma.run.drive)."""
     if store.resolve(meeting.about) is None:
         about = {"run": meeting.run, "round": meeting.round, **meeting.identity()}
         store.claim(meeting.about, store.put_value(about))
@@ -320,12 +321,49 @@ def contribute(
     weights = store.put_value(export)
     extra_digest = None if extra is None else store.put_value(extra)
     own_digest = None if own is None else store.put_value(own)
-    _announce(store, meeting)
+    announce(store, meeting)
     record = records.ClientRecord(mine, weights, size, extra_digest, own_digest, holders.me())
-    kept = signatures.keep(
-        store, meeting.signing, record.value(), name=meeting.client(mine), by=mine
-    )
+    kept = _claim_record(store, meeting, record)
     return Contribution(kept, weights, extra_digest, own_digest)
+
+
+class Contradicts(RoundError):
+    """A client contributes to a round it already brought other weights to: the first stands."""
+
+
+def _claim_record(store: Store, meeting: Meeting, record: records.ClientRecord) -> str:
+    """Client records are claimed, not bound: a second contribution with other weights
+    (size, extra, own state) is refused naming the client and round, the same ones again
+    (a rerun) find the record there; a drop-out or a record that cannot be read is replaced
+    (the client came back, or `soma verify` advised this rerun)."""
+    name = meeting.client(record.client)
+    digest = signatures.put(store, meeting.signing, record.value(), name=name, by=record.client)
+    if store.claim(name, digest):
+        return digest
+    from soma.errors import SomaError
+
+    try:
+        there = store.resolve(name)
+        earlier = (
+            None
+            if there is None
+            else records.read_client(store, there, client=record.client, name=name)
+        )
+    except (SomaError, OSError):
+        earlier = None
+    if not isinstance(earlier, records.ClientRecord):
+        store.bind(name, digest)
+        return digest
+    mine = (record.weights, record.size, record.extra, record.own)
+    if (earlier.weights, earlier.size, earlier.extra, earlier.own) != mine:
+        raise Contradicts(
+            f"client {record.client} already contributed to {meeting.what} (record {name!r}: "
+            f"weights {earlier.weights}, size {earlier.size!r}); a second contribution with "
+            f"weights {record.weights}, size {record.size!r} is refused and the first stands: "
+            "a rerun of a client must bring the same weights (the same seed), or name another run"
+        )
+    assert there is not None
+    return there
 
 
 def drop(store: Store, meeting: Meeting, *, mine: int, why: str) -> str:
@@ -333,7 +371,7 @@ def drop(store: Store, meeting: Meeting, *, mine: int, why: str) -> str:
     its job died): the others need not wait for it, and the average's record names it."""
     meeting.check_client(mine)
     signatures.holds(meeting.signing, mine)
-    _announce(store, meeting)
+    announce(store, meeting)
     record = records.DropRecord(mine, str(why), holders.me())
     return signatures.keep(
         store, meeting.signing, record.value(), name=meeting.client(mine), by=mine
@@ -451,9 +489,42 @@ def signature(store: Store, digest: str) -> Signature:
         tag = node.get("$tensors") if isinstance(node, dict) and len(node) == 1 else None
         if not isinstance(tag, str):
             raise RoundError(f"value {digest}: node {node_id!r} is not a map of tensors")
-        described = tensorfile.describe(store.blob_path(tag))
+        described = store.describe(tag)
         out[node_id] = {key: (shape, dtype) for key, (dtype, shape) in described.items()}
     return out
+
+
+def check_input(store: Store, meeting: Meeting, given: Input) -> Signature:
+    """A client's weights (and extra) as the averaging will read them: its record says an
+    export, every tensor file's header is sound (offsets, sizes) and every value finite;
+    checked by every process before anything is claimed, naming the client and its record,
+    however the record got there (`contribute` checks too, but a record may be written by
+    hand). The weights' signature (nodes, keys, shapes, dtypes)."""
+    from soma.store.errors import StoreError
+
+    name = meeting.client(given.client)
+    found: Signature = {}
+    for digest, what in [(given.weights, "weights"), (given.extra, "extra")]:
+        if digest is None:
+            continue
+        whose = f"{meeting.what}: client {given.client}'s {what} {digest} (record {name!r})"
+        try:
+            value = store.recall_digest(digest, lazy=True)
+        except (StoreError, OSError) as error:
+            raise Refused(
+                f"{whose} cannot be read, refused before anything is claimed: "
+                f"{type(error).__name__}: {error}"
+            ) from None
+        try:
+            _check_finite(value, given.client)
+        except RoundError as error:
+            raise type(error)(f"{whose}: {error}") from None
+        if what == "weights":
+            found = {
+                node: {key: (tuple(t.shape), t.dtype) for key, t in tensors.items()}
+                for node, tensors in value.items()
+            }
+    return found
 
 
 def _check_sizes(inputs: Sequence[Input], where: str) -> None:
@@ -506,7 +577,7 @@ def check_inputs(
                 raise RoundError(
                     f"{where}: client {i.client}'s {what} {digest} are not in the store"
                 )
-        theirs = signature(store, i.weights)
+        theirs = check_input(store, meeting, i)
         if first is None:
             first = (i.client, theirs)
             if meeting.start is not None:

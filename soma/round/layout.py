@@ -5,6 +5,8 @@ module that writes one and every module that reads one back (status, model expor
 advice, rebuild) must spell it alike; here is the one spelling:
 
     <run>/start                                    the workflow's starting weights
+    <run>/starts/<weights>                         weights a run starts from, named from the
+                                                   moment they are made (every mode)
     <run>/evaluation/<weights>                     the workflow's metrics of those weights
     <run>/round/<r>/<meeting>/about                the meeting's identity (claimed once)
     <run>/round/<r>/<meeting>/client/<k>           what client k brought (or why it dropped)
@@ -46,6 +48,14 @@ _HOLDER = re.compile(rf"^inputs/(?P<key>{_KEY})/(claimed|computed/\w+|takeover/\
 def start(run: str) -> str:
     """The weights the workflow's run starts from."""
     return f"{run}/start"
+
+
+def starting(run: str, weights: str) -> str:
+    """Weights `weights` that `run` starts from, claimed the moment they are made, in every
+    mode (`soma client`, `soma simulate`, the workflow's start job): reachable while round 0
+    trains, so no grace protects them; one name per digest, so runs of one name that start
+    elsewhere (another seed) never unbind each other's."""
+    return f"{run}/starts/{weights}"
 
 
 def run_names(run: str) -> str:
@@ -246,14 +256,15 @@ def parse(name: str) -> RoundName | None:
 
 def run_of(name: str) -> str | None:
     """The run a name belongs to: its part before the first `/round/<r>/`, or before a
-    final `/start` or an `/evaluation/<weights>`; None for a name of no run."""
+    final `/start`, an `/evaluation/<weights>` or a `/starts/<weights>`; None for a name of
+    no run."""
     parts = name.split("/")
     for i in range(1, len(parts) - 1):
         if parts[i] == "round" and parts[i + 1].isdigit():
             return "/".join(parts[:i])
     if len(parts) > 1 and parts[-1] == "start":
         return "/".join(parts[:-1])
-    if len(parts) > 2 and parts[-2] == "evaluation":
+    if len(parts) > 2 and parts[-2] in ("evaluation", "starts"):
         return "/".join(parts[:-2])
     return None
 

@@ -231,18 +231,23 @@ def once(
                 published = store.resolve(place.published)
                 if published is not None:
                     return work.settle(published)
-            check_holder = now >= next_holder_check
+            # a holder is asked after at the deadline too, so that one that died since the
+            # last check is taken over there, never reported as one that may be alive
+            at_deadline = deadline is not None and now - ready_since > deadline
+            check_holder = now >= next_holder_check or at_deadline
             if check_holder:
                 next_holder_check = now + HOLDER_CHECK_EVERY
-            who = who or store.put_value(me)
+            if who is None or check_holder:  # a re-put refreshes it: no grace runs out
+                who = store.put_value(me)  # under an averager that waits (soma.health)
             if _claim(store, place, who, check_holder=check_holder):
                 digest = work.compute(inputs, me)
-                store.bind(place.computed_by(who), who)
-                publish(store, place.published, digest)
-                return work.settle(store.resolve(place.published) or digest)
+                with store.group():  # its names made durable in one pass (soma.store.files)
+                    store.bind(place.computed_by(who), who)
+                    publish(store, place.published, digest)
+                    return work.settle(store.resolve(place.published) or digest)
             # the averaging gets a whole deadline from when the round was ready, so that a
             # round going on with its quorum at the deadline is not called dead at once
-            if deadline is not None and now - ready_since > deadline:
+            if at_deadline:
                 _raise_holder_died(store, place, work, deadline)
         elif past:
             _raise_incomplete(work, deadline)

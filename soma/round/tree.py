@@ -180,9 +180,9 @@ def reduce(
 
     plan = widths(len(leaves), check_fan_in(fan_in))
     me = me or holders.me(role="tree", what=prefix)
-    who = store.put_value(me)
     level_below: Sequence[Leaf | Node] = list(leaves)
     for level, width in enumerate(plan, start=1):
+        who = store.put_value(me)  # again at each level: a re-put keeps it past gc's grace
         below = level_below
 
         def parts(index: int, below: Sequence[Leaf | Node] = below) -> list:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from soma.round import layout
 from soma.run import step
 from soma.run.spec import RunSpec
 from soma.run.step import Hosted
@@ -55,8 +56,9 @@ def drive(
     averages it). `after(round, driven)` is called once a round is averaged, its weights
     loaded into `driven.nodes`. `task` and `strategy` are `spec.checked()`'s."""
     from soma.nodes import export, load
-    from soma.round import average_round
+    from soma.round import announce, average_round
     from soma.round.once import read_record
+    from soma.run.personal import shared
 
     nodes = task.nodes(spec.seed)
     hosted = []
@@ -64,26 +66,42 @@ def drive(
         data = task.shard(k, spec.clients)
         hosted.append(Hosted(k, data, task.size(data)))
     driven = Driven(nodes, hosted, [])
-    start, state = store.put_value(export(nodes)), None
+    start, state = store.put_value(shared(export(nodes), spec.personal)), None
+    store.claim(layout.starting(spec.run, start), start)  # reachable while round 0 trains
     for r in range(spec.rounds):
         meeting = spec.meeting(r, start, state)
+        announce(store, meeting)  # the round is open from now: `gc --keep-runs` sees it
         taking_part = [h for h in hosted if h.index in meeting.members]
         metrics: dict[int, Any] = {}
         if meeting.secure is not None:
             digest = _secure_round(
-                store, meeting, task, strategy, nodes, taking_part, metrics, deadline
+                store, meeting, task, strategy, nodes, taking_part, metrics, deadline, spec.rounds
             )
         else:
-            for h in taking_part:
-                metrics[h.index] = step.plain(store, meeting, task, strategy, nodes, h).metrics
+            with store.group():  # one commit for every client hosted here (soma.store.files)
+                for h in taking_part:
+                    metrics[h.index] = step.plain(
+                        store, meeting, task, strategy, nodes, h, rounds=spec.rounds
+                    ).metrics
             digest = average_round(store, meeting, deadline=deadline)
         record = read_record(store, digest)
-        load(nodes, store.recall_digest(record["weights"]))
+        load(nodes, store.recall_digest(record["weights"]), partial=bool(spec.personal))
         start, state = record["weights"], record["state"]
         driven.rounds.append(Round(r, digest, record, metrics))
         if after is not None:
             after(driven.rounds[-1], driven)
+    _warn_never_trained(driven)
     return driven
+
+
+def _warn_never_trained(driven: Driven) -> None:
+    """A hosted client left out of every round it was sampled for ends the run with a
+    warning naming it and its last reason (soma.run.attendance), not in silence."""
+    from soma.run.attendance import never_trained, warning
+
+    records = [done.record for done in driven.rounds]
+    for client, why in never_trained(records, [h.index for h in driven.hosted]).items():
+        step.LOG.warning(warning(client, why))
 
 
 def _secure_round(
@@ -95,6 +113,7 @@ def _secure_round(
     taking_part: list[Hosted],
     metrics: dict[int, Any],
     deadline: float | None,
+    rounds: int,
 ) -> str:
     """The round under secure aggregation (soma.secagg.round): this process's clients go
     through its phases together, each trained by the one client step; the average's digest."""
@@ -103,7 +122,7 @@ def _secure_round(
     by_index = {h.index: h for h in taking_part}
 
     def train(k: int):
-        done = step.secure(store, meeting, task, strategy, nodes, by_index[k])
+        done = step.secure(store, meeting, task, strategy, nodes, by_index[k], rounds=rounds)
         metrics[k] = done.metrics
         return done.dropped if done.dropped is not None else done.trained
 

@@ -50,7 +50,7 @@ def declared(config: Mapping[str, Any]) -> dict[str, Any]:
     from soma.run.options import typed
 
     task, strategy = config["task"], config.get("strategy", "fedavg")
-    return {
+    found = {
         "task": task,
         "task_options": typed((config.get("task_options") or {}).get(task)),
         "seed": config["seed"],
@@ -60,8 +60,19 @@ def declared(config: Mapping[str, Any]) -> dict[str, Any]:
         "participation": config.get("participation"),
         "quorum": config.get("quorum"),
         "tree": config.get("tree"),
-        "secure_aggregation": config.get("secure_aggregation"),
+        "secure_aggregation": _secure(config.get("secure_aggregation")),
     }
+    if config.get("personal"):  # only when set: the records of every other run stay as they were
+        found["personal"] = sorted(config["personal"])
+    return found
+
+
+def _secure(secure: Any) -> Any:
+    """Secure aggregation's keys that change the run: where a client keeps its secrets
+    between its jobs (`secrets`) does not."""
+    if not isinstance(secure, Mapping):
+        return secure
+    return {k: v for k, v in secure.items() if k != "secrets"}
 
 
 def digest(value: Mapping[str, Any]) -> str:

@@ -48,10 +48,12 @@ def simulate(
     quorum: int | float | None = None,
     secure_aggregation: int | None = None,
     tree: int | None = None,
+    personal: tuple[str, ...] | list[str] = (),
     roster: str | Path | None = None,
     keys: str | Path | None = None,
     run: str = "simulation",
     store: str | Path | None = None,
+    durability: str = "durable",
     deadline: float | None = 3600.0,
     after: Callable[[Round, Any], None] | None = None,
 ) -> Simulated:
@@ -71,9 +73,11 @@ def simulate(
         quorum=quorum,
         secure=secure_aggregation,
         tree=tree,
+        personal=tuple(personal),
         roster=None if roster is None else str(roster),
         keys=None if keys is None else str(keys),
         mine=tuple(range(clients)) if isinstance(clients, int) else None,
+        durability=durability,
         given="library",
     )
     return simulate_spec(spec, store, deadline=deadline, after=after)
@@ -88,18 +92,17 @@ def simulate_spec(
 ) -> Simulated:
     """`simulate` of a spec whose `mine` is every client."""
     task, strategy = spec.checked()
-    with store_at(store) as kept:
+    with store_at(store, spec) as kept:
         driven = drive(spec, kept, task, strategy, deadline=deadline, after=after)
         return Simulated(driven.rounds, driven.weights, task.evaluate(driven.nodes), driven.nodes)
 
 
 @contextmanager
-def store_at(path: str | Path | None) -> Iterator[Store]:
-    """The store at `path`, or (None) one in a temporary folder, removed at the end."""
-    from soma.store import Store
-
+def store_at(path: str | Path | None, spec: RunSpec) -> Iterator[Store]:
+    """The store at `path`, or (None) one in a temporary folder, removed at the end; opened
+    with `spec`'s durability (RunSpec.store)."""
     if path is not None:
-        yield Store(path)
+        yield spec.store(path)
         return
     with tempfile.TemporaryDirectory(prefix="soma-simulate-") as folder:
-        yield Store(folder)
+        yield spec.store(folder)

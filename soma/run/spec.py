@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import argparse
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,7 @@ from soma.run.options import pairs, typed
 if TYPE_CHECKING:
     from soma.round import Meeting
     from soma.round.signing import Signing
+    from soma.store import Store
     from soma.strategies import Strategy
     from soma.tasks import Task
 
@@ -51,9 +53,12 @@ CONFIG_KEYS = {
     "participation": "participation",
     "quorum": "quorum",
     "secure": "secure_aggregation",
+    "secrets": "secure_aggregation.secrets",
     "tree": "tree",
     "per_job": "clients_per_job",
     "threads": "threads",
+    "durability": "durability",
+    "personal": "personal",
     "roster": "roster",
     "keys": "keys",
 }
@@ -72,9 +77,32 @@ OPTIONS = {
     "per_job": "--per-task",
     "mine": "--mine",
     "threads": "--threads",
+    "durability": "--durability",
+    "personal": "--personal",
     "roster": "--roster",
     "keys": "--keys",
 }
+
+
+def open_store(
+    path: str | Path, durability: str, named: str, refused: Callable[[str], SomaError]
+) -> Store:
+    """The store at `path` with `durability`; its refusal (scratch on a store that says it is
+    shared) as `refused`, naming the setting (`named`)."""
+    from soma.store import Store
+    from soma.store.errors import BadStore
+
+    try:
+        return Store(path, durability=durability)
+    except BadStore as error:
+        if durability == "durable":
+            raise
+        raise refused(f"{named}: {error}") from None
+
+
+# How a run's store makes its writes durable: soma.store.files.DURABILITIES, spelled here too
+# because check() imports no torch, which the store's package does (a test keeps them equal).
+DURABILITIES = ("durable", "scratch")
 
 
 # soma.simulate's keyword argument of a field, where its name is not the field's.
@@ -89,9 +117,12 @@ def _frozen(options: Mapping[str, Any] | None) -> Mapping[str, Any]:
 class RunSpec:
     """What a run is: its task and strategy with their options, its clients and rounds, who
     takes part in a round and how many must come (`participation`, `quorum`), how a round is
-    averaged (`tree`: a fan-in; `secure`: secure aggregation's threshold), its seed, and how
+    averaged (`tree`: a fan-in; `secure`: secure aggregation's threshold; `secrets`: the
+    workflow's template of each client's secrets folder, soma.run.secrets), its seed, and how
     its clients are hosted (`per_job` clients a job or task; `mine`: this process's clients,
-    None for the workflow, whose jobs each name theirs). `given` says where it came from
+    None for the workflow, whose jobs each name theirs), and how its store makes writes
+    durable (`durability`: "durable", or "scratch": no fsync, for a simulation on a scratch
+    folder, where a crash means rerunning the round). `given` says where it came from
     ("config", "args" or "library": soma.simulate): a refusal names the config key, the
     option or the keyword argument accordingly."""
 
@@ -106,19 +137,26 @@ class RunSpec:
     participation: int | float | None = None
     quorum: int | float | None = None
     secure: int | None = None
+    secrets: str | None = None  # secure aggregation's secrets folder (soma.run.secrets)
     tree: int | None = None
     per_job: int = 1
     mine: tuple[int, ...] | None = None
     threads: int = 1
+    durability: str = "durable"
+    personal: tuple[str, ...] = ()
     roster: str | None = None  # the roster file: its records signed (soma.round.signing)
     keys: str | None = None  # where this process finds a client's private key ({client})
     given: str = "config"
+    # the other names under the config's `task_options` (each must name a task: see check)
+    other_tasks: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "task_options", _frozen(self.task_options))
         object.__setattr__(self, "strategy_options", _frozen(self.strategy_options))
         if self.mine is not None:
             object.__setattr__(self, "mine", tuple(self.mine))
+        if isinstance(self.personal, (list, tuple)):
+            object.__setattr__(self, "personal", tuple(self.personal))
 
     # --- made from a config or from arguments ---------------------------------------------
 
@@ -140,9 +178,13 @@ class RunSpec:
             participation=config.get("participation"),
             quorum=config.get("quorum"),
             secure=(config.get("secure_aggregation") or {}).get("threshold"),
+            secrets=(config.get("secure_aggregation") or {}).get("secrets"),
             tree=(config.get("tree") or {}).get("fan_in"),
             per_job=config.get("clients_per_job", 1) or 1,
             threads=config.get("threads", 1) or 1,
+            durability=config.get("durability") or "durable",
+            personal=config.get("personal") or (),
+            other_tasks=tuple(sorted(set(config.get("task_options") or {}) - {task})),
             roster=config.get("roster"),
             keys=config.get("keys"),
         )
@@ -168,6 +210,8 @@ class RunSpec:
             per_job=getattr(args, "per_task", 1),
             mine=None if mine is None else tuple(mine),
             threads=args.threads,
+            durability=getattr(args, "durability", "durable"),
+            personal=tuple(getattr(args, "personal", None) or ()),
             roster=getattr(args, "roster", None),
             keys=getattr(args, "keys", None),
             given="args",
@@ -179,7 +223,10 @@ class RunSpec:
         """The part of the run's identity that is not the strategy's (soma.run.identity)."""
         from soma.run.identity import identity
 
-        return identity(self.task, dict(self.task_options), self.seed)
+        found = identity(self.task, dict(self.task_options), self.seed)
+        if self.personal:  # only when set: the meetings of every other run keep their keys
+            found["personal"] = sorted(self.personal)
+        return found
 
     def meeting(self, round: int, start: str | None, state: str | None) -> Meeting:
         """Where round `round`'s clients meet, from the weights (and the strategy state) it
@@ -203,6 +250,17 @@ class RunSpec:
             secure=self.secure,
             signing=self.signing,
         )
+
+    def store(self, path: str | Path) -> Store:
+        """The store at `path` opened with this run's durability; scratch on a store that
+        says it is shared is refused (before anything is made), naming the setting."""
+        return open_store(path, self.durability, self.named("durability"), self.refused)
+
+    @staticmethod
+    def config_store(config: Mapping[str, Any]) -> Store:
+        """The store of a workflow job's `config` (its `store`), with its `durability`."""
+        durability = config.get("durability") or "durable"
+        return open_store(config["store"], durability, "config key `durability`", ConfigRefused)
 
     @functools.cached_property
     def signing(self) -> Signing | None:
@@ -251,6 +309,11 @@ class RunSpec:
                 )
         if self.tree is not None:
             self._at_least("tree", 2)
+        if self.durability not in DURABILITIES:
+            raise self.refused(
+                f"{self.named('durability')} must be one of {', '.join(DURABILITIES)}, "
+                f"not {self.durability!r}"
+            )
         try:
             sampled = sample_size(self.participation, self.clients)
             quorum_size(self.quorum, sampled)
@@ -264,6 +327,13 @@ class RunSpec:
                     f"{self.named('secure')}: threshold {self.secure} must be between 2 and "
                     f"the {sampled} clients of a round"
                 )
+            self._check_threshold(sampled)
+            if self.secrets is not None:
+                from soma.run.secrets import template_refusal
+
+                refusal = template_refusal(self.secrets)
+                if refusal is not None:
+                    raise self.refused(f"{self.named('secrets')}: {refusal}")
             if self.tree is not None or self.per_job != 1 and self.given == "config":
                 raise self.refused(
                     f"{self.named('secure', 'per_job', 'tree')}: a secure round is a job per "
@@ -271,7 +341,9 @@ class RunSpec:
                     if self.given == "config"
                     else f"{self.named('secure', 'tree')}: a secure round is summed flat"
                 )
+        self._check_personal_names()
         self._check_option_names()
+        self._check_other_tasks()
         self._check_roster()
         return self
 
@@ -297,6 +369,52 @@ class RunSpec:
                 signing.private(k)
             except SigningError as error:
                 raise self.refused(f"{self.named('keys')}: {error}") from None
+
+    def _check_threshold(self, sampled: int) -> None:
+        """Secure aggregation's threshold against whom it must hold (soma.secagg): more than
+        half a round's clients, and more clients than any one process hosts, unless it hosts
+        them all (then nobody outside it has anything to hide from it)."""
+        assert self.secure is not None
+        if 2 * self.secure <= sampled:
+            raise self.refused(
+                f"{self.named('secure')}: threshold {self.secure} is at or below half the "
+                f"{sampled} clients of a round: two groups of {self.secure} that do not overlap "
+                f"could unmask a client; it must be at least {sampled // 2 + 1}"
+            )
+        hosted = len(self.mine or ())
+        if hosted >= self.secure and hosted < self.clients:
+            raise self.refused(
+                f"{self.named('mine', 'secure')}: this process would host {hosted} clients, at "
+                f"least the threshold {self.secure}: it would hold enough shares to unmask "
+                f"every other client; host fewer than {self.secure} (or all {self.clients})"
+            )
+
+    def _check_other_tasks(self) -> None:
+        """Options under a name that is no task (a typo of the task's, say) are refused, not
+        ignored; another task's options may stay in a config (read, not run)."""
+        from soma.tasks import source_of
+
+        for name in self.other_tasks:
+            if source_of(name) is None:
+                raise self.refused(
+                    f"{self.named('task_options')}: options under {name!r}, which names no task "
+                    f"module, would be ignored (the run's task is {self.task!r}): put them "
+                    f"under {self.task!r}, or make {name!r} importable"
+                )
+
+    def _check_personal_names(self) -> None:
+        """`personal`: distinct node names, never under secure aggregation (soma.run.personal)."""
+        personal = self.personal
+        if not isinstance(personal, tuple) or not all(isinstance(n, str) and n for n in personal):
+            raise self.refused(f"{self.named('personal')} must be a list of node names")
+        twice = sorted({n for n in personal if personal.count(n) > 1})
+        if twice:
+            raise self.refused(f"{self.named('personal')}: node {twice[0]!r} is named twice")
+        if personal and self.secure is not None:
+            raise self.refused(
+                f"{self.named('personal', 'secure')}: a secure round keeps no client's state "
+                "from one round to the next, so personal nodes cannot be kept under it"
+            )
 
     def _check_option_names(self) -> None:
         """An option the task does not take, when its module declares them (read, not run)."""
@@ -353,6 +471,12 @@ class RunSpec:
             except RoundError as error:
                 raise self.refused(f"{self.named('strategy', 'secure')}: {error}") from None
         self._check_clients(task)
+        if self.personal:
+            from soma.run.personal import refusal
+
+            why = refusal(self.personal, task.nodes(self.seed), self.strategy, strategy)
+            if why is not None:
+                raise self.refused(f"{self.named('personal')}: {why}")
         return task, strategy
 
     def _check_clients(self, task: Task) -> None:

@@ -12,16 +12,19 @@ goes on; otherwise it raises `CannotTakePart`, naming the client and the reason.
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Any
 
 from soma.nodes import Export, export, load
-from soma.round import Contribution, Meeting, contribute, drop, dropout_reason
+from soma.round import Contradicts, Contribution, Meeting, contribute, drop, dropout_reason
 from soma.round.once import RoundError
 from soma.run.identity import training_seed
+from soma.run.personal import load_round, own_state, shared
 from soma.store import Store
 from soma.strategies import Strategy, train_locally
+from soma.tasks import Context
 
 LOG = logging.getLogger("soma.client")
 
@@ -42,6 +45,14 @@ class Hosted:
     own: Any = None
 
 
+def context_of(meeting: Meeting, client: int, rounds: int | None) -> Context | None:
+    """Where client `client` stands in `meeting`'s round of a run of `rounds` rounds (None
+    when the caller does not know them: the task is then told nothing)."""
+    if rounds is None:
+        return None
+    return Context(round=meeting.round, rounds=rounds, client=client, clients=meeting.clients)
+
+
 @dataclass
 class Outcome:
     """What a client's step came to: its training metrics and what it wrote (plain: the
@@ -55,48 +66,117 @@ class Outcome:
 
 
 def _train(
-    store: Store, meeting: Meeting, task: Any, strategy: Strategy, nodes: Any, hosted: Hosted
+    store: Store,
+    meeting: Meeting,
+    task: Any,
+    strategy: Strategy,
+    nodes: Any,
+    hosted: Hosted,
+    rounds: int | None,
 ) -> tuple[Any, Export | None, Any]:
-    """Train `hosted` from the round's start with its (run seed, round, client) seed."""
-    load(nodes, store.recall_digest(meeting.start))
+    """Train `hosted` from the round's start with its (run seed, round, client) seed; its
+    personal nodes (if the run has any, soma.run.personal) from its own state."""
+    personal, seed = personal_of(meeting), meeting.config["seed"]
+    if personal:
+        fresh = functools.partial(task.nodes, seed)
+        load_round(nodes, store.recall_digest(meeting.start), hosted.own, personal, fresh)
+        mine = None  # the own state is the personal nodes' (no client side: RunSpec.checked)
+    else:
+        load(nodes, store.recall_digest(meeting.start))
+        mine = hosted.own
     state = None if meeting.state is None else store.recall_digest(meeting.state)
-    seed = training_seed(meeting.config["seed"], meeting.round, hosted.index)
+    seed = training_seed(seed, meeting.round, hosted.index)
+    context = context_of(meeting, hosted.index, rounds)
     return train_locally(
-        strategy, task, nodes, hosted.data, seed=seed, state=state, mine=hosted.own
+        strategy, task, nodes, hosted.data, seed=seed, state=state, mine=mine, context=context
     )
 
 
+def personal_of(meeting: Meeting) -> tuple[str, ...]:
+    """The run's personal nodes, which its meeting carries in the run's identity."""
+    return tuple(meeting.config.get("personal") or ())
+
+
 def plain(
-    store: Store, meeting: Meeting, task: Any, strategy: Strategy, nodes: Any, hosted: Hosted
+    store: Store,
+    meeting: Meeting,
+    task: Any,
+    strategy: Strategy,
+    nodes: Any,
+    hosted: Hosted,
+    *,
+    rounds: int | None = None,
 ) -> Outcome:
     """Train and contribute, or leave saying why (see the module). `hosted.own` becomes the
     client's new own state."""
     try:
-        metrics, extra, own = _train(store, meeting, task, strategy, nodes, hosted)
+        metrics, extra, own = _train(store, meeting, task, strategy, nodes, hosted, rounds)
+        sent, personal = export(nodes), personal_of(meeting)
+        if personal:  # never sent, kept as the client's own state
+            sent, own = shared(sent, personal), own_state(sent, personal)
         made = contribute(
-            store, meeting, export(nodes), mine=hosted.index, size=hosted.size, extra=extra,
-            own=own,
-        )  # fmt: skip
+            store, meeting, sent, mine=hosted.index, size=hosted.size, extra=extra, own=own
+        )
+    except Contradicts:  # it already brought other weights: not a drop-out, a refusal
+        raise
     except Exception as error:  # the task failed or the export was refused
+        damage = store_damage(error, meeting, hosted.index)
+        if damage is not None:
+            raise damage from error
+        log_traceback(meeting, hosted.index)
         return leave(store, meeting, hosted.index, dropout_reason(error))
     hosted.own = own
     return Outcome(hosted.index, metrics=metrics, contribution=made)
 
 
 def secure(
-    store: Store, meeting: Meeting, task: Any, strategy: Strategy, nodes: Any, hosted: Hosted
+    store: Store,
+    meeting: Meeting,
+    task: Any,
+    strategy: Strategy,
+    nodes: Any,
+    hosted: Hosted,
+    *,
+    rounds: int | None = None,
 ) -> Outcome:
     """Train, and check the export secure aggregation would mask (its `trained`), or
     withdraw saying why (see the module); masking it is soma.secagg.round's."""
     from soma.secagg import round as secure_round
 
     try:
-        metrics, _, _ = _train(store, meeting, task, strategy, nodes, hosted)
+        metrics, _, _ = _train(store, meeting, task, strategy, nodes, hosted, rounds)
         trained, weight = export(nodes), secure_round.weight_of(strategy, hosted.size)
         secure_round.check_export(meeting, hosted.index, trained, weight)
     except Exception as error:  # it shared its keys: the others unmask without it
+        log_traceback(meeting, hosted.index)
         return leave(store, meeting, hosted.index, dropout_reason(error))
     return Outcome(hosted.index, metrics=metrics, trained=(trained, weight))
+
+
+class StoreDamaged(RoundError):
+    """What a round starts from (its start, the strategy's state, a client's own state) is
+    missing or corrupt in the store: the store's damage, not the client's failure, so the
+    client does not drop out (a drop-out would stand after `soma repair`); it fails."""
+
+
+def store_damage(error: BaseException, meeting: Meeting, client: int) -> StoreDamaged | None:
+    """The refusal to drop out when `error` is the store's damage (a blob missing or
+    corrupt), naming the client, the round and what repairs it; None for any other error."""
+    from soma.store.errors import CorruptBlob, UnknownDigest
+
+    if not isinstance(error, (UnknownDigest, CorruptBlob)):
+        return None
+    return StoreDamaged(
+        f"client {client} cannot train in {meeting.what}: the store is damaged "
+        f"({type(error).__name__}: {error}); that is not the client's failure, so it does not "
+        "drop out: run `soma verify` and `soma repair` on the store, then run again"
+    )
+
+
+def log_traceback(meeting: Meeting, client: int) -> None:
+    """The exception being handled, with its traceback, in the log of whoever hosts the
+    client (a drop-out's record keeps only its one-line reason)."""
+    LOG.warning("client %d could not take part in %s:", client, meeting.what, exc_info=True)
 
 
 def leave(store: Store, meeting: Meeting, client: int, why: str) -> Outcome:

@@ -30,6 +30,11 @@ class BadInput(SecAggError):
     for the ring): refused before anything of it is written."""
 
 
+class MaskedOnce(SecAggError):
+    """This client's masking of the session was already claimed (by an earlier attempt): its
+    masks are used once, so nothing masked is written again (no two-time pad)."""
+
+
 class LeftOut(SecAggError):
     """This client came too late for a phase: the phase's roster (agreed by everyone) does not
     name it, so the round goes on without its export."""

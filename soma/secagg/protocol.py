@@ -60,6 +60,7 @@ Layout, under the session's prefix (names are claimed: written once, never repla
     <prefix>/about             the session: members, threshold, fixed point (claimed by the first)
     <prefix>/keys/<k>          k's public keys c and s, and its self-mask commitment
     <prefix>/shares/<k>        k's shares: AES-GCM ciphertexts for the keys roster's clients
+    <prefix>/masking/<k>       k's one masking, claimed before anything masked is written
     <prefix>/masked/<k>        k's masked input: its layout, and its ring elements (uint64 tensors)
     <prefix>/reveal/<k>        k's revealed shares: b of each contributor, s of each dropped client
     <prefix>/roster/<phase>    who is in, for keys, shares and masked (claimed once)
@@ -80,15 +81,19 @@ in the paper's honest-but-curious version, nothing is signed unless the run has 
 then every message is signed by its client and checked before use (soma.round.signing), and
 before revealing, each client signs the survivors it saw (`confirmed/<k>`) and refuses to
 reveal when the signed sets differ (`consistent`: the malicious-server variant's check).
-Choose t > n/2 (a majority of the members); t >= 2 is enforced. Every pair of clients does a
-key agreement and every client expands n masks of the model's size (O(n^2) work in all, as in
-the paper; SecAgg+ would mask along a sparse graph instead).
+t > n/2 (a majority of the members) and t >= 2 are enforced: at or below half, two groups of t
+that do not overlap could rebuild both halves of one client's secrets (Bonawitz et al. need
+t > n/2).
+Every pair of clients does a key agreement and every client expands n masks of the model's
+size (O(n^2) work in all, as in the paper; SecAgg+ would mask along a sparse graph instead).
 
 Private keys and seeds never leave the client process: they live in a `Secrets` object, in
 memory, which refuses to be pickled. All of a client's phases run in that one process (a
 process that dies loses them, and the client drops out: recoverable after `share`). A session's
 prefix is used once: a rerun draws new keys, and finds the names taken (`SecAggError`); give
-each attempt a prefix of its own.
+each attempt a prefix of its own. A client masks once: `masked_input` claims `masking/<k>`
+before it adds a mask, so a second attempt with the same secrets (the workflow keeps them in
+a file between jobs) is refused (`MaskedOnce`) before anything masked is written.
 
 Deadlines are per barrier, in seconds from when the client starts waiting on it (None: wait
 forever). Integer and bool tensors are refused (a count's mean is not a count, and keeping the
@@ -110,7 +115,7 @@ import numpy as np
 import torch
 
 from soma.nodes import Export
-from soma.round import layout, once
+from soma.round import holders, layout, once
 from soma.round import signing as signatures
 from soma.round.once import POLL, Backoff, Place, read_record
 from soma.secagg import crypto, masks, shamir
@@ -119,6 +124,7 @@ from soma.secagg.errors import (
     BelowThreshold,
     InconsistentShares,
     LeftOut,
+    MaskedOnce,
     SecAggError,
 )
 from soma.secagg.quantize import DEFAULT_PRECISION_BITS, DEFAULT_RING_BITS, FixedPoint
@@ -194,7 +200,15 @@ class Session:
         if not _is_int(self.threshold) or not 2 <= self.threshold <= len(members):
             raise SecAggError(
                 f"threshold {self.threshold!r} must be an integer in 2..{len(members)} "
-                f"(the members); a majority, {len(members) // 2 + 1} or more, is advised"
+                f"(the members), and more than half of them: {len(members) // 2 + 1} or more"
+            )
+        if 2 * self.threshold <= len(members):
+            raise SecAggError(
+                f"threshold {self.threshold} is at or below half the {len(members)} members: "
+                f"two groups of {self.threshold} that do not overlap could rebuild both "
+                f"halves of one client's secrets (its self-mask seed and its mask key), which "
+                f"unmasks it; it must be at least "
+                f"{len(members) // 2 + 1}"
             )
         FixedPoint(self.precision_bits, self.ring_bits)  # checks them
 
@@ -293,8 +307,9 @@ class Secrets:
 
     def private_record(self) -> dict[str, Any]:
         """Everything private, as text, for a client whose phases run in separate processes
-        (the workflow's jobs): written by `keep_private` to the client's own folder, never to
-        the store. What is derived from it (the keys read, the AES keys) is derived again."""
+        (the workflow's jobs): written by `soma.run.secrets.keep` to the client's own folder
+        (0700), never to the store. What is derived from it (the keys read, the AES keys) is
+        derived again."""
         return {
             "session": self.session.prefix,
             "client": self.mine,
@@ -850,6 +865,7 @@ def masked_input(
     sharers = _roster(store, session, "shares", deadline=deadline, backoff=backoff)
     _must_be_in(sharers, secrets, "shares")
     keys = _keys_of(store, secrets)
+    _claim_masking(store, session, secrets.mine)
     _add_self_mask(flat, secrets)
     _add_pairwise_masks(flat, secrets, keys, sorted(sharers))
     record = {
@@ -860,6 +876,18 @@ def masked_input(
     mine = secrets.mine
     _write_signed(store, session, "masked", mine, record, f"client {mine}'s masked input")
     return sorted(sharers)
+
+
+def _claim_masking(store: Store, session: Session, mine: int) -> None:
+    """Claim client `mine`'s one masking of the session, before any mask is added or anything
+    masked is written: a second attempt with the same secrets (a rerun job) is refused here,
+    so the store never holds two inputs under one mask (their difference would be in clear)."""
+    name = session.name("masking", mine)
+    if not store.claim(name, store.put_value({"client": mine, "by": holders.me()})):
+        raise MaskedOnce(
+            f"{session.what}: client {mine}'s masking was already claimed ({name!r}, by an "
+            "earlier attempt): its masks are used once, so this attempt writes nothing masked"
+        )
 
 
 def _sealed_for(

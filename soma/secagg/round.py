@@ -154,6 +154,7 @@ class _SecureAveraging:
         check_strategy(self.meeting.strategy, self.strategy)
         sum_name = layout.session(session_prefix(self.meeting), "sum")
         check_signed(self.store, self.meeting, inputs, name=sum_name, writer=None, what="its sum")
+        check_sum(self.store, self.meeting, inputs)
         averager(self.meeting)  # a roster member's key to sign the average with, or refused
 
     def place(self, inputs: str) -> Place:
@@ -170,6 +171,55 @@ class _SecureAveraging:
 
     def missing(self) -> tuple[list[int], str]:
         return [], " (the secure sum was never published)"
+
+
+def check_sum(store: Store, meeting: Meeting, sum_digest: str) -> None:
+    """The published secure sum as the averaging will read it: a sum's record (its keys),
+    contributors among the round's members, a finite total above zero and every summed
+    value finite; checked by every process before the averaging is claimed, naming the sum,
+    however its record got there."""
+    import math
+
+    import torch
+
+    from soma.secagg.protocol import VERSION
+    from soma.store.errors import StoreError
+
+    where = f"{meeting.what}: the secure sum {sum_digest}"
+    try:
+        result = store.recall_digest(sum_digest, lazy=True)
+    except (StoreError, OSError) as error:
+        raise RoundError(f"{where} cannot be read: {type(error).__name__}: {error}") from None
+    if not isinstance(result, dict) or result.get("secagg") != VERSION:
+        raise RoundError(f"{where} is not a secure sum's record")
+    missing = [k for k in ("weighted", "total", "contributors", "dropped", "error_bound")
+               if k not in result]  # fmt: skip
+    if missing:
+        raise RoundError(f"{where} has no {', '.join(map(repr, missing))}")
+    contributors = result["contributors"]
+    if not isinstance(contributors, list) or not all(
+        isinstance(k, int) and k in meeting.members for k in contributors
+    ):
+        raise RoundError(f"{where}: contributors {contributors!r} are not the round's clients")
+    total = result["total"]
+    if (
+        isinstance(total, bool)
+        or not isinstance(total, (int, float))
+        or not (math.isfinite(total) and total > 0)
+    ):
+        raise RoundError(f"{where}: its total size {total!r} is not a finite number above zero")
+    weighted = result["weighted"]
+    if not isinstance(weighted, dict):
+        raise RoundError(f"{where}: its weighted sum is not a map of nodes")
+    for node, keys in weighted.items():
+        if not isinstance(keys, dict):
+            raise RoundError(f"{where}: node {node!r} is not a map of tensors")
+        for key, tensor in keys.items():
+            if not isinstance(tensor, torch.Tensor) or not bool(torch.isfinite(tensor).all()):
+                raise RoundError(
+                    f"{where}: node {node!r} key {key!r} is not a tensor of finite values; "
+                    "refused before the averaging is claimed"
+                )
 
 
 def mean_of_sum(store: Store, sum_digest: str, previous: Export) -> Export:

@@ -16,11 +16,15 @@ Layout (format 1)::
                                   files being written; nothing else writes there
     <dir>/attic/abcdef...         a blob a gc is deleting this instant (see "Health")
 
-Every write goes: a new file in `tmp/`, write, fsync, then `link(2)` (a blob, a claim) or
-`rename(2)` (a bind) into its final place, then fsync of that folder. A process killed at
-any instant leaves at worst a file in `tmp/` (`soma gc` removes those whose writer is
-gone), never a partial file under a final name. A folder on the way to a name is made (and
-its parent fsynced) the first time it is needed.
+Every write goes: a new file in `tmp/`, write, then `link(2)` (a blob, a claim) or
+`rename(2)` (a bind) into its final place. A process killed at any instant leaves at worst a
+file in `tmp/` (`soma gc` removes those whose writer is gone), never a partial file under a
+final name. Against a machine crash (`durability="durable"`, the default), what was written
+is made durable in passes (one syncfs, or an fsync of each file and folder): one just before
+a name is placed (everything it reaches, and its own temporary), one after it; a group
+commit (`Store.group`) binds many names between the same two passes. soma.store.files lists
+what each fsync protects; `durability="scratch"` makes none. A folder on the way to a name
+is made the first time it is needed (and made durable by the pass after it).
 
 The hash is sha256 (hashlib, OpenSSL): it is the digest everybody can check with
 `sha256sum`, it runs at about the speed of a disk (~1 GB/s a core), and nobody can make two
@@ -57,15 +61,16 @@ the wire. Nothing is known until the last byte is hashed, so keeping a new blob 
 hash *then* a write; but with a second CPU the next node's blob is hashed (in a thread)
 while this one's is written, so an export of several nodes overlaps the two. A new blob's
 writeback to the disk is started every few MB as it is written (sync_file_range(2), Linux)
-rather than all left to the closing fsync. `Store(dir, write_beside_hash=True)` instead
-writes a tensor blob of 4 MB or more to its temporary while hashing it, on a local
-filesystem in a process with a second CPU (its affinity: a one-CPU Slurm task never does):
-if the blob turns out to be there already, the temporary is truncated and removed before it
-is ever flushed (no disk write, but a page-cache copy spent). It is off by default because
-on the 2-core VM it was measured on it gained nothing for a new blob (the hash and the copy
-compete for the same memory bandwidth) and cost a 1 GB blob already there ~3x its
-hash-only time; it never applies on a network folder, where dirty pages may reach the
-server before the truncate.
+rather than all left to the closing pass. A tensor blob of 4 MB or more that is likely new
+is written to its temporary while it is hashed, on a local filesystem in a process with a
+second CPU (its affinity: a one-CPU Slurm task never does): likely new unless a sample of
+its bytes (its header, 256 bytes spread over each tensor) was kept by this process lately,
+which an unchanged node's is and a trained one's is not. A prediction only: if the blob
+turns out to be there already, the temporary is truncated and removed before it is ever
+flushed (no disk write, but a page-cache copy spent, which cost a 1 GB blob already there
+~3x its hash-only time when every blob was written beside). `write_beside_hash=True`
+writes every large blob beside its hash, `False` none. It never applies on a network
+folder, where dirty pages may reach the server before the truncate.
 
 Reading verifies at sha256's speed (~1 GB/s a core), the tensor blobs of one value side
 by side on up to 4 CPUs. `recall(name, lazy=True)` maps the blobs (copy-on-write mmap)
@@ -83,10 +88,10 @@ What a network folder costs, in metadata round trips (NFS calls) per operation:
 - `bound(prefix)`: one READDIR(PLUS) per folder under the prefix; no file is opened.
 - `put` of a blob already there: one stat (and a SETATTR, the utime, when it was last
   touched more than a minute ago). A new blob:
-  CREATE, WRITEs, COMMIT (fsync), LINK, REMOVE, and the folder fsync; plus one MKDIR the
-  first time one of the 256 fan-out folders is used. `keep` is a put per tensor blob, one
-  for the record, and a `bind`.
-- `bind`: stat of the blob, CREATE+WRITE+COMMIT of the temporary, RENAME, folder fsync.
+  CREATE, WRITEs, LINK, REMOVE (its COMMIT is the next pass's); plus one MKDIR the first
+  time one of the 256 fan-out folders is used. `keep` is a put per tensor blob, one for the
+  record, and a `bind`.
+- `bind`: stat of the blob, CREATE+WRITE of the temporary, a pass (COMMITs), RENAME, a pass.
 - `claim`: the same with LINK instead of RENAME, a GETATTR only if LINK reports an error,
   and the REMOVE of the temporary.
 - `get`/`recall`: OPEN, READs of the whole blob (verified), CLOSE.
@@ -116,6 +121,15 @@ Health (soma.health has verify, repair and gc; these are the store's parts of it
   `REFRESH_AFTER`): a put is a use, and gc deletes only unreachable blobs untouched for its
   grace period. A gc moves a blob to `attic/` before deciding, and every read or put that
   misses a blob links it back from there first; see soma.health for why that is sound.
+- Symbolic links: the store makes none and follows none, against a careless user or
+  anyone else who can write the shared folder. Its folders (`blobs`, `names`, `tmp`,
+  `attic`) are refused as links when a store is opened (`BadStore`); a blob, a name file,
+  and every folder on the way to one below them are opened one by one with O_NOFOLLOW (an
+  openat per folder: no extra round trip where the lookups are cached), so a read or a
+  listing refuses a link naming it (`SymlinkInStore`) and never reads, marks or lists
+  through one; a put finds a link where its blob goes by lstat and renames the right
+  bytes over it. `soma verify` reports every link, and `soma gc` refuses to run while one
+  is there (soma.health).
 """
 
 from __future__ import annotations
@@ -132,6 +146,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -139,8 +154,6 @@ import torch
 
 from soma.store import codecs, tensorfile
 from soma.store.codecs import register_codec, unregister_codec
-from soma.store.files import create_new, fsync_folder, write_all
-from soma.store.names import MAX_STORE_PATH_BYTES, check_name, split_prefix
 from soma.store.errors import (
     BadBlob,
     BadDigest,
@@ -152,9 +165,23 @@ from soma.store.errors import (
     NoCodec,
     NotText,
     StoreError,
+    SymlinkInStore,
     UnknownDigest,
     UnknownName,
 )
+from soma.store.files import (
+    DURABILITIES,
+    DURABLE,
+    SCRATCH,
+    SHARED_MARKER,
+    can_syncfs,
+    create_new,
+    fsync_folder,
+    make_durable,
+    write_all,
+    write_atomic,
+)
+from soma.store.names import MAX_STORE_PATH_BYTES, check_name, split_prefix
 
 __all__ = [
     "Store",
@@ -174,6 +201,7 @@ __all__ = [
     "BadBlob",
     "NoCodec",
     "NotText",
+    "SymlinkInStore",
 ]
 
 _HEX = frozenset("0123456789abcdef")
@@ -230,7 +258,13 @@ def check_folder(directory: str | os.PathLike[str]) -> Path:
         )
     culprit = _in_the_way(path)
     if culprit is not None:
-        what = "a file" if culprit.is_file() else "something other than a folder"
+        what = (
+            "a symbolic link, which the store never follows (put the folder itself there)"
+            if culprit.is_symlink()
+            else "a file"
+            if culprit.is_file()
+            else "something other than a folder"
+        )
         if culprit == path:
             raise BadStore(f"store folder {path} is {what}, not a folder")
         raise BadStore(f"store folder {path} cannot be a store: {culprit} is {what}")
@@ -239,9 +273,9 @@ def check_folder(directory: str | os.PathLike[str]) -> Path:
 
 def _in_the_way(path: Path) -> Path | None:
     """The first thing that is there and is not a folder, where the store needs one: its own
-    folders, itself, or the nearest one above it that is there."""
-    for folder in (path / "blobs", path / "names", path / "tmp"):
-        if _there(folder) and not folder.is_dir():
+    folders (a symbolic link is not one), itself, or the nearest one above it that is there."""
+    for folder in (path / "blobs", path / "names", path / "tmp", path / "attic"):
+        if folder.is_symlink() or (_there(folder) and not folder.is_dir()):
             return folder
     for folder in (path, *path.parents):
         if folder.is_dir():
@@ -253,6 +287,84 @@ def _in_the_way(path: Path) -> Path | None:
 
 def _there(path: Path) -> bool:
     return path.exists() or path.is_symlink()  # a dangling link is in the way too
+
+
+# The store never follows a symbolic link it did not make (it makes none): a blob, a name
+# file and a folder of names are opened with O_NOFOLLOW, folder by folder from one the store
+# opened itself, so a link planted anywhere on the way is refused (`SymlinkInStore`), never
+# read through, marked through, or listed through. A file is opened O_NONBLOCK: a FIFO
+# planted where a file was is refused by what it is, not waited on.
+_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_NO_FOLLOW = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _a_link(error: OSError, name: str | os.PathLike[str], dir_fd: int | None) -> bool:
+    """Whether a no-follow open of `name` in `dir_fd` failed because it is a symbolic link
+    (ELOOP for a file; ENOTDIR for a folder, which a link to one is not)."""
+    if error.errno == errno.ELOOP:
+        return True
+    if error.errno != errno.ENOTDIR:
+        return False
+    try:
+        return stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode)
+    except OSError:
+        return False
+
+
+def symlink_refused(path: str | os.PathLike[str], what: str) -> SymlinkInStore:
+    """The refusal of the symbolic link at `path` (a `what`: blob, name file, folder...)."""
+    try:
+        target = f" (to {os.readlink(path)})"
+    except OSError:
+        target = ""
+    return SymlinkInStore(
+        f"{what} {path} is a symbolic link{target}: the store makes none and follows none; "
+        "remove the link (what it points at is not touched), or put the real file or folder "
+        "in its place (`soma verify` lists every link in the store)"
+    )
+
+
+def _open_in(folder: Path, segments: Iterable[str], what: str) -> int:
+    """`folder` (the store's own, checked when the store was opened) and then each of
+    `segments` below it opened as a folder, none followed if it is a link: its fd (the
+    caller closes it). FileNotFoundError or NotADirectoryError when one is not a folder."""
+    try:
+        fd = os.open(folder, _FOLDER)
+    except OSError as error:  # made a link after the store was opened
+        if _a_link(error, folder, None):
+            raise symlink_refused(folder, "store folder") from None
+        raise
+    for i, segment in enumerate(segments):
+        try:
+            inner = os.open(segment, _FOLDER, dir_fd=fd)
+        except OSError as error:
+            link = _a_link(error, segment, fd)
+            os.close(fd)
+            if link:
+                raise symlink_refused(folder.joinpath(*list(segments)[: i + 1]), what) from None
+            raise
+        os.close(fd)
+        fd = inner
+    return fd
+
+
+def _open_file(folder: Path, segments: list[str], what: str) -> BinaryIO:
+    """The file `folder/segments...` opened for reading (unbuffered), no part of the way
+    below `folder` followed if it is a link (`SymlinkInStore`, naming it)."""
+    fd = _open_in(folder, segments[:-1], f"folder of {what}s")
+    try:
+        return open(
+            segments[-1],
+            "rb",
+            buffering=0,
+            opener=lambda name, flags: os.open(name, flags | _NO_FOLLOW, dir_fd=fd),
+        )
+    except OSError as error:
+        if _a_link(error, segments[-1], fd):
+            raise symlink_refused(folder.joinpath(*segments), what) from None
+        raise
+    finally:
+        os.close(fd)
 
 
 # Putting a blob that is already there refreshes its mtime (gc's grace, soma.health) when it
@@ -345,6 +457,37 @@ class _Beside(threading.Thread):
             raise self.error
 
 
+# What this process kept lately, by a sample of its bytes: a prediction only (whether a
+# large blob is likely new, so worth writing while it is hashed), never trusted for a
+# digest. A blob is known by its header and 256 bytes spread over each tensor (training
+# changes nearly every weight; a node left as it was samples the same); at most
+# _KEPT_AT_MOST of them, the oldest forgotten first.
+_KEPT: dict[bytes, str] = {}
+_KEPT_AT_MOST = 4096
+_KEPT_LOCK = threading.Lock()
+
+
+def _fingerprint(plan: tensorfile.TensorPlan) -> bytes | None:
+    h = hashlib.blake2b(plan.header, digest_size=16)
+    for t in plan.ordered:
+        if t.device.type != "cpu" or not t.is_contiguous() or t.is_conj() or t.is_neg():
+            return None  # sampling it would cost a copy: not predicted, written beside
+        if t.numel():
+            data = memoryview(t.detach().reshape(-1).view(torch.uint8).numpy())
+            h.update(data[:: max(1, len(data) // 256)].tobytes())
+    return h.digest()
+
+
+def _remember(seen: bytes | None, digest: str) -> str:
+    if seen is not None:
+        with _KEPT_LOCK:
+            _KEPT.pop(seen, None)
+            _KEPT[seen] = digest
+            while len(_KEPT) > _KEPT_AT_MOST:
+                _KEPT.pop(next(iter(_KEPT)))
+    return digest
+
+
 def _hash_plan(plan: tensorfile.TensorPlan) -> str:
     h = hashlib.sha256()
     for chunk in plan.chunks():
@@ -387,20 +530,29 @@ class Store:
     """A content-addressed store in `directory` (made if missing; refused, with nothing made,
     where it cannot be: see `check_folder`). See the module docs.
 
-    `write_beside_hash`: on a local filesystem with a second CPU, write a new large tensor
-    blob while it is hashed instead of after (see "Large values" in the module docs).
+    `write_beside_hash`: on a local filesystem with a second CPU, write a large tensor blob
+    while it is hashed instead of after: None, when it is likely new; True, always; False,
+    never (see "Large values" in the module docs).
     `verify_existing`: a put of a blob already there hashes it, and replaces it when its
     bytes are wrong (see "Health"); what `soma repair` uses.
+    `durability`: "durable" (names are durable before they are said bound, and never before
+    what they reach) or "scratch" (no fsync at all: a machine crash means rerunning the
+    round), refused on a store that says it is shared; `shared`: say so (writes its marker).
+    See soma.store.files for what each fsync protects.
     """
 
     def __init__(
         self,
         directory: str | os.PathLike[str],
         *,
-        write_beside_hash: bool = False,
+        write_beside_hash: bool | None = None,
         verify_existing: bool = False,
+        durability: str = DURABLE,
+        shared: bool = False,
     ) -> None:
         self.directory = check_folder(directory)
+        _check_durability(self.directory, durability, shared)
+        self.durability = durability
         self._blobs = self.directory / "blobs"
         self._names = self.directory / "names"
         self._tmp = self.directory / "tmp"
@@ -409,8 +561,21 @@ class Store:
         for folder in (self.directory, self._blobs, self._names, self._tmp):
             folder.mkdir(parents=True, exist_ok=True)
         self._host = "".join(c if c.isalnum() or c in "-_" else "_" for c in os.uname().nodename)
-        # see "Large values" in the module docs; only ever on a local filesystem
-        self._beside = write_beside_hash and _filesystem(self.directory) in _LOCAL_FILESYSTEMS
+        filesystem = _filesystem(self.directory)
+        # see "Large values" in the module docs; only ever on a local filesystem. None:
+        # where this process has not kept these very tensors unchanged before (a new blob).
+        local = filesystem in _LOCAL_FILESYSTEMS
+        self._beside = write_beside_hash is not False and local
+        self._always_beside = bool(write_beside_hash) and local
+        # What was written since the last pass (soma.store.files): files whose bytes, and
+        # folders whose entries, must be durable before a name may reach them.
+        self._whole = self.directory if can_syncfs(filesystem) else None
+        self._unsynced: tuple[list[str], list[Path]] = ([], [])
+        self._unsynced_lock = threading.Lock()
+        self._queued: list[tuple[str, str]] | None = None  # a group's binds (name, temporary)
+        self._grouping: int | None = None  # the thread whose group it is
+        if shared and not (self.directory / SHARED_MARKER).exists():
+            write_atomic(self.directory / SHARED_MARKER, b"this store is shared\n")
 
     def __repr__(self) -> str:
         return f"Store({str(self.directory)!r})"
@@ -447,7 +612,14 @@ class Store:
     def has(self, digest: str) -> bool:
         """Whether blob `digest` is in the store (put back from `attic/` if a gc left it
         there; see soma.health)."""
-        return self.blob_path(digest).exists() or self._rescue(digest)
+        path = self.blob_path(digest)
+        try:
+            st = os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return self._rescue(digest)
+        if stat.S_ISLNK(st.st_mode):
+            raise symlink_refused(path, "blob")
+        return True
 
     def blob_path(self, digest: str) -> Path:
         """Where blob `digest` is (or would be)."""
@@ -461,12 +633,12 @@ class Store:
         check_name(name)
         self._existing(digest, f"cannot bind {name!r}: ")
         tmp = self._small_temp(digest, "bind")
-        target = self._names / name
-        try:
-            self._placing(name, lambda: os.rename(tmp, target))
-        finally:
-            _unlink_quietly(tmp)
-        fsync_folder(target.parent)
+        if self._queued is not None and self._grouping == threading.get_ident():
+            self._queued.append((name, tmp))  # bound when the group commits
+            return
+        self._sync()  # what it reaches, and its temporary, before the name
+        self._rename_onto(name, tmp)
+        self._sync()
 
     def claim(self, name: str, digest: str) -> bool:
         """Point `name` at `digest` if nobody has it: True if this call took it, else False.
@@ -477,6 +649,7 @@ class Store:
         check_name(name)
         self._existing(digest, f"cannot claim {name!r}: ")
         tmp = self._small_temp(digest, "claim")
+        self._sync()  # what it reaches, and its temporary, before the name
         target = self._names / name
 
         def link() -> bool:
@@ -497,8 +670,33 @@ class Store:
         finally:
             _unlink_quietly(tmp)
         if won:
-            fsync_folder(target.parent)
+            self._unsynced_folder(target.parent)
+            if self._queued is None or self._grouping != threading.get_ident():
+                self._sync()  # in a group, with its other names at the end
         return won
+
+    @contextmanager
+    def group(self) -> Iterator[None]:
+        """A group commit: binds in this thread wait for the end of the block, where every
+        blob written and every name's temporary are made durable in one pass, then every
+        name is bound, then the names are made durable in a second pass (soma.store.files).
+        What a process hosting several clients does with a round's contributions: a crash
+        never leaves a name reaching a blob that is not durable. The block's binds are
+        committed even when it raises (what was kept is whole). Nested: the outer commits."""
+        if self._queued is not None:
+            yield
+            return
+        self._queued, self._grouping = [], threading.get_ident()
+        try:
+            yield
+        finally:
+            queued, self._queued, self._grouping = self._queued, None, None
+            self._commit(queued)
+
+    def sync(self) -> None:
+        """Make everything this store wrote durable now (nothing to do in scratch mode): for
+        a digest about to be handed over outside the store (binds and claims do it)."""
+        self._sync()
 
     def forget(self, name: str) -> bool:
         """Remove `name` (what `soma gc --keep-runs` does to the runs it drops); True if it
@@ -520,7 +718,7 @@ class Store:
         path = self._names / name
         for attempt in range(3):
             try:
-                with open(path, "rb") as f:
+                with _open_file(self._names, name.split("/"), "name file") as f:
                     data = f.read(128)
                 break
             except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
@@ -543,21 +741,31 @@ class Store:
         whole, partial = split_prefix(prefix)
         found: list[str] = []
 
-        def walk(folder: Path, above: str, first: bool) -> None:
-            try:
-                entries = os.scandir(folder)
-            except (FileNotFoundError, NotADirectoryError):
-                return
-            with entries:
+        def walk(fd: int, above: str, first: bool) -> None:
+            with os.scandir(fd) as entries:
                 for entry in entries:
                     if entry.name.startswith(".") or (first and not entry.name.startswith(partial)):
                         continue
-                    if entry.is_dir(follow_symlinks=False):
-                        walk(Path(entry.path), f"{above}{entry.name}/", False)
-                    else:
-                        found.append(f"{above}{entry.name}")
+                    if not entry.is_dir(follow_symlinks=False):
+                        found.append(f"{above}{entry.name}")  # a link too: resolve refuses it
+                        continue
+                    try:  # a folder, unless replaced since the listing: never followed
+                        inner = os.open(entry.name, _FOLDER, dir_fd=fd)
+                    except (FileNotFoundError, NotADirectoryError):
+                        continue
+                    try:
+                        walk(inner, f"{above}{entry.name}/", False)
+                    finally:
+                        os.close(inner)
 
-        walk(self._names.joinpath(*whole), "".join(f"{s}/" for s in whole), True)
+        try:
+            top = _open_in(self._names, whole, "folder of names")
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        try:
+            walk(top, "".join(f"{s}/" for s in whole), True)
+        finally:
+            os.close(top)
         return sorted(found)
 
     def entries(self, folder: str) -> list[str]:
@@ -565,10 +773,14 @@ class Store:
         meetings), names and folders alike, sorted: one listing, where `bound` walks them."""
         whole, _ = split_prefix(folder.rstrip("/") + "/")
         try:
-            with os.scandir(self._names.joinpath(*whole)) as found:
-                return sorted(e.name for e in found if not e.name.startswith("."))
+            fd = _open_in(self._names, whole, "folder of names")
         except (FileNotFoundError, NotADirectoryError):
             return []
+        try:
+            with os.scandir(fd) as found:
+                return sorted(e.name for e in found if not e.name.startswith("."))
+        finally:
+            os.close(fd)
 
     # --- values ----------------------------------------------------------------------
 
@@ -654,6 +866,13 @@ class Store:
         entries = tensorfile.read_header(memoryview(base.numpy()), str(path))
         return tensorfile.tensors_from(base, entries, str(path))
 
+    def describe(self, digest: str) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+        """Each tensor's dtype and shape in tensor blob `digest`, from its header alone
+        (nothing verified: whatever reads the data verifies it), opened as every read is."""
+        path, f = self._open_blob(digest)
+        with f:
+            return tensorfile.describe(f, str(path))
+
     # --- housekeeping ----------------------------------------------------------------
 
     def sweep_temporaries(self, older_than: float = 24 * 3600.0) -> int:
@@ -671,6 +890,47 @@ class Store:
 
     # --- inside ----------------------------------------------------------------------
 
+    def _unsynced_file(self, path: str | os.PathLike[str]) -> None:
+        if self.durability == DURABLE:
+            with self._unsynced_lock:
+                self._unsynced[0].append(os.fspath(path))
+
+    def _unsynced_folder(self, folder: Path) -> None:
+        if self.durability == DURABLE:
+            with self._unsynced_lock:
+                self._unsynced[1].append(folder)
+
+    def _sync(self) -> None:
+        """One pass over what was written since the last (soma.store.files.make_durable)."""
+        with self._unsynced_lock:
+            files, folders = self._unsynced
+            self._unsynced = ([], [])
+        if files or folders:
+            make_durable(files, folders, self._whole)
+
+    def _rename_onto(self, name: str, tmp: str) -> None:
+        """Rename the temporary `tmp` onto `name`, its folder left to the next pass."""
+        target = self._names / name
+        try:
+            self._placing(name, lambda: os.rename(tmp, target))
+        finally:
+            _unlink_quietly(tmp)
+        self._unsynced_folder(target.parent)
+
+    def _commit(self, queued: list[tuple[str, str]]) -> None:
+        """A group's end: one pass (blobs and temporaries), the names, a second pass. A name
+        refused (NameConflict) is raised once the others are bound."""
+        self._sync()
+        failed: BaseException | None = None
+        for name, tmp in queued:
+            try:
+                self._rename_onto(name, tmp)
+            except StoreError as error:
+                failed = failed or error
+        self._sync()
+        if failed is not None:
+            raise failed
+
     def _existing(self, digest: str, context: str = "") -> Path:
         path = self.blob_path(digest)
         if not self.has(digest):
@@ -679,14 +939,20 @@ class Store:
 
     def _open_blob(self, digest: str) -> tuple[Path, BinaryIO]:
         """Blob `digest` opened for reading (unbuffered), or UnknownDigest. A blob a gc is
-        moving this instant is found in `attic/` and put back (see soma.health)."""
+        moving this instant is found in `attic/` and put back (see soma.health). Never
+        through a symbolic link (`SymlinkInStore`), and only a regular file (`BadBlob`)."""
         path = self.blob_path(digest)
         for attempt in (0, 1):
             try:
-                return path, open(path, "rb", buffering=0)
+                f = _open_file(self._blobs, [digest[:2], digest], "blob")
             except FileNotFoundError:
                 if attempt or not self._rescue(digest):
                     break
+                continue
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                f.close()
+                raise BadBlob(f"blob {path} is not a regular file: the store never writes one")
+            return path, f
         raise UnknownDigest(f"no blob {digest} in {self}")
 
     @staticmethod
@@ -706,13 +972,13 @@ class Store:
         path = self.blob_path(digest)
         for _ in range(3):  # a gc may move it between two looks: each time, fetch it back
             try:
-                st = os.stat(path)
+                st = os.lstat(path)
             except FileNotFoundError:
                 if not self._rescue(digest):
                     return _MISSING
                 continue
-            if st.st_size != size:
-                return _BAD
+            if st.st_size != size or not stat.S_ISREG(st.st_mode):
+                return _BAD  # a link is replaced (renamed over), never followed
             if self.verify_existing or st.st_mtime_ns == CORRUPT_MARK_NS:
                 try:
                     if hash_file(path) != digest:
@@ -720,9 +986,10 @@ class Store:
                 except FileNotFoundError:
                     continue
             if time.time() - st.st_mtime <= REFRESH_AFTER:
+                self._unsynced_file(path)  # maybe another process's, not yet durable
                 return _SOUND
             try:
-                os.utime(path)  # a put is a use: gc's grace starts again (soma.health)
+                os.utime(path, follow_symlinks=False)  # a put is a use: gc's grace restarts
                 return _SOUND
             except PermissionError:  # another user's blob: it ages from its own writes
                 return _SOUND
@@ -758,9 +1025,9 @@ class Store:
             return create_new(path), path
 
     def _seal(self, fd: int) -> None:
-        """fsync and make read-only (as the umask allowed it readable), then close."""
+        """Make read-only (as the umask allowed it readable), then close; its bytes are made
+        durable by the next pass (see soma.store.files), before any name reaches them."""
         try:
-            os.fsync(fd)
             os.fchmod(fd, stat.S_IMODE(os.fstat(fd).st_mode) & ~0o222)
         finally:
             os.close(fd)
@@ -773,6 +1040,7 @@ class Store:
             self._abandon(fd, tmp)
             raise
         self._seal(fd)
+        self._unsynced_file(tmp)
         return tmp
 
     @staticmethod
@@ -799,7 +1067,8 @@ class Store:
                         os.link(tmp, final)
                     break
                 except FileExistsError:
-                    return  # the same bytes, put by somebody else
+                    self._unsynced_file(final)  # the same bytes, maybe not yet durable
+                    return
                 except FileNotFoundError:
                     if attempt:
                         raise
@@ -808,7 +1077,10 @@ class Store:
                     if os.stat(tmp).st_nlink == 2:  # NFS: the link happened
                         break
                     raise
-            fsync_folder(final.parent)
+            self._unsynced_file(final)
+            self._unsynced_folder(final.parent)
+            if replace:  # names may reach it already: durable now, not at the next name
+                self._sync()
         finally:
             _unlink_quietly(tmp)
 
@@ -818,7 +1090,7 @@ class Store:
         while this one is written: the hash and write of one blob never overlap, those of
         two do."""
         if len(plans) < 2 or self._beside or _cpus() < 2:
-            return [self._put_plan(plan) for plan in plans]
+            return [self._put_plan(plan) for plan in plans]  # beside: each overlaps itself
         with ThreadPoolExecutor(1) as pool:
             hashes = [pool.submit(_hash_plan, plan) for plan in plans]
             try:
@@ -844,10 +1116,17 @@ class Store:
         return digest
 
     def _put_plan(self, plan: tensorfile.TensorPlan) -> str:
-        """Write a planned safetensors blob: hash and write side by side (large), or hash
-        first and write only if new (small)."""
+        """Write a planned safetensors blob: hash and write side by side (large, and likely
+        new), or hash first and write only if new (small, or these tensors kept before)."""
         if plan.nbytes < _SPECULATE_FROM or not self._beside or _cpus() < 2:
             return self._write_new(plan, _hash_plan(plan))
+        seen = _fingerprint(plan)
+        if not self._always_beside and seen is not None and seen in _KEPT:
+            return _remember(seen, self._write_new(plan, _hash_plan(plan)))
+        return _remember(seen, self._speculate(plan))
+
+    def _speculate(self, plan: tensorfile.TensorPlan) -> str:
+        """Write the blob of `plan` while it is hashed; dropped unflushed if it was there."""
         fd, tmp = self._temp("blob")
         writer = _Beside(lambda chunk: write_all(fd, chunk))
         h = hashlib.sha256()
@@ -968,7 +1247,23 @@ class Store:
             if name is None:
                 raise
             raise self._conflict_above(name) from None
-        fsync_folder(folder.parent)
+        self._unsynced_folder(folder.parent)
+
+
+def _check_durability(folder: Path, durability: object, shared: bool) -> None:
+    """Refuse, before anything is made, a durability that is not one, and scratch on a store
+    that says it is shared (its `SHARED_MARKER` file, or `shared=True`)."""
+    if durability not in DURABILITIES:
+        raise BadStore(
+            f"durability {durability!r} is not one of {', '.join(DURABILITIES)} (store {folder})"
+        )
+    marker = folder / SHARED_MARKER
+    if durability == SCRATCH and (shared or marker.exists()):
+        said = "shared=True" if shared else f"its marker {marker}"
+        raise BadStore(
+            f"store {folder} says it is shared ({said}): durability 'scratch' (no fsync, a "
+            "crash loses the round) is refused on it; use 'durable', or a store of your own"
+        )
 
 
 def _unlink_quietly(path: str) -> None:

@@ -23,6 +23,12 @@ class BadStore(StoreError, ValueError):
     the names under it; the message names the path."""
 
 
+class SymlinkInStore(StoreError):
+    """A symbolic link where the store keeps its own files (a blob, a name, a folder of
+    them): the store makes none, so it is somebody else's, and it is never followed (a read
+    through it could mark, or a gc delete, a file outside the store); the message names it."""
+
+
 class BadName(StoreError, ValueError):
     """A name (or a prefix) that is not a valid store name; the message says which rule."""
 

@@ -24,6 +24,7 @@ import math
 import os
 import struct
 import sys
+from typing import BinaryIO
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -235,21 +236,20 @@ def tensors_from(base: torch.Tensor, entries: list[Entry], where: str) -> dict[s
     return out
 
 
-def describe(path: str | os.PathLike) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
-    """Each tensor's dtype and shape, from the header alone (no data read, nothing verified).
+def describe(f: BinaryIO, where: str) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+    """Each tensor's dtype and shape, from the header alone (no data read, nothing verified),
+    of blob `where` open as `f` (`Store.describe` opens it as every read: never via a link).
 
     For checking that several exports are the same network before anything is claimed or
     computed: cheap on a shared folder, and whatever later reads the data verifies it.
     """
-    where = str(path)
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise BadBlob(f"blob {where} is not a valid safetensors file: shorter than 8 bytes")
-        (length,) = struct.unpack("<Q", head)
-        if length > MAX_HEADER:
-            raise BadBlob(f"blob {where}: its header claims {length} bytes, more than allowed")
-        raw = f.read(length)
+    head = f.read(8)
+    if len(head) < 8:
+        raise BadBlob(f"blob {where} is not a valid safetensors file: shorter than 8 bytes")
+    (length,) = struct.unpack("<Q", head)
+    if length > MAX_HEADER:
+        raise BadBlob(f"blob {where}: its header claims {length} bytes, more than allowed")
+    raw = f.read(length)
     try:
         header = json.loads(raw)
         out = {}

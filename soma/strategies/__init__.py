@@ -214,19 +214,25 @@ def train_locally(
     seed: int,
     state: State | None,
     mine: State | None,
+    context: Any = None,
 ) -> tuple[Any, Export | None, State | None]:
     """One client's local training in a round, with the strategy's client side if it has
     one: (the task's metrics, the extra sent beside the weights, the client's own state).
+    `context` (soma.tasks.Context) is handed to a task's train() that takes it.
 
     When the objective has `release`, what it returns is loaded into `nodes` before
     `finish`: the caller's `export(nodes)` is then what the client sends."""
     from soma.nodes import export, load
+    from soma.tasks import takes_keyword
 
+    told = {"context": context} if context is not None else {}
+    if not takes_keyword(task.train, "context"):
+        told = {}
     start = export(nodes)
     objective = objective_of(strategy, start=start, state=state, mine=mine)
     if objective is None:
-        return task.train(nodes, data, seed=seed), None, mine
-    metrics = task.train(nodes, data, seed=seed, objective=objective)
+        return task.train(nodes, data, seed=seed, **told), None, mine
+    metrics = task.train(nodes, data, seed=seed, objective=objective, **told)
     trained = export(nodes)
     release = getattr(objective, "release", None)  # an Objective's one optional method
     if callable(release):

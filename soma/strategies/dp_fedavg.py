@@ -4,8 +4,9 @@ Each round, a client's update (its weights minus the round's start) is clipped t
 `clip` (all of its floats together, `soma.privacy.clip`), and Gaussian noise of standard
 deviation z C on the sum (z = `noise_multiplier`) makes the round a Gaussian mechanism whose
 privacy `soma.privacy`'s accountant adds up over the rounds. Integer and bool tensors
-(BatchNorm's counts) are never clipped nor noised: the first update's value stands, as in
-FedAvg.
+(BatchNorm's counts) are never clipped nor noised, so no client's value of them is
+published (a count of steps says how much data a client holds): the round's start's value
+stands, in both modes (a distributed client sends the start's).
 
 The estimator is McMahan et al.'s fixed-denominator one: the next weights are
 `start + (sum of clipped updates + noise) / m`, m being the number of clients expected per
@@ -45,21 +46,31 @@ z_D = (z^-2 - (2 count_noise)^-2)^(-1/2) (their Theorem 1), which needs 2 count_
 In distributed mode each client sends its indicator (minus 1/2, plus its share of the count
 noise) beside its weights, and the clip reaches the clients through the strategy's state.
 
-The noise is drawn from `soma.privacy.generator` seeded by (`seed`, round), and in
-distributed mode by the client's training seed too (so each client draws its own): a rerun
-round draws the same bits. It is only as secret as the seed, and the strategy's options are
-written in the store's records and the workflow's config: whoever can read them can draw
-the noise again and subtract it. `seed: null` (the default) seeds each draw from the
-operating system instead: private, not reproducible (a rerun round is another averaging).
+The noise comes from `soma.privacy.private_noise`: AES-256 in counter mode keyed by 32
+bytes from the operating system, a fresh key for each draw (each round, each distributed
+client), never written anywhere, so nobody can draw it again and take it off (a rerun
+round is another averaging). `noise: reproducible_not_private` keys it by the SHA-256 of
+(`seed`, the round, the client's training seed) instead, so that a benchmark repeats bit
+for bit; whoever knows the seed can then strip the noise, so the epsilon reported is
+infinite. `seed` is refused without it.
+
+Whom the epsilon holds against: whoever reads the store or the config. They know who took
+part in each round (the sample is drawn by hash from the run's seed and written in each
+round's record), so sampling amplifies nothing: each client's epsilon is its own rounds'
+Gaussian mechanisms composed (`soma.privacy.epsilon_public`, add-or-remove-one), and the
+state reports the worst-placed client's. A round stepped from the mean (secure aggregation)
+does not say who came and is charged to every client. The budget stops on that figure.
 
 The state, a JSON value the store keeps with each round's average:
-`{"round", "epsilon", "delta", "budget", "clip", "history"}`: rounds averaged so far, the
-epsilon they spent at `delta`, the clip the next round uses, and the history of (noise
-multiplier, sampling rate, rounds) the accountant composes (`soma.privacy.spent` reads it).
-The sampling rate is m / clients.
+`{"round", "epsilon", "delta", "budget", "clip", "history", "exposure"}`: rounds averaged
+so far, the worst-placed client's epsilon at `delta`, the clip the next round uses, the
+history of (noise multiplier, sampling rate m / clients, rounds), and each client's
+exposure (the sum of z^-2 over its rounds, `{"everyone", "clients"}`), which the accountant
+turns into the epsilon (`soma.privacy.spent` reads it).
 
 `budget`: the epsilon at which the run stops. A round that would take the epsilon past it is
-refused with a StrategyError naming the budget and the epsilon it would reach, before
+refused with a StrategyError naming the budget and the epsilon it would reach (the
+worst-placed client's, taking part once more), before
 anything is claimed (`check_state`, which the round calls beside `check`: `check` does not
 see the state, which holds how many rounds were spent) and again in `aggregate` before any
 arithmetic. The clients of that round have trained by then (nothing of theirs is published),
@@ -69,7 +80,9 @@ Options: `clip` (L2 bound, > 0; the starting one when adaptive), `noise_multipli
 >= 0; 0 only clips, and spends an infinite epsilon), `mode`, `clients_per_round` (m: the
 count of the workflow's `participation`; required in distributed mode), `adaptive` (null,
 true for the defaults, or a map of `quantile`, `lr`, `count_noise`), `seed` (null or an
-integer), `delta` (1e-5), `budget` (null or an epsilon). Needs `pip install 'soma[privacy]'`.
+integer, with `noise: reproducible_not_private` only), `delta` (1e-5), `budget` (null or
+an epsilon), `noise` (`private`, the default, or `reproducible_not_private`). Needs
+`pip install 'soma[privacy]'`.
 """
 
 from __future__ import annotations
@@ -77,7 +90,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import numbers
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -90,6 +103,8 @@ from soma.strategies._fedopt import check_like
 
 NAME = "dp_fedavg"
 MODES = ("central", "distributed")
+PRIVATE, NOT_PRIVATE = "private", "reproducible_not_private"
+NOISES = (PRIVATE, NOT_PRIVATE)
 EXTRA = ("dp", "unclipped")  # the node and key of a distributed client's noisy indicator
 
 
@@ -116,6 +131,7 @@ class Options:
     seed: int | None
     delta: float
     budget: float | None
+    noise: str = PRIVATE
 
 
 @dataclass(frozen=True)
@@ -128,6 +144,7 @@ class Before:
     history: list[list[float]]
     expected: int
     rate: float
+    exposure: Exposure
 
     def history_after(self, multiplier: float) -> list[list[float]]:
         """The history with this round appended (merged into the last stretch when alike)."""
@@ -137,6 +154,32 @@ class Before:
         else:
             history.append([multiplier, self.rate, 1])
         return history
+
+
+@dataclass(frozen=True)
+class Exposure:
+    """What the rounds so far cost each client (soma.privacy.exposure: the sum of z^-2 over
+    the rounds it took part in): `everyone` for rounds charged to every client (a round
+    stepped from the mean does not say who came), `clients` for the others, by client."""
+
+    everyone: float
+    clients: dict[str, float]
+
+    def worst(self) -> float:
+        """The worst-placed client's exposure: the one the reported epsilon is of."""
+        return self.everyone + max(self.clients.values(), default=0.0)
+
+    def after(self, cost: float, took_part: Iterable[int] | None) -> Exposure:
+        """The exposure with one more round of `cost` charged to `took_part` (None: all)."""
+        if took_part is None:
+            return Exposure(self.everyone + cost, dict(self.clients))
+        clients = dict(self.clients)
+        for k in took_part:
+            clients[str(k)] = clients.get(str(k), 0.0) + cost
+        return Exposure(self.everyone, clients)
+
+    def value(self) -> dict[str, Any]:
+        return {"everyone": self.everyone, "clients": dict(sorted(self.clients.items()))}
 
 
 # --- the strategy, central ---------------------------------------------------------------------
@@ -202,27 +245,44 @@ class DPFedAvg(Strategy):
         """The round's start, read from the state and checked against the budget."""
         m = self.expected(clients)
         if state is None:
-            done, clip, history = 0, self.options.clip, []
+            done, clip, history, exposure = 0, self.options.clip, [], Exposure(0.0, {})
         else:
-            done, clip, history = read_state(state)
-        start = Before(done, clip, history, m, m / clients)
+            done, clip, history, exposure = read_state(state)
+        start = Before(done, clip, history, m, m / clients, exposure)
         budget = self.options.budget
         if budget is not None:
-            after = self.epsilon(start.history_after(self.options.noise_multiplier))
+            # whoever is worst placed so far may take part in the next round
+            after = self.epsilon(exposure.after(self.round_cost(), None))
             if after > budget:
                 so_far = f"{done} round{'' if done == 1 else 's'} so far spent"
                 raise StrategyError(
                     f"{NAME} option budget={budget:g}: one more round would spend epsilon "
                     f"{after:.4g} at delta {self.options.delta:g} ({so_far} "
-                    f"{self.epsilon(history):.4g}); the run stops here"
+                    f"{self.epsilon(exposure):.4g}); the run stops here"
                 )
         return start
 
-    def epsilon(self, history: Sequence[Sequence[float]]) -> float:
+    def round_cost(self) -> float:
+        """What one round costs a client that takes part in it (soma.privacy.exposure)."""
+        return privacy.exposure(self.options.noise_multiplier)
+
+    def epsilon(self, exposure: Exposure) -> float:
+        """The worst-placed client's epsilon against whoever reads the store (the sample is
+        public); infinite when the noise is reproducible, hence strippable."""
+        if self.options.noise == NOT_PRIVATE and exposure.worst() > 0:
+            return math.inf
         try:
-            return privacy.epsilon_of(history, self.options.delta)
+            return privacy.epsilon_public(exposure.worst(), self.options.delta)
         except privacy.PrivacyError as error:
             raise StrategyError(f"{NAME}: {error}") from error
+
+    def noise_source(self, *parts: object) -> privacy.NoiseSource:
+        """The round's noise: keyed from the operating system, or (reproducible_not_private)
+        from the seed and `parts`."""
+        if self.options.noise == PRIVATE:
+            return privacy.private_noise()
+        seed = 0 if self.options.seed is None else self.options.seed
+        return privacy.reproducible_noise_not_private(seed, *parts)
 
     # -- the round ----------------------------------------------------------------------------
 
@@ -244,39 +304,41 @@ class DPFedAvg(Strategy):
     ) -> tuple[Export, State]:
         start = self.begin(previous, state, clients=clients)
         m = start.expected
-        total, counts, came, unclipped = self.fold(previous, updates, start.clip)
-        if came > m:
-            raise StrategyError(f"{NAME}: {came} clients came, more than clients_per_round={m}")
-        noise_gen = privacy.generator(self.options.seed, "central", start.round + 1)
+        total, took_part, unclipped = self.fold(previous, updates, start.clip)
+        if len(took_part) > m:
+            raise StrategyError(
+                f"{NAME}: {len(took_part)} clients came, more than clients_per_round={m}"
+            )
+        noise_gen = self.noise_source("central", start.round + 1)
         std = privacy.noise_std(start.clip, self.update_multiplier(m), m)
         noise = privacy.gaussian(previous, std, noise_gen)
-        weights = step(previous, total, noise, counts, m)
+        weights = step(previous, total, noise, counts_of(previous), m)
         clip = start.clip
         if self.options.adaptive is not None:
             count_noise = self.options.adaptive.count_std(m)
             noisy = unclipped + count_noise * draw_one(noise_gen)
             clip = self.next_clip(start.clip, noisy, m)
-        return weights, self.state_after(start, clip)
+        return weights, self.state_after(start, clip, took_part)
 
     def fold(
         self, previous: Export, updates: Iterable[Update], clip: float
-    ) -> tuple[dict[str, dict[str, torch.Tensor]], dict[str, dict[str, torch.Tensor]], int, float]:
-        """(the sum of the clipped updates, the first update's counts, how many came, the sum
-        of their unclipped indicators minus 1/2): one update in memory at a time."""
+    ) -> tuple[dict[str, dict[str, torch.Tensor]], list[int], float]:
+        """(the sum of the clipped updates, the clients that came, the sum of their unclipped
+        indicators minus 1/2): one update in memory at a time. Their counts are not read: no
+        noise covers them (the start's stand, `counts_of`)."""
         total = zeros_like_floats(previous)
-        counts: dict[str, dict[str, torch.Tensor]] | None = None
-        came, unclipped = 0, 0.0
+        took_part: list[int] = []
+        unclipped = 0.0
         with torch.no_grad():
             for update in updates:
-                delta, theirs = difference(previous, update.weights, update.client)
+                delta, _ = difference(previous, update.weights, update.client)
                 clipped, norm = privacy.clip(delta, clip)
                 add_into(total, clipped)
                 unclipped += (1.0 if norm <= clip else 0.0) - 0.5
-                counts = theirs if counts is None else counts
-                came += 1
-        if counts is None:
+                took_part.append(update.client)
+        if not took_part:
             raise StrategyError(f"{NAME}: no client's update to average")
-        return total, counts, came, unclipped
+        return total, took_part, unclipped
 
     def next_clip(self, clip: float, noisy_unclipped: float, expected: int) -> float:
         """The adaptive clip after this round, from the noisy sum of indicators minus 1/2."""
@@ -285,15 +347,19 @@ class DPFedAvg(Strategy):
         fraction = noisy_unclipped / expected + 0.5
         return privacy.next_clip(clip, fraction, adaptive.quantile, adaptive.lr)
 
-    def state_after(self, start: Before, clip: float) -> State:
+    def state_after(self, start: Before, clip: float, took_part: Iterable[int] | None) -> State:
+        """The state after this round, charged to the clients that took part (None: to every
+        client, when the round does not say who)."""
         history = start.history_after(self.options.noise_multiplier)
+        exposure = start.exposure.after(self.round_cost(), took_part)
         return {
             "round": start.round + 1,
-            "epsilon": float(self.epsilon(history)),
+            "epsilon": float(self.epsilon(exposure)),
             "delta": float(self.options.delta),
             "budget": None if self.options.budget is None else float(self.options.budget),
             "clip": float(clip),
             "history": history,
+            "exposure": exposure.value(),
         }
 
 
@@ -322,8 +388,9 @@ class DistributedDPFedAvg(DPFedAvg):
         """The step from the uniform mean of the m clients' released weights: the mean (the
         noise is in it, from the clients' shares), and the account of the round."""
         start = self.begin(previous, state, clients=clients)
-        delta, counts = difference(previous, mean, None)
-        return step(previous, delta, {}, counts, 1), self.state_after(start, start.clip)
+        delta, _ = difference(previous, mean, None)
+        weights = step(previous, delta, {}, counts_of(previous), 1)
+        return weights, self.state_after(start, start.clip, None)  # charged to every client
 
     def check(self, arrivals: Sequence[Arrival], *, clients: int) -> None:
         super().check(arrivals, clients=clients)
@@ -352,7 +419,7 @@ class DistributedDPFedAvg(DPFedAvg):
             clip=clip,
             std=privacy.share_std(clip, self.update_multiplier(m), m),
             count_std=None if adaptive is None else adaptive.count_std(m) / math.sqrt(m),
-            seed=self.options.seed,
+            noise=self.noise_source,
             round=done + 1,
         )
 
@@ -367,26 +434,25 @@ class DistributedDPFedAvg(DPFedAvg):
         start = self.begin(previous, state, clients=clients)
         m = start.expected
         total = zeros_like_floats(previous)
-        counts: dict[str, dict[str, torch.Tensor]] | None = None
-        came, unclipped = 0, 0.0
+        took_part: list[int] = []
+        unclipped = 0.0
         with torch.no_grad():
             for update in updates:
-                delta, theirs = difference(previous, update.weights, update.client)
+                delta, _ = difference(previous, update.weights, update.client)
                 add_into(total, delta)
-                counts = theirs if counts is None else counts
-                came += 1
+                took_part.append(update.client)
                 if self.options.adaptive is not None:
                     unclipped += indicator(update)
-        if came != m:
+        if len(took_part) != m:
             raise StrategyError(
-                f"{NAME} mode distributed: {came} of the clients_per_round={m} clients came"
+                f"{NAME} mode distributed: {len(took_part)} of the clients_per_round={m} "
+                "clients came"
             )
-        assert counts is not None
-        weights = step(previous, total, {}, counts, m)
+        weights = step(previous, total, {}, counts_of(previous), m)
         clip = start.clip
         if self.options.adaptive is not None:
             clip = self.next_clip(start.clip, unclipped, m)
-        return weights, self.state_after(start, clip)
+        return weights, self.state_after(start, clip, took_part)
 
 
 class NoiseShare:
@@ -394,10 +460,16 @@ class NoiseShare:
     (`release`), and send its noisy clipped indicator beside (`finish`, when adaptive)."""
 
     def __init__(
-        self, *, clip: float, std: float, count_std: float | None, seed: int | None, round: int
+        self,
+        *,
+        clip: float,
+        std: float,
+        count_std: float | None,
+        noise: Callable[..., privacy.NoiseSource],
+        round: int,
     ) -> None:
         self.clip, self.std, self.count_std = clip, std, count_std
-        self.seed, self.round = seed, round
+        self.noise, self.round = noise, round
         self.indicator: float | None = None
         self.released = False
 
@@ -405,13 +477,14 @@ class NoiseShare:
         """Nothing: the training itself is FedAvg's."""
 
     def release(self, trained: Export, start: Export, *, seed: int) -> Export:
-        """The weights this client sends: start + clipped update + its share of the noise."""
+        """The weights this client sends: start + clipped update + its share of the noise, and
+        the start's counts (its own would leave it with no noise on them)."""
         with torch.no_grad():
-            delta, counts = difference(start, trained, None)
+            delta, _ = difference(start, trained, None)
             clipped, norm = privacy.clip(delta, self.clip)
-            noise_gen = privacy.generator(self.seed, "distributed", self.round, seed)
+            noise_gen = self.noise("distributed", self.round, seed)
             noise = privacy.gaussian(start, self.std, noise_gen)
-            released = step(start, clipped, noise, counts, 1)
+            released = step(start, clipped, noise, counts_of(start), 1)
             if self.count_std is not None:
                 within = (1.0 if norm <= self.clip else 0.0) - 0.5
                 self.indicator = within + self.count_std * draw_one(noise_gen)
@@ -475,6 +548,18 @@ def difference(
     return delta, counts
 
 
+def counts_of(start: Export) -> dict[str, dict[str, torch.Tensor]]:
+    """The start's counts (integer and bool tensors): what a DP round keeps of them. A
+    client's counts (BatchNorm's `num_batches_tracked`: its steps, so its size) would pass
+    into the published weights with no noise on them; the start's say nothing new."""
+    counts: dict[str, dict[str, torch.Tensor]] = {}
+    for node, keys in start.items():
+        for key, tensor in keys.items():
+            if not tensor.dtype.is_complex and not privacy.is_coordinate(tensor):
+                counts.setdefault(node, {})[key] = tensor.clone()
+    return counts
+
+
 def add_into(total: dict[str, dict[str, torch.Tensor]], update: privacy.Tensors) -> None:
     for node, keys in total.items():
         for key, tensor in keys.items():
@@ -505,9 +590,9 @@ def step(
     return weights
 
 
-def draw_one(noise_gen: torch.Generator) -> float:
-    """One standard normal draw from the generator (the count's noise, after the update's)."""
-    return float(torch.randn(1, generator=noise_gen, dtype=torch.float64))
+def draw_one(noise_gen: privacy.NoiseSource) -> float:
+    """One standard normal draw from the source (the count's noise, after the update's)."""
+    return float(noise_gen.normal((1,))[0])
 
 
 def indicator(update: Update) -> float:
@@ -529,10 +614,13 @@ def indicator(update: Update) -> float:
 # --- the state ---------------------------------------------------------------------------------
 
 
-def read_state(state: object) -> tuple[int, float, list[list[float]]]:
-    """(rounds done, the clip to use, the history), refused by name when the state is not ours."""
-    wanted = {"round", "epsilon", "delta", "budget", "clip", "history"}
-    if not isinstance(state, Mapping) or set(state) != wanted:
+def read_state(state: object) -> tuple[int, float, list[list[float]], Exposure]:
+    """(rounds done, the clip to use, the history, each client's exposure), refused by name
+    when the state is not ours. A state written before each client's exposure was kept
+    (its epsilon assumed a secret sample) is charged as if everyone took part every round."""
+    wanted = {"round", "epsilon", "delta", "budget", "clip", "history", "exposure"}
+    older = wanted - {"exposure"}
+    if not isinstance(state, Mapping) or set(state) not in (wanted, older):
         keys = sorted(state) if isinstance(state, Mapping) else type(state).__name__
         raise StrategyError(
             f"{NAME} state holds {keys}, not {sorted(wanted)}: is it another strategy's?"
@@ -555,7 +643,29 @@ def read_state(state: object) -> tuple[int, float, list[list[float]]]:
             f"{NAME} state history {history!r} is not {done} rounds of "
             "(noise multiplier, sampling rate, rounds)"
         )
-    return done, float(clip), [[float(s[0]), float(s[1]), int(s[2])] for s in history]
+    history = [[float(s[0]), float(s[1]), int(s[2])] for s in history]
+    if "exposure" not in state:
+        everyone = math.fsum(privacy.exposure(z, rounds) for z, _, rounds in history)
+        return done, float(clip), history, Exposure(everyone, {})
+    return done, float(clip), history, read_exposure(state["exposure"])
+
+
+def read_exposure(value: object) -> Exposure:
+    """The state's `exposure`, refused by name when it is not {everyone, clients}."""
+    ok = (
+        isinstance(value, Mapping)
+        and set(value) == {"everyone", "clients"}
+        and _real(value["everyone"])
+        and value["everyone"] >= 0
+        and isinstance(value["clients"], Mapping)
+        and all(isinstance(k, str) and _real(v) and v >= 0 for k, v in value["clients"].items())
+    )
+    if not ok:
+        raise StrategyError(
+            f"{NAME} state exposure {value!r} is not {{everyone, clients}} of sums of z^-2"
+        )
+    clients = {str(k): float(v) for k, v in value["clients"].items()}
+    return Exposure(float(value["everyone"]), clients)
 
 
 def _real(value: object) -> bool:
@@ -609,6 +719,7 @@ def make(
     seed: int | None = None,
     delta: float = 1e-5,
     budget: float | None = None,
+    noise: str = PRIVATE,
 ) -> DPFedAvg:
     clip = _number("clip", clip, "> 0", lambda x: x > 0)
     noise_multiplier = _number("noise_multiplier", noise_multiplier, ">= 0", lambda x: x >= 0)
@@ -633,6 +744,16 @@ def make(
         isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0
     ):
         raise StrategyError(f"{NAME} option seed must be null or an integer >= 0, not {seed!r}")
+    if noise not in NOISES:
+        raise StrategyError(
+            f"{NAME} option noise must be one of {', '.join(NOISES)}, not {noise!r}"
+        )
+    if seed is not None and noise != NOT_PRIVATE:
+        raise StrategyError(
+            f"{NAME} option seed={seed} seeds the noise only under noise: {NOT_PRIVATE}: "
+            "noise drawn from a seed in the config can be drawn again and taken off the "
+            "weights (private noise is keyed from the operating system)"
+        )
     delta = _number("delta", delta, "in (0, 1)", lambda d: 0 < d < 1)
     if budget is not None:
         budget = _number("budget", budget, "> 0", lambda b: b > 0)
@@ -647,6 +768,7 @@ def make(
         seed=None if seed is None else int(seed),
         delta=delta,
         budget=budget,
+        noise=noise,
     )
     strategy = DistributedDPFedAvg(options) if mode == "distributed" else DPFedAvg(options)
     if clients_per_round is not None:

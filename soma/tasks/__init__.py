@@ -19,11 +19,18 @@ line's `--task`) is its import path, e.g. `soma.tasks.digits` or `mypkg.mytask`,
   (FedAvg, FedAdam, the robust ones); one that does is refused before any round starts.
 - `evaluate(nodes)`: metrics on held-out data, e.g. `{"accuracy": 0.93, "loss": 0.21}`.
 
-Optionally `everything()`: all the training data as one shard, for the centralized baseline
-(by default the union of all shards is not assumed to be expressible, and the baseline is
-skipped); and `check(clients)`: refuse, as a TaskError, a client count the task's options
-cannot serve (the digits task: too few clients to hold every digit), so that the workflow's
-`start` job says so before any client trains.
+A task's train() that takes a `context` keyword is also told where it stands, a `Context`:
+the round (from 0), the run's number of rounds, the client and the run's client count, the
+same in every mode; e.g. a learning rate decayed across rounds,
+`lr = self.lr * 0.5 ** (context.round / context.rounds)`. A train() without it is called
+as before.
+
+Optionally `everything()` (`everything(clients)`: told the run's client count): all the
+training data as one shard, for the centralized baseline (by default the union of all shards
+is not assumed to be expressible, and the baseline is skipped); and `check(clients)`:
+refuse, as a TaskError, a client count the task's options cannot serve (the digits task:
+too few clients to hold every digit), so that the workflow's `start` job says so before any
+client trains.
 
 A task module may declare its option names as a module-level literal, `OPTIONS = ("epochs",
 "lr", ...)`: `declared_options` reads it from the module's source without running the module
@@ -36,8 +43,11 @@ import ast
 import importlib
 import importlib.machinery
 import importlib.util
+import inspect
 import os
+import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from soma.errors import TaskError
@@ -60,6 +70,26 @@ class OptionsRefused(TaskError):
     ValueError, or an option the task does not declare (see `check_option_names`)."""
 
 
+@dataclass(frozen=True)
+class Context:
+    """Where a client's training stands, for a task's train() that takes `context=`: the
+    round (0-based) of `rounds`, and client `client` of `clients`."""
+
+    round: int
+    rounds: int
+    client: int
+    clients: int
+
+
+def takes_keyword(function: Any, name: str) -> bool:
+    """Whether `function` takes keyword `name` by that name (not merely through **kwargs,
+    which a task may hand on to something that does not)."""
+    try:
+        return name in inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 @runtime_checkable
 class Task(Protocol):
     """What a task answers (see the module's docstring, and examples/ for tasks to copy)."""
@@ -77,12 +107,20 @@ class Task(Protocol):
         *,
         seed: int,
         objective: Objective | None = None,
+        context: Context | None = None,  # optional: a train() without it is called without
     ) -> dict[str, float]: ...
 
     def evaluate(self, nodes: Mapping[str, nn.Module]) -> dict[str, float]: ...
 
 
 REQUIRED = ("nodes", "shard", "size", "train", "evaluate")
+
+
+def importable_here() -> None:
+    """A task module in the working directory is importable too, whichever way soma was
+    started: the workflow's jobs, and `soma client` (whose script's sys.path lacks it)."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
 
 
 def load_task(path: str, options: Mapping[str, Any] | None = None) -> Task:
@@ -96,7 +134,10 @@ def load_task(path: str, options: Mapping[str, Any] | None = None) -> Task:
     try:
         module = importlib.import_module(path)
     except ImportError as error:
-        raise TaskNotFound(f"task {path!r} cannot be imported: {error}") from error
+        raise TaskNotFound(
+            f"task {path!r} cannot be imported: {error} (a module in the working folder is "
+            "found; one elsewhere needs its folder on PYTHONPATH)"
+        ) from error
     make = getattr(module, "make", None)
     if not callable(make):
         raise TaskNotFound(f"task module {path!r} has no make(**options) function")

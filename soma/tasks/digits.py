@@ -3,7 +3,8 @@
 The 1797 images are split once into training and test sets (stratified, `split_seed`,
 `test_fraction`) and scaled with statistics of the training set only (`scale`: `standard`,
 per-pixel mean and standard deviation, or `unit`, /16). The training set is shared among the
-clients by `soma.partition` (`partition`, `alpha`, `labels_per_client`, `partition_seed`); a
+clients by `soma.partition` (`partition`, `alpha`, `labels_per_client`, `partition_seed`,
+`min_size`: a shard of fewer examples is refused, naming the client); a
 client's shard depends on (clients, those options) only, so every process computes the same
 one. The model is named nodes: `softmax` is {"out": Linear(64, 10)}, `mlp` is
 {"hidden": Linear(64, hidden), "act": ReLU, "out": Linear(hidden, 10)}. Local training is
@@ -148,6 +149,7 @@ OPTIONS = (
     "partition",
     "alpha",
     "labels_per_client",
+    "min_size",
     "model",
     "hidden",
     "lr",
@@ -167,6 +169,7 @@ class DigitsTask:
     partition: str = "labels_per_client"
     alpha: float = 0.5
     labels_per_client: int = 2
+    min_size: int = 2  # examples a client's shard must hold at least (soma.partition)
     model: str = "softmax"
     hidden: int = 32
     lr: float = 0.1
@@ -188,6 +191,7 @@ class DigitsTask:
             )
         _number("alpha", self.alpha, low=0, high=float("inf"), closed="()")
         _integer("labels_per_client", self.labels_per_client, low=1)
+        _integer("min_size", self.min_size, low=1)
         if self.labels_per_client > CLASSES:
             raise TaskError(
                 f"digits option labels_per_client={self.labels_per_client} is more than the "
@@ -273,6 +277,7 @@ class DigitsTask:
                 alpha=float(self.alpha),
                 labels_per_client=self.labels_per_client,
                 seed=self.partition_seed,
+                min_size=self.min_size,
             )
         return self._shards[clients][client]
 

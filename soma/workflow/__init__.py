@@ -39,6 +39,7 @@ from soma.run import identity as runs
 from soma.run import step
 from soma.run.alone import trained_alone
 from soma.run.configs import ConfigRefused
+from soma.run.personal import shared
 from soma.run.spec import RunSpec
 from soma.run.step import Hosted
 from soma.store import Store
@@ -47,7 +48,7 @@ from soma.strategies import (
     Strategy,
     load_strategy,
 )
-from soma.tasks import Task, load_task
+from soma.tasks import Task, importable_here, load_task
 
 LOG = logging.getLogger("soma.workflow")
 
@@ -80,9 +81,8 @@ def spec_of(config: Mapping[str, Any]) -> RunSpec:
 
 
 def _importable_here() -> None:
-    """A task module in the working directory is importable too."""
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    """A task module in the working directory is importable too (soma.tasks)."""
+    importable_here()
 
 
 def task_of(config: Mapping[str, Any]) -> Task:
@@ -127,12 +127,18 @@ def start(config: Mapping[str, Any], receipt: str, run_record: str | None = None
     """
     tic = time.perf_counter()
     _importable_here()
-    task, _ = spec_of(config).checked()
+    spec = spec_of(config)
+    task, _ = spec.checked()
+    if spec.secure is not None:  # against whom it holds, when every job runs as this user
+        from soma.run.secrets import one_user_warning
+
+        LOG.warning(one_user_warning(spec.secrets, spec.run))
     nodes = task.nodes(config["seed"])
     exported = export(nodes)  # before evaluate(), which may move the nodes to a device
     metrics = checked_metrics(config, task.evaluate(nodes))
-    store = Store(config["store"])
-    weights = store.put_value(exported)
+    store = RunSpec.config_store(config)
+    weights = store.put_value(shared(exported, spec_of(config).personal))
+    store.claim(layout.starting(config["run"], weights), weights)  # never rebound by another
     store.bind(layout.start(config["run"]), weights)
     keep_evaluation(store, config["run"], weights, metrics)
     if run_record is not None:
@@ -194,7 +200,8 @@ def shown(metrics: Mapping[str, Any]) -> str:
 
 def nodes_at(task: Task, store: Store, config: Mapping[str, Any], weights: str) -> dict:
     nodes = task.nodes(config["seed"])
-    load(nodes, store.recall_digest(weights))
+    # a personalized run's weights hold its shared nodes alone (soma.run.personal)
+    load(nodes, store.recall_digest(weights), partial=bool(config.get("personal")))
     return nodes
 
 
@@ -218,10 +225,11 @@ def train(
     average names it as left out. Otherwise the job fails, naming the client and the reason.
     """
     task = task_of(config)
-    store = Store(config["store"])
+    store = RunSpec.config_store(config)
     started = read_receipt(previous)
     meeting = meeting_of(config, round, started)
-    write_receipt(receipt, _train_client(task, store, config, meeting, client, started, before))
+    written = _train_client(task, store, config, meeting, client, started, before)
+    write_receipt(receipt, _keeping_own(written, before))
 
 
 def train_batch(
@@ -237,18 +245,30 @@ def train_batch(
     own train job would: from the round's start, with its own seed and state. One receipt
     holds each client's receipt, the very one `train` writes for it, under "clients"."""
     task = task_of(config)
-    store = Store(config["store"])
+    store = RunSpec.config_store(config)
     started = read_receipt(previous)
     meeting = meeting_of(config, round, started)
     for k in clients:
         meeting.check_client(k)
-    each = [_train_client(task, store, config, meeting, k, started, before.get(k)) for k in clients]
+    each = []
+    for k in clients:
+        written = _train_client(task, store, config, meeting, k, started, before.get(k))
+        each.append(_keeping_own(written, before.get(k)))
     write_receipt(receipt, {"run": meeting.run, "round": round, "batch": batch, "clients": each})
 
 
 def clients_in(receipt: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The client receipts in a receipt: itself, or a batch's (config `clients_per_job`)."""
     return list(receipt["clients"]) if "clients" in receipt else [dict(receipt)]
+
+
+def _keeping_own(written: dict[str, Any], before: str | None) -> dict[str, Any]:
+    """A client that dropped out keeps the own state it had (its personal nodes, SCAFFOLD's
+    c_i) for the next round it trains, as a `soma client` process keeps it."""
+    if "dropped" not in written or before is None:
+        return written
+    own = _own_state(before, written["client"])
+    return written if own is None else {**written, "own": own}
 
 
 def _own_state(before: str | None, client: int) -> str | None:
@@ -281,9 +301,20 @@ def _train_client(
         own = None if own is None else store.recall_digest(own)
         hosted = Hosted(client, data, task.size(data), own=own)
     except Exception as error:
+        damage = step.store_damage(error, meeting, client)
+        if damage is not None:
+            store.forget(_started_name(meeting, client))  # its rerun is not a retry
+            raise damage from error
+        step.log_traceback(meeting, client)
         return _drop_out(store, meeting, client, dropout_reason(error))
     nodes = task.nodes(config["seed"])
-    done = step.plain(store, meeting, task, strategy_of(config), nodes, hosted)
+    try:
+        done = step.plain(
+            store, meeting, task, strategy_of(config), nodes, hosted, rounds=config["rounds"]
+        )
+    except step.StoreDamaged:  # after `soma repair`, a rerun of this job is not a retry
+        store.forget(_started_name(meeting, client))
+        raise
     if done.dropped is not None:
         return _dropped(meeting, client, done.dropped)
     made = done.contribution
@@ -362,7 +393,7 @@ def average(
 ) -> None:
     """Average exactly the weights the client receipts name; once, whoever else tries."""
     tic = time.perf_counter()
-    store = Store(config["store"])
+    store = RunSpec.config_store(config)
     meeting = meeting_of(config, round, read_receipt(previous))
     inputs = []
     for path in clients:
@@ -427,7 +458,7 @@ def evaluate(config: Mapping[str, Any], round: int, averaged: str, receipt: str)
     """
     tic = time.perf_counter()
     task = task_of(config)
-    store = Store(config["store"])
+    store = RunSpec.config_store(config)
     average = read_receipt(averaged)
     weights = average["weights"]
     metrics = checked_metrics(config, task.evaluate(nodes_at(task, store, config, weights)))
@@ -453,11 +484,19 @@ def evaluate(config: Mapping[str, Any], round: int, averaged: str, receipt: str)
 
 
 def _baseline(
-    config: Mapping[str, Any], task: Task, data, start: str, client: int, who: str
+    config: Mapping[str, Any],
+    task: Task,
+    data,
+    start: str,
+    client: int,
+    who: str,
+    *,
+    quiet: bool = False,
 ) -> list:
     """Train from the start on one body of data for as many rounds, evaluating each; each
-    round in the log, since a baseline job runs as long as the whole federation."""
-    store = Store(config["store"])
+    round in the log, since a baseline job runs as long as the whole federation (`quiet`:
+    without the training's own metrics, a client's loss and steps)."""
+    store = RunSpec.config_store(config)
     nodes = nodes_at(task, store, config, start)
     per_round = []
     tic = time.perf_counter()
@@ -469,7 +508,9 @@ def _baseline(
             "%s, round %d: trained (%s), evaluated %s (%.2f s)",
             who,
             r,
-            shown(json_numbers(trained if isinstance(trained, Mapping) else {})),
+            "withheld"
+            if quiet
+            else shown(json_numbers(trained if isinstance(trained, Mapping) else {})),
             shown(metrics),
             time.perf_counter() - tic,
         )
@@ -478,23 +519,21 @@ def _baseline(
 
 
 def alone(config: Mapping[str, Any], client: int, started: str, receipt: str) -> None:
-    """Client `client` trained on its own shard alone, for exactly as long as the federation."""
+    """Client `client` trained on its own shard alone, for exactly as long as the federation.
+    Under secure aggregation its size and its training's metrics (loss, steps) are neither
+    in the receipt nor in the log: they are what the secure sum hides of it; its test
+    metrics, which the summary's alone columns need, are."""
     task = task_of(config)
     data = task.shard(client, config["clients"])
     start_weights = read_receipt(started)["weights"]
-    size = task.size(data)
-    LOG.info("client %d alone: %s examples, from weights %s", client, size, start_weights)
-    write_receipt(
-        receipt,
-        {
-            "run": config["run"],
-            "client": client,
-            "size": size,
-            "per_round": _baseline(
-                config, task, data, start_weights, client, f"client {client} alone"
-            ),
-        },
-    )
+    secure = config.get("secure_aggregation") is not None
+    size = None if secure else task.size(data)
+    shown_size = "(size withheld: secure aggregation)" if secure else f"{size}"
+    LOG.info("client %d alone: %s examples, from weights %s", client, shown_size, start_weights)
+    who = f"client {client} alone"
+    per_round = _baseline(config, task, data, start_weights, client, who, quiet=secure)
+    written = {"run": config["run"], "client": client, "per_round": per_round}
+    write_receipt(receipt, written if secure else {**written, "size": size})
 
 
 def centralized(config: Mapping[str, Any], started: str, receipt: str) -> None:
@@ -506,7 +545,7 @@ def centralized(config: Mapping[str, Any], started: str, receipt: str) -> None:
         LOG.warning("no centralized baseline: %s", why)
         write_receipt(receipt, {"run": config["run"], "per_round": None, "why": why})
         return
-    data = everything()
+    data = everything(**told_clients(everything, config["clients"]))
     start_weights = read_receipt(started)["weights"]
     size = task.size(data)
     LOG.info("centralized: %s examples, from weights %s", size, start_weights)
@@ -518,6 +557,14 @@ def centralized(config: Mapping[str, Any], started: str, receipt: str) -> None:
             "per_round": _baseline(config, task, data, start_weights, 0, "centralized"),
         },
     )
+
+
+def told_clients(everything: Any, clients: int) -> dict[str, int]:
+    """`everything(clients=...)` for a task's everything() that takes the client count (the
+    union of the clients' shards may depend on it), nothing for one that does not."""
+    from soma.tasks import takes_keyword
+
+    return {"clients": clients} if takes_keyword(everything, "clients") else {}
 
 
 def threads(count: int) -> None:

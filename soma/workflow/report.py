@@ -25,7 +25,18 @@ def lower_is_better(metric: str) -> bool:
     return metric.endswith(("loss", "error", "mse"))
 
 
-COLUMNS = ("strategy", "round", "federated", "alone", "alone_best", "centralized", "epsilon")
+COLUMNS = (
+    "strategy",
+    "round",
+    "federated",
+    "alone",
+    "alone_best",
+    "centralized",
+    "epsilon",
+    "epsilon_against",  # whom the epsilon holds against (soma.privacy.ADVERSARIES)
+)
+# Who took part in each round (with_attendance), after the metrics.
+ATTENDANCE = ("trained", "dropped", "why")
 START = "start"  # the `round` of the starting weights' row: before round 0
 # What each column is called in the plot's legend, and how it is drawn.
 SERIES = {
@@ -55,7 +66,7 @@ def summary_rows(
     """
     given = [read_receipt(path) for path in evaluations]
     federated = {e["round"]: e["metrics"] for e in given}
-    spent = {e["round"]: e["privacy"]["epsilon"] for e in given if e.get("privacy")}
+    spent = {e["round"]: e["privacy"] for e in given if e.get("privacy")}
     if federated and not any(metric in m for m in federated.values()):
         returned = ", ".join(sorted(next(iter(federated.values()))))
         raise ConfigRefused(
@@ -77,9 +88,35 @@ def summary_rows(
         if central_run:
             row["centralized"] = central_run[r]["metrics"].get(metric)
         if r in spent:  # a DP strategy's privacy spent up to this round (soma.privacy)
-            row["epsilon"] = spent[r]
+            row["epsilon"] = spent[r]["epsilon"]
+            row["epsilon_against"] = spent[r].get("against", "unstated")
         rows.append(row)
     return rows
+
+
+def with_attendance(
+    rows: Sequence[Mapping[str, Any]], averages: Sequence[str]
+) -> list[dict[str, Any]]:
+    """The rows with who took part in each round, from the rounds' average receipts: how
+    many clients trained, how many dropped out, and why by kind (soma.run.attendance); the
+    start's row has none. A client left out of every round it was sampled for is named in
+    a warning (the run's last line), with its last reason."""
+    from soma.run.attendance import never_trained, took_part, warning
+
+    given = [read_receipt(path) for path in averages]
+    by_round = {int(a["round"]): took_part(a) for a in given}
+    out = []
+    for row in rows:
+        row = dict(row)
+        seen = by_round.get(row["round"]) if row["round"] != START else None
+        if seen is None:
+            row.update(trained="", dropped="", why="")
+        else:
+            row.update(trained=seen.trained, dropped=seen.dropped, why=seen.reasons())
+        out.append(row)
+    for client, why in never_trained(given).items():
+        LOG.warning(warning(client, why), extra={"progress": True})  # to the terminal too
+    return out
 
 
 def _row(
@@ -103,7 +140,7 @@ def summary(
     run: str | None = None,
 ) -> None:
     """The per-round table (TSV, and as an HTML page for the report) and the plot (PNG)."""
-    columns = [c for c in COLUMNS if any(c in row for row in rows)]
+    columns = [c for c in (*COLUMNS, *ATTENDANCE) if any(c in row for row in rows)]
     cells = [[_cell(row.get(c)) for c in columns] for row in rows]
     title = plot_title(rows, columns)
     _write_text(table, "\n".join("\t".join(line) for line in [columns, *cells]) + "\n")
@@ -225,5 +262,35 @@ def plotted(
     axes.grid(alpha=0.3)
     if rows:
         axes.legend()
+    _draw_attendance(axes, rows, xs)
     figure.tight_layout()
     return figure
+
+
+def _draw_attendance(axes: Any, rows: Sequence[Mapping[str, Any]], xs: Sequence[int]) -> None:
+    """Who took part in each round, as bars on a second axis: clients that trained, and on
+    them those that dropped out (labelled by why, as in the table's `why`)."""
+    counted = [
+        (x, row["trained"], row["dropped"], row.get("why") or "")
+        for x, row in zip(xs, rows, strict=True)
+        if isinstance(row.get("trained"), int) and isinstance(row.get("dropped"), int)
+    ]
+    if not counted:
+        return
+    clients = axes.twinx()
+    at = [c[0] for c in counted]
+    trained = [c[1] for c in counted]
+    clients.bar(at, trained, width=0.5, color="tab:gray", alpha=0.25, label="clients trained")
+    dropped = [c[2] for c in counted]
+    if any(dropped):
+        clients.bar(
+            at, dropped, width=0.5, bottom=trained, color="tab:red", alpha=0.4,
+            label="clients dropped out",
+        )  # fmt: skip
+        for x, t, d, why in counted if len(counted) <= 20 else ():  # legible, or not at all
+            if d:
+                clients.annotate(why, (x, t + d), ha="center", va="bottom", fontsize=7)
+    top = max(t + d for _, t, d, _ in counted)
+    clients.set_ylim(0, top * 3)  # the bars in the lower third, under the metric's lines
+    clients.set_ylabel("clients in the round")
+    clients.legend(loc="lower right", fontsize=8)

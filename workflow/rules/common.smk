@@ -20,8 +20,6 @@ SECURE = config["secure_aggregation"] is not None
 ONE_JOB_A_ROUND = not SECURE and CLIENTS_PER_JOB >= len(
     sampled(SEED, 0, CLIENTS, PARTICIPATION)
 )
-# A client's secure-aggregation secrets between its jobs: its own folder, never the store.
-PRIVATE = f"private/{RUN}"
 BASELINES = config["baselines"]
 # What a job's result depends on besides its input files, as params, so that Snakemake reruns
 # jobs whose task, options or seed changed (its `params` rerun trigger).

@@ -69,6 +69,7 @@ rule summary:
             else []
         ),
         centralized=[f"{RESULTS}/centralized.json"] if BASELINES["centralized"] else [],
+        averages=[receipt_of_average(r) for r in range(ROUNDS)],
     output:
         table=report(
             f"{RESULTS}/summary.tsv",

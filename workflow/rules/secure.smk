@@ -1,6 +1,9 @@
 # A round under secure aggregation (config `secure_aggregation`): each phase of soma.secagg
 # a job per client, each after the phase before is done for every client of the round (the
 # DAG is the barrier), then the round's average unmasks the sum. See soma/secagg/jobs.py.
+# A client's secrets between its jobs are no output of them: they live in the client's own
+# folder (config `secure_aggregation.secrets`, soma.run.secrets), which the user running
+# Snakemake may not be able to read, and its reveal job deletes them.
 
 
 rule keys:
@@ -8,7 +11,6 @@ rule keys:
         previous=starting_point,
     output:
         receipt=f"{RESULTS}/round/{{round}}/keys/{{client}}.json",
-        private=f"{PRIVATE}/round/{{round}}/client/{{client}}.keys.json",
     log:
         f"{LOGS}/round/{{round}}/keys/{{client}}.log",
     benchmark:
@@ -24,11 +26,9 @@ rule keys:
 rule share:
     input:
         previous=starting_point,
-        private=f"{PRIVATE}/round/{{round}}/client/{{client}}.keys.json",
         advertised=phase_receipts("keys"),
     output:
         receipt=f"{RESULTS}/round/{{round}}/share/{{client}}.json",
-        shared=f"{PRIVATE}/round/{{round}}/client/{{client}}.shared.json",
     log:
         f"{LOGS}/round/{{round}}/share/{{client}}.log",
     benchmark:
@@ -44,7 +44,6 @@ rule share:
 rule train:
     input:
         previous=starting_point,
-        private=f"{PRIVATE}/round/{{round}}/client/{{client}}.shared.json",
         shares=phase_receipts("share"),
     output:
         f"{RESULTS}/round/{{round}}/client/{{client}}.json",
@@ -64,7 +63,6 @@ rule train:
 rule reveal:
     input:
         previous=starting_point,
-        private=f"{PRIVATE}/round/{{round}}/client/{{client}}.shared.json",
         trained=f"{RESULTS}/round/{{round}}/client/{{client}}.json",
         everyone=phase_receipts("client"),
     output:

@@ -11,5 +11,4 @@ with workflow.logged(sm.log[0]):
         int(sm.wildcards.client),
         sm.input.previous,
         sm.output.receipt,
-        sm.output.private,
     )

@@ -10,7 +10,6 @@ with workflow.logged(sm.log[0]):
         int(sm.wildcards.round),
         int(sm.wildcards.client),
         sm.input.previous,
-        sm.input.private,
         sm.input.trained,
         sm.output[0],
     )

@@ -10,7 +10,5 @@ with workflow.logged(sm.log[0]):
         int(sm.wildcards.round),
         int(sm.wildcards.client),
         sm.input.previous,
-        sm.input.private,
         sm.output.receipt,
-        sm.output.shared,
     )

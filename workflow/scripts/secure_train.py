@@ -11,6 +11,5 @@ with workflow.logged(sm.log[0]):
         int(sm.wildcards.round),
         int(sm.wildcards.client),
         sm.input.previous,
-        sm.input.private,
         sm.output[0],
     )

@@ -14,6 +14,7 @@ with workflow.logged(sm.log[0]):
         sm.params.strategy,
         start=sm.input.start,
     )
+    rows = report.with_attendance(rows, sm.input.averages)
     report.summary(
         rows, metric, sm.output.table, sm.output.plot, page=sm.output.page, run=sm.config["run"]
     )
