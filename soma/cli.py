@@ -466,6 +466,25 @@ class _Defaults(argparse.HelpFormatter):
         return text + " (default: %(default)s)"
 
 
+def keys(args: argparse.Namespace) -> int:
+    """A fresh Ed25519 key pair for each client (soma.round.signing): `<out>/<k>.key` (mode
+    0600: keep it where only that client's jobs read it) and `<out>/<k>.pub`; prints the
+    roster of their public keys, one JSON object, for the run's `roster` file."""
+    from soma.round.signing import SigningError, make_keys
+
+    taken = [str(Path(args.out) / f"{k}.key") for k in args.client]
+    taken = [path for path in taken if os.path.lexists(path)]
+    if taken:  # refused before any key is made
+        raise SigningError(f"{', '.join(taken)} exist: a client's key is made once")
+    roster = {}
+    for k in args.client:
+        path, public = make_keys(args.out, k)
+        roster[str(k)] = public
+        print(f"client {k}: private key {path}", file=sys.stderr)
+    print(json.dumps(roster, indent=1), flush=True)
+    return 0
+
+
 def _run_arguments(c: argparse.ArgumentParser) -> None:
     """What a run is and how a process drives it: `soma client`'s and `soma simulate`'s."""
     c.add_argument(
@@ -518,6 +537,20 @@ def _run_arguments(c: argparse.ArgumentParser) -> None:
         help="secure aggregation (soma.secagg): nobody, the averager included, reads a "
         "client's weights, only their sum; T of the round's clients must come to unmask it "
         "(FedAvg-style strategies; needs the `privacy` extra; default: off)",
+    )
+    c.add_argument(
+        "--roster",
+        default=None,
+        metavar="FILE",
+        help="signed records: a JSON or YAML file of client -> Ed25519 public key (soma keys); "
+        "every record is signed by its writer and checked before use (default: unsigned)",
+    )
+    c.add_argument(
+        "--keys",
+        default=None,
+        metavar="PATH",
+        help="with --roster, this process's clients' private keys: a path, {client} standing "
+        "for the client (e.g. keys/{client}.key)",
     )
     c.add_argument(
         "--tree",
@@ -664,6 +697,14 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--dry-run", action="store_true", help="say what would be done; do nothing")
     r.add_argument("--json", action="store_true", help="machine-readable output")
     r.set_defaults(func=repair)
+    k = commands.add_parser(
+        "keys", help="make clients' Ed25519 key pairs for signed records; print their roster"
+    )
+    k.add_argument("--out", required=True, help="the folder to write <k>.key and <k>.pub in")
+    k.add_argument(
+        "--client", type=clients_of, required=True, help="the clients: 3, 0-4 or 0,2,5-7"
+    )
+    k.set_defaults(func=keys, store=None)
     g = commands.add_parser(
         "gc", help="remove unreachable blobs and temporaries of writers that are gone"
     )

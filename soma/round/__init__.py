@@ -37,6 +37,7 @@ from typing import Any
 from soma.arithmetic import Signature, first_difference
 from soma.nodes import Export
 from soma.round import holders, layout, once, records, tree
+from soma.round import signing as signatures
 from soma.round.once import (
     POLL,
     AveragerDied,
@@ -114,6 +115,7 @@ class Meeting:
     quorum: int | None = None
     tree: int | None = None  # the fan-in of hierarchical averaging (soma.round.tree); None: flat
     secure: int | None = None  # secure aggregation's threshold (soma.secagg.round); None: off
+    signing: signatures.Signing | None = None  # the run's roster, its records signed; None: off
 
     def __post_init__(self) -> None:
         run = self.run
@@ -177,6 +179,7 @@ class Meeting:
             # only when set, so that every flat run keeps the key it always had
             **({} if self.tree is None else {"tree": self.tree}),
             **({} if self.secure is None else {"secure": self.secure}),
+            **({} if self.signing is None else {"roster": self.signing.digest}),
         }
 
     @property
@@ -310,6 +313,7 @@ def contribute(
     round, and named by its record, for the next round this client trains.
     """
     meeting.check_client(mine)
+    signatures.holds(meeting.signing, mine)
     _check_size(size, mine)
     _check_finite(export, mine)
     if extra is not None:
@@ -332,7 +336,8 @@ def _claim_record(store: Store, meeting: Meeting, record: records.ClientRecord) 
     (size, extra, own state) is refused naming the client and round, the same ones again
     (a rerun) find the record there; a drop-out or a record that cannot be read is replaced
     (the client came back, or `soma verify` advised this rerun)."""
-    name, digest = meeting.client(record.client), store.put_value(record.value())
+    name = meeting.client(record.client)
+    digest = signatures.put(store, meeting.signing, record.value(), name=name, by=record.client)
     if store.claim(name, digest, at_commit=True):  # only this client claims its record
         return digest
     from soma.errors import SomaError
@@ -365,9 +370,12 @@ def drop(store: Store, meeting: Meeting, *, mine: int, why: str) -> str:
     """Say that client `mine` will not bring anything to the round, and why (failed, refused,
     its job died): the others need not wait for it, and the average's record names it."""
     meeting.check_client(mine)
+    signatures.holds(meeting.signing, mine)
     announce(store, meeting)
     record = records.DropRecord(mine, str(why), holders.me())
-    return store.keep(meeting.client(mine), record.value())
+    return signatures.keep(
+        store, meeting.signing, record.value(), name=meeting.client(mine), by=mine
+    )
 
 
 def dropout_reason(error: BaseException) -> str:
@@ -375,6 +383,51 @@ def dropout_reason(error: BaseException) -> str:
     the average) or failed (its task raised)."""
     kind = "refused" if isinstance(error, Refused) else "failed"
     return f"{kind}: {type(error).__name__}: {error}"
+
+
+def check_signed(
+    store: Store, meeting: Meeting, digest: str, *, name: str, writer: int | None, what: str
+) -> None:
+    """Refuse the record `digest` at `name` unless its `writer` (None: anyone on the roster)
+    signed it, when the run has a roster (soma.round.signing)."""
+    where = f"{meeting.what}: {what}"
+    signatures.check(store, meeting.signing, digest, name=name, writer=writer, what=where)
+
+
+def averager(meeting: Meeting) -> int | None:
+    """Whose key signs the meeting's average (a roster member whose key this process holds;
+    refused when none), or None when the run has no roster."""
+    return None if meeting.signing is None else meeting.signing.any_member(meeting.members)
+
+
+def check_signed_inputs(store: Store, meeting: Meeting, inputs: Sequence[Input]) -> None:
+    """With a roster, each input is what its client's signed record says (the workflow's
+    inputs come from its receipts, not from the store): refused by name otherwise."""
+    if meeting.signing is None:
+        return
+    for i in inputs:
+        name = meeting.client(i.client)
+        digest = store.resolve(name)
+        if digest is None:
+            raise signatures.SigningError(
+                f"{meeting.what}: client {i.client} has no signed record at {name!r} for the "
+                f"weights {i.weights} it is said to have brought"
+            )
+        check_signed(store, meeting, digest, name=name, writer=i.client, what="its record")
+        record = records.read_client(store, digest, client=i.client, name=name)
+        said = getattr(record, "weights", None), getattr(record, "size", None)
+        if said + (getattr(record, "extra", None),) != (i.weights, i.size, i.extra):
+            raise signatures.SigningError(
+                f"{meeting.what}: client {i.client}'s signed record {digest[:12]} is not the "
+                f"input it is said to have brought (weights {i.weights[:12]})"
+            )
+
+
+def check_average(store: Store, meeting: Meeting, digest: str) -> str:
+    """The meeting's average `digest`, once checked signed by somebody on the roster."""
+    name = meeting.average
+    check_signed(store, meeting, digest, name=name, writer=None, what="the average record")
+    return digest
 
 
 def present(store: Store, meeting: Meeting) -> list[int]:
@@ -395,6 +448,7 @@ def arrivals(store: Store, meeting: Meeting, here: list[int]) -> tuple[list[Inpu
     for k in here:
         name = meeting.client(k)
         digest = store.resolve(name)
+        check_signed(store, meeting, digest, name=name, writer=k, what=f"client {k}'s record")
         record = records.read_client(store, digest, client=k, name=name)
         if isinstance(record, records.DropRecord):
             dropped[k] = record.dropped
@@ -844,7 +898,8 @@ def _average(
         if root is None
         else {"fan_in": meeting.tree, "mean": root.mean, "weight": root.weight},
     )
-    return record.put(store)
+    signer = averager(meeting)
+    return signatures.put(store, meeting.signing, record.value(), name=meeting.average, by=signer)
 
 
 def _uses_tree(meeting: Meeting, inputs: Sequence[Input]) -> bool:
@@ -885,6 +940,8 @@ class _Averaging:
 
     def check(self, inputs: list[Input]) -> None:
         check_inputs(self.store, self.meeting, self.strategy, inputs)
+        check_signed_inputs(self.store, self.meeting, inputs)
+        averager(self.meeting)  # a roster member's key to sign the average with, or refused
 
     def place(self, inputs: list[Input]) -> Place:
         return Place(self.meeting.averaging(inputs_key(self.meeting.key, inputs)))
@@ -954,7 +1011,8 @@ def average_round(
         return never, detail
 
     work = _Averaging(store, meeting, ready, missing, late=True)
-    return once.once(store, work, deadline=deadline, backoff=backoff, sleep=sleep)
+    digest = once.once(store, work, deadline=deadline, backoff=backoff, sleep=sleep)
+    return check_average(store, meeting, digest)
 
 
 def average_inputs(
@@ -975,7 +1033,7 @@ def average_inputs(
     for i in inputs:
         meeting.check_client(i.client)
     work = _Averaging(store, meeting, lambda past: list(inputs), lambda: ([], ""), late=False)
-    return once.once(store, work, deadline=deadline, backoff=backoff)
+    return check_average(store, meeting, once.once(store, work, deadline=deadline, backoff=backoff))
 
 
 def weights_of_average(store: Store, digest: str) -> Export:

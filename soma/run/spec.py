@@ -18,6 +18,7 @@ computed, each naming the config key or the command-line option to change:
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,7 @@ from soma.run.options import pairs, typed
 
 if TYPE_CHECKING:
     from soma.round import Meeting
+    from soma.round.signing import Signing
     from soma.store import Store
     from soma.strategies import Strategy
     from soma.tasks import Task
@@ -65,6 +67,8 @@ CONFIG_KEYS = {
     "threads": "threads",
     "durability": "durability",
     "personal": "personal",
+    "roster": "roster",
+    "keys": "keys",
 }
 OPTIONS = {
     "rounds": "--rounds",
@@ -85,6 +89,8 @@ OPTIONS = {
     "threads": "--threads",
     "durability": "--durability",
     "personal": "--personal",
+    "roster": "--roster",
+    "keys": "--keys",
 }
 
 
@@ -148,6 +154,8 @@ class RunSpec:
     threads: int = 1
     durability: str = "durable"
     personal: tuple[str, ...] = ()
+    roster: str | None = None  # the roster file: its records signed (soma.round.signing)
+    keys: str | None = None  # where this process finds a client's private key ({client})
     given: str = "config"
     # the other names under the config's `task_options` (each must name a task: see check)
     other_tasks: tuple[str, ...] = field(default=(), compare=False, repr=False)
@@ -193,6 +201,8 @@ class RunSpec:
             other_tasks=tuple(sorted(set(config.get("task_options") or {}) - {task})),
             evaluate_participation=config.get("evaluate_participation"),
             tracking=tracking_folder(str(config["run"])) if config.get("tracking") else None,
+            roster=config.get("roster"),
+            keys=config.get("keys"),
         )
 
     @classmethod
@@ -218,6 +228,8 @@ class RunSpec:
             threads=args.threads,
             durability=getattr(args, "durability", "durable"),
             personal=tuple(getattr(args, "personal", None) or ()),
+            roster=getattr(args, "roster", None),
+            keys=getattr(args, "keys", None),
             given="args",
             evaluate_participation=getattr(args, "evaluate_participation", None),
             tracking=getattr(args, "tracking", None),
@@ -254,6 +266,7 @@ class RunSpec:
             quorum=quorum,
             tree=self.tree,
             secure=self.secure,
+            signing=self.signing,
         )
 
     def store(self, path: str | Path) -> Store:
@@ -274,6 +287,18 @@ class RunSpec:
         return evaluating(
             self.seed, round, self.clients, self.participation, self.evaluate_participation
         )
+
+    @functools.cached_property
+    def signing(self) -> Signing | None:
+        """The run's roster and where its keys are (None: records unsigned), read once."""
+        from soma.round.signing import Signing, SigningError, read_roster
+
+        if self.roster is None:
+            return None
+        try:
+            return Signing.of(read_roster(self.roster), self.keys)
+        except SigningError as error:
+            raise self.refused(f"{self.named('roster')}: {error}") from None
 
     # --- the checks --------------------------------------------------------------------------
 
@@ -349,7 +374,31 @@ class RunSpec:
         self._check_personal_names()
         self._check_option_names()
         self._check_other_tasks()
+        self._check_roster()
         return self
+
+    def _check_roster(self) -> None:
+        """The roster names every client of the run; and this process holds the private key
+        of each client it hosts, the roster's (soma.round.signing)."""
+        from soma.round.signing import SigningError
+
+        if self.roster is None:
+            if self.keys is not None:
+                raise self.refused(f"{self.named('keys')} given without a roster: nothing signs")
+            return
+        signing = self.signing
+        assert signing is not None
+        missing = [k for k in range(self.clients) if k not in signing.members]
+        if missing:
+            raise self.refused(
+                f"{self.named('roster')}: clients {', '.join(map(str, missing))} of the run's "
+                f"{self.clients} are not on the roster {self.roster!r}"
+            )
+        for k in self.mine or ():
+            try:
+                signing.private(k)
+            except SigningError as error:
+                raise self.refused(f"{self.named('keys')}: {error}") from None
 
     def _check_threshold(self, sampled: int) -> None:
         """Secure aggregation's threshold against whom it must hold (soma.secagg): more than

@@ -121,7 +121,8 @@ def train(config: Mapping[str, Any], round: int, client: int, previous: str, rec
     trained, size = done.trained
     floats = secure_round.floats_of(trained)
     masked_input(store, secrets.session, secrets, floats, size, deadline=DEADLINE)
-    store.keep(meeting.client(client), SecureRecord(client, secrets.session.prefix).value())
+    record = SecureRecord(client, secrets.session.prefix)
+    secure_round.keep_secure_record(store, meeting, record)
     # No per-client metrics in the receipt: its loss and its step count (so its size) are
     # what the masks hide, and every job can read the receipts.
     written = {**_receipt(meeting, client), "secure": True}

@@ -65,6 +65,7 @@ Layout, under the session's prefix (names are claimed: written once, never repla
     <prefix>/reveal/<k>        k's revealed shares: b of each contributor, s of each dropped client
     <prefix>/roster/<phase>    who is in, for keys, shares and masked (claimed once)
     <prefix>/withdrawn/<k>     k will not go on, and why: no barrier waits for it
+    <prefix>/confirmed/<k>     with a roster: the survivors (masked roster) k saw, signed
     <prefix>/unmasked/...      soma.round.once's claim, takeovers, audit and published result
     <prefix>/sum               the result (claimed): weighted sum, total, who contributed, dropped
 
@@ -76,10 +77,13 @@ summed securely like the rest.
 
 Threat model and limits. The clients follow the protocol (they may crash at any point); the
 unmasker and any reader of the folder are curious; fewer than t clients collude with them. As
-in the paper's honest-but-curious version, nothing is signed: whoever can *write* the folder
-can impersonate a client (the actively secure version needs a PKI; not here). t > n/2 (a
-majority of the members) and t >= 2 are enforced: at or below half, two groups of t that do not
-overlap could rebuild both halves of one client's secrets (Bonawitz et al. need t > n/2).
+in the paper's honest-but-curious version, nothing is signed unless the run has a roster:
+then every message is signed by its client and checked before use (soma.round.signing), and
+before revealing, each client signs the survivors it saw (`confirmed/<k>`) and refuses to
+reveal when the signed sets differ (`consistent`: the malicious-server variant's check).
+t > n/2 (a majority of the members) and t >= 2 are enforced: at or below half, two groups of t
+that do not overlap could rebuild both halves of one client's secrets (Bonawitz et al. need
+t > n/2).
 Every pair of clients does a key agreement and every client expands n masks of the model's
 size (O(n^2) work in all, as in the paper; SecAgg+ would mask along a sparse graph instead).
 
@@ -104,7 +108,7 @@ import numbers
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -112,6 +116,7 @@ import torch
 
 from soma.nodes import Export
 from soma.round import holders, layout, once
+from soma.round import signing as signatures
 from soma.round.once import POLL, Backoff, Place, read_record
 from soma.secagg import crypto, masks, shamir
 from soma.secagg.errors import (
@@ -175,6 +180,8 @@ class Session:
     threshold: int
     precision_bits: int = DEFAULT_PRECISION_BITS
     ring_bits: int = DEFAULT_RING_BITS
+    # the run's roster: every message signed and checked (soma.round.signing); None: unsigned
+    signing: signatures.Signing | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         check_name(self.prefix)
@@ -393,6 +400,7 @@ def _clients_in(store: Store, folder: str, expected: Iterable[int]) -> dict[int,
 
 
 def _read_roster(store: Store, session: Session, phase: str, digest: str) -> dict[int, str]:
+    _check_signed(store, session, digest, session.name("roster", phase), None)
     record = _record(store, digest, f"the {phase} roster of {session.what}")
     try:
         roster = {int(k): str(d) for k, d in record["present"]}
@@ -491,12 +499,13 @@ def _roster_digest(
         if accounted and len(here) < session.threshold:
             raise _below(session, phase, expected, here, time.monotonic() - started)
         if accounted or (past and len(here) >= session.threshold):
+            _check_present(store, session, phase, here, out)
             record = {
                 "phase": phase,
                 "expected": expected,
                 "present": [[k, d] for k, d in sorted(here.items())],
             }
-            store.claim(name, store.put_value(record))
+            store.claim(name, _put_signed(store, session, record, name, _anyone(session)))
             continue  # whichever roster won the claim is everybody's
         if past:
             assert deadline is not None
@@ -518,6 +527,7 @@ def _public_keys(store: Store, session: Session, roster: Mapping[int, str]) -> d
     """Every advertised client's public keys, by the digests the keys roster names."""
     keys: dict[int, dict] = {}
     for k, digest in roster.items():
+        _check_signed(store, session, digest, session.name("keys", k), k)
         record = _record(store, digest, f"client {k}'s keys")
         try:
             c, s = bytes.fromhex(record["c"]), bytes.fromhex(record["s"])
@@ -537,6 +547,51 @@ def _keys_of(store: Store, secrets: Secrets) -> dict[int, dict]:
         roster = _roster_before(store, session, "keys", secrets.mine)
         secrets._keys = _public_keys(store, session, roster)
     return secrets._keys
+
+
+# --- signed messages (soma.round.signing), when the run has a roster ------------------------
+
+
+def _check_signed(
+    store: Store, session: Session, digest: str, name: str, writer: int | None
+) -> None:
+    """Refuse the message `digest` at `name` unless client `writer` (None: anyone on the
+    roster) signed it; nothing to check without a roster."""
+    what = f"{session.what}: " + ("a message" if writer is None else f"client {writer}'s message")
+    signatures.check(store, session.signing, digest, name=name, writer=writer, what=what)
+
+
+def _check_present(
+    store: Store, session: Session, phase: str, here: Mapping[int, str], out: Iterable[int]
+) -> None:
+    """Before a roster is claimed: every record it takes, and every withdrawal it goes on
+    without, signed by its client."""
+    if session.signing is None:
+        return
+    for k, digest in here.items():
+        _check_signed(store, session, digest, session.name(phase, k), k)
+    for k, digest in _clients_in(store, session.name("withdrawn") + "/", out).items():
+        _check_signed(store, session, digest, session.name("withdrawn", k), k)
+
+
+def _anyone(session: Session) -> int | None:
+    """Who signs what any member may write (a roster, the sum): a roster member whose key
+    this process holds (refused when none); None without a roster."""
+    return None if session.signing is None else session.signing.any_member(session.members)
+
+
+def _put_signed(store: Store, session: Session, value: dict, name: str, by: int | None) -> str:
+    return signatures.put(store, session.signing, value, name=name, by=by)
+
+
+def _write_signed(
+    store: Store, session: Session, phase: str, mine: int, value: dict, what: str
+) -> str:
+    """Client `mine`'s message of `phase`, signed by it, written once."""
+    name = session.name(phase, mine)
+    return _write_once(
+        store, name, signatures.signed(store, session.signing, value, name=name, by=mine), what
+    )
 
 
 # --- the crypto each phase uses (module attributes, so tests/mutants.py can break them) -------
@@ -742,9 +797,10 @@ def advertise(store: Store, session: Session, mine: int) -> Secrets:
     private half is returned, and is never written anywhere: keep it for the other phases.
     """
     session.check_member(mine)
+    signatures.holds(session.signing, mine)
     _settle_about(store, session, mine)
     secrets = Secrets(session, mine)
-    _write_once(store, session.name("keys", mine), secrets.public(), f"client {mine}'s keys")
+    _write_signed(store, session, "keys", mine, secrets.public(), f"client {mine}'s keys")
     return secrets
 
 
@@ -785,7 +841,7 @@ def share(
         "width": widths.pop() if widths else 0,
         "sealed": b"".join(sealed).hex(),
     }
-    _write_once(store, session.name("shares", mine), record, f"client {mine}'s shares")
+    _write_signed(store, session, "shares", mine, record, f"client {mine}'s shares")
     return sorted(keys)
 
 
@@ -818,7 +874,7 @@ def masked_input(
         "ring": _ring_tensors(layout, flat),
     }
     mine = secrets.mine
-    _write_once(store, session.name("masked", mine), record, f"client {mine}'s masked input")
+    _write_signed(store, session, "masked", mine, record, f"client {mine}'s masked input")
     return sorted(sharers)
 
 
@@ -865,6 +921,7 @@ def received_shares(store: Store, session: Session, secrets: Secrets) -> dict[in
     for u, digest in sharers.items():
         if u == mine:
             continue
+        _check_signed(store, session, digest, session.name("shares", u), u)
         record = _record(store, digest, f"client {u}'s shares")
         ciphertext = _sealed_for(record, u, mine, roster)
         if ciphertext is None:
@@ -888,8 +945,10 @@ def withdraw(store: Store, session: Session, mine: int, why: str) -> None:
     the barriers after it then go on without waiting for it until their deadline. Its
     secrets were shared, so the sum is unmasked without it (with at least the threshold)."""
     session.check_member(mine)
+    signatures.holds(session.signing, mine)
     record = {"client": mine, "why": str(why)}
-    store.claim(session.name("withdrawn", mine), store.put_value(record))
+    name = session.name("withdrawn", mine)
+    store.claim(name, _put_signed(store, session, record, name, mine))
 
 
 def reveal(
@@ -903,8 +962,12 @@ def reveal(
     """Phase 4: once the masked inputs are there, publish the shares that unmask their sum: of
     b for each client that contributed, of s for each that shared and dropped out (never both
     of one client); the clients that contributed (the masked roster)."""
-    contributors = _roster(store, session, "masked", deadline=deadline, backoff=backoff)
+    masked = _roster_digest(store, session, "masked", deadline=deadline, backoff=backoff)
+    contributors = _read_roster(store, session, "masked", masked)
     _must_be_in(contributors, secrets, "masked")
+    if session.signing is not None:  # the malicious-server variant's consistency check
+        confirm(store, session, secrets, deadline=deadline, backoff=backoff)
+        consistent(store, session, secrets.mine, masked, deadline=deadline, backoff=backoff)
     received = received_shares(store, session, secrets)
     dropped = [d for d in received if d not in contributors]
     both = set(contributors) & set(dropped)
@@ -915,8 +978,79 @@ def reveal(
         "s": {str(d): format(received[d][1], "x") for d in dropped},
     }
     mine = secrets.mine
-    _write_once(store, session.name("reveal", mine), record, f"client {mine}'s revealed shares")
+    _write_signed(store, session, "reveal", mine, record, f"client {mine}'s revealed shares")
     return sorted(contributors)
+
+
+# --- the consistency check (Bonawitz et al.'s malicious-server variant), with a roster -------
+
+
+class SplitRoster(SecAggError):
+    """Two clients of a secure sum were shown different survivors (masked rosters): revealing
+    could hand out both halves of one client's mask. Names the client whose signed set differs."""
+
+
+def confirm(
+    store: Store,
+    session: Session,
+    secrets: Secrets,
+    *,
+    deadline: float | None = DEADLINE,
+    backoff: Backoff = POLL,
+) -> str:
+    """Client `secrets.mine` signs the survivors it saw (the masked roster, by digest), under
+    `confirmed/<k>`, before anything is revealed; the roster's digest. A process hosting
+    several clients confirms for all of them before any reveals (see `consistent`)."""
+    masked = _roster_digest(store, session, "masked", deadline=deadline, backoff=backoff)
+    contributors = _read_roster(store, session, "masked", masked)
+    _must_be_in(contributors, secrets, "masked")
+    mine = secrets.mine
+    record = {"client": mine, "masked": masked, "survivors": sorted(contributors)}
+    _write_signed(store, session, "confirmed", mine, record, f"client {mine}'s survivors")
+    return masked
+
+
+def consistent(
+    store: Store,
+    session: Session,
+    mine: int,
+    masked: str,
+    *,
+    deadline: float | None = DEADLINE,
+    backoff: Backoff = POLL,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[int]:
+    """Wait until at least the threshold of the survivors signed the very survivors client
+    `mine` saw (`masked`, the roster's digest); any that signed others is refused by name
+    (SplitRoster), before anything is revealed. The clients that confirmed."""
+    contributors = _read_roster(store, session, "masked", masked)
+    started, delays = time.monotonic(), backoff.delays()
+    while True:
+        here = _clients_in(store, session.name("confirmed") + "/", contributors)
+        for k, digest in here.items():
+            _check_signed(store, session, digest, session.name("confirmed", k), k)
+            said = _record(store, digest, f"client {k}'s survivors")
+            if said.get("client") != k or said.get("masked") != masked:
+                raise SplitRoster(
+                    f"{session.what}: client {k} signed other survivors "
+                    f"({said.get('survivors')!r}, roster {str(said.get('masked'))[:12]}) than "
+                    f"client {mine} saw ({sorted(contributors)}, roster {masked[:12]}): the "
+                    "store showed them different rosters; nothing is revealed"
+                )
+        if len(here) >= min(session.threshold, len(contributors)):
+            return sorted(here)
+        if deadline is not None and time.monotonic() - started > deadline:
+            never = [k for k in contributors if k not in here]
+            raise BelowThreshold(
+                f"{session.what}: after {deadline:g}s, {len(here)} of the {len(contributors)} "
+                f"survivors signed what they saw, {session.threshold} needed (the threshold): "
+                f"{_plural(never)} never did; nothing is revealed",
+                missing=never,
+                dropped=[],
+                have=len(here),
+                need=session.threshold,
+            )
+        sleep(next(delays))
 
 
 # --- unmasking: once, by whoever claims it ---------------------------------------------------
@@ -977,6 +1111,7 @@ class _Unmasking:
         first: tuple[int, Layout] | None = None
         for u, digest in contributors.items():
             where = f"client {u}'s masked input"
+            _check_signed(store, session, digest, session.name("masked", u), u)
             layout = _layout_of(_tree(store, digest, where), where)
             if first is None:
                 first = (u, layout)
@@ -985,7 +1120,9 @@ class _Unmasking:
                     f"{self.what}: clients {first[0]} and {u} sent masked inputs of two different "
                     "networks (nodes, keys, shapes or dtypes differ)"
                 )
+        _anyone(session)  # a roster member's key signs the sum, or refused before the claim
         for v, digest in inputs:
+            _check_signed(store, session, digest, session.name("reveal", v), v)
             record = _record(store, digest, f"client {v}'s revealed shares")
             b, s = record.get("b"), record.get("s")
             if (
@@ -1093,7 +1230,7 @@ def _unmask(store: Store, session: Session, revealed: Mapping[int, str], me: dic
         "error_bound": fixed.error(len(contributors)),
         "unmasked_by": me,
     }
-    return store.put_value(result)
+    return _put_signed(store, session, result, session.name("sum"), _anyone(session))
 
 
 def _sum_of(store: Store, digest: str, what: str) -> tuple[Export, float]:
@@ -1123,6 +1260,7 @@ def unmask(
         raise SecAggError(f"{session.what}: not the session written down at {session.prefix!r}")
     work = _Unmasking(store, session)
     digest = once.once(store, work, deadline=deadline, backoff=backoff)
+    _check_signed(store, session, digest, session.name("sum"), None)
     return _sum_of(store, digest, session.what)
 
 

@@ -29,7 +29,19 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from soma.nodes import Export
-from soma.round import Meeting, RoundError, holders, layout, once, records, tree_refusal
+from soma.round import (
+    Meeting,
+    RoundError,
+    averager,
+    check_average,
+    check_signed,
+    holders,
+    layout,
+    once,
+    records,
+    tree_refusal,
+)
+from soma.round import signing as signatures
 from soma.round.once import POLL, Backoff, Place
 from soma.store import Store
 from soma.strategies import Arrival, Strategy, at_round, check_arrivals, takes_mean, uniform
@@ -59,7 +71,8 @@ def session_of(meeting: Meeting):
 
     if meeting.secure is None:
         raise RoundError(f"{meeting.what} is not under secure aggregation")
-    return Session(session_prefix(meeting), tuple(meeting.members), meeting.secure)
+    prefix, members = session_prefix(meeting), tuple(meeting.members)
+    return Session(prefix, members, meeting.secure, signing=meeting.signing)
 
 
 def weight_of(strategy: Strategy, size: float | None) -> float | None:
@@ -88,6 +101,7 @@ def take_part(
     """Clients `clients` of this process through every phase; `train(k)` is client k's
     (export, size), or why it drops out (text). The clients that contributed."""
     from soma.secagg import advertise, masked_input, reveal, share, withdraw
+    from soma.secagg.protocol import confirm
 
     session = session_of(meeting)
     secrets = {k: advertise(store, session, k) for k in clients}
@@ -103,12 +117,19 @@ def take_part(
         masked_input(
             store, session, secrets[k], floats_of(export), size, deadline=deadline, backoff=backoff
         )
-        record = records.SecureRecord(k, session.prefix, holders.me())
-        store.keep(meeting.client(k), record.value())
+        keep_secure_record(store, meeting, records.SecureRecord(k, session.prefix, holders.me()))
         contributed.append(k)
+    for k in contributed if meeting.signing is not None else ():  # all sign before any reveals
+        confirm(store, session, secrets[k], deadline=deadline, backoff=backoff)
     for k in contributed:
         reveal(store, session, secrets[k], deadline=deadline, backoff=backoff)
     return contributed
+
+
+def keep_secure_record(store: Store, meeting: Meeting, record: records.SecureRecord) -> str:
+    """That client `record.client` took part, under its name, signed by it with a roster."""
+    name = meeting.client(record.client)
+    return signatures.keep(store, meeting.signing, record.value(), name=name, by=record.client)
 
 
 class _SecureAveraging:
@@ -131,7 +152,10 @@ class _SecureAveraging:
 
     def check(self, inputs: str) -> None:
         check_strategy(self.meeting.strategy, self.strategy)
+        sum_name = layout.session(session_prefix(self.meeting), "sum")
+        check_signed(self.store, self.meeting, inputs, name=sum_name, writer=None, what="its sum")
         check_sum(self.store, self.meeting, inputs)
+        averager(self.meeting)  # a roster member's key to sign the average with, or refused
 
     def place(self, inputs: str) -> Place:
         key = hashlib.sha256(f"{self.meeting.key}/secure/{inputs}".encode()).hexdigest()
@@ -238,7 +262,8 @@ def _average(
             "error_bound": result["error_bound"],
         },
     )
-    return record.put(store)
+    by = averager(meeting)
+    return signatures.put(store, meeting.signing, record.value(), name=meeting.average, by=by)
 
 
 def average_round(
@@ -256,4 +281,5 @@ def average_round(
     if meeting.start is None:
         raise RoundError(f"{meeting.what}: a secure round needs the weights it started from")
     work = _SecureAveraging(store, meeting, strategy, unmask=took_part)
-    return once.once(store, work, deadline=deadline, backoff=backoff, sleep=sleep)
+    digest = once.once(store, work, deadline=deadline, backoff=backoff, sleep=sleep)
+    return check_average(store, meeting, digest)
