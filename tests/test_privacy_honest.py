@@ -260,7 +260,7 @@ def test_secure_workflow_jobs_write_nothing_per_client_in_clear(tmp_path) -> Non
         "rounds": 1,
         "seed": 0,
         "store": str(tmp_path / "store"),
-        "secure_aggregation": {"threshold": 2},
+        "secure_aggregation": {"threshold": 2, "secrets": str(tmp_path / "secrets/{client}")},
         "metric": "accuracy",
     }
     start = str(tmp_path / "start.json")
@@ -270,11 +270,11 @@ def test_secure_workflow_jobs_write_nothing_per_client_in_clear(tmp_path) -> Non
         return str(tmp_path / f"{name}{k}.json")
 
     for k in range(3):
-        jobs.keys(config, 0, k, start, at("keys", k), at("private", k))
+        jobs.keys(config, 0, k, start, at("keys", k))
     for k in range(3):
-        jobs.share(config, 0, k, start, at("private", k), at("sharer", k), at("shared", k))
+        jobs.share(config, 0, k, start, at("shared", k))
     for k in range(3):
-        jobs.train(config, 0, k, start, at("shared", k), at("train", k))
+        jobs.train(config, 0, k, start, at("train", k))
         receipt = json.loads(Path(at("train", k)).read_text())
         assert receipt["secure"] is True and "metrics" not in receipt, receipt
     workflow.alone(config, 1, start, at("alone", 1))

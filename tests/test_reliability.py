@@ -186,7 +186,8 @@ def test_writers_killed_at_random_instants_of_group_commits(tmp_path: Path) -> N
             bound = [int(n.rsplit("/", 1)[1]) for n in store.bound(f"group/{trial}/")]
             assert sorted(bound) == list(range(len(bound)))
             assert 4 * int(reaped[3]) <= len(bound) <= 4 * int(reaped[3]) + 4
-            health.gc(store, min_age=0)
+            aged(store)
+            health.gc(store, min_age=health.MIN_AGE)
             for name in store.bound("group/"):
                 store.forget(name)
     finally:
