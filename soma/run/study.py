@@ -2,8 +2,8 @@
 
 `study: {name: s, strategy: [fedavg, scaffold], seed: [0, 1], target: {metric: accuracy,
 value: 0.9}}` is four runs, each the config with the point's values set and its own run name,
-`s/strategy=fedavg,seed=0` (the study's name, then the point's keys in the grid's order): its
-receipts live under results/s/<point>/, beside the study's own summary.tsv. Each point's
+`s_strategy-fedavg_seed-0` (the study's name, then each key and value in the grid's order):
+its receipts live under results/<that name>/, the study's table under results/s/. Each point's
 config is checked by the run layer's pure check (`RunSpec.check`), so a point that cannot
 work is refused at parse time, naming the study and the point. The Snakefile makes the one
 DAG of every point from these configs (workflow/rules/study.smk).
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -87,8 +88,8 @@ def study_of(config: Mapping[str, Any]) -> Study | None:
     points = []
     for combination in _grid([grid[k] for k in keys]):
         values = dict(zip(keys, combination, strict=True))
-        cells = ",".join(f"{k}={_name_text(k, v, grid[k])}" for k, v in values.items())
-        run = f"{name}/{cells}"
+        cells = "_".join(f"{k}-{_name_text(v, grid[k])}" for k, v in values.items())
+        run = f"{name}_{cells}"
         point = copy.deepcopy({k: v for k, v in config.items() if k != "study"})
         point.update(copy.deepcopy(values))
         point["run"] = run
@@ -108,11 +109,15 @@ def _grid(lists: list[list[Any]]) -> list[tuple[Any, ...]]:
     return out
 
 
-def _name_text(key: str, value: Any, values: list[Any]) -> str:
-    """A value's text in a run name; a mapping or a list (or text a path cannot hold) is
-    named by its place in the grid's list."""
+# The characters of a run's name (the config schema's `run` pattern).
+NAME_TEXT = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def _name_text(value: Any, values: list[Any]) -> str:
+    """A value's text in a run name; a mapping or a list, or text a run's name cannot hold,
+    is named by its place in the grid's list."""
     said = text(value)
-    if isinstance(value, (Mapping, list)) or any(c in said for c in "/{},="):
+    if isinstance(value, (Mapping, list)) or not NAME_TEXT.fullmatch(said):
         return str(values.index(value))
     return said
 
