@@ -89,9 +89,7 @@ def study_summary(
     keys = [k for k in study.keys if k != "seed"]
     named = sorted({c for row in rows for c in row if c.endswith(("_mean", "_std"))})
     columns = [*keys, "round", "seeds", *named, "to_target"]
-    lines = ["\t".join(columns)] + [
-        "\t".join(_cell(row.get(c)) for c in columns) for row in rows
-    ]
+    lines = ["\t".join(columns)] + ["\t".join(_cell(row.get(c)) for c in columns) for row in rows]
     _write_text(table, "\n".join(lines) + "\n")
     _draw(rows, keys, metric, plot, study.name)
     LOG.info("study %r: wrote %s (%d rows) and %s", study.name, table, len(rows), plot)
