@@ -113,7 +113,7 @@ def test_a_tiny_study_runs_in_one_dag_and_its_table_is_its_runs_over_seeds(tmp_p
         },
     }
     given = tmp_path / "study.yaml"
-    given.write_text(yaml.safe_dump(study))
+    given.write_text(yaml.safe_dump(study, sort_keys=False))
     out = ok(snakemake(tmp_path, "--cores", "2", "results/tiny/summary.tsv", config=[given]))
     # one start job per seed (the strategies share it), none per point
     assert len(re.findall(r"Finished jobid: \d+ \(Rule: study_start_\d+\)", out)) == 2
