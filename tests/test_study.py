@@ -92,6 +92,42 @@ def test_the_schema_refuses_an_empty_list_naming_the_study():
     assert said is not None and said.startswith("config key `study` (under 'strategy')")
 
 
+def test_the_table_is_each_points_mean_and_std_over_its_seeds(tmp_path):
+    from soma.workflow import write_receipt
+    from soma.workflow.study import study_summary
+
+    study = study_of(
+        config(name="s", strategy=["fedavg", "fedadam"], seed=[0, 1, 2],
+               target={"metric": "loss", "value": 1.0})
+    )  # fmt: skip
+    loss = {}  # run -> [start, round 0, round 1]
+    for i, point in enumerate(study.points):
+        loss[point.run] = [10.0 + i, 2.0 / (i + 1), 0.5 * i]
+        base = tmp_path / point.run
+        write_receipt(base / "start.json", {"metrics": {"loss": loss[point.run][0]}})
+        for r in (0, 1):
+            metrics = {"loss": loss[point.run][r + 1], "mse": 1.0}
+            write_receipt(base / "round" / str(r) / "evaluation.json", {"metrics": metrics})
+    table = study_summary(
+        study, "loss", str(tmp_path / "s" / "summary.tsv"), str(tmp_path / "s" / "loss.png"),
+        results=str(tmp_path),
+    )  # fmt: skip
+    assert len(table) == 6 and (tmp_path / "s" / "loss.png").stat().st_size > 0
+    for row in table:
+        runs = [p.run for p in study.points if p.config["strategy"] == row["strategy"]]
+        at = 0 if row["round"] == "start" else int(row["round"]) + 1
+        values = [loss[run][at] for run in runs]
+        assert row["seeds"] == 3 and row["loss_mean"] == statistics.fmean(values)
+        assert row["loss_std"] == pytest.approx(statistics.stdev(values), rel=1e-12)
+        mse = (row.get("mse_mean"), row.get("mse_std"))
+        assert mse == ((None, None) if at == 0 else (1.0, 0.0))
+    # fedavg's mean loss is 1.22 after round 0, 0.5 after round 1; fedadam's 0.41 after round 0
+    assert {r["strategy"]: r["to_target"] for r in table} == {"fedavg": 2, "fedadam": 1}
+    written = rows(tmp_path / "s" / "summary.tsv")
+    assert list(written[0]) == ["strategy", "round", "seeds", "loss_mean", "loss_std",
+                                "mse_mean", "mse_std", "to_target"]  # fmt: skip
+
+
 def rows(path: Path) -> list[dict[str, str]]:
     with path.open() as f:
         return list(csv.DictReader(f, delimiter="\t"))

@@ -56,15 +56,19 @@ def study_rows(study: Study, results: str = "results") -> list[dict[str, Any]]:
             row["seeds"] = len(runs)
             names = sorted(set.intersection(*(set(r[at][1]) for r in per_run)))
             for name in names:
-                values = [r[at][1][name] for r in per_run]
-                row[f"{name}_mean"] = statistics.fmean(values)
-                row[f"{name}_std"] = statistics.stdev(values) if len(values) > 1 else None
+                row[f"{name}_mean"], row[f"{name}_std"] = spread([r[at][1][name] for r in per_run])
             mine.append(row)
         reached = _to_target(mine, study.target)
         for row in mine:
             row["to_target"] = reached
         rows.extend(mine)
     return rows
+
+
+def spread(values: Sequence[float]) -> tuple[float, float | None]:
+    """The mean and the sample standard deviation (n-1: the seeds are a sample of the seeds
+    one could draw); None with one seed, where there is no spread to estimate."""
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None
 
 
 def _to_target(rows: Sequence[Mapping[str, Any]], target: Mapping[str, Any] | None) -> Any:
