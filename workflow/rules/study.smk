@@ -3,8 +3,10 @@
 # point<i>_<rule>), but for its `start`: the points that start from the same weights (the
 # same task, options and seed) share one start job. `results/<study>/summary.tsv` and
 # `<metric>.png` compare the points over their seeds (soma.workflow.study).
+import json
 import os
 
+from soma.run.identity import declared
 from soma.run.study import start_groups
 
 STUDY_RESULTS = f"results/{STUDY.name}"
@@ -52,6 +54,8 @@ for g, group in enumerate(start_groups(STUDY)):
         threads: config["threads"]
         params:
             runs=[p.run for p in group],
+            # rerun when what a point is changed (as a run's `start` does: common.smk TASK)
+            task=json.dumps([declared(p.config) for p in group], sort_keys=True),
         script:
             "../scripts/study_start.py"
 
