@@ -9,6 +9,7 @@ from snakemake.utils import min_version, validate
 
 from soma.run.configs import ConfigRefused, default_run, schema_refusal, typed
 from soma.run.spec import RunSpec
+from soma.run.study import study_of
 
 min_version("8.0")
 
@@ -31,28 +32,42 @@ except WorkflowError as error:
         raise
     raise ConfigRefused(said) from None
 
-# What the schema cannot say and needs no torch, refused naming the config keys (the run
-# layer's one pure check, soma.run.spec): the task's option names (when its module declares
-# OPTIONS), a quorum the sample cannot meet, secure aggregation's threshold and what it
-# excludes. The rest (the task imports, its option values, its partition for this many
-# clients, the strategy fits, the metric) is checked by the `start` job, before any client
-# trains.
-RunSpec.from_config(config).check()
+# A study (soma.run.study): one run per point of its grid, every point's config checked as
+# a run's is; the runs are made in this one DAG by workflow/rules/study.smk.
+STUDY = study_of(config)
+if STUDY is not None:
 
-# A deep chain of rounds recurses through Snakemake's DAG code about a frame per job.
-sys.setrecursionlimit(max(sys.getrecursionlimit(), 50 * config["rounds"] + 10_000))
+    include: "workflow/rules/study.smk"
+
+    rule all:
+        default_target: True
+        input:
+            rules.study_summary.output,
+            STUDY_MODELS,
+
+else:
+    # What the schema cannot say and needs no torch, refused naming the config keys (the run
+    # layer's one pure check, soma.run.spec): the task's option names (when its module declares
+    # OPTIONS), a quorum the sample cannot meet, secure aggregation's threshold and what it
+    # excludes. The rest (the task imports, its option values, its partition for this many
+    # clients, the strategy fits, the metric) is checked by the `start` job, before any client
+    # trains.
+    RunSpec.from_config(config).check()
+
+    # A deep chain of rounds recurses through Snakemake's DAG code about a frame per job.
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 50 * config["rounds"] + 10_000))
 
 
-report: "workflow/report/workflow.rst"
+    report: "workflow/report/workflow.rst"
 
 
-include: "workflow/rules/common.smk"
-include: "workflow/rules/rounds.smk"
-include: "workflow/rules/evaluation.smk"
-include: "workflow/rules/model.smk"
+    include: "workflow/rules/common.smk"
+    include: "workflow/rules/rounds.smk"
+    include: "workflow/rules/evaluation.smk"
+    include: "workflow/rules/model.smk"
 
 
-rule all:
-    default_target: True
-    input:
-        final_targets(),
+    rule all:
+        default_target: True
+        input:
+            final_targets(),

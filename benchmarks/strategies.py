@@ -31,6 +31,13 @@ the same strategy without the attack (the clean run is the table's own, reused: 
 first 20 rounds do not depend on how many follow). Only the strategies chosen with
 --strategies are attacked.
 
+Why a loop and not a study (`study:` in a config, README.md "Studies"): this measures each
+strategy's own seconds (training, aggregation, evaluation) in one process, which a DAG of
+jobs would drown in interpreter starts and torch imports (10 strategies x 2 settings x 50
+rounds is a thousand round jobs); and its Byzantine client is a wrapped task
+(`benchmarks.faulty`), not a config key. The accuracy comparison over seeds, in the
+workflow, is the study config/study.yaml (`snakemake --cores 2 --configfile config/study.yaml`).
+
 Everything runs in this process with one torch thread (`torch.set_num_threads(1)`); each
 run is deterministic, so only the seconds change from one run to the next.
 """

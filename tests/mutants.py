@@ -696,3 +696,4 @@ import mutants_robust  # noqa: E402, F401
 import mutants_secagg  # noqa: E402, F401
 import mutants_secrets  # noqa: E402, F401
 import mutants_sign  # noqa: E402, F401
+import mutants_study  # noqa: E402, F401

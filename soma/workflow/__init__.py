@@ -116,6 +116,11 @@ def json_numbers(metrics: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def start(config: Mapping[str, Any], receipt: str, run_record: str | None = None) -> None:
+    """One run's start: `start_group` of that run alone."""
+    start_group([(config, receipt, run_record)])
+
+
+def start_group(runs: Sequence[tuple[Mapping[str, Any], str, str | None]]) -> None:
     """The run's starting weights, from the seed, kept in the store, and their evaluation;
     and `run_record`, what the run is (`soma.run.identity.record`), where its receipts live.
 
@@ -125,20 +130,38 @@ def start(config: Mapping[str, Any], receipt: str, run_record: str | None = None
     serve this many clients (`check(clients)`): the run layer's `RunSpec.checked()`; and the
     configured metric is one that `evaluate()` returns. Each refusal names the config key.
     The evaluation of the starting weights is the summary's `start` row and the plot's first point.
+    `runs` that share a start (a study's points with the same task, options and seed:
+    soma.run.study.start_groups) share one job: the weights are made and evaluated once.
     """
     tic = time.perf_counter()
     _importable_here()
-    spec = spec_of(config)
-    task, _ = spec.checked()
-    if spec.secure is not None:  # against whom it holds, when every job runs as this user
-        from soma.run.secrets import one_user_warning
-
-        LOG.warning(one_user_warning(spec.secrets, spec.run))
+    specs = [spec_of(config) for config, _, _ in runs]
+    task = [spec.checked() for spec in specs][0][0]  # every run checked before any write
+    config = runs[0][0]
     nodes = task.nodes(config["seed"])
     exported = export(nodes)  # before evaluate(), which may move the nodes to a device
     metrics = start_metrics(config, task, nodes)
     store = RunSpec.config_store(config)
-    weights = store.put_value(shared(exported, spec.personal))
+    weights = store.put_value(shared(exported, specs[0].personal))  # the same in the group
+    for (config, receipt, run_record), spec in zip(runs, specs, strict=True):
+        _started(config, receipt, run_record, spec, store, weights, metrics, tic)
+
+
+def _started(
+    config: Mapping[str, Any],
+    receipt: str,
+    run_record: str | None,
+    spec: RunSpec,
+    store: Any,
+    weights: str,
+    metrics: dict[str, Any],
+    tic: float,
+) -> None:
+    """A run's names bound to its starting weights, its record and its start receipt."""
+    if spec.secure is not None:  # against whom it holds, when every job runs as this user
+        from soma.run.secrets import one_user_warning
+
+        LOG.warning(one_user_warning(spec.secrets, spec.run))
     store.claim(layout.starting(config["run"], weights), weights)  # never rebound by another
     store.bind(layout.start(config["run"]), weights)
     keep_evaluation(store, config["run"], weights, metrics)

@@ -1,0 +1,82 @@
+# A study (soma.run.study): one run per point of the config's `study:` grid, in this one DAG.
+# Each point is this Snakefile again as a module with the point's config (its rules named
+# point<i>_<rule>), but for its `start`: the points that start from the same weights (the
+# same task, options and seed) share one start job. `results/<study>/summary.tsv` and
+# `<metric>.png` compare the points over their seeds (soma.workflow.study).
+import json
+import os
+
+from soma.run.identity import declared
+from soma.run.study import start_groups
+
+STUDY_RESULTS = f"results/{STUDY.name}"
+STUDY_RUNS = {point.run: point for point in STUDY.points}
+# What `all` asks of a study beyond its table: each run's final weights.
+STUDY_MODELS = [f"results/{point.run}/model.safetensors" for point in STUDY.points]
+
+# Each point's config as the schema sees it (the point's values in place), refused naming
+# the study and the point.
+for point in STUDY.points:
+    try:
+        validate(point.config, "../schemas/config.schema.yaml")
+    except WorkflowError as error:
+        said = schema_refusal(error)
+        if said is None:
+            raise
+        raise ConfigRefused(f"config key `study` (the point {point.run}): {said}") from None
+
+for i, point in enumerate(STUDY.points):
+    workflow.module(
+        name=f"point{i}",
+        snakefile=os.path.join(workflow.basedir, "Snakefile"),
+        config=point.config,
+    )
+    workflow.userule(
+        rules=["*"],
+        from_module=f"point{i}",
+        exclude_rules=["start", "all"],
+        name_modifier=f"point{i}_*",
+    )(lambda: None)
+
+
+for g, group in enumerate(start_groups(STUDY)):
+
+    rule:
+        name:
+            f"study_start_{g}"
+        output:
+            [f"results/{p.run}/start.json" for p in group],
+            [f"results/{p.run}/run.json" for p in group],
+        log:
+            f"logs/{STUDY.name}/start/{g}.log",
+        conda:
+            "../envs/soma.yaml"
+        threads: config["threads"]
+        params:
+            runs=[p.run for p in group],
+            # rerun when what a point is changed (as a run's `start` does: common.smk TASK)
+            task=json.dumps([declared(p.config) for p in group], sort_keys=True),
+        script:
+            "../scripts/study_start.py"
+
+
+rule study_summary:
+    input:
+        [
+            f"results/{p.run}/{name}"
+            for p in STUDY.points
+            for name in ["summary.tsv", "start.json"]
+            + [f"round/{r}/evaluation.json" for r in range(p.config["rounds"])]
+        ],
+    output:
+        table=f"{STUDY_RESULTS}/summary.tsv",
+        plot=f"{STUDY_RESULTS}/{config['metric']}.png",
+    log:
+        f"logs/{STUDY.name}/summary.log",
+    conda:
+        "../envs/soma.yaml"
+    params:
+        runs=list(STUDY_RUNS),
+    script:
+        "../scripts/study_summary.py"
+
