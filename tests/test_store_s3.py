@@ -28,6 +28,7 @@ import boto3  # noqa: E402
 from botocore.exceptions import ClientError  # noqa: E402
 
 import soma.store.s3 as s3  # noqa: E402
+from soma.cli import main as soma  # noqa: E402
 from soma.store import Store  # noqa: E402
 from soma.store.backend import BackendStore  # noqa: E402
 from soma.store.errors import BadStore, CorruptBlob, UnknownDigest  # noqa: E402
@@ -206,7 +207,8 @@ def test_values_keep_and_recall_and_a_flipped_tensor_byte_is_refused(store: Back
     store.keep("run/round/0/average", {"export": {"w": w}, "size": 3})
     back = store.recall("run/round/0/average")
     assert torch.equal(back["export"]["w"], w) and back["size"] == 3
-    (blob,) = [d for d in store.backend.blobs() if d != store.resolve("run/round/0/average")]
+    record = store.resolve("run/round/0/average")
+    (blob,) = [k[3:] for k, _, _ in store.backend.blobs() if k[3:] != record]
     key = f"{store.backend.prefix}blobs/{blob[:2]}/{blob}"
     body = bytearray(store.backend.client.get_object(Bucket=BUCKET, Key=key)["Body"].read())
     body[-1] ^= 0x40
@@ -297,3 +299,27 @@ def test_a_claim_race_of_eight_processes_on_s3_has_exactly_one_winner(
     assert len(reports) == 8 and len({r["digest"] for r in reports}) == 8
     assert len(winners) == 1, f"{len(winners)} of the 8 racers were told they had it"
     assert store.resolve(name) == winners[0]["digest"], "the winner is not the one written down"
+
+
+# --- health ------------------------------------------------------------------------------
+
+
+def test_soma_verify_on_a_bucket_finds_a_flipped_byte(
+    store: BackendStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    w = torch.arange(40.0)
+    store.keep("run/round/0/average", {"export": {"w": w}, "size": 3})
+    url = store.backend.url
+    assert soma(["verify", "--store", url, "--json"]) == 0, capsys.readouterr()
+    capsys.readouterr()
+    record = store.resolve("run/round/0/average")
+    (blob,) = [k[3:] for k, _, _ in store.backend.blobs() if k[3:] != record]
+    key = f"{store.backend.prefix}blobs/{blob[:2]}/{blob}"
+    body = bytearray(store.backend.client.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+    body[-5] ^= 0x01
+    store.backend.client.put_object(Bucket=BUCKET, Key=key, Body=bytes(body))
+    assert soma(["verify", "--store", url, "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    (problem,) = report["problems"]
+    assert problem["kind"] == "corrupt" and problem["digest"] == blob
+    assert problem["path"] == f"{url}/blobs/{blob[:2]}/{blob}"

@@ -119,6 +119,7 @@ from soma.health.rebuild import (
 from soma.round import holders, layout
 from soma.round.layout import run_of
 from soma.store import REFRESH_AFTER, Store, _cpus, hash_stream, mark_corrupt
+from soma.store.backend import BackendStore
 from soma.store.errors import BadBlob, StoreError, SymlinkInStore, UnknownDigest
 
 __all__ = [
@@ -327,7 +328,7 @@ def verify(
         report.problems.append(
             Problem(
                 "bad-name",
-                str(store.directory / "names" / name),
+                f"{store.directory}/names/{name}",
                 f"it holds no digest: {why.rsplit(': ', 1)[-1]} (something other than the "
                 "store wrote it)",
                 fix=advisor.bad_name(name),
@@ -351,10 +352,11 @@ def verify(
         unreachable = [d for d in listing if d not in reached]
         report.unreachable = len(unreachable)
         report.unreachable_bytes = sum(listing[d].size for d in unreachable)
-        temporaries = files(store.directory / "tmp")
+        local = not isinstance(store, BackendStore)  # a bucket has no tmp/ and no attic/
+        temporaries = files(store.directory / "tmp") if local else []
         report.temporaries = len(temporaries)
         report.temporary_bytes = sum(_entry_size(e) for e in temporaries)
-        report.attic = len(files(store._attic))
+        report.attic = len(files(store._attic)) if local else 0
         candidates = list(listing) + [d for d in reached if d not in listing]
     else:
         candidates = sorted(graph.reached())

@@ -21,7 +21,8 @@ What a backend must guarantee (a third one implements exactly this):
 - `claim(name, digest)`: create-if-absent: among any number of concurrent claims of one
   name, exactly one returns True and the name then holds that claim's digest.
 - `resolve(name)`: the text the name holds (a digest and a newline), or None.
-- `names(prefix)` and `blobs()`: what is there, for listing, verify and gc.
+- `names(prefix)`, and `blobs()` (each key under blobs/, `ab/<digest>` when the store
+  wrote it, with its size and mtime): what is there, for listing, verify and gc.
 - `delete_name(name)` / `delete_blob(digest)`: for `forget` and gc.
 
 Backends are found by URL scheme in one place, `BACKENDS` (`s3://` is soma.store.s3).
@@ -30,9 +31,10 @@ Backends are found by URL scheme in one place, `BACKENDS` (`s3://` is soma.store
 from __future__ import annotations
 
 import hashlib
+import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 import torch
 
@@ -60,7 +62,7 @@ class Backend(Protocol):
 
     def names(self, prefix: str) -> Iterator[str]: ...
 
-    def blobs(self) -> Iterator[str]: ...
+    def blobs(self) -> Iterator[tuple[str, int, float]]: ...
 
     def delete_name(self, name: str) -> bool: ...
 
@@ -149,6 +151,28 @@ class BackendStore(Values):
     def blob_path(self, digest: str) -> str:
         """Where blob `digest` is (or would be), for messages."""
         return f"{self.backend.url.rstrip('/')}/blobs/{digest[:2]}/{check_digest(digest)}"
+
+    def _open_blob(self, digest: str) -> tuple[str, BinaryIO]:
+        """Blob `digest`'s bytes, not yet verified, in a local temporary file (for
+        soma.health, which hashes and reads what it opens), or UnknownDigest."""
+        chunks = self.backend.read_blob(check_digest(digest))
+        if chunks is None:
+            raise UnknownDigest(f"no blob {digest} in {self}")
+        f = tempfile.TemporaryFile()
+        try:
+            for chunk in chunks:
+                f.write(chunk)
+            f.seek(0)
+        except BaseException:
+            f.close()
+            raise
+        return self.blob_path(digest), f
+
+    def describe(self, digest: str) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+        """Each tensor's dtype and shape in tensor blob `digest`, from its header alone."""
+        where, f = self._open_blob(digest)
+        with f:
+            return tensorfile.describe(f, where)
 
     # --- names -----------------------------------------------------------------------
 

@@ -144,10 +144,12 @@ class S3Backend:
             raise self._failed("GET", key, error) from None
         return body.iter_chunks(READ_CHUNK)
 
-    def blobs(self) -> Iterator[str]:
-        """Every blob's digest."""
-        for key in self._keys(f"{self.prefix}blobs/"):
-            yield key.rsplit("/", 1)[-1]
+    def blobs(self) -> Iterator[tuple[str, int, float]]:
+        """Every key under blobs/ (a digest, unless somebody else wrote it), its size and
+        mtime."""
+        top = f"{self.prefix}blobs/"
+        for item in self._listed(top):
+            yield item["Key"][len(top) :], int(item["Size"]), item["LastModified"].timestamp()
 
     def delete_blob(self, digest: str) -> None:
         self.client.delete_object(Bucket=self.bucket, Key=self._blob_key(digest))
@@ -205,10 +207,13 @@ class S3Backend:
         return True
 
     def _keys(self, prefix: str) -> Iterator[str]:
+        for item in self._listed(prefix):
+            yield item["Key"]
+
+    def _listed(self, prefix: str) -> Iterator[dict]:
         pages = self.client.get_paginator("list_objects_v2")
         for page in pages.paginate(Bucket=self.bucket, Prefix=prefix):
-            for item in page.get("Contents", []):
-                yield item["Key"]
+            yield from page.get("Contents", [])
 
 
 def _regroup(chunks: Iterable[memoryview], size: int) -> Iterator[bytes]:
