@@ -133,16 +133,21 @@ class BackendStore(Values):
 
     def get(self, digest: str) -> bytes:
         """The bytes of blob `digest`, verified against it."""
+        return bytes(self._read(digest))
+
+    def _read(self, digest: str) -> bytearray:
+        """Blob `digest` fetched whole and verified (hashed as it arrives), or UnknownDigest
+        or CorruptBlob naming it."""
         chunks = self.backend.read_blob(check_digest(digest))
         if chunks is None:
             raise UnknownDigest(f"no blob {digest} in {self}")
-        h, parts = hashlib.sha256(), []
+        h, data = hashlib.sha256(), bytearray()
         for chunk in chunks:
             h.update(chunk)
-            parts.append(chunk)
+            data += chunk
         if h.hexdigest() != digest:
             raise CorruptBlob(self.blob_path(digest), digest, h.hexdigest())
-        return b"".join(parts)
+        return data
 
     def has(self, digest: str) -> bool:
         """Whether blob `digest` is in the store."""
@@ -229,7 +234,7 @@ class BackendStore(Values):
     def get_tensors(self, digest: str, *, lazy: bool = False) -> dict[str, torch.Tensor]:
         """The tensors of safetensors blob `digest`, verified, then checked before use
         (`lazy` is the same as eager here: the bytes are fetched whole)."""
-        data = bytearray(self.get(digest))
+        data = self._read(digest)
         empty = torch.empty(0, dtype=torch.uint8)
         base = torch.frombuffer(data, dtype=torch.uint8) if data else empty
         where = self.blob_path(digest)
