@@ -323,3 +323,36 @@ def test_soma_verify_on_a_bucket_finds_a_flipped_byte(
     (problem,) = report["problems"]
     assert problem["kind"] == "corrupt" and problem["digest"] == blob
     assert problem["path"] == f"{url}/blobs/{blob[:2]}/{blob}"
+
+
+def _flip(store: BackendStore, digest: str, at: int = -1) -> None:
+    key = f"{store.backend.prefix}blobs/{digest[:2]}/{digest}"
+    body = bytearray(store.backend.client.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+    body[at] ^= 0x01
+    store.backend.client.put_object(Bucket=BUCKET, Key=key, Body=bytes(body))
+
+
+def test_a_put_that_verifies_what_is_there_replaces_a_corrupt_blob_and_only_then(
+    store: BackendStore,
+) -> None:
+    w = torch.arange(40.0)
+    store.keep("a", {"w": w})
+    (blob,) = [k[3:] for k, _, _ in store.backend.blobs() if k[3:] != store.resolve("a")]
+    _flip(store, blob)
+    store.keep("a", {"w": w})  # trusted as there: no read, no write
+    with pytest.raises(CorruptBlob):
+        store.recall("a")
+    fixer = Store(store.backend.url, verify_existing=True)
+    fixer.keep("a", {"w": w})
+    assert torch.equal(store.recall("a")["w"], w)
+
+
+def test_soma_repair_on_a_bucket_removes_a_corrupt_blob_nothing_needs(
+    store: BackendStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store.keep("run/round/0/average", {"export": {"w": torch.ones(3)}})
+    stray = store.put(b"nothing names me")
+    _flip(store, stray, 0)
+    assert soma(["repair", "--store", store.backend.url]) == 0, capsys.readouterr()
+    assert not store.has(stray) and store.has(store.resolve("run/round/0/average"))
+    assert soma(["verify", "--store", store.backend.url]) == 0

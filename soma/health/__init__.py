@@ -96,7 +96,6 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from soma.errors import SomaError
@@ -523,7 +522,7 @@ def _rebind_names(
     The only names repair writes; whether it wrote any, and the store's graph when it
     walked it and wrote nothing (for the repair pass that follows)."""
     wanted = [
-        Path(p.path).relative_to(store.directory / "names").as_posix()
+        p.path[len(f"{store.directory}/names/") :]  # as verify spelled it
         for p in current.problems
         if p.kind == "bad-name"
     ]
@@ -698,7 +697,9 @@ def _collect(store: Store, digest: str, cutoff: float) -> int | None:
     """Remove blob `digest` unless it was touched after `cutoff`: moved to `attic/`, stat-ed
     there (a put between gc's listing and the move refreshed it: it goes back), and only
     then unlinked; a put after the move links it back from `attic/` itself. The bytes
-    freed, or None when it stays (or was gone already)."""
+    freed, or None when it stays (or was gone already). A bucket's blob: deleted."""
+    if isinstance(store, BackendStore):
+        return store.backend.delete_blob(digest)
     final, attic = store.blob_path(digest), store._attic / digest
     for attempt in (0, 1):
         try:

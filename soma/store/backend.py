@@ -14,8 +14,10 @@ with the guarantees that do not depend on where the bytes are made here, once:
 
 What a backend must guarantee (a third one implements exactly this):
 
-- `put_blob(digest, chunks, size)`: afterwards blob `digest` is readable whole, or was
-  already there; nothing partial is ever readable under the digest, whatever kills the writer.
+- `put_blob(digest, chunks, size, replace)`: afterwards blob `digest` is readable whole, or
+  was already there; nothing partial is ever readable under the digest, whatever kills the
+  writer. `replace`: what is there is corrupt, and these bytes (which hash to the digest)
+  go over it whole.
 - `read_blob(digest)`: its bytes as chunks, or None when it is not there (verified above).
 - `bind(name, digest)`: the name points at the digest, replacing, atomically.
 - `claim(name, digest)`: create-if-absent: among any number of concurrent claims of one
@@ -23,7 +25,8 @@ What a backend must guarantee (a third one implements exactly this):
 - `resolve(name)`: the text the name holds (a digest and a newline), or None.
 - `names(prefix)`, and `blobs()` (each key under blobs/, `ab/<digest>` when the store
   wrote it, with its size and mtime): what is there, for listing, verify and gc.
-- `delete_name(name)` / `delete_blob(digest)`: for `forget` and gc.
+- `delete_name(name)` / `delete_blob(digest)` (its size, None if it was not there): for
+  `forget`, repair and gc.
 
 Backends are found by URL scheme in one place, `BACKENDS` (`s3://` is soma.store.s3).
 """
@@ -48,7 +51,9 @@ class Backend(Protocol):
 
     url: str
 
-    def put_blob(self, digest: str, chunks: Iterable[memoryview], size: int) -> None: ...
+    def put_blob(
+        self, digest: str, chunks: Iterable[memoryview], size: int, replace: bool = False
+    ) -> None: ...
 
     def has_blob(self, digest: str) -> bool: ...
 
@@ -66,7 +71,7 @@ class Backend(Protocol):
 
     def delete_name(self, name: str) -> bool: ...
 
-    def delete_blob(self, digest: str) -> None: ...
+    def delete_blob(self, digest: str) -> int | None: ...
 
 
 # scheme -> "module:class" of its backend, imported only when a URL asks for it (boto3 is
@@ -128,8 +133,19 @@ class BackendStore(Values):
         """Keep `data` as a blob; its sha256 hex digest (already there: nothing written)."""
         view = memoryview(data).cast("B")
         digest = hashlib.sha256(view).hexdigest()
-        self.backend.put_blob(digest, [view], len(view))
+        self.backend.put_blob(digest, [view], len(view), self._bad(digest))
         return digest
+
+    def _bad(self, digest: str) -> bool:
+        """With `verify_existing` (what `soma repair` uses): whether blob `digest` is there
+        with the wrong bytes, so that a put replaces it."""
+        if not self.verify_existing:
+            return False
+        try:
+            self._read(digest)
+        except (UnknownDigest, CorruptBlob):
+            return self.has(digest)
+        return False
 
     def get(self, digest: str) -> bytes:
         """The bytes of blob `digest`, verified against it."""
@@ -247,7 +263,7 @@ class BackendStore(Values):
         for chunk in plan.chunks():
             h.update(chunk)
         digest = h.hexdigest()
-        self.backend.put_blob(digest, plan.chunks(), plan.nbytes)
+        self.backend.put_blob(digest, plan.chunks(), plan.nbytes, self._bad(digest))
         return digest
 
     def _put_plans(self, plans: list[tensorfile.TensorPlan]) -> list[str]:

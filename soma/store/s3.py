@@ -99,17 +99,22 @@ class S3Backend:
             raise self._failed("HEAD", key, error) from None
         return True
 
-    def put_blob(self, digest: str, chunks: Iterable[memoryview], size: int) -> None:
-        """Create blob `digest` unless it is there; never readable partial."""
-        if self.has_blob(digest):
+    def put_blob(
+        self, digest: str, chunks: Iterable[memoryview], size: int, replace: bool = False
+    ) -> None:
+        """Create blob `digest` unless it is there (`replace`: over what is there, corrupt);
+        never readable partial."""
+        if not replace and self.has_blob(digest):
             return
         key = self._blob_key(digest)
         if size >= MULTIPART_FROM:
-            self._put_in_parts(key, chunks)
-            return
-        self._create(key, b"".join(bytes(c) for c in chunks))  # lost: the same bytes are there
+            self._put_in_parts(key, chunks, replace)
+        elif replace:
+            self._put(key, b"".join(bytes(c) for c in chunks))
+        else:
+            self._create(key, b"".join(bytes(c) for c in chunks))  # lost: the same bytes
 
-    def _put_in_parts(self, key: str, chunks: Iterable[memoryview]) -> None:
+    def _put_in_parts(self, key: str, chunks: Iterable[memoryview], replace: bool) -> None:
         upload = self.client.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"]
         parts: list[dict[str, object]] = []
         try:
@@ -118,12 +123,13 @@ class S3Backend:
                     Bucket=self.bucket, Key=key, UploadId=upload, PartNumber=number, Body=body
                 )["ETag"]
                 parts.append({"ETag": etag, "PartNumber": number})
+            condition = {} if replace else {"IfNoneMatch": "*"}
             self.client.complete_multipart_upload(
                 Bucket=self.bucket,
                 Key=key,
                 UploadId=upload,
                 MultipartUpload={"Parts": parts},
-                IfNoneMatch="*",
+                **condition,
             )
         except ClientError as error:
             self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload)
@@ -151,16 +157,27 @@ class S3Backend:
         for item in self._listed(top):
             yield item["Key"][len(top) :], int(item["Size"]), item["LastModified"].timestamp()
 
-    def delete_blob(self, digest: str) -> None:
-        self.client.delete_object(Bucket=self.bucket, Key=self._blob_key(digest))
+    def delete_blob(self, digest: str) -> int | None:
+        """Delete blob `digest`; its size, or None when it was not there."""
+        key = self._blob_key(digest)
+        try:
+            size = int(self.client.head_object(Bucket=self.bucket, Key=key)["ContentLength"])
+        except ClientError as error:
+            if _missing(error):
+                return None
+            raise self._failed("HEAD", key, error) from None
+        self.client.delete_object(Bucket=self.bucket, Key=key)
+        return size
 
     # --- names -----------------------------------------------------------------------
 
     def bind(self, name: str, digest: str) -> None:
         """An unconditional PUT: replaces the name whole."""
-        key = self._name_key(name)
+        self._put(self._name_key(name), f"{digest}\n".encode())
+
+    def _put(self, key: str, body: bytes) -> None:
         try:
-            self.client.put_object(Bucket=self.bucket, Key=key, Body=f"{digest}\n".encode())
+            self.client.put_object(Bucket=self.bucket, Key=key, Body=body)
         except ClientError as error:
             raise self._failed("PUT", key, error) from None
 
