@@ -356,3 +356,12 @@ def test_soma_repair_on_a_bucket_removes_a_corrupt_blob_nothing_needs(
     assert soma(["repair", "--store", store.backend.url]) == 0, capsys.readouterr()
     assert not store.has(stray) and store.has(store.resolve("run/round/0/average"))
     assert soma(["verify", "--store", store.backend.url]) == 0
+
+
+def test_soma_gc_on_a_bucket_is_refused_with_nothing_removed(
+    store: BackendStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    unreachable = store.put(b"nothing names me")
+    assert soma(["gc", "--store", store.backend.url]) != 0
+    assert "not built for a bucket" in capsys.readouterr().err
+    assert store.has(unreachable)
