@@ -1,4 +1,6 @@
 """A content-addressed store on a shared folder: blobs by digest, names that point at them.
+(`Store("file:///path")` is the same; `Store("s3://bucket/prefix")`, any other URL, is the
+same API on another backend: soma.store.backend.)
 
     store = Store("/shared/cifar-store")
     store.keep("cifar/round/3/client/0", {"export": trainer.export(), "size": 5000})
@@ -620,7 +622,7 @@ class Store(Values):
     See soma.store.files for what each fsync protects.
     """
 
-    def __new__(cls, directory: str | os.PathLike[str], **options: object) -> Store:
+    def __new__(cls, directory: str | os.PathLike[str] = "", **options: object) -> Store:
         """A path or a `file://` URL: this folder store. Any other URL (`s3://bucket/prefix`):
         the store on the backend its scheme names (soma.store.backend, the one place)."""
         head = str(directory).partition("://")[0].lower()

@@ -12,6 +12,12 @@ with the guarantees that do not depend on where the bytes are made here, once:
 - `bind` and `claim` refuse a digest the store does not have (`UnknownDigest`);
 - names are checked by `soma.store.names` as on a folder.
 
+What differs from a folder: a bucket's keys do not nest, so a name and a folder of names
+(`a/b` and `a/b/c`) are not refused there (`NameConflict` on a folder; soma's layout never
+makes one); there is no `tmp/` and no attic (an upload is invisible until complete); `group`
+and `sync` have nothing to do (a write is durable when the backend returns); a lazy recall
+reads the blob into memory (no file to map).
+
 What a backend must guarantee (a third one implements exactly this):
 
 - `put_blob(digest, chunks, size, replace)`: afterwards blob `digest` is readable whole, or
