@@ -1,9 +1,10 @@
 """The store on a real S3 server (`Store("s3://bucket/prefix")`, soma.store.s3).
 
 One server for the module, on 127.0.0.1 and free ports: SeaweedFS (`weed server -s3`) where
-the `weed` binary is installed, else moto's standalone server (`python -m moto.server`, a
-real HTTP S3 endpoint in another process). Skipped, with the reason, only where neither can
-run. Clients find it the standard AWS way (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...).
+the `weed` binary is installed, else moto's S3 server (tests/s3_server.py: a real HTTP S3
+endpoint in another process, serving one request at a time, see there why). Skipped, with
+the reason, only where neither can run. Clients find it the standard AWS way
+(AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...).
 """
 
 from __future__ import annotations
@@ -73,10 +74,10 @@ def _server_command(folder: Path, port: int) -> tuple[str, list[str]]:
             "-master.volumeSizeLimitMB=64",
         ]
     try:
-        import moto.server  # noqa: F401
+        import moto.moto_server.werkzeug_app  # noqa: F401
     except ImportError as exc:
         pytest.skip(f"no S3 server can run here: no `weed` binary, no moto server ({exc})")
-    return "moto", [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    return "moto", [sys.executable, str(ROOT / "tests" / "s3_server.py"), str(port)]
 
 
 @pytest.fixture(scope="module")
