@@ -366,3 +366,19 @@ def test_soma_gc_on_a_bucket_is_refused_with_nothing_removed(
     assert soma(["gc", "--store", store.backend.url]) != 0
     assert "not built for a bucket" in capsys.readouterr().err
     assert store.has(unreachable)
+
+
+def test_a_server_that_ignores_if_none_match_is_refused_before_anything_is_claimed(
+    bucket: str,
+) -> None:
+    store = Store(f"s3://{BUCKET}/ignores")
+    a = store.put(b"a")
+
+    def strip(request: object, **_: object) -> None:  # what such a server does with it
+        if "If-None-Match" in request.headers:
+            del request.headers["If-None-Match"]
+
+    store.backend.client.meta.events.register("before-sign.s3.PutObject", strip)
+    with pytest.raises(BadStore, match="ignores If-None-Match"):
+        store.claim("run/round/0/averaging", a)
+    assert store.resolve("run/round/0/averaging") is None

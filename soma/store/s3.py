@@ -18,10 +18,14 @@ Layout, as on a folder (soma.store): `<prefix>/blobs/ab/<digest>` holds a blob's
   `CompleteMultipartUpload`, itself conditional on `If-None-Match: *`; an upload that
   fails is aborted. So nothing partial is ever readable under a digest.
 - Every read is verified against the digest by the store (soma.store.backend).
+- A server that ignores `If-None-Match` (some S3-compatible ones do, silently) would let every
+  claimer win: before its first claim, a store creates a probe key twice under
+  `<prefix>probe/` and refuses the bucket (BadStore) unless the second create is refused.
 """
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Iterable, Iterator
 
@@ -73,6 +77,7 @@ class S3Backend:
         self.bucket = bucket
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
         self.client = boto3.client("s3")
+        self._conditional_checked = False
 
     def __repr__(self) -> str:
         return f"S3Backend({self.url!r})"
@@ -183,7 +188,24 @@ class S3Backend:
 
     def claim(self, name: str, digest: str) -> bool:
         """PUT with If-None-Match: *: True when it created the name, False on 412."""
+        if not self._conditional_checked:
+            self._check_conditional()
         return self._create(self._name_key(name), f"{digest}\n".encode())
+
+    def _check_conditional(self) -> None:
+        """BadStore unless the server refuses a second create of one key (see the docs)."""
+        key = f"{self.prefix}probe/{secrets.token_hex(8)}"
+        try:
+            first, second = self._create(key, b"1"), self._create(key, b"2")
+        finally:
+            self.client.delete_object(Bucket=self.bucket, Key=key)
+        if not first or second:
+            raise BadStore(
+                f"the S3 server of {self.url} ignores If-None-Match (a second create of "
+                f"s3://{self.bucket}/{key} was not refused): claims there would not be "
+                "exclusive; use a server that supports conditional writes"
+            )
+        self._conditional_checked = True
 
     def _create(self, key: str, body: bytes) -> bool:
         """Create-if-absent: PUT with If-None-Match: *; False on 412, 409 retried."""
