@@ -382,3 +382,20 @@ def test_a_server_that_ignores_if_none_match_is_refused_before_anything_is_claim
     with pytest.raises(BadStore, match="ignores If-None-Match"):
         store.claim("run/round/0/averaging", a)
     assert store.resolve("run/round/0/averaging") is None
+
+
+# --- a run -------------------------------------------------------------------------------
+
+
+def test_a_run_simulated_on_a_bucket_reaches_the_same_bits_as_on_a_folder(
+    bucket: str, tmp_path: Path
+) -> None:
+    from soma.run.simulate import simulate
+
+    on = {
+        where: simulate("soma.tasks.control", clients=3, rounds=2, seed=1, tree=2, store=where)
+        for where in (f"s3://{BUCKET}/simulated", str(tmp_path / "store"))
+    }
+    on_bucket, on_folder = on.values()
+    assert on_bucket.weights == on_folder.weights  # the digest of the final weights
+    assert Store(f"s3://{BUCKET}/simulated").has(on_bucket.weights)
