@@ -399,3 +399,11 @@ def test_a_run_simulated_on_a_bucket_reaches_the_same_bits_as_on_a_folder(
     on_bucket, on_folder = on.values()
     assert on_bucket.weights == on_folder.weights  # the digest of the final weights
     assert Store(f"s3://{BUCKET}/simulated").has(on_bucket.weights)
+
+
+def test_a_bucket_that_is_not_there_is_a_soma_error_naming_it(
+    bucket: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert soma(["verify", "--store", "s3://no-such-bucket/x"]) != 0
+    err = capsys.readouterr().err
+    assert "s3://no-such-bucket/x/names/" in err and "Traceback" not in err

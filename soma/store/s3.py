@@ -33,9 +33,9 @@ from soma.store.errors import BadStore, StoreError
 
 try:
     import boto3
-    from botocore.exceptions import ClientError
-except ImportError as _missing:  # an optional extra: the scheme says what to install
-    raise ImportError("boto3 is needed for s3:// stores", name="boto3") from _missing
+    from botocore.exceptions import BotoCoreError, ClientError
+except ImportError as _absent:  # an optional extra: the scheme says what to install
+    raise ImportError("boto3 is needed for s3:// stores", name="boto3") from _absent
 
 MULTIPART_FROM = 64 << 20  # a blob this large goes up in parts (S3's single PUT is <= 5 GB)
 PART = 16 << 20  # each part but the last (S3: at least 5 MB, at most 10,000 parts)
@@ -43,25 +43,29 @@ READ_CHUNK = 1 << 20
 _CONFLICT_RETRIES = 50
 
 
-def _code(error: ClientError) -> str:
-    return str(error.response.get("Error", {}).get("Code", ""))
+# what a request can raise: the server's answer, or no answer (no endpoint, no credentials)
+_ERRORS = (ClientError, BotoCoreError)
 
 
-def _status(error: ClientError) -> int:
-    return int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+def _code(error: Exception) -> str:
+    return str(getattr(error, "response", {}).get("Error", {}).get("Code", ""))
 
 
-def _lost(error: ClientError) -> bool:
+def _status(error: Exception) -> int:
+    return int(getattr(error, "response", {}).get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+
+
+def _lost(error: Exception) -> bool:
     """412: the key exists (If-None-Match: * refused the write)."""
     return _status(error) == 412 or _code(error) == "PreconditionFailed"
 
 
-def _busy(error: ClientError) -> bool:
+def _busy(error: Exception) -> bool:
     """409: another conditional write of the key is in progress; retry (AWS's advice)."""
     return _status(error) == 409 or _code(error) == "ConditionalRequestConflict"
 
 
-def _missing(error: ClientError) -> bool:
+def _missing(error: Exception) -> bool:
     return _status(error) == 404 or _code(error) in ("NoSuchKey", "404", "NotFound")
 
 
@@ -88,7 +92,7 @@ class S3Backend:
     def _name_key(self, name: str) -> str:
         return f"{self.prefix}names/{name}"
 
-    def _failed(self, what: str, key: str, error: ClientError) -> StoreError:
+    def _failed(self, what: str, key: str, error: Exception) -> StoreError:
         return StoreError(f"{what} s3://{self.bucket}/{key} failed: {error}")
 
     # --- blobs -----------------------------------------------------------------------
@@ -98,7 +102,7 @@ class S3Backend:
         key = self._blob_key(digest)
         try:
             self.client.head_object(Bucket=self.bucket, Key=key)
-        except ClientError as error:
+        except _ERRORS as error:
             if _missing(error):
                 return False
             raise self._failed("HEAD", key, error) from None
@@ -136,7 +140,7 @@ class S3Backend:
                 MultipartUpload={"Parts": parts},
                 **condition,
             )
-        except ClientError as error:
+        except _ERRORS as error:
             self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload)
             if not (_lost(error) or _busy(error)):
                 raise self._failed("multipart PUT", key, error) from None
@@ -149,7 +153,7 @@ class S3Backend:
         key = self._blob_key(digest)
         try:
             body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"]
-        except ClientError as error:
+        except _ERRORS as error:
             if _missing(error):
                 return None
             raise self._failed("GET", key, error) from None
@@ -167,7 +171,7 @@ class S3Backend:
         key = self._blob_key(digest)
         try:
             size = int(self.client.head_object(Bucket=self.bucket, Key=key)["ContentLength"])
-        except ClientError as error:
+        except _ERRORS as error:
             if _missing(error):
                 return None
             raise self._failed("HEAD", key, error) from None
@@ -183,7 +187,7 @@ class S3Backend:
     def _put(self, key: str, body: bytes) -> None:
         try:
             self.client.put_object(Bucket=self.bucket, Key=key, Body=body)
-        except ClientError as error:
+        except _ERRORS as error:
             raise self._failed("PUT", key, error) from None
 
     def claim(self, name: str, digest: str) -> bool:
@@ -213,7 +217,7 @@ class S3Backend:
             try:
                 self.client.put_object(Bucket=self.bucket, Key=key, Body=body, IfNoneMatch="*")
                 return True
-            except ClientError as error:
+            except _ERRORS as error:
                 if _lost(error):
                     return False
                 if not _busy(error) or attempt == _CONFLICT_RETRIES - 1:
@@ -228,7 +232,7 @@ class S3Backend:
             return self.client.get_object(Bucket=self.bucket, Key=key, Range="bytes=0-127")[
                 "Body"
             ].read()
-        except ClientError as error:
+        except _ERRORS as error:
             if _missing(error):
                 return None
             raise self._failed("GET", key, error) from None
@@ -251,8 +255,11 @@ class S3Backend:
 
     def _listed(self, prefix: str) -> Iterator[dict]:
         pages = self.client.get_paginator("list_objects_v2")
-        for page in pages.paginate(Bucket=self.bucket, Prefix=prefix):
-            yield from page.get("Contents", [])
+        try:
+            for page in pages.paginate(Bucket=self.bucket, Prefix=prefix):
+                yield from page.get("Contents", [])
+        except _ERRORS as error:
+            raise self._failed("LIST", prefix, error) from None
 
 
 def _regroup(chunks: Iterable[memoryview], size: int) -> Iterator[bytes]:
