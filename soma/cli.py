@@ -5,7 +5,7 @@ Each task is client `$SLURM_PROCID` unless `--mine` says otherwise.
     srun -n 4 soma client --store /shared/soma --run cifar --rounds 10 --clients 4
     soma simulate --rounds 10 --clients 4 [--store /tmp/s]   every client in this process
     soma status --store /shared/soma --run cifar [--json]
-    soma export --store /shared/soma --run cifar [--round 9] -o cifar.safetensors
+    soma export --store /shared/soma --run cifar [--round 9 | --best] -o cifar.safetensors
     soma verify --store /shared/soma [--run cifar]      exit 1 when anything is damaged
     soma repair --store /shared/soma [--run cifar] [--dry-run]
     soma gc --store /shared/soma [--keep-runs cifar ... [--force]] [--dry-run] [--min-age 1h]
@@ -71,6 +71,7 @@ def client(args: argparse.Namespace) -> int:
     and without --store a temporary store, removed at the end."""
     import torch
 
+    from soma.evaluation import has_central
     from soma.run.drive import drive
     from soma.run.simulate import store_at
     from soma.run.spec import RunSpec
@@ -84,7 +85,7 @@ def client(args: argparse.Namespace) -> int:
         driven = drive(
             spec, store, task, strategy, deadline=args.deadline, after=_printer(args, task)
         )
-        evaluation = task.evaluate(driven.nodes)
+        evaluation = task.evaluate(driven.nodes) if has_central(task) else None
     line = {**_who(args, driven.hosted), "done": args.rounds, "evaluation": evaluation}
     print(json.dumps(line, sort_keys=True), flush=True)
     return 0
@@ -132,7 +133,13 @@ def _log_round(task, nodes, args, round: int, record: dict[str, Any]) -> None:
     members = record.get("expected") or list(range(args.clients))
     if args.evaluate == "none" or (args.evaluate == "one" and min(members) not in args.mine):
         return
+    if not callable(getattr(task, "evaluate", None)):  # only evaluate_local: soma status shows it
+        return
     metrics = task.evaluate(nodes)
+    if getattr(args, "tracking", None):  # the central test metrics, where they are computed
+        from soma.tracking import track_round
+
+        track_round(args.tracking, round, central=metrics)
     shown = ", ".join(f"{k} {v:.4g}" for k, v in sorted(metrics.items()) if _is_number(v))
     left = record.get("left_out") or []
     also = f" ({len(left)} left out: {', '.join(str(x['client']) for x in left)})" if left else ""
@@ -170,6 +177,26 @@ def _metrics_text(metrics: Any) -> str:
         for name, value in sorted(metrics.items())
     ]
     return "; " + ", ".join(shown) if shown else ""
+
+
+def _federated_text(federated: Any) -> str:
+    """`; validation accuracy 0.91 [min 0.80, p10 0.82, median 0.93, max 1.00] over 4
+    clients; train loss 0.31`: a round's federated evaluation (soma.evaluation)."""
+    if not isinstance(federated, dict):
+        return ""
+    parts = []
+    for name, spread in sorted((federated.get("evaluation") or {}).items()):
+        stats = ", ".join(
+            f"{stat} {_g(spread.get(stat))}" for stat in ("min", "p10", "median", "max")
+        )
+        parts.append(f"validation {name} {_g(spread.get('mean'))} [{stats}]")
+    said = "; " + ", ".join(parts) + f" over {len(federated.get('evaluated') or [])} clients"
+    loss = (federated.get("training") or {}).get("loss")
+    return said + (f"; train loss {_g(loss.get('mean'))}" if loss else "")
+
+
+def _g(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, (int, float)) else "nan"
 
 
 def status(args: argparse.Namespace) -> int:
@@ -220,6 +247,7 @@ def _status_line(row: dict[str, Any], several: set[int]) -> str:
     left = "".join(f"; left out client {x['client']}: {x['why']}" for x in row["left_out"])
     problems = "".join(f"; {problem}" for problem in row["problems"])
     metrics = _metrics_text(row["metrics"]) + _privacy_text(row.get("privacy"))
+    metrics += _federated_text(row.get("federated"))
     return f"round {row['round']:>4}{meeting}: {written}{missing}; {state}{metrics}{left}{problems}"
 
 
@@ -240,11 +268,28 @@ def export(args: argparse.Namespace) -> int:
     """One average's weights as a safetensors file plain PyTorch loads (see soma.model)."""
     from soma.model import export_average
 
+    if args.best:
+        return _export_best(args)
     store = _existing_store(args.store)
     made = export_average(store, args.run, args.output, round=args.round, average=args.average)
     print(
         f"{args.output}: round {made['round']} of run {made['run']!r}, "
         f"weights {made['weights']}, average {made['average']}"
+    )
+    return 0
+
+
+def _export_best(args: argparse.Namespace) -> int:
+    """`soma export --best`: the round whose federated validation `--metric` is best."""
+    from soma.model import export_best
+
+    if args.round is not None or args.average is not None:
+        raise BadArgument("--best chooses the round itself: give it without --round or --average")
+    store = _existing_store(args.store)
+    made = export_best(store, args.run, args.output, args.metric)
+    print(
+        f"{args.output}: round {made['round']} of run {made['run']!r} (best federated "
+        f"validation {args.metric} {made['best']['validation']:.4g}), weights {made['weights']}"
     )
     return 0
 
@@ -507,6 +552,21 @@ def _run_arguments(c: argparse.ArgumentParser) -> None:
         "(the lowest-numbered of the round), every client, or nobody",
     )
     c.add_argument(
+        "--evaluate-participation",
+        type=_count_or_fraction,
+        default=None,
+        help="who evaluates each round's average on their own held-out data (a task's "
+        "evaluate_local): a count or a fraction of the clients, drawn from the seed and the "
+        "round (default: the round's sample)",
+    )
+    c.add_argument(
+        "--tracking",
+        default=None,
+        metavar="DIR",
+        help="write per-round metrics as TensorBoard event files in DIR (the `tracking` "
+        "extra; default: none)",
+    )
+    c.add_argument(
         "--threads",
         type=int,
         default=int(os.environ.get("SOMA_THREADS", "1")),
@@ -580,6 +640,15 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         metavar="DIGEST",
         help="which average, when the round has several (a unique prefix will do)",
+    )
+    e.add_argument(
+        "--best",
+        action="store_true",
+        help="the round whose federated validation --metric (the clients' own held-out "
+        "data, never the central test set) is best",
+    )
+    e.add_argument(
+        "--metric", default="accuracy", help="with --best: the metric (a loss: lower is better)"
     )
     e.add_argument("-o", "--output", required=True, help="the model file to write")
     e.set_defaults(func=export)

@@ -57,6 +57,7 @@ __all__ = [
     "averages",
     "choose_average",
     "export_average",
+    "export_best",
     "export_receipt",
     "load_model",
     "provenance",
@@ -346,3 +347,34 @@ def export_receipt(
     made = provenance(given)
     save_model(Store(store).recall_digest(given["weights"], lazy=True), path, made)
     return made
+
+
+def export_best(
+    store: Store,
+    run: str,
+    path: str | os.PathLike[str],
+    metric: str,
+    *,
+    weights: Mapping[int, str] | None = None,
+) -> dict[str, Any]:
+    """Write the average of the round whose federated validation mean of `metric` is best
+    (soma.evaluation.best_round: the clients' own held-out data, never the central test set)
+    as the model file `path`; its provenance, the round among it, and the metric's mean.
+    `weights` (the workflow's receipts): per round, the only weights to consider."""
+    from soma.evaluation import best_round, federated_of
+    from soma.round.records import read_average
+
+    chosen: dict[int, tuple[str, dict[str, Any]]] = {}
+    for r, by in sorted(averages(store, run).items()):
+        for digest, key in sorted(by.items()):
+            record = read_average(store, digest)
+            if weights is not None and weights.get(r) != record.weights:
+                continue
+            federated = federated_of(store, run, r, key)
+            if federated is not None and federated.get("weights") == record.weights:
+                chosen.setdefault(r, (digest, federated["evaluation"]))
+    r, mean = best_round({r: evaluation for r, (_, evaluation) in chosen.items()}, metric)
+    record = read_average(store, chosen[r][0])
+    made = {**provenance(record.value()), "best": {"metric": metric, "validation": mean}}
+    save_model(store.recall_digest(record.weights, lazy=True), path, made)
+    return {**made, "average": chosen[r][0]}

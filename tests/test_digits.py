@@ -91,15 +91,17 @@ def test_the_test_split_is_fixed_stratified_and_disjoint_from_every_shard(task):
     rows = np.concatenate([train[task.indices(k, 10)] for k in range(10)])
     assert np.array_equal(np.sort(rows), train), "the shards are not a cover of the training set"
     assert len(np.intersect1d(rows, test)) == 0
-    # ... and the tensors handed out are those rows: shards of the everything() tensors.
+    # ... and the tensors handed out are those rows less each client's validation rows
+    # (held out for federated evaluation): shards of the everything() tensors.
     everything = task.everything()
     for k in (0, 9):
         inputs, targets = task.shard(k, 10)
-        index = torch.as_tensor(task.indices(k, 10))
+        index = torch.as_tensor(task.held_out(k, 10)[0])
         assert torch.equal(inputs, everything[0][index])
         assert torch.equal(targets, everything[1][index])
     assert task.size(everything) == len(train)
-    assert sum(task.size(task.shard(k, 10)) for k in range(10)) == len(train)
+    held = sum(len(task.held_out(k, 10)[1]) for k in range(10))
+    assert sum(task.size(task.shard(k, 10)) for k in range(10)) == len(train) - held
 
 
 def test_scaling_is_fitted_on_the_training_set_only():

@@ -53,7 +53,15 @@ RESULTS = f"results/{RUN}"
 AVERAGE_0 = f"{RESULTS}/round/0/average.json"
 CLIENTS_0 = [f"{RESULTS}/round/0/client/{k}.json" for k in range(2)]
 # What the whole workflow submits, per rule, for 2 rounds x 2 clients without baselines.
-WORKFLOW_JOBS = {"start": 1, "train": 4, "average": 2, "evaluate": 2, "summary": 1, "model": 1}
+WORKFLOW_JOBS = {
+    "start": 1,
+    "train": 4,
+    "average": 2,
+    "evaluate": 2,
+    "summary": 1,
+    "model": 1,
+    "best": 1,
+}
 # Hard timeouts (seconds): generous for a loaded 2-core machine, finite for CI.
 WHOLE_WORKFLOW = 900
 FEW_JOBS = 420

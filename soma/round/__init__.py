@@ -1101,6 +1101,17 @@ def privacy_spent(
     return privacy_of(name, strategy, lambda: None if not state else store.recall_digest(state))
 
 
+def _federated(store: Store, prefix: str, weights: str) -> dict[str, Any] | None:
+    """The round's federated evaluation of its average (soma.evaluation), once settled."""
+    digest = store.resolve(layout.federated(prefix))
+    if digest is None:
+        return None
+    record = read_record(store, digest)
+    if record.get("weights") != weights:
+        return None  # the evaluation of an earlier average of the meeting: not this one's
+    return {k: record.get(k) for k in ("evaluated", "size", "evaluation", "trained", "training")}
+
+
 def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -> dict[str, Any]:
     from soma.errors import SomaError
     from soma.store.errors import StoreError
@@ -1124,6 +1135,7 @@ def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -
         "weights": None,
         "metrics": None,
         "privacy": None,
+        "federated": None,
         "problems": [],
     }
 
@@ -1207,6 +1219,10 @@ def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -
     if row["weights"]:  # the average record was read: what it says can be followed
         attempt("privacy spent (its strategy)", privacy)
         attempt("evaluation record", metrics)
+        attempt(
+            "federated evaluation",
+            lambda: row.update(federated=_federated(store, prefix, row["weights"])),
+        )
     expected = row["expected"]
     came = {*row["written"], *(x["client"] for x in row["dropped"])}
     row["missing"] = [] if expected is None else [k for k in expected if k not in came]

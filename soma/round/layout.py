@@ -11,6 +11,10 @@ advice, rebuild) must spell it alike; here is the one spelling:
     <run>/round/<r>/<meeting>/about                the meeting's identity (claimed once)
     <run>/round/<r>/<meeting>/client/<k>           what client k brought (or why it dropped)
     <run>/round/<r>/<meeting>/started/<k>          a workflow train job's "I started"
+    <run>/round/<r>/<meeting>/trained/<k>          client k's training metrics (soma.evaluation)
+    <run>/round/<r>/<meeting>/evaluated/<k>        client k's metrics of the average on its own
+                                                   held-out data (soma.evaluation)
+    <run>/round/<r>/<meeting>/federated            the round's metrics over clients (mean, spread)
     <run>/round/<r>/<meeting>/apart/<other>        a note from meeting <other> of the round,
                                                    which found a client of this one (soma.round)
     <run>/round/<r>/<meeting>/inputs/<key>         one averaging of exactly these inputs (a place)
@@ -37,7 +41,7 @@ FAN_OUT = 1000
 _KEY = r"[0-9a-f]{64}"
 # A name inside a round's meeting: <run>/round/<r>/<meeting key>/<rest>.
 ROUND_NAME = re.compile(rf"^(?P<run>.+?)/round/(?P<round>\d+)/(?P<meeting>{_KEY})/(?P<rest>.+)$")
-_MEMBER = re.compile(r"^(?P<kind>client|started)/(?:(?P<group>\d+)/)?(?P<k>\d+)$")
+_MEMBER = re.compile(r"^(?P<kind>client|started|trained|evaluated)/(?:(?P<group>\d+)/)?(?P<k>\d+)$")
 _PUBLISHED = re.compile(rf"^inputs/(?P<key>{_KEY})/published$")
 _HOLDER = re.compile(rf"^inputs/(?P<key>{_KEY})/(claimed|computed/\w+|takeover/\d+)$")
 
@@ -135,6 +139,26 @@ def started_spellings(meeting: str, k: int) -> list[str]:
     if k >= FAN_OUT:
         return [started(meeting, k, FAN_OUT + 1)]
     return [started(meeting, k, 1), started(meeting, k, FAN_OUT + 1)]
+
+
+def trained(meeting: str, k: int, clients: int) -> str:
+    """Client k's training metrics in a meeting (soma.evaluation), fanned out as its record."""
+    return _member(meeting, "trained", k, clients)
+
+
+def evaluated(meeting: str, k: int, clients: int) -> str:
+    """Client k's metrics of the meeting's average on its own held-out data (soma.evaluation)."""
+    return _member(meeting, "evaluated", k, clients)
+
+
+def evaluations(meeting: str) -> str:
+    """The prefix of the meeting's per-client evaluations."""
+    return f"{meeting}/evaluated/"
+
+
+def federated(meeting: str) -> str:
+    """The meeting's per-round metrics over clients: evaluation and training (soma.evaluation)."""
+    return f"{meeting}/federated"
 
 
 def inputs(meeting: str) -> str:

@@ -26,6 +26,8 @@ class Round:
     average: str
     record: dict[str, Any]
     metrics: dict[int, Any] = field(default_factory=dict)
+    # the round's metrics over clients (soma.evaluation), when this process settled them
+    federated: dict[str, Any] | None = None
 
 
 @dataclass
@@ -87,7 +89,8 @@ def drive(
         record = read_record(store, digest)
         load(nodes, store.recall_digest(record["weights"]), partial=bool(spec.personal))
         start, state = record["weights"], record["state"]
-        driven.rounds.append(Round(r, digest, record, metrics))
+        federated = evaluate_hosted(spec, store, task, nodes, meeting, record, hosted)
+        driven.rounds.append(Round(r, digest, record, metrics, federated))
         if after is not None:
             after(driven.rounds[-1], driven)
     _warn_never_trained(driven)
@@ -102,6 +105,36 @@ def _warn_never_trained(driven: Driven) -> None:
     records = [done.record for done in driven.rounds]
     for client, why in never_trained(records, [h.index for h in driven.hosted]).items():
         step.LOG.warning(warning(client, why))
+
+
+def evaluate_hosted(
+    spec: RunSpec,
+    store: Store,
+    task: Any,
+    nodes: Any,
+    meeting: Any,
+    record: dict[str, Any],
+    hosted: list[Hosted],
+) -> dict[str, Any] | None:
+    """This process's clients that evaluate the round evaluate its average on their own data
+    (soma.evaluation); the round's `federated` record when this process completed it (then
+    also tracked, with the privacy spent, when `spec.tracking` says where)."""
+    from soma.evaluation import evaluate_round, has_local
+
+    if not has_local(task):
+        return None
+    evaluators = spec.evaluating(meeting.round)
+    mine = [h.index for h in hosted]
+    federated = evaluate_round(
+        store, meeting, task, nodes, record["weights"], mine, evaluators, spec.personal, spec.seed
+    )
+    if federated is not None and spec.tracking is not None and set(mine) & set(evaluators):
+        from soma.round import privacy_spent
+        from soma.tracking import track_round
+
+        privacy = privacy_spent(store, record)
+        track_round(spec.tracking, meeting.round, federated=federated, privacy=privacy)
+    return federated
 
 
 def _secure_round(

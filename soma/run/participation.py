@@ -52,12 +52,13 @@ def quorum_size(quorum: object, sampled: int) -> int:
 
 
 @functools.lru_cache(maxsize=4096)
-def _ranked(seed: int, round: int, clients: int) -> tuple[int, ...]:
+def _ranked(seed: int, round: int, clients: int, draw: str = "sample") -> tuple[int, ...]:
     """Every client in a fixed pseudo-random order for (seed, round): the order of the
-    SHA-256 of their names, so no generator's version can change who was drawn."""
+    SHA-256 of their names, so no generator's version can change who was drawn. `draw`
+    tells apart draws of the same round (the training sample, the evaluation sample)."""
 
     def rank(client: int) -> bytes:
-        return hashlib.sha256(f"soma/sample/{seed}/{round}/{client}".encode()).digest()
+        return hashlib.sha256(f"soma/{draw}/{seed}/{round}/{client}".encode()).digest()
 
     return tuple(sorted(range(clients), key=rank))
 
@@ -68,6 +69,24 @@ def sampled(seed: int, round: int, clients: int, participation: object = None) -
     if count == clients:
         return list(range(clients))
     return sorted(_ranked(seed, round, clients)[:count])
+
+
+def evaluating(
+    seed: int,
+    round: int,
+    clients: int,
+    participation: object = None,
+    evaluate_participation: object = None,
+) -> list[int]:
+    """The clients that evaluate round `round`'s average on their own held-out data, sorted:
+    the round's training sample when `evaluate_participation` is None; else a count or a
+    fraction of all the clients, drawn like the training sample but a draw of its own."""
+    if evaluate_participation is None:
+        return sampled(seed, round, clients, participation)
+    count = _count_or_fraction("evaluate_participation", evaluate_participation, clients, up=False)
+    if count == clients:
+        return list(range(clients))
+    return sorted(_ranked(seed, round, clients, "evaluate")[:count])
 
 
 def last_sampled_before(

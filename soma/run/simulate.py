@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 @dataclass
 class Simulated:
     """A simulated run: each round (its average's record and digest, each client's training
-    metrics), the digest of the last average's weights, and their evaluation by the task."""
+    metrics, its federated evaluation), the digest of the last average's weights, and their
+    evaluation by the task (None: the task has only `evaluate_local`)."""
 
     rounds: list[Round]
     weights: str
@@ -49,6 +50,8 @@ def simulate(
     secure_aggregation: int | None = None,
     tree: int | None = None,
     personal: tuple[str, ...] | list[str] = (),
+    evaluate_participation: int | float | None = None,
+    tracking: str | None = None,
     run: str = "simulation",
     store: str | Path | None = None,
     durability: str = "durable",
@@ -75,6 +78,8 @@ def simulate(
         mine=tuple(range(clients)) if isinstance(clients, int) else None,
         durability=durability,
         given="library",
+        evaluate_participation=evaluate_participation,
+        tracking=None if tracking is None else str(tracking),
     )
     return simulate_spec(spec, store, deadline=deadline, after=after)
 
@@ -87,10 +92,13 @@ def simulate_spec(
     after: Callable[[Round, Any], None] | None = None,
 ) -> Simulated:
     """`simulate` of a spec whose `mine` is every client."""
+    from soma.evaluation import has_central
+
     task, strategy = spec.checked()
     with store_at(store, spec) as kept:
         driven = drive(spec, kept, task, strategy, deadline=deadline, after=after)
-        return Simulated(driven.rounds, driven.weights, task.evaluate(driven.nodes), driven.nodes)
+        evaluation = task.evaluate(driven.nodes) if has_central(task) else None
+        return Simulated(driven.rounds, driven.weights, evaluation, driven.nodes)
 
 
 @contextmanager

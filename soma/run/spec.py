@@ -35,6 +35,12 @@ if TYPE_CHECKING:
     from soma.tasks import Task
 
 
+def tracking_folder(run: str) -> str:
+    """Where the workflow's jobs write a run's TensorBoard events (config `tracking: true`),
+    so that `tensorboard --logdir results/` shows every run."""
+    return f"results/{run}/tensorboard"
+
+
 class BadArgument(SomaError, ValueError):
     """A command-line argument refused before the command does anything; names the option."""
 
@@ -50,6 +56,8 @@ CONFIG_KEYS = {
     "strategy_options": "strategy_options",
     "participation": "participation",
     "quorum": "quorum",
+    "evaluate_participation": "evaluate_participation",
+    "tracking": "tracking",
     "secure": "secure_aggregation",
     "secrets": "secure_aggregation.secrets",
     "tree": "tree",
@@ -68,6 +76,8 @@ OPTIONS = {
     "strategy_options": "--strategy-option",
     "participation": "--participation",
     "quorum": "--quorum",
+    "evaluate_participation": "--evaluate-participation",
+    "tracking": "--tracking",
     "secure": "--secure-aggregation",
     "tree": "--tree",
     "per_job": "--per-task",
@@ -141,6 +151,10 @@ class RunSpec:
     given: str = "config"
     # the other names under the config's `task_options` (each must name a task: see check)
     other_tasks: tuple[str, ...] = field(default=(), compare=False, repr=False)
+    # who evaluates a round's average on their own data (soma.evaluation): None, the round's
+    # sample; and where per-round metrics go as TensorBoard events (soma.tracking): None, nowhere
+    evaluate_participation: int | float | None = None
+    tracking: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "task_options", _frozen(self.task_options))
@@ -177,6 +191,8 @@ class RunSpec:
             durability=config.get("durability") or "durable",
             personal=config.get("personal") or (),
             other_tasks=tuple(sorted(set(config.get("task_options") or {}) - {task})),
+            evaluate_participation=config.get("evaluate_participation"),
+            tracking=tracking_folder(str(config["run"])) if config.get("tracking") else None,
         )
 
     @classmethod
@@ -203,6 +219,8 @@ class RunSpec:
             durability=getattr(args, "durability", "durable"),
             personal=tuple(getattr(args, "personal", None) or ()),
             given="args",
+            evaluate_participation=getattr(args, "evaluate_participation", None),
+            tracking=getattr(args, "tracking", None),
         )
 
     # --- what the run is, the same in every mode ------------------------------------------
@@ -248,6 +266,14 @@ class RunSpec:
         """The store of a workflow job's `config` (its `store`), with its `durability`."""
         durability = config.get("durability") or "durable"
         return open_store(config["store"], durability, "config key `durability`", ConfigRefused)
+
+    def evaluating(self, round: int) -> list[int]:
+        """Who evaluates round `round`'s average on their own data (soma.evaluation)."""
+        from soma.run.participation import evaluating
+
+        return evaluating(
+            self.seed, round, self.clients, self.participation, self.evaluate_participation
+        )
 
     # --- the checks --------------------------------------------------------------------------
 
@@ -296,6 +322,10 @@ class RunSpec:
             raise self.refused(
                 f"{self.named('clients', 'participation', 'quorum')}: {error}"
             ) from None
+        try:
+            self.evaluating(0)
+        except ParticipationError as error:
+            raise self.refused(f"{self.named('evaluate_participation')}: {error}") from None
         if self.secure is not None:
             if not 2 <= self.secure <= sampled:
                 raise self.refused(
@@ -428,7 +458,24 @@ class RunSpec:
             why = refusal(self.personal, task.nodes(self.seed), self.strategy, strategy)
             if why is not None:
                 raise self.refused(f"{self.named('personal')}: {why}")
+        self._check_evaluation(task)
         return task, strategy
+
+    def _check_evaluation(self, task: Task) -> None:
+        """A task that can be evaluated somehow; the tracking extra, when tracking is asked."""
+        from soma.evaluation import has_central, has_local
+        from soma.tracking import TrackingError, check_available
+
+        if not (has_central(task) or has_local(task)):
+            raise self.refused(
+                f"{self.named('task')}: task {self.task!r} has neither evaluate(nodes) nor "
+                "evaluate_local(nodes, client, clients) (see soma.tasks)"
+            )
+        if self.tracking is not None:
+            try:
+                check_available()
+            except TrackingError as error:
+                raise self.refused(f"{self.named('tracking')}: {error}") from None
 
     def _check_clients(self, task: Task) -> None:
         """The task's own check that its options can serve this many clients, if it has one."""

@@ -17,6 +17,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from soma.evaluation import keep_training
 from soma.nodes import Export, export, load
 from soma.round import Contradicts, Contribution, Meeting, contribute, drop, dropout_reason
 from soma.round.once import RoundError
@@ -111,6 +112,7 @@ def plain(
     client's new own state."""
     try:
         metrics, extra, own = _train(store, meeting, task, strategy, nodes, hosted, rounds)
+        keep_training(store, meeting, hosted.index, metrics, hosted.size)
         sent, personal = export(nodes), personal_of(meeting)
         if personal:  # never sent, kept as the client's own state
             sent, own = shared(sent, personal), own_state(sent, personal)
@@ -145,6 +147,7 @@ def secure(
 
     try:
         metrics, _, _ = _train(store, meeting, task, strategy, nodes, hosted, rounds)
+        # no keep_training: nothing per client in clear under secure aggregation
         trained, weight = export(nodes), secure_round.weight_of(strategy, hosted.size)
         secure_round.check_export(meeting, hosted.index, trained, weight)
     except Exception as error:  # it shared its keys: the others unmask without it

@@ -17,7 +17,14 @@ line's `--task`) is its import path, e.g. `soma.tasks.digits` or `mypkg.mytask`,
   examples/myloop.py). A task whose
   train() takes no `objective` still works with every strategy that has no client side
   (FedAvg, FedAdam, the robust ones); one that does is refused before any round starts.
-- `evaluate(nodes)`: metrics on held-out data, e.g. `{"accuracy": 0.93, "loss": 0.21}`.
+- `evaluate(nodes)`: metrics on a central held-out test set, e.g. `{"accuracy": 0.93,
+  "loss": 0.21}`; optional for a task that has `evaluate_local`.
+- `evaluate_local(nodes, client, clients)`, optional: federated evaluation, the metrics of the
+  given weights on client `client`'s own held-out split (never its training data), and how
+  many examples they are of: `({"accuracy": 0.9}, 84)`. Each round, the clients that
+  evaluate (the round's sample, or `evaluate_participation`) answer it for the round's
+  average; the round's metrics are the mean weighted by those sizes, with the spread over
+  clients beside it (soma.evaluation). A task needs `evaluate` or `evaluate_local`, or both.
 
 A task's train() that takes a `context` keyword is also told where it stands, a `Context`:
 the round (from 0), the run's number of rounds, the client and the run's client count, the
@@ -113,7 +120,8 @@ class Task(Protocol):
     def evaluate(self, nodes: Mapping[str, nn.Module]) -> dict[str, float]: ...
 
 
-REQUIRED = ("nodes", "shard", "size", "train", "evaluate")
+# `evaluate` is optional for a task that has `evaluate_local` (checked by RunSpec.checked).
+REQUIRED = ("nodes", "shard", "size", "train")
 
 
 def importable_here() -> None:
@@ -208,6 +216,24 @@ def declared_options(path: str, where: list[str] | None = None) -> tuple[str, ..
                 return tuple(names)
             return None
     return None
+
+
+def defines(path: str, name: str, where: list[str] | None = None) -> bool:
+    """Whether task module `path`'s source defines a function or method `name` (read, not
+    run): how the Snakefile knows, without torch, that a task answers `evaluate_local` and so
+    that the run has a best round to export. False when its source cannot be read so."""
+    source = source_of(path, where)
+    if source is None:
+        return False
+    try:
+        with open(source, encoding="utf-8") as file:
+            tree = ast.parse(file.read(), filename=source)
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return False
+    return any(
+        isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name
+        for node in ast.walk(tree)
+    )
 
 
 def _assigned(node: ast.stmt, name: str) -> ast.expr | None:

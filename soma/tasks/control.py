@@ -17,6 +17,8 @@ from soma.strategies import Objective
 from soma.tasks import teacher as control
 from soma.training import TrainingRun
 
+VALIDATION = 64  # a client's held-out inputs for federated evaluation
+
 
 @dataclass
 class ControlTask:
@@ -66,6 +68,17 @@ class ControlTask:
         )
         run = TrainingRun(nodes, loss=nn.functional.mse_loss, device=self._device)
         return {"loss": float(run.evaluate(held_out))}
+
+    def evaluate_local(
+        self, nodes: Mapping[str, nn.Module], client: int, clients: int
+    ) -> tuple[dict[str, float], int]:
+        """The loss on client `client`'s own held-out inputs: fresh ones from its corner,
+        never those it trained on (federated evaluation, soma.evaluation)."""
+        held_out = control.corner(
+            client, VALIDATION, seed=7000 + client, teacher_net=self.teacher
+        )  # fmt: skip
+        run = TrainingRun(nodes, loss=nn.functional.mse_loss, device=self._device)
+        return {"loss": float(run.evaluate(held_out))}, VALIDATION
 
 
 def make(**options) -> ControlTask:

@@ -6,7 +6,9 @@ per-pixel mean and standard deviation, or `unit`, /16). The training set is shar
 clients by `soma.partition` (`partition`, `alpha`, `labels_per_client`, `partition_seed`,
 `min_size`: a shard of fewer examples is refused, naming the client); a
 client's shard depends on (clients, those options) only, so every process computes the same
-one. The model is named nodes: `softmax` is {"out": Linear(64, 10)}, `mlp` is
+one. Each client keeps `validation_fraction` of its shard (0.2; drawn by `split_seed`) out of
+training, for federated evaluation (`evaluate_local`); it trains on the rest.
+The model is named nodes: `softmax` is {"out": Linear(64, 10)}, `mlp` is
 {"hidden": Linear(64, hidden), "act": ReLU, "out": Linear(hidden, 10)}. Local training is
 `epochs` epochs of minibatch SGD (lr, momentum, batch_size) with cross-entropy, shuffled by
 the caller's seed; `evaluate` gives accuracy and loss on the test set. On CPU with one thread
@@ -159,6 +161,7 @@ OPTIONS = (
     "split_seed",
     "partition_seed",
     "test_fraction",
+    "validation_fraction",
     "scale",
     "device",
 )
@@ -179,6 +182,8 @@ class DigitsTask:
     split_seed: int = 0
     partition_seed: int = 0
     test_fraction: float = 0.25
+    # each client's share of its shard held out for federated evaluation (evaluate_local)
+    validation_fraction: float = 0.2
     scale: str = "standard"
     device: str = "cpu"  # cpu, cuda, cuda:N or auto (soma.device); cpu keeps runs bit-identical
     _shards: dict[int, list[np.ndarray]] = field(default_factory=dict, init=False, repr=False)
@@ -209,6 +214,7 @@ class DigitsTask:
         _integer("split_seed", self.split_seed, low=0)
         _integer("partition_seed", self.partition_seed, low=0)
         _number("test_fraction", self.test_fraction, low=0, high=1, closed="()")
+        _number("validation_fraction", self.validation_fraction, low=0, high=1, closed="[)")
         if self.scale not in SCALES:
             raise TaskError(
                 f"digits option scale={self.scale!r} is unknown; choose one of {', '.join(SCALES)}"
@@ -281,9 +287,28 @@ class DigitsTask:
             )
         return self._shards[clients][client]
 
+    def held_out(self, client: int, clients: int) -> tuple[np.ndarray, np.ndarray]:
+        """Client `client`'s rows split into (training, validation), both sorted: a share
+        `validation_fraction` of its rows (at least one when it has two or more, never all)
+        drawn by `split_seed`, the client and the client count, so every process agrees."""
+        rows = self.indices(client, clients)
+        count = int(round(float(self.validation_fraction) * len(rows)))
+        if self.validation_fraction > 0 and len(rows) > 1:
+            count = min(max(count, 1), len(rows) - 1)
+        else:
+            count = 0
+        rng = np.random.default_rng([self.split_seed, clients, client])
+        validation = np.zeros(len(rows), dtype=bool)
+        validation[rng.permutation(len(rows))[:count]] = True
+        return rows[~validation], rows[validation]
+
+    def _rows(self, rows: np.ndarray) -> Data:
+        at = torch.as_tensor(rows, dtype=torch.int64)
+        return self._train[0][at], self._train[1][at]
+
     def shard(self, client: int, clients: int) -> Data:
-        rows = torch.as_tensor(self.indices(client, clients))
-        return self._train[0][rows], self._train[1][rows]
+        """The client's training rows: its shard less its validation rows (`held_out`)."""
+        return self._rows(self.held_out(client, clients)[0])
 
     def everything(self) -> Data:
         return self._train
@@ -320,8 +345,21 @@ class DigitsTask:
 
     def evaluate(self, nodes: Mapping[str, nn.Module]) -> dict[str, float]:
         """Accuracy and loss on the test set, on the `device` option's device (nodes moved)."""
+        return self._metrics(nodes, self._test)
+
+    def evaluate_local(
+        self, nodes: Mapping[str, nn.Module], client: int, clients: int
+    ) -> tuple[dict[str, float], int]:
+        """Accuracy and loss on client `client`'s validation rows (`held_out`), and their
+        count: federated evaluation (soma.evaluation); nothing for a client that has none."""
+        rows = self.held_out(client, clients)[1]
+        if len(rows) == 0:
+            return {}, 0
+        return self._metrics(nodes, self._rows(rows)), len(rows)
+
+    def _metrics(self, nodes: Mapping[str, nn.Module], data: Data) -> dict[str, float]:
         run = TrainingRun(nodes, loss=nn.functional.cross_entropy, device=self._device)
-        inputs, labels = (run.on_device(tensor) for tensor in self._test)
+        inputs, labels = (run.on_device(tensor) for tensor in data)
         run.train(False)
         with torch.no_grad():
             logits = run(inputs)

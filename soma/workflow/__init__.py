@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from soma.model import export_best
 from soma.nodes import export, load
 from soma.round import (
     Input,
@@ -135,9 +136,9 @@ def start(config: Mapping[str, Any], receipt: str, run_record: str | None = None
         LOG.warning(one_user_warning(spec.secrets, spec.run))
     nodes = task.nodes(config["seed"])
     exported = export(nodes)  # before evaluate(), which may move the nodes to a device
-    metrics = checked_metrics(config, task.evaluate(nodes))
+    metrics = start_metrics(config, task, nodes)
     store = RunSpec.config_store(config)
-    weights = store.put_value(shared(exported, spec_of(config).personal))
+    weights = store.put_value(shared(exported, spec.personal))
     store.claim(layout.starting(config["run"], weights), weights)  # never rebound by another
     store.bind(layout.start(config["run"]), weights)
     keep_evaluation(store, config["run"], weights, metrics)
@@ -163,6 +164,17 @@ def start(config: Mapping[str, Any], receipt: str, run_record: str | None = None
         time.perf_counter() - tic,
     )
     progress("start: %s %s", config["metric"], shown_value(metrics[config["metric"]]))
+
+
+def start_metrics(config: Mapping[str, Any], task: Task, nodes: Any) -> dict[str, Any]:
+    """The starting weights' central test metrics, checked to hold `metric`; a task with only
+    `evaluate_local` has none, and client 0's own evaluation is what says it has `metric`."""
+    from soma.evaluation import has_central, local_metrics
+
+    if has_central(task):
+        return checked_metrics(config, task.evaluate(nodes))
+    checked_metrics(config, local_metrics(task, nodes, 0, config["clients"])[0])
+    return {}
 
 
 def checked_metrics(config: Mapping[str, Any], metrics: Mapping[str, Any]) -> dict[str, Any]:
@@ -449,25 +461,49 @@ def _log_average(
     )
 
 
-def evaluate(config: Mapping[str, Any], round: int, averaged: str, receipt: str) -> None:
-    """The round's average on the held-out test set; its metrics kept in the store too.
+def evaluate(
+    config: Mapping[str, Any],
+    round: int,
+    averaged: str,
+    receipt: str,
+    previous: str | None = None,
+) -> None:
+    """The round's average on the held-out test set; its metrics kept in the store too. And,
+    for a task with `evaluate_local`, its federated evaluation (`evaluate_federated`; needs
+    `previous`, the receipt the round started from); either may be all there is.
 
     The one line a user watches, `round 3/9: accuracy 0.936` (0-based, the last round
     being rounds - 1, as in the table, the plot and results/<run>/round/<r>/), goes to the
     terminal as well as to the log.
     """
+    from soma.evaluation import has_central
+
     tic = time.perf_counter()
     task = task_of(config)
     store = RunSpec.config_store(config)
     average = read_receipt(averaged)
     weights = average["weights"]
-    metrics = checked_metrics(config, task.evaluate(nodes_at(task, store, config, weights)))
+    nodes = nodes_at(task, store, config, weights)
+    metrics = checked_metrics(config, task.evaluate(nodes)) if has_central(task) else {}
     kept = keep_evaluation(store, config["run"], weights, metrics)
     evaluation = {"run": config["run"], "round": round, "weights": weights, "metrics": metrics}
     privacy = privacy_spent(store, average, strategy_of(config))  # None: keeps no account
     if privacy is not None:
         evaluation["privacy"] = privacy
+    if previous is not None:
+        evaluation.update(evaluate_federated(config, task, store, nodes, round, weights, previous))
     write_receipt(receipt, evaluation)
+    spec = spec_of(config)
+    if spec.tracking is not None:
+        from soma.tracking import track_round
+
+        track_round(
+            spec.tracking,
+            round,
+            central=metrics,
+            federated=evaluation.get("federated"),
+            privacy=privacy,
+        )  # fmt: skip
     LOG.info(
         "round %d: weights %s evaluated: %s; kept as %s (record %s) (%.2f s)",
         round,
@@ -478,9 +514,47 @@ def evaluate(config: Mapping[str, Any], round: int, averaged: str, receipt: str)
         time.perf_counter() - tic,
     )
     metric = config["metric"]
-    progress(
-        "round %d/%d: %s %s", round, config["rounds"] - 1, metric, shown_value(metrics[metric])
+    federated = (evaluation.get("federated") or {}).get("evaluation") or {}
+    value = metrics[metric] if metric in metrics else (federated.get(metric) or {}).get("mean")
+    progress("round %d/%d: %s %s", round, config["rounds"] - 1, metric, shown_value(value))
+
+
+def evaluate_federated(
+    config: Mapping[str, Any],
+    task: Task,
+    store: Store,
+    nodes: Any,
+    round: int,
+    weights: str,
+    previous: str,
+) -> dict[str, Any]:
+    """The round's federated evaluation (soma.evaluation): every client that evaluates the
+    round, on its own held-out data, each record kept in the store, then the round's; as
+    the receipt's `federated` (nothing for a task without `evaluate_local`)."""
+    from soma.evaluation import evaluate_round, has_central, has_local
+
+    if not has_local(task):
+        return {}
+    spec = spec_of(config)
+    meeting = meeting_of(config, round, read_receipt(previous))
+    evaluators = spec.evaluating(round)
+    federated = evaluate_round(
+        store, meeting, task, nodes, weights, evaluators, evaluators, spec.personal, spec.seed
     )
+    evaluated = federated["evaluation"]
+    if evaluated and config["metric"] not in evaluated and not has_central(task):
+        raise ConfigRefused(
+            f"config key `metric`: the task's evaluate_local() returns "
+            f"{', '.join(sorted(evaluated))}; not {config['metric']!r}"
+        )
+    LOG.info(
+        "round %d: clients %s evaluated weights %s on their own data: %s",
+        round,
+        federated["evaluated"],
+        weights,
+        shown({k: v["mean"] for k, v in evaluated.items()}),
+    )
+    return {"federated": federated}
 
 
 def _baseline(
@@ -518,12 +592,27 @@ def _baseline(
     return per_round
 
 
+def _no_test_set(config: Mapping[str, Any], task: Task, receipt: str, **more: Any) -> bool:
+    """A baseline is measured on the central test set: a task without `evaluate` has none,
+    and the baseline's receipt says so (the summary leaves its column out)."""
+    from soma.evaluation import has_central
+
+    if has_central(task):
+        return False
+    why = "the task has no evaluate(): no central test set"
+    LOG.warning("no baseline: %s", why)
+    write_receipt(receipt, {"run": config["run"], **more, "per_round": None, "why": why})
+    return True
+
+
 def alone(config: Mapping[str, Any], client: int, started: str, receipt: str) -> None:
     """Client `client` trained on its own shard alone, for exactly as long as the federation.
     Under secure aggregation its size and its training's metrics (loss, steps) are neither
     in the receipt nor in the log: they are what the secure sum hides of it; its test
     metrics, which the summary's alone columns need, are."""
     task = task_of(config)
+    if _no_test_set(config, task, receipt, client=client):
+        return
     data = task.shard(client, config["clients"])
     start_weights = read_receipt(started)["weights"]
     secure = config.get("secure_aggregation") is not None
@@ -539,6 +628,8 @@ def alone(config: Mapping[str, Any], client: int, started: str, receipt: str) ->
 def centralized(config: Mapping[str, Any], started: str, receipt: str) -> None:
     """All the training data in one place, for as many rounds of local epochs."""
     task = task_of(config)
+    if _no_test_set(config, task, receipt):
+        return
     everything = getattr(task, "everything", None)
     if everything is None:
         why = "the task has no everything()"
@@ -565,6 +656,26 @@ def told_clients(everything: Any, clients: int) -> dict[str, int]:
     from soma.tasks import takes_keyword
 
     return {"clients": clients} if takes_keyword(everything, "clients") else {}
+
+
+def best(config: Mapping[str, Any], evaluations: Sequence[str], output: str) -> None:
+    """The run's best round as a model file (rule `best`): the round whose federated
+    validation `metric` is best (soma.model.export_best), among the weights its evaluation
+    receipts name; never chosen by the central test metric."""
+    weights = {}
+    for path in evaluations:
+        given = read_receipt(path)
+        weights[given["round"]] = given["weights"]
+    store = RunSpec.config_store(config)
+    made = export_best(store, config["run"], output, config["metric"], weights=weights)
+    LOG.info(
+        "best round %d (federated validation %s %s): weights %s written to %s",
+        made["round"],
+        config["metric"],
+        shown_value(made["best"]["validation"]),
+        made["weights"],
+        output,
+    )
 
 
 def threads(count: int) -> None:

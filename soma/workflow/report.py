@@ -25,6 +25,10 @@ def lower_is_better(metric: str) -> bool:
     return metric.endswith(("loss", "error", "mse"))
 
 
+# `validation*`: federated evaluation (soma.evaluation), the clients' own held-out data: the
+# mean weighted by evaluation size, and the spread over clients; `train_loss`: the clients'
+# training loss, weighted by training size.
+VALIDATION = tuple(f"validation_{stat}" for stat in ("min", "p10", "median", "p90", "max"))
 COLUMNS = (
     "strategy",
     "round",
@@ -32,6 +36,9 @@ COLUMNS = (
     "alone",
     "alone_best",
     "centralized",
+    "validation",
+    *VALIDATION,
+    "train_loss",
     "epsilon",
     "epsilon_against",  # whom the epsilon holds against (soma.privacy.ADVERSARIES)
 )
@@ -44,6 +51,7 @@ SERIES = {
     "centralized": ("centralized (all data)", "s--"),
     "alone": ("alone (mean of clients)", "^:"),
     "alone_best": ("alone (best client)", "v-."),
+    "validation": ("validation (clients' own data: mean, 10th-90th percentile)", "d-"),
 }
 
 
@@ -67,12 +75,14 @@ def summary_rows(
     given = [read_receipt(path) for path in evaluations]
     federated = {e["round"]: e["metrics"] for e in given}
     spent = {e["round"]: e["privacy"] for e in given if e.get("privacy")}
-    if federated and not any(metric in m for m in federated.values()):
-        returned = ", ".join(sorted(next(iter(federated.values()))))
+    local = {e["round"]: e["federated"] for e in given if e.get("federated")}
+    tested = [m for m in federated.values() if m]  # a task with only evaluate_local has none
+    if tested and not any(metric in m for m in tested):
+        returned = ", ".join(sorted(tested[0]))
         raise ConfigRefused(
             f"config key `metric`: the task's evaluate() returns {returned}; not {metric!r}"
         )
-    alone_runs = [read_receipt(p)["per_round"] for p in alones]
+    alone_runs = [r for r in (read_receipt(p)["per_round"] for p in alones) if r is not None]
     central_run = read_receipt(central)["per_round"] if central else None
     better = min if lower_is_better(metric) else max
     rows = []
@@ -87,6 +97,8 @@ def summary_rows(
         row = _row(strategy, r, federated[r].get(metric), values, better)
         if central_run:
             row["centralized"] = central_run[r]["metrics"].get(metric)
+        if r in local:
+            row.update(validation_columns(local[r], metric))
         if r in spent:  # a DP strategy's privacy spent up to this round (soma.privacy)
             row["epsilon"] = spent[r]["epsilon"]
             row["epsilon_against"] = spent[r].get("against", "unstated")
@@ -117,6 +129,20 @@ def with_attendance(
     for client, why in never_trained(given).items():
         LOG.warning(warning(client, why), extra={"progress": True})  # to the terminal too
     return out
+
+
+def validation_columns(federated: Mapping[str, Any], metric: str) -> dict[str, Any]:
+    """A round's federated evaluation of `metric` (mean and spread) and training loss, as
+    the table's columns (see COLUMNS)."""
+    columns: dict[str, Any] = {}
+    spread = (federated.get("evaluation") or {}).get(metric)
+    if spread:
+        columns["validation"] = spread.get("mean")
+        columns.update({c: spread.get(c.removeprefix("validation_")) for c in VALIDATION})
+    loss = (federated.get("training") or {}).get("loss")
+    if loss:
+        columns["train_loss"] = loss.get("mean")
+    return columns
 
 
 def _row(
@@ -223,6 +249,16 @@ def round_ticks(rounds: Sequence[int | str]) -> list[int]:
     return [x_of(START), *ticks]
 
 
+def _band(axes: Any, rows: Sequence[Mapping[str, Any]], xs: Sequence[int], color: str) -> None:
+    """The 10th-90th percentile over clients of federated evaluation, around its mean."""
+
+    def series(column: str) -> list[float]:
+        return [math.nan if row.get(column) is None else row[column] for row in rows]
+
+    low, high = series("validation_p10"), series("validation_p90")
+    axes.fill_between(xs, low, high, alpha=0.2, color=color, linewidth=0)
+
+
 def draw(
     rows: Sequence[Mapping[str, Any]], columns: Sequence[str], metric: str, plot: str, title: str
 ) -> None:
@@ -253,11 +289,13 @@ def plotted(
     for column, (label, style) in SERIES.items():
         if column in columns:
             ys = [math.nan if row.get(column) is None else row[column] for row in rows]
-            axes.plot(xs, ys, style, label=label.format(strategy=strategy))
+            (line,) = axes.plot(xs, ys, style, label=label.format(strategy=strategy))
+            if column == "validation" and "validation_p10" in columns:
+                _band(axes, rows, xs, line.get_color())
     ticks = round_ticks([row["round"] for row in rows])
     axes.set_xticks(ticks, ["start" if t == x_of(START) else str(t) for t in ticks])
     axes.set_xlabel("round (0-based, as in the table)")
-    axes.set_ylabel(f"test {metric}")
+    axes.set_ylabel(f"{metric}" if "validation" in columns else f"test {metric}")
     axes.set_title(title)
     axes.grid(alpha=0.3)
     if rows:

@@ -3,6 +3,7 @@ import json
 
 from soma.run.participation import last_sampled_before, sampled
 from soma.run.identity import check_recorded, declared
+from soma.tasks import defines
 
 # Paths and helpers shared by the rules. Everything of substance lives in `soma.workflow`.
 
@@ -21,6 +22,9 @@ ONE_JOB_A_ROUND = not SECURE and CLIENTS_PER_JOB >= len(
     sampled(SEED, 0, CLIENTS, PARTICIPATION)
 )
 BASELINES = config["baselines"]
+# A task whose module defines evaluate_local (read, not run) has federated evaluation, and
+# so a best round to export (results/<run>/best.safetensors).
+FEDERATED_EVALUATION = defines(config["task"], "evaluate_local")
 # What a job's result depends on besides its input files, as params, so that Snakemake reruns
 # jobs whose task, options or seed changed (its `params` rerun trigger).
 TASK = json.dumps(declared(config), sort_keys=True)
@@ -133,4 +137,6 @@ def final_targets():
     targets.append(f"{RESULTS}/summary.tsv")
     targets.append(f"{RESULTS}/{config['metric']}.png")
     targets.append(f"{RESULTS}/model.safetensors")
+    if FEDERATED_EVALUATION:
+        targets.append(f"{RESULTS}/best.safetensors")
     return targets

@@ -3,7 +3,10 @@
 
 rule evaluate:
     input:
-        receipt_of_average("{round}"),
+        average=receipt_of_average("{round}"),
+        # where the round started: its meeting, beside which each client's own evaluation
+        # of the average is kept (soma.evaluation)
+        previous=starting_point,
     output:
         f"{RESULTS}/round/{{round}}/evaluation.json",
     log:
@@ -15,6 +18,8 @@ rule evaluate:
     threads: config["threads"]
     params:
         task=TASK,
+        # who evaluates on their own data: another draw reruns the evaluations
+        evaluate_participation=config.get("evaluate_participation"),
     script:
         "../scripts/evaluate.py"
 

@@ -14,3 +14,22 @@ rule model:
         "../envs/soma.yaml"
     script:
         "../scripts/model.py"
+
+
+# The round whose federated validation metric (each client on its own held-out data, never
+# the central test set) is best, for a task with `evaluate_local` (soma.evaluation).
+rule best:
+    input:
+        evaluations=expand(
+            f"{RESULTS}/round/{{round}}/evaluation.json", round=range(ROUNDS)
+        ),
+    output:
+        f"{RESULTS}/best.safetensors",
+    log:
+        f"{LOGS}/best.log",
+    benchmark:
+        f"{LOGS}/benchmark/best.tsv"
+    conda:
+        "../envs/soma.yaml"
+    script:
+        "../scripts/best.py"

@@ -1,0 +1,250 @@
+"""Federated evaluation: each client judges a round's average on its own held-out data.
+
+In a real federation there is no central test set. A task that answers
+`evaluate_local(nodes, client, clients) -> (metrics, size)` (see soma.tasks) is asked, each
+round, by the clients that evaluate it (`soma.run.participation.evaluating`: the round's
+training sample, or `evaluate_participation`), for the metrics of the round's average on their
+own held-out split. What is kept, in the store beside the round's meeting (names spelled in
+soma.round.layout), is the same in every mode, byte for byte (no host, no time in a record):
+
+    trained/<k>     {"client", "metrics", "size"}            what client k's training said
+    evaluated/<k>   {"client", "weights", "metrics", "size"} client k on its own data
+    federated       {"run", "round", "weights", "evaluated", "size", "evaluation",
+                     "trained", "training"}                  the round over clients
+
+`evaluation` and `training` are, per metric, the mean weighted by each client's size (its
+evaluation size; for training, the size it trained on) and the spread over clients, unweighted:
+`min`, `p10`, `median`, `p90`, `max` (linear interpolation between clients). Whoever writes the
+last evaluation record of a round (a workflow `evaluate` job; under `soma client` the process
+of the last client to evaluate) finds the round complete and keeps `federated`: no process
+waits for another, and a rerun keeps the very same record.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from soma.errors import SomaError, TaskError
+from soma.round import layout
+from soma.store import Store
+
+SPREAD = ("min", "p10", "median", "p90", "max")
+
+
+class EvaluationError(SomaError, ValueError):
+    """A federated evaluation that cannot be read as asked (no such metric, no round with it)."""
+
+
+def has_local(task: Any) -> bool:
+    """Whether the task evaluates on a client's own held-out data (`evaluate_local`)."""
+    return callable(getattr(task, "evaluate_local", None))
+
+
+def has_central(task: Any) -> bool:
+    """Whether the task has a central test set (`evaluate`): optional when it has the other."""
+    return callable(getattr(task, "evaluate", None))
+
+
+def numbers_of(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """Metrics as JSON numbers (a NaN or an infinity as null), keys sorted."""
+
+    def number(v: Any) -> Any:
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            return v
+        return v if isinstance(v, int) else (float(v) if math.isfinite(v) else None)
+
+    return {str(k): number(v) for k, v in sorted(metrics.items())}
+
+
+def local_metrics(task: Any, nodes: Any, client: int, clients: int) -> tuple[dict[str, Any], int]:
+    """Client `client`'s (metrics, size) of `nodes` on its own held-out split; refused, naming
+    the client, when the task's answer is not a map of metrics and a count of examples."""
+    answer = task.evaluate_local(nodes, client, clients)
+    ok = isinstance(answer, tuple) and len(answer) == 2 and isinstance(answer[0], Mapping)
+    size = answer[1] if ok else None
+    if not ok or isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 0:
+        raise TaskError(
+            f"the task's evaluate_local(nodes, {client}, {clients}) returned {answer!r:.200}, "
+            "not (metrics, size): a map of metrics and the count of examples they are of"
+        )
+    return numbers_of(answer[0]), int(size)
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) of sorted values, interpolated linearly between them."""
+    at = (len(sorted_values) - 1) * q / 100.0
+    low = math.floor(at)
+    high = min(low + 1, len(sorted_values) - 1)
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (at - low)
+
+
+def spread(values: Sequence[float], sizes: Sequence[float]) -> dict[str, float | None]:
+    """The mean of `values` weighted by `sizes` (None when they weigh nothing), and their
+    spread over clients, unweighted: min, 10th percentile, median, 90th percentile, max."""
+    ordered = sorted(values)
+    total = float(sum(sizes))
+    mean = sum(v * s for v, s in zip(values, sizes, strict=True)) / total if total > 0 else None
+    return {
+        "mean": mean,
+        "min": ordered[0],
+        "p10": percentile(ordered, 10),
+        "median": percentile(ordered, 50),
+        "p90": percentile(ordered, 90),
+        "max": ordered[-1],
+    }
+
+
+def aggregate(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per metric, the spread (see `spread`) over the records that give it as a number."""
+    by_metric: dict[str, tuple[list[float], list[float]]] = {}
+    for record in records:
+        for name, value in (record.get("metrics") or {}).items():
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                continue
+            values, sizes = by_metric.setdefault(name, ([], []))
+            values.append(float(value))
+            sizes.append(float(record.get("size") or 0))
+    return {
+        name: {**spread(values, sizes), "clients": len(values)}
+        for name, (values, sizes) in sorted(by_metric.items())
+    }
+
+
+# --- in the store ---------------------------------------------------------------------------
+
+
+def keep_training(store: Store, meeting: Any, client: int, metrics: Any, size: float) -> str:
+    """Client `client`'s training metrics of the round, beside its record (same in every mode)."""
+    given = metrics if isinstance(metrics, Mapping) else {}
+    given = numbers_of(
+        {k: v for k, v in given.items() if isinstance(v, numbers.Real) and not isinstance(v, bool)}
+    )
+    name = layout.trained(meeting.prefix, client, meeting.clients)
+    return store.keep(name, {"client": client, "metrics": given, "size": size})
+
+
+def evaluate_round(
+    store: Store,
+    meeting: Any,
+    task: Any,
+    nodes: Any,
+    weights: str,
+    mine: Iterable[int],
+    evaluators: Sequence[int],
+    personal: Sequence[str] = (),
+    seed: int = 0,
+) -> dict[str, Any] | None:
+    """Clients `mine` (those of `evaluators` this process hosts) evaluate the average
+    `weights` on their own held-out data, each record kept; then the round's `federated`
+    record if every evaluator's is there (see the module), else None. `nodes` is loaded with
+    the weights afresh for each client, so one client's evaluation cannot touch another's.
+    With `personal` nodes (soma.run.personal), each client evaluates the shared weights with
+    its own personal nodes, so only the evaluators whose record the average took in (their
+    own state is in it, the same in every mode) evaluate; the run's `seed` makes the nodes."""
+    from soma.nodes import load
+    from soma.run.personal import load_round
+
+    average = store.recall_digest(weights)
+    owns = _own_states(store, meeting) if personal else {}
+    if personal:
+        evaluators = [k for k in evaluators if k in owns]
+    with store.group():  # one commit for every client hosted here (soma.store.files)
+        for k in sorted(set(mine) & set(evaluators)):
+            if personal:
+                load_round(nodes, average, owns[k], personal, lambda: task.nodes(seed))
+            else:
+                load(nodes, average)
+            metrics, size = local_metrics(task, nodes, k, meeting.clients)
+            record = {"client": k, "weights": weights, "metrics": metrics, "size": size}
+            store.keep(layout.evaluated(meeting.prefix, k, meeting.clients), record)
+    if not personal:
+        load(nodes, average)
+    return settle(store, meeting, weights, evaluators)
+
+
+def _own_states(store: Store, meeting: Any) -> dict[int, Any]:
+    """The own state of each client the round's average took in (None: it keeps none)."""
+    from soma.round.records import read_average, read_client
+
+    averaged = store.resolve(layout.average(meeting.prefix))
+    owns: dict[int, Any] = {}
+    if averaged is None:
+        return owns
+    for entry in read_average(store, averaged).inputs:
+        k, own = entry["client"], None
+        if entry.get("record"):
+            name = meeting.client(k)
+            record = read_client(store, entry["record"], client=k, name=name)
+            own = None if record.own is None else store.recall_digest(record.own)
+        owns[k] = own
+    return owns
+
+
+def _recorded(store: Store, name: str) -> dict[str, Any] | None:
+    digest = store.resolve(name)
+    return None if digest is None else store.recall_digest(digest)
+
+
+def settle(
+    store: Store, meeting: Any, weights: str, evaluators: Sequence[int]
+) -> dict[str, Any] | None:
+    """The round's `federated` record, kept once every evaluator's record of `weights` is
+    there (None until then). Training is aggregated over the clients the average took in."""
+    from soma.round.records import read_average
+
+    evaluated = []
+    for k in sorted(evaluators):
+        record = _recorded(store, layout.evaluated(meeting.prefix, k, meeting.clients))
+        if record is None or record.get("weights") != weights:
+            return None
+        evaluated.append(record)
+    averaged = store.resolve(layout.average(meeting.prefix))
+    came = [] if averaged is None else [i["client"] for i in read_average(store, averaged).inputs]
+    trained = []
+    for k in sorted(came):
+        record = _recorded(store, layout.trained(meeting.prefix, k, meeting.clients))
+        if record is not None:
+            trained.append(record)
+    value = {
+        "run": meeting.run,
+        "round": meeting.round,
+        "weights": weights,
+        "evaluated": [r["client"] for r in evaluated],
+        "size": sum(r["size"] for r in evaluated),
+        "evaluation": aggregate(evaluated),
+        "trained": [r["client"] for r in trained],
+        "training": aggregate(trained),
+    }
+    store.keep(layout.federated(meeting.prefix), value)
+    return value
+
+
+def federated_of(store: Store, run: str, round: int, meeting: str) -> dict[str, Any] | None:
+    """The `federated` record of a round's meeting, or None (not evaluated, or not yet)."""
+    return _recorded(store, layout.federated(layout.meeting(run, round, meeting)))
+
+
+def best_round(by_round: Mapping[int, Mapping[str, Any]], metric: str) -> tuple[int, float]:
+    """The round whose federated validation mean of `metric` is best (the first of equals),
+    and that mean: lower for a loss or an error, higher for anything else. `by_round` holds
+    each round's `evaluation` (see `aggregate`). Refused, naming the metric, when no round
+    has it."""
+    from soma.workflow.report import lower_is_better
+
+    scored = {
+        r: m[metric]["mean"]
+        for r, m in by_round.items()
+        if isinstance((m or {}).get(metric), Mapping) and m[metric].get("mean") is not None
+    }
+    if not scored:
+        found = sorted({name for m in by_round.values() for name in (m or {})})
+        raise EvaluationError(
+            f"metric {metric!r}: no round has a federated validation mean of it "
+            f"(the rounds have {', '.join(found) or 'no federated evaluation'})"
+        )
+    sign = 1.0 if lower_is_better(metric) else -1.0
+    best = min(sorted(scored), key=lambda r: sign * scored[r])
+    return best, scored[best]
