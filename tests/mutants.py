@@ -693,6 +693,7 @@ import mutants_personal  # noqa: E402, F401
 import mutants_privacy  # noqa: E402, F401
 import mutants_records  # noqa: E402, F401
 import mutants_robust  # noqa: E402, F401
+import mutants_s3  # noqa: E402, F401
 import mutants_secagg  # noqa: E402, F401
 import mutants_secrets  # noqa: E402, F401
 import mutants_sign  # noqa: E402, F401

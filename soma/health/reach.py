@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from soma.store import Store, codecs, mark_corrupt
+from soma.store.backend import BackendStore
 from soma.store.errors import BadBlob, CorruptName, SymlinkInStore, UnknownDigest
 
 # A blob reached as a possible record is read whole and hashed while walking when it is at
@@ -246,6 +247,14 @@ def list_blobs(store: Store) -> tuple[dict[str, BlobFile], list[str]]:
     """Every blob file (by digest) and every stray file (a path that is not a blob's)."""
     blobs: dict[str, BlobFile] = {}
     strays: list[str] = []
+    if isinstance(store, BackendStore):  # a bucket: one listing of keys, sizes and mtimes
+        for key, size, mtime in store.backend.blobs():
+            digest = key.rsplit("/", 1)[-1]
+            if is_digest(digest) and key == f"{digest[:2]}/{digest}":
+                blobs[digest] = BlobFile(digest, store.blob_path(digest), size, mtime)
+            else:
+                strays.append(f"{store.directory}/blobs/{key}")
+        return blobs, sorted(strays)
     if (store.directory / "blobs").is_symlink():  # never followed; `symlinks` reports it
         return blobs, strays
     with os.scandir(store.directory / "blobs") as folders:
@@ -289,6 +298,8 @@ def symlinks(store: Store) -> list[str]:
     sorted: the store makes none, so each is somebody else's, and nothing here follows one.
     One listing per folder, never through a link."""
     found: list[str] = []
+    if isinstance(store, BackendStore):  # a bucket has no links
+        return found
 
     def walk(folder: str) -> None:
         try:

@@ -1,4 +1,6 @@
 """A content-addressed store on a shared folder: blobs by digest, names that point at them.
+(`Store("file:///path")` is the same; `Store("s3://bucket/prefix")`, any other URL, is the
+same API on another backend: soma.store.backend.)
 
     store = Store("/shared/cifar-store")
     store.keep("cifar/round/3/client/0", {"export": trainer.export(), "size": 5000})
@@ -149,6 +151,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
+from urllib.parse import unquote, urlsplit
 
 import torch
 
@@ -249,7 +252,10 @@ def check_folder(directory: str | os.PathLike[str]) -> Path:
     a folder where the store or one of its folders must be (a mistyped `--store` naming a
     file would otherwise fail half way with a bare OSError).
     """
-    path = Path(os.path.abspath(os.fspath(directory)))
+    text = os.fspath(directory)
+    if isinstance(text, str) and text.lower().startswith("file://"):  # file:///abs/path
+        text = unquote(urlsplit(text).path)
+    path = Path(os.path.abspath(text))
     size = len(os.fsencode(path))
     if size > MAX_STORE_PATH_BYTES:
         raise BadStore(
@@ -526,7 +532,82 @@ def _write_chunks(fd: int, chunks: Iterable[memoryview]) -> None:
             started = written
 
 
-class Store:
+class Values:
+    """Values on any store (the folder's or a backend's): keep/recall through soma.store.codecs,
+    on the store's put/get, `_put_plans`, `_read_many` and `get_tensors`."""
+
+    def keep(self, name: str, value: object) -> str:
+        """Keep `value` (see soma.store.codecs) and bind `name` to it; the record's digest."""
+        check_name(name)
+        digest = self.put_value(value)
+        self.bind(name, digest)
+        return digest
+
+    def recall(self, name: str, *, lazy: bool = False) -> object:
+        """The value `name` was kept with. `lazy`: tensors map the verified blob files."""
+        digest = self.resolve(name)
+        if digest is None:
+            raise UnknownName(f"no name {name!r} in {self}")
+        return self.recall_digest(digest, lazy=lazy)
+
+    def recall_each(self, names: Iterable[str], *, lazy: bool = True) -> Iterator[object]:
+        """The values of `names`, one at a time, each recalled only when asked for.
+
+        Lazy by default: with the previous value dropped, a loop over N exports holds the
+        one being used (as file-backed pages), never N.
+        """
+        for name in names:
+            yield self.recall(name, lazy=lazy)
+
+    def recall_each_digest(self, digests: Iterable[str], *, lazy: bool = True) -> Iterator[object]:
+        """`recall_each` by record digest instead of by name."""
+        for digest in digests:
+            yield self.recall_digest(digest, lazy=lazy)
+
+    def put_value(self, value: object) -> str:
+        """Keep `value` without a name; the digest of its record."""
+        encoded = codecs.encode(value)  # all of it checked before anything is written
+        plans = [tensorfile.plan(tensors) for _, tensors in encoded.maps]
+        if encoded.loose:
+            plans.append(tensorfile.plan(encoded.loose_map()))
+        digests = self._put_plans(plans)
+        for (ref, _), digest in zip(encoded.maps, digests, strict=False):
+            ref["$tensors"] = digest
+        loose = digests[-1] if encoded.loose else None
+        return self.put(codecs.record_bytes(encoded.tree, loose))
+
+    def recall_digest(self, digest: str, *, lazy: bool = False) -> object:
+        """The value whose record is blob `digest`."""
+        where = str(self.blob_path(digest))
+        tree, loose_digest = codecs.parse_record(self.get(digest), where)
+        wanted = list(dict.fromkeys(codecs.references(tree)))
+        for d in wanted + ([loose_digest] if loose_digest else []):
+            try:
+                check_digest(d)
+            except BadDigest:
+                raise BadBlob(f"blob {where} refers to {d!r}, which is not a digest") from None
+        first = dict(zip(wanted, self._read_many(wanted, lazy), strict=True))
+        loose: list[dict[str, torch.Tensor]] = []
+
+        def tensors(d: str) -> dict[str, torch.Tensor]:
+            # a blob met twice (two equal nodes) is read twice: two values, not one aliased
+            return first.pop(d) if d in first else self.get_tensors(d, lazy=lazy)
+
+        def loose_tensors() -> dict[str, torch.Tensor]:
+            if not loose:
+                if loose_digest is None:
+                    raise BadBlob(f"blob {where} has loose tensors but no 'tensors' blob")
+                loose.append(self.get_tensors(loose_digest, lazy=lazy))
+            return loose[0]
+
+        return codecs.decode(tree, where, tensors, loose_tensors)
+
+    def put_tensors(self, tensors: dict[str, torch.Tensor]) -> str:
+        """Keep one map of text to tensors as one safetensors blob; its digest."""
+        return self._put_plan(tensorfile.plan(codecs.check_tensor_map(tensors, "tensors")))
+
+
+class Store(Values):
     """A content-addressed store in `directory` (made if missing; refused, with nothing made,
     where it cannot be: see `check_folder`). See the module docs.
 
@@ -540,6 +621,16 @@ class Store:
     round), refused on a store that says it is shared; `shared`: say so (writes its marker).
     See soma.store.files for what each fsync protects.
     """
+
+    def __new__(cls, directory: str | os.PathLike[str] = "", **options: object) -> Store:
+        """A path or a `file://` URL: this folder store. Any other URL (`s3://bucket/prefix`):
+        the store on the backend its scheme names (soma.store.backend, the one place)."""
+        head = str(directory).partition("://")[0].lower()
+        if "://" in str(directory) and head != "file":
+            from soma.store.backend import BackendStore, open_backend
+
+            return BackendStore(open_backend(str(directory)), **options)  # type: ignore[return-value]
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -798,76 +889,6 @@ class Store:
             os.close(fd)
 
     # --- values ----------------------------------------------------------------------
-
-    def keep(self, name: str, value: object) -> str:
-        """Keep `value` (see soma.store.codecs) and bind `name` to it; the record's digest."""
-        check_name(name)
-        digest = self.put_value(value)
-        self.bind(name, digest)
-        return digest
-
-    def recall(self, name: str, *, lazy: bool = False) -> object:
-        """The value `name` was kept with. `lazy`: tensors map the verified blob files."""
-        digest = self.resolve(name)
-        if digest is None:
-            raise UnknownName(f"no name {name!r} in {self}")
-        return self.recall_digest(digest, lazy=lazy)
-
-    def recall_each(self, names: Iterable[str], *, lazy: bool = True) -> Iterator[object]:
-        """The values of `names`, one at a time, each recalled only when asked for.
-
-        Lazy by default: with the previous value dropped, a loop over N exports holds the
-        one being used (as file-backed pages), never N.
-        """
-        for name in names:
-            yield self.recall(name, lazy=lazy)
-
-    def recall_each_digest(self, digests: Iterable[str], *, lazy: bool = True) -> Iterator[object]:
-        """`recall_each` by record digest instead of by name."""
-        for digest in digests:
-            yield self.recall_digest(digest, lazy=lazy)
-
-    def put_value(self, value: object) -> str:
-        """Keep `value` without a name; the digest of its record."""
-        encoded = codecs.encode(value)  # all of it checked before anything is written
-        plans = [tensorfile.plan(tensors) for _, tensors in encoded.maps]
-        if encoded.loose:
-            plans.append(tensorfile.plan(encoded.loose_map()))
-        digests = self._put_plans(plans)
-        for (ref, _), digest in zip(encoded.maps, digests, strict=False):
-            ref["$tensors"] = digest
-        loose = digests[-1] if encoded.loose else None
-        return self.put(codecs.record_bytes(encoded.tree, loose))
-
-    def recall_digest(self, digest: str, *, lazy: bool = False) -> object:
-        """The value whose record is blob `digest`."""
-        where = str(self.blob_path(digest))
-        tree, loose_digest = codecs.parse_record(self.get(digest), where)
-        wanted = list(dict.fromkeys(codecs.references(tree)))
-        for d in wanted + ([loose_digest] if loose_digest else []):
-            try:
-                check_digest(d)
-            except BadDigest:
-                raise BadBlob(f"blob {where} refers to {d!r}, which is not a digest") from None
-        first = dict(zip(wanted, self._read_many(wanted, lazy), strict=True))
-        loose: list[dict[str, torch.Tensor]] = []
-
-        def tensors(d: str) -> dict[str, torch.Tensor]:
-            # a blob met twice (two equal nodes) is read twice: two values, not one aliased
-            return first.pop(d) if d in first else self.get_tensors(d, lazy=lazy)
-
-        def loose_tensors() -> dict[str, torch.Tensor]:
-            if not loose:
-                if loose_digest is None:
-                    raise BadBlob(f"blob {where} has loose tensors but no 'tensors' blob")
-                loose.append(self.get_tensors(loose_digest, lazy=lazy))
-            return loose[0]
-
-        return codecs.decode(tree, where, tensors, loose_tensors)
-
-    def put_tensors(self, tensors: dict[str, torch.Tensor]) -> str:
-        """Keep one map of text to tensors as one safetensors blob; its digest."""
-        return self._put_plan(tensorfile.plan(codecs.check_tensor_map(tensors, "tensors")))
 
     def get_tensors(self, digest: str, *, lazy: bool = False) -> dict[str, torch.Tensor]:
         """The tensors of safetensors blob `digest`, verified, then checked before use.

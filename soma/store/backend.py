@@ -1,0 +1,283 @@
+"""Where a store keeps its blobs and names other than a folder: the backend protocol.
+
+The folder store (`soma.store.Store` on a path or a `file://` URL) is the reference and keeps
+its own primitives: its guarantees (durability passes, group commits, link(2) claims,
+no-follow opens, writing beside the hash) are woven into them, and moving them behind an
+interface would change bits that are tested as they are. Any other place is a `Backend`: the
+seven operations below and nothing else, and `BackendStore` builds the store's public API
+(the one the rest of soma uses: put/get, bind/claim/resolve/bound, keep/recall, ...) on them,
+with the guarantees that do not depend on where the bytes are made here, once:
+
+- every blob read is verified against its digest before anything uses it (`CorruptBlob`);
+- `bind` and `claim` refuse a digest the store does not have (`UnknownDigest`);
+- names are checked by `soma.store.names` as on a folder.
+
+What differs from a folder: a bucket's keys do not nest, so a name and a folder of names
+(`a/b` and `a/b/c`) are not refused there (`NameConflict` on a folder; soma's layout never
+makes one); there is no `tmp/` and no attic (an upload is invisible until complete); `group`
+and `sync` have nothing to do (a write is durable when the backend returns); a lazy recall
+reads the blob into memory (no file to map).
+
+What a backend must guarantee (a third one implements exactly this):
+
+- `put_blob(digest, chunks, size, replace)`: afterwards blob `digest` is readable whole, or
+  was already there; nothing partial is ever readable under the digest, whatever kills the
+  writer. `replace`: what is there is corrupt, and these bytes (which hash to the digest)
+  go over it whole.
+- `read_blob(digest)`: its bytes as chunks, or None when it is not there (verified above).
+- `bind(name, digest)`: the name points at the digest, replacing, atomically.
+- `claim(name, digest)`: create-if-absent: among any number of concurrent claims of one
+  name, exactly one returns True and the name then holds that claim's digest.
+- `resolve(name)`: the text the name holds (a digest and a newline), or None.
+- `names(prefix)`, and `blobs()` (each key under blobs/, `ab/<digest>` when the store
+  wrote it, with its size and mtime): what is there, for listing, verify and gc.
+- `delete_name(name)` / `delete_blob(digest)` (its size, None if it was not there): for
+  `forget`, repair and gc.
+
+Backends are found by URL scheme in one place, `BACKENDS` (`s3://` is soma.store.s3).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import BinaryIO, Protocol
+
+import torch
+
+from soma.store import Values, check_digest, tensorfile
+from soma.store.errors import BadDigest, BadStore, CorruptBlob, CorruptName, UnknownDigest
+from soma.store.names import check_name
+
+
+class Backend(Protocol):
+    """The primitives a store needs from where it keeps things (see the module docs)."""
+
+    url: str
+
+    def put_blob(
+        self, digest: str, chunks: Iterable[memoryview], size: int, replace: bool = False
+    ) -> None: ...
+
+    def has_blob(self, digest: str) -> bool: ...
+
+    def read_blob(self, digest: str) -> Iterator[bytes] | None: ...
+
+    def bind(self, name: str, digest: str) -> None: ...
+
+    def claim(self, name: str, digest: str) -> bool: ...
+
+    def resolve(self, name: str) -> bytes | None: ...
+
+    def names(self, prefix: str) -> Iterator[str]: ...
+
+    def blobs(self) -> Iterator[tuple[str, int, float]]: ...
+
+    def delete_name(self, name: str) -> bool: ...
+
+    def delete_blob(self, digest: str) -> int | None: ...
+
+
+# scheme -> "module:class" of its backend, imported only when a URL asks for it (boto3 is
+# an optional extra: `pip install soma[s3]`)
+BACKENDS = {"s3": "soma.store.s3:S3Backend"}
+
+
+def scheme_of(location: object) -> str | None:
+    """The URL scheme of a store location ("s3"), "file" for file://, None for a path."""
+    text = str(location)
+    head, sep, _ = text.partition("://")
+    if not sep or not head.isalnum():
+        return None
+    return head.lower()
+
+
+def open_backend(url: str) -> Backend:
+    """The backend for `url`, by its scheme; BadStore naming the URL when none is known."""
+    scheme = scheme_of(url)
+    where = BACKENDS.get(scheme or "")
+    if where is None:
+        known = ", ".join(f"{s}://" for s in ["file", *BACKENDS])
+        raise BadStore(f"store {url!r}: no backend for {scheme!r} URLs (known: {known}, a path)")
+    module, _, cls = where.partition(":")
+    try:
+        backend_class = getattr(__import__(module, fromlist=[cls]), cls)
+    except ImportError as exc:
+        raise BadStore(
+            f"store {url!r} needs {exc.name!r}, which is not installed: "
+            f"pip install 'soma[{scheme}]'"
+        ) from None
+    return backend_class(url)
+
+
+class BackendStore(Values):
+    """The store's public API on a `Backend` (see the module docs): what `Store(url)` is for
+    a URL that is not a folder. Values (keep/recall) are the folder store's own code."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        verify_existing: bool = False,
+        durability: str = "durable",
+        write_beside_hash: bool | None = None,
+        shared: bool = False,
+    ) -> None:
+        self.backend = backend
+        self.directory = backend.url  # where the store is, for messages
+        self.durability = durability  # moot: a backend's write is durable when it returns
+        self.verify_existing = verify_existing
+
+    def __repr__(self) -> str:
+        return f"Store({self.backend.url!r})"
+
+    # --- bytes -----------------------------------------------------------------------
+
+    def put(self, data: bytes | bytearray | memoryview) -> str:
+        """Keep `data` as a blob; its sha256 hex digest (already there: nothing written)."""
+        view = memoryview(data).cast("B")
+        digest = hashlib.sha256(view).hexdigest()
+        self.backend.put_blob(digest, [view], len(view), self._bad(digest))
+        return digest
+
+    def _bad(self, digest: str) -> bool:
+        """With `verify_existing` (what `soma repair` uses): whether blob `digest` is there
+        with the wrong bytes, so that a put replaces it."""
+        if not self.verify_existing:
+            return False
+        try:
+            self._read(digest)
+        except (UnknownDigest, CorruptBlob):
+            return self.has(digest)
+        return False
+
+    def get(self, digest: str) -> bytes:
+        """The bytes of blob `digest`, verified against it."""
+        return bytes(self._read(digest))
+
+    def _read(self, digest: str) -> bytearray:
+        """Blob `digest` fetched whole and verified (hashed as it arrives), or UnknownDigest
+        or CorruptBlob naming it."""
+        chunks = self.backend.read_blob(check_digest(digest))
+        if chunks is None:
+            raise UnknownDigest(f"no blob {digest} in {self}")
+        h, data = hashlib.sha256(), bytearray()
+        for chunk in chunks:
+            h.update(chunk)
+            data += chunk
+        if h.hexdigest() != digest:
+            raise CorruptBlob(self.blob_path(digest), digest, h.hexdigest())
+        return data
+
+    def has(self, digest: str) -> bool:
+        """Whether blob `digest` is in the store."""
+        return self.backend.has_blob(check_digest(digest))
+
+    def blob_path(self, digest: str) -> str:
+        """Where blob `digest` is (or would be), for messages."""
+        return f"{self.backend.url.rstrip('/')}/blobs/{digest[:2]}/{check_digest(digest)}"
+
+    def _open_blob(self, digest: str) -> tuple[str, BinaryIO]:
+        """Blob `digest`'s bytes, not yet verified, in a local temporary file (for
+        soma.health, which hashes and reads what it opens), or UnknownDigest."""
+        chunks = self.backend.read_blob(check_digest(digest))
+        if chunks is None:
+            raise UnknownDigest(f"no blob {digest} in {self}")
+        f = tempfile.TemporaryFile()
+        try:
+            for chunk in chunks:
+                f.write(chunk)
+            f.seek(0)
+        except BaseException:
+            f.close()
+            raise
+        return self.blob_path(digest), f
+
+    def describe(self, digest: str) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+        """Each tensor's dtype and shape in tensor blob `digest`, from its header alone."""
+        where, f = self._open_blob(digest)
+        with f:
+            return tensorfile.describe(f, where)
+
+    # --- names -----------------------------------------------------------------------
+
+    def bind(self, name: str, digest: str) -> None:
+        """Point `name` at blob `digest`, replacing what it pointed at, atomically."""
+        check_name(name)
+        self._existing(digest, f"cannot bind {name!r}: ")
+        self.backend.bind(name, digest)
+
+    def claim(self, name: str, digest: str, *, at_commit: bool = False) -> bool:
+        """Point `name` at `digest` if nobody has it: True if this call took it, else False.
+        A backend's create-if-absent; `at_commit` claims at once (every write is durable)."""
+        check_name(name)
+        self._existing(digest, f"cannot claim {name!r}: ")
+        return self.backend.claim(name, digest)
+
+    @contextmanager
+    def group(self) -> Iterator[None]:
+        """Nothing to group: each write is durable when the backend returns."""
+        yield
+
+    def sync(self) -> None:
+        """Nothing to do: each write is durable when the backend returns."""
+
+    def forget(self, name: str) -> bool:
+        """Remove `name`; True if it was there. Its blobs stay until a gc."""
+        check_name(name)
+        return self.backend.delete_name(name)
+
+    def resolve(self, name: str) -> str | None:
+        """The digest `name` points at, or None. One small read; never a blob."""
+        check_name(name)
+        data = self.backend.resolve(name)
+        if data is None:
+            return None
+        try:
+            return check_digest(data.decode("ascii", errors="replace").strip())
+        except BadDigest:
+            raise CorruptName(
+                f"name {name!r} in {self} does not hold a digest: {data[:80]!r}"
+            ) from None
+
+    def bound(self, prefix: str = "") -> list[str]:
+        """The names starting with `prefix` (a plain text prefix), sorted."""
+        return sorted(self.backend.names(prefix))
+
+    def entries(self, folder: str) -> list[str]:
+        """What is directly in the folder of names `folder`, names and folders alike."""
+        folder = folder.rstrip("/") + "/"
+        return sorted({n[len(folder) :].split("/", 1)[0] for n in self.backend.names(folder)})
+
+    # --- tensors ---------------------------------------------------------------------
+
+    def get_tensors(self, digest: str, *, lazy: bool = False) -> dict[str, torch.Tensor]:
+        """The tensors of safetensors blob `digest`, verified, then checked before use
+        (`lazy` is the same as eager here: the bytes are fetched whole)."""
+        data = self._read(digest)
+        empty = torch.empty(0, dtype=torch.uint8)
+        base = torch.frombuffer(data, dtype=torch.uint8) if data else empty
+        where = self.blob_path(digest)
+        entries = tensorfile.read_header(memoryview(base.numpy()), where)
+        return tensorfile.tensors_from(base, entries, where)
+
+    def _put_plan(self, plan: tensorfile.TensorPlan) -> str:
+        """Hash first, then send (a blob already there is not sent)."""
+        h = hashlib.sha256()
+        for chunk in plan.chunks():
+            h.update(chunk)
+        digest = h.hexdigest()
+        self.backend.put_blob(digest, plan.chunks(), plan.nbytes, self._bad(digest))
+        return digest
+
+    def _put_plans(self, plans: list[tensorfile.TensorPlan]) -> list[str]:
+        return [self._put_plan(plan) for plan in plans]
+
+    def _read_many(self, digests: list[str], lazy: bool) -> list[dict[str, torch.Tensor]]:
+        return [self.get_tensors(d, lazy=lazy) for d in digests]
+
+    def _existing(self, digest: str, context: str = "") -> None:
+        if not self.has(digest):
+            raise UnknownDigest(f"{context}no blob {digest} in {self}")

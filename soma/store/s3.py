@@ -1,0 +1,274 @@
+"""The store in an S3-compatible bucket: `Store("s3://bucket/prefix")` (`pip install soma[s3]`).
+
+Endpoint, region and credentials come the standard AWS way, from boto3: `AWS_ENDPOINT_URL`,
+`AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`, `AWS_PROFILE`, the config and credentials files
+(e.g. `addressing_style = path` there for a server on an address rather than a host name).
+
+Layout, as on a folder (soma.store): `<prefix>/blobs/ab/<digest>` holds a blob's bytes,
+`<prefix>/names/<name>` holds a digest and a newline. What each guarantee rests on:
+
+- A claim is `PutObject` with `If-None-Match: *`: the server creates the key only if it does
+  not exist, atomically; 412 means somebody else's claim is there (lost). A 409 (a
+  concurrent conditional write in progress, AWS's answer) is retried until it is a win or
+  a 412. Never resolve-then-put, never an unconditional put.
+- A bind is a plain `PutObject`: an object is replaced whole, never seen half written.
+- A blob is put with `If-None-Match: *` too (its bytes are its name: one already there is as
+  good), after one HEAD so that a blob already there costs no upload. A blob of
+  `MULTIPART_FROM` bytes or more is a multipart upload whose parts are invisible until
+  `CompleteMultipartUpload`, itself conditional on `If-None-Match: *`; an upload that
+  fails is aborted. So nothing partial is ever readable under a digest.
+- Every read is verified against the digest by the store (soma.store.backend).
+- A server that ignores `If-None-Match` (some S3-compatible ones do, silently) would let every
+  claimer win: before its first claim, a store creates a probe key twice under
+  `<prefix>probe/` and refuses the bucket (BadStore) unless the second create is refused.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterable, Iterator
+
+from soma.store.errors import BadStore, StoreError
+
+try:
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+except ImportError as _absent:  # an optional extra: the scheme says what to install
+    raise ImportError("boto3 is needed for s3:// stores", name="boto3") from _absent
+
+MULTIPART_FROM = 64 << 20  # a blob this large goes up in parts (S3's single PUT is <= 5 GB)
+PART = 16 << 20  # each part but the last (S3: at least 5 MB, at most 10,000 parts)
+READ_CHUNK = 1 << 20
+_CONFLICT_RETRIES = 50
+
+
+# what a request can raise: the server's answer, or no answer (no endpoint, no credentials)
+_ERRORS = (ClientError, BotoCoreError)
+
+
+def _code(error: Exception) -> str:
+    return str(getattr(error, "response", {}).get("Error", {}).get("Code", ""))
+
+
+def _status(error: Exception) -> int:
+    return int(getattr(error, "response", {}).get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+
+
+def _lost(error: Exception) -> bool:
+    """412: the key exists (If-None-Match: * refused the write)."""
+    return _status(error) == 412 or _code(error) == "PreconditionFailed"
+
+
+def _busy(error: Exception) -> bool:
+    """409: another conditional write of the key is in progress; retry (AWS's advice)."""
+    return _status(error) == 409 or _code(error) == "ConditionalRequestConflict"
+
+
+def _missing(error: Exception) -> bool:
+    return _status(error) == 404 or _code(error) in ("NoSuchKey", "404", "NotFound")
+
+
+class S3Backend:
+    """A soma.store.backend.Backend on an S3 bucket (see the module docs)."""
+
+    def __init__(self, url: str) -> None:
+        rest = url.split("://", 1)[1]
+        bucket, _, prefix = rest.partition("/")
+        if not bucket:
+            raise BadStore(f"store {url!r} names no bucket: s3://BUCKET/PREFIX")
+        self.url = url
+        self.bucket = bucket
+        self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+        self.client = boto3.client("s3")
+        self._conditional_checked = False
+
+    def __repr__(self) -> str:
+        return f"S3Backend({self.url!r})"
+
+    def _blob_key(self, digest: str) -> str:
+        return f"{self.prefix}blobs/{digest[:2]}/{digest}"
+
+    def _name_key(self, name: str) -> str:
+        return f"{self.prefix}names/{name}"
+
+    def _failed(self, what: str, key: str, error: Exception) -> StoreError:
+        return StoreError(f"{what} s3://{self.bucket}/{key} failed: {error}")
+
+    # --- blobs -----------------------------------------------------------------------
+
+    def has_blob(self, digest: str) -> bool:
+        """One HEAD."""
+        key = self._blob_key(digest)
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=key)
+        except _ERRORS as error:
+            if _missing(error):
+                return False
+            raise self._failed("HEAD", key, error) from None
+        return True
+
+    def put_blob(
+        self, digest: str, chunks: Iterable[memoryview], size: int, replace: bool = False
+    ) -> None:
+        """Create blob `digest` unless it is there (`replace`: over what is there, corrupt);
+        never readable partial."""
+        if not replace and self.has_blob(digest):
+            return
+        key = self._blob_key(digest)
+        if size >= MULTIPART_FROM:
+            self._put_in_parts(key, chunks, replace)
+        elif replace:
+            self._put(key, b"".join(bytes(c) for c in chunks))
+        else:
+            self._create(key, b"".join(bytes(c) for c in chunks))  # lost: the same bytes
+
+    def _put_in_parts(self, key: str, chunks: Iterable[memoryview], replace: bool) -> None:
+        upload = self.client.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"]
+        parts: list[dict[str, object]] = []
+        try:
+            for number, body in enumerate(_regroup(chunks, PART), start=1):
+                etag = self.client.upload_part(
+                    Bucket=self.bucket, Key=key, UploadId=upload, PartNumber=number, Body=body
+                )["ETag"]
+                parts.append({"ETag": etag, "PartNumber": number})
+            condition = {} if replace else {"IfNoneMatch": "*"}
+            self.client.complete_multipart_upload(
+                Bucket=self.bucket,
+                Key=key,
+                UploadId=upload,
+                MultipartUpload={"Parts": parts},
+                **condition,
+            )
+        except _ERRORS as error:
+            self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload)
+            if not (_lost(error) or _busy(error)):
+                raise self._failed("multipart PUT", key, error) from None
+        except BaseException:
+            self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload)
+            raise
+
+    def read_blob(self, digest: str) -> Iterator[bytes] | None:
+        """The blob's bytes in chunks, or None when it is not there (not yet verified)."""
+        key = self._blob_key(digest)
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"]
+        except _ERRORS as error:
+            if _missing(error):
+                return None
+            raise self._failed("GET", key, error) from None
+        return body.iter_chunks(READ_CHUNK)
+
+    def blobs(self) -> Iterator[tuple[str, int, float]]:
+        """Every key under blobs/ (a digest, unless somebody else wrote it), its size and
+        mtime."""
+        top = f"{self.prefix}blobs/"
+        for item in self._listed(top):
+            yield item["Key"][len(top) :], int(item["Size"]), item["LastModified"].timestamp()
+
+    def delete_blob(self, digest: str) -> int | None:
+        """Delete blob `digest`; its size, or None when it was not there."""
+        key = self._blob_key(digest)
+        try:
+            size = int(self.client.head_object(Bucket=self.bucket, Key=key)["ContentLength"])
+        except _ERRORS as error:
+            if _missing(error):
+                return None
+            raise self._failed("HEAD", key, error) from None
+        self.client.delete_object(Bucket=self.bucket, Key=key)
+        return size
+
+    # --- names -----------------------------------------------------------------------
+
+    def bind(self, name: str, digest: str) -> None:
+        """An unconditional PUT: replaces the name whole."""
+        self._put(self._name_key(name), f"{digest}\n".encode())
+
+    def _put(self, key: str, body: bytes) -> None:
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=key, Body=body)
+        except _ERRORS as error:
+            raise self._failed("PUT", key, error) from None
+
+    def claim(self, name: str, digest: str) -> bool:
+        """PUT with If-None-Match: *: True when it created the name, False on 412."""
+        if not self._conditional_checked:
+            self._check_conditional()
+        return self._create(self._name_key(name), f"{digest}\n".encode())
+
+    def _check_conditional(self) -> None:
+        """BadStore unless the server refuses a second create of one key (see the docs)."""
+        key = f"{self.prefix}probe/{secrets.token_hex(8)}"
+        try:
+            first, second = self._create(key, b"1"), self._create(key, b"2")
+        finally:
+            self.client.delete_object(Bucket=self.bucket, Key=key)
+        if not first or second:
+            raise BadStore(
+                f"the S3 server of {self.url} ignores If-None-Match (a second create of "
+                f"s3://{self.bucket}/{key} was not refused): claims there would not be "
+                "exclusive; use a server that supports conditional writes"
+            )
+        self._conditional_checked = True
+
+    def _create(self, key: str, body: bytes) -> bool:
+        """Create-if-absent: PUT with If-None-Match: *; False on 412, 409 retried."""
+        for attempt in range(_CONFLICT_RETRIES):
+            try:
+                self.client.put_object(Bucket=self.bucket, Key=key, Body=body, IfNoneMatch="*")
+                return True
+            except _ERRORS as error:
+                if _lost(error):
+                    return False
+                if not _busy(error) or attempt == _CONFLICT_RETRIES - 1:
+                    raise self._failed("conditional PUT", key, error) from None
+                time.sleep(0.01 * (attempt + 1))
+        return False  # not reached
+
+    def resolve(self, name: str) -> bytes | None:
+        """What the name holds (at most 128 bytes read), or None."""
+        key = self._name_key(name)
+        try:
+            return self.client.get_object(Bucket=self.bucket, Key=key, Range="bytes=0-127")[
+                "Body"
+            ].read()
+        except _ERRORS as error:
+            if _missing(error):
+                return None
+            raise self._failed("GET", key, error) from None
+
+    def names(self, prefix: str) -> Iterator[str]:
+        """Every name starting with `prefix` (one LIST per 1000)."""
+        top = f"{self.prefix}names/"
+        for key in self._keys(top + prefix):
+            yield key[len(top) :]
+
+    def delete_name(self, name: str) -> bool:
+        if self.resolve(name) is None:
+            return False
+        self.client.delete_object(Bucket=self.bucket, Key=self._name_key(name))
+        return True
+
+    def _keys(self, prefix: str) -> Iterator[str]:
+        for item in self._listed(prefix):
+            yield item["Key"]
+
+    def _listed(self, prefix: str) -> Iterator[dict]:
+        pages = self.client.get_paginator("list_objects_v2")
+        try:
+            for page in pages.paginate(Bucket=self.bucket, Prefix=prefix):
+                yield from page.get("Contents", [])
+        except _ERRORS as error:
+            raise self._failed("LIST", prefix, error) from None
+
+
+def _regroup(chunks: Iterable[memoryview], size: int) -> Iterator[bytes]:
+    """`chunks` as pieces of `size` bytes (the last one shorter)."""
+    buffer = bytearray()
+    for chunk in chunks:
+        buffer += chunk
+        while len(buffer) >= size:
+            yield bytes(buffer[:size])
+            del buffer[:size]
+    if buffer:
+        yield bytes(buffer)
