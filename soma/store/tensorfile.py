@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import struct
 import sys
-from typing import BinaryIO
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import torch
 

@@ -6,6 +6,4 @@ from soma.workflow import study
 
 sm = snakemake  # noqa: F821
 with workflow.logged(sm.log[0]):
-    study.study_summary(
-        study_of(sm.config), sm.config["metric"], sm.output.table, sm.output.plot
-    )
+    study.study_summary(study_of(sm.config), sm.config["metric"], sm.output.table, sm.output.plot)
