@@ -18,6 +18,10 @@ evaluation size; for training, the size it trained on) and the spread over clien
 last evaluation record of a round (a workflow `evaluate` job; under `soma client` the process
 of the last client to evaluate) finds the round complete and keeps `federated`: no process
 waits for another, and a rerun keeps the very same record.
+
+Under secure aggregation nobody evaluates (`RunSpec.evaluating`): each client's metrics and
+evaluation size would be in clear beside a sum that hides them. These records are not signed
+(soma.round.signing): whoever can write the store can write them, as the README says.
 """
 
 from __future__ import annotations

@@ -124,6 +124,8 @@ def evaluate_hosted(
     if not has_local(task):
         return None
     evaluators = spec.evaluating(meeting.round)
+    if not evaluators:  # nobody evaluates (secure aggregation: RunSpec.evaluating)
+        return None
     mine = [h.index for h in hosted]
     federated = evaluate_round(
         store, meeting, task, nodes, record["weights"], mine, evaluators, spec.personal, spec.seed

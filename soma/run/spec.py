@@ -281,9 +281,13 @@ class RunSpec:
         return open_store(config["store"], durability, "config key `durability`", ConfigRefused)
 
     def evaluating(self, round: int) -> list[int]:
-        """Who evaluates round `round`'s average on their own data (soma.evaluation)."""
+        """Who evaluates round `round`'s average on their own data (soma.evaluation): nobody
+        under secure aggregation, where a client's metrics and evaluation size would be in
+        clear beside a sum that hides them (issue 19: nothing per client in clear)."""
         from soma.run.participation import evaluating
 
+        if self.secure is not None:
+            return []
         return evaluating(
             self.seed, round, self.clients, self.participation, self.evaluate_participation
         )

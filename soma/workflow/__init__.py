@@ -561,6 +561,8 @@ def evaluate_federated(
     spec = spec_of(config)
     meeting = meeting_of(config, round, read_receipt(previous))
     evaluators = spec.evaluating(round)
+    if not evaluators:  # nobody evaluates (secure aggregation: RunSpec.evaluating)
+        return {}
     federated = evaluate_round(
         store, meeting, task, nodes, weights, evaluators, evaluators, spec.personal, spec.seed
     )

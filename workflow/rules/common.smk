@@ -23,8 +23,9 @@ ONE_JOB_A_ROUND = not SECURE and CLIENTS_PER_JOB >= len(
 )
 BASELINES = config["baselines"]
 # A task whose module defines evaluate_local (read, not run) has federated evaluation, and
-# so a best round to export (results/<run>/best.safetensors).
-FEDERATED_EVALUATION = defines(config["task"], "evaluate_local")
+# so a best round to export (results/<run>/best.safetensors); never under secure
+# aggregation, where each client's metrics would be in clear (RunSpec.evaluating).
+FEDERATED_EVALUATION = not SECURE and defines(config["task"], "evaluate_local")
 # What a job's result depends on besides its input files, as params, so that Snakemake reruns
 # jobs whose task, options or seed changed (its `params` rerun trigger).
 TASK = json.dumps(declared(config), sort_keys=True)
