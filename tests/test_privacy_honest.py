@@ -280,3 +280,19 @@ def test_secure_workflow_jobs_write_nothing_per_client_in_clear(tmp_path) -> Non
     workflow.alone(config, 1, start, at("alone", 1))
     alone = json.loads(Path(at("alone", 1)).read_text())
     assert "size" not in alone and alone["per_round"][0]["metrics"]
+
+
+def test_a_secure_run_keeps_no_client_s_metrics_or_evaluation_in_the_store(tmp_path) -> None:
+    """Federated evaluation and training metrics are per client: under secure aggregation
+    none is kept (a reader of the store would see each client's metrics and sizes)."""
+    from soma.store import Store
+
+    done = soma.simulate(
+        "soma.tasks.control", clients=3, rounds=2, secure_aggregation=2, store=tmp_path / "s"
+    )
+    assert len(done.rounds) == 2
+    names = Store(tmp_path / "s").bound("")
+    per_client = [n for n in names if "/evaluated/" in n or "/trained/" in n]
+    assert names and per_client == []
+    plain = soma.simulate("soma.tasks.control", clients=3, rounds=1, store=tmp_path / "p")
+    assert plain.rounds[0].federated is not None  # the control task evaluates in a plain run
