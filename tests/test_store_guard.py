@@ -10,6 +10,7 @@ unbound while round 0 trains, `--keep-runs` dropping a run that is still going.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from pathlib import Path
@@ -124,6 +125,31 @@ def test_a_fan_out_folder_or_a_name_file_that_is_a_symlink_is_refused(tmp_path) 
         store.resolve("planted")
     paths = [p.path for p in health.verify(store).problems if p.kind == "symlink"]
     assert paths == sorted([str(folder), str(name)])
+
+
+def test_writes_never_go_through_a_planted_link(tmp_path) -> None:
+    """A bind, a claim and a blob's install open each folder on their way with no link
+    followed: a link planted as a run's names or as a fan-out folder of blobs takes nothing
+    outside the store, and the refusal names the link."""
+    store = Store(tmp_path / "store")
+    digest = store.put_value({"w": torch.ones(2)})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (store.directory / "names" / "run").symlink_to(elsewhere)
+    for place in (store.bind, store.claim):
+        with pytest.raises(SymlinkInStore, match="names/run"):
+            place("run/round/0/about", digest)
+        with pytest.raises(SymlinkInStore, match="names/run"):
+            place("run/about", digest)
+    assert list(elsewhere.iterdir()) == []
+    data = b"bytes never kept before"
+    fan_out = store.blob_path(hashlib.sha256(data).hexdigest()).parent
+    if fan_out.exists():
+        fan_out.rename(tmp_path / "moved")
+    fan_out.symlink_to(elsewhere)  # the folder this blob would go to
+    with pytest.raises(SymlinkInStore, match=fan_out.name):
+        store.put(data)
+    assert list(elsewhere.iterdir()) == []
 
 
 @pytest.mark.parametrize("folder", ["blobs", "names", "attic"])

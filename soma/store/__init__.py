@@ -354,6 +354,14 @@ def _open_in(folder: Path, segments: Iterable[str], what: str) -> int:
     return fd
 
 
+def _is_folder(name: str, dir_fd: int) -> bool:
+    """Whether `name` in `dir_fd` is a folder (never following a link)."""
+    try:
+        return stat.S_ISDIR(os.lstat(name, dir_fd=dir_fd).st_mode)
+    except OSError:
+        return False
+
+
 def _open_file(folder: Path, segments: list[str], what: str) -> BinaryIO:
     """The file `folder/segments...` opened for reading (unbuffered), no part of the way
     below `folder` followed if it is a link (`SymlinkInStore`, naming it)."""
@@ -760,14 +768,14 @@ class Store(Values):
         """Link the temporary `tmp` onto `name` unless it exists: True if this call did."""
         target = self._names / name
 
-        def link() -> bool:
+        def link(folder: int, base: str) -> bool:
             try:
-                os.link(tmp, target)
+                os.link(tmp, base, dst_dir_fd=folder)
                 return True
             except OSError as exc:
                 if os.stat(tmp).st_nlink == 2:
                     return True
-                if exc.errno == errno.EEXIST and target.is_dir():
+                if exc.errno == errno.EEXIST and _is_folder(base, folder):
                     raise IsADirectoryError(errno.EISDIR, "is a folder", str(target)) from None
                 if exc.errno == errno.EEXIST:
                     return False
@@ -948,7 +956,7 @@ class Store(Values):
         """Rename the temporary `tmp` onto `name`, its folder left to the next pass."""
         target = self._names / name
         try:
-            self._placing(name, lambda: os.rename(tmp, target))
+            self._placing(name, lambda folder, base: os.rename(tmp, base, dst_dir_fd=folder))
         finally:
             _unlink_quietly(tmp)
         self._unsynced_folder(target.parent)
@@ -1043,19 +1051,19 @@ class Store(Values):
         """Link blob `digest` back from `attic/`, where a gc moves a blob before deciding
         to delete it (see soma.health); False when it is not there either."""
         final = self.blob_path(digest)
-        for attempt in (0, 1):
-            try:
-                os.link(self._attic / digest, final)
-            except FileExistsError:
-                return True
-            except FileNotFoundError:
-                if attempt or not os.path.lexists(self._attic / digest):
-                    return False
-                self._mkdir(final.parent)
-                continue
-            fsync_folder(final.parent)
+        if not os.path.lexists(self._attic / digest):
+            return False
+        folder = self._blob_folder(digest)
+        try:
+            os.link(self._attic / digest, digest, dst_dir_fd=folder, follow_symlinks=False)
+        except FileExistsError:
             return True
-        return False
+        except FileNotFoundError:  # taken back, or deleted, this instant
+            return False
+        finally:
+            os.close(folder)
+        fsync_folder(final.parent)
+        return True
 
     def _temp(self, what: str) -> tuple[int, str]:
         name = f"{self._host}.{os.getpid()}.{threading.get_ident()}.{secrets.token_hex(6)}.{what}"
@@ -1085,6 +1093,22 @@ class Store(Values):
         self._unsynced_file(tmp)
         return tmp
 
+    def _blob_folder(self, digest: str) -> int:
+        """The fd of blob `digest`'s fan-out folder, made if missing, never through a link
+        (`SymlinkInStore`): a planted link cannot take a blob outside the store."""
+        try:
+            return _open_in(self._blobs, [digest[:2]], "folder of blobs")
+        except FileNotFoundError:
+            blobs = _open_in(self._blobs, [], "folder of blobs")
+            try:
+                os.mkdir(digest[:2], dir_fd=blobs)
+                self._unsynced_folder(self._blobs)
+            except FileExistsError:
+                pass
+            finally:
+                os.close(blobs)
+            return _open_in(self._blobs, [digest[:2]], "folder of blobs")
+
     @staticmethod
     def _abandon(fd: int, tmp: str) -> None:
         """Drop a temporary without ever flushing it: truncate (the dirty pages go), close."""
@@ -1101,24 +1125,21 @@ class Store(Values):
         try:
             self._seal(fd)
             final = self.blob_path(digest)
-            for attempt in (0, 1):
+            folder = self._blob_folder(digest)
+            try:
                 try:
                     if replace:
-                        os.rename(tmp, final)
+                        os.rename(tmp, digest, dst_dir_fd=folder)
                     else:
-                        os.link(tmp, final)
-                    break
+                        os.link(tmp, digest, dst_dir_fd=folder)
                 except FileExistsError:
                     self._unsynced_file(final)  # the same bytes, maybe not yet durable
                     return
-                except FileNotFoundError:
-                    if attempt:
-                        raise
-                    self._mkdir(final.parent)
                 except OSError:
-                    if os.stat(tmp).st_nlink == 2:  # NFS: the link happened
-                        break
-                    raise
+                    if os.stat(tmp).st_nlink != 2:  # NFS: 2 says the link happened
+                        raise
+            finally:
+                os.close(folder)
             self._unsynced_file(final)
             self._unsynced_folder(final.parent)
             if replace:  # names may reach it already: durable now, not at the next name
@@ -1242,15 +1263,26 @@ class Store(Values):
         with ThreadPoolExecutor(workers) as pool:
             return list(pool.map(lambda d: self.get_tensors(d, lazy=lazy), digests))
 
-    def _placing(self, name: str, place: Callable[[], bool | None]) -> bool | None:
-        """Run `place` (a link or rename onto names/<name>), making its folders on demand
-        and turning "a name is a folder" or "a folder is a name" into `NameConflict`."""
+    def _placing(self, name: str, place: Callable[[int, str], bool | None]) -> bool | None:
+        """Run `place(folder, base)` (a link or rename onto names/<name>, relative to its
+        folder's fd, opened with no link followed on the way: `SymlinkInStore`), making its
+        folders on demand and turning "a name is a folder" or "a folder is a name" into
+        `NameConflict`."""
+        segments = name.split("/")
+
+        def at_its_folder() -> bool | None:
+            folder = _open_in(self._names, segments[:-1], "folder of names")
+            try:
+                return place(folder, segments[-1])
+            finally:
+                os.close(folder)
+
         try:
             try:
-                return place()
+                return at_its_folder()
             except FileNotFoundError:
                 self._make_parents(name)
-                return place()
+                return at_its_folder()
         except NotADirectoryError:
             raise self._conflict_above(name) from None
         except IsADirectoryError:
@@ -1272,24 +1304,32 @@ class Store(Values):
         return NameConflict(f"{name!r} cannot be a name: a folder on its path is a file")
 
     def _make_parents(self, name: str) -> None:
-        segments = name.split("/")
-        for i in range(1, len(segments)):
-            self._mkdir(self._names.joinpath(*segments[:i]), name)
-
-    def _mkdir(self, folder: Path, name: str | None = None) -> None:
+        """The folders of `name` made where missing, each below the last one opened with no
+        link followed, so a planted link cannot make one outside the store."""
+        segments = name.split("/")[:-1]
+        folder = _open_in(self._names, [], "folder of names")
         try:
-            folder.mkdir()
-        except FileExistsError:
-            if not folder.is_dir():
-                if name is None:
+            for i, segment in enumerate(segments):
+                try:
+                    os.mkdir(segment, dir_fd=folder)
+                    self._unsynced_folder(self._names.joinpath(*segments[:i]))
+                except FileExistsError:
+                    pass
+                except NotADirectoryError:
+                    raise self._conflict_above(name) from None
+                try:
+                    inner = os.open(segment, _FOLDER, dir_fd=folder)
+                except OSError as error:
+                    if _a_link(error, segment, folder):
+                        where = self._names.joinpath(*segments[: i + 1])
+                        raise symlink_refused(where, "folder of names") from None
+                    if error.errno == errno.ENOTDIR:
+                        raise self._conflict_above(name) from None
                     raise
-                raise self._conflict_above(name) from None
-            return
-        except NotADirectoryError:
-            if name is None:
-                raise
-            raise self._conflict_above(name) from None
-        self._unsynced_folder(folder.parent)
+                os.close(folder)
+                folder = inner
+        finally:
+            os.close(folder)
 
 
 def _check_durability(folder: Path, durability: object, shared: bool) -> None:
