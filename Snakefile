@@ -57,15 +57,12 @@ else:
     # A deep chain of rounds recurses through Snakemake's DAG code about a frame per job.
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 50 * config["rounds"] + 10_000))
 
-
     report: "workflow/report/workflow.rst"
-
 
     include: "workflow/rules/common.smk"
     include: "workflow/rules/rounds.smk"
     include: "workflow/rules/evaluation.smk"
     include: "workflow/rules/model.smk"
-
 
     rule all:
         default_target: True

@@ -107,7 +107,7 @@ def _claim_as_resolve_then_bind() -> None:
 
     import soma.store
 
-    def claim(self, name: str, digest: str) -> bool:
+    def claim(self, name: str, digest: str, *, at_commit: bool = False) -> bool:
         if self.resolve(name) is not None:
             return False
         time.sleep(0.2)

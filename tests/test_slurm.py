@@ -392,7 +392,8 @@ def test_a_round_per_submission_gives_the_receipts_of_a_local_run(cluster, tmp_p
         ]
     else:  # a round is one job (rule `round`), and its evaluation
         rounds = ["group_round0_evaluate_round_start", "group_round1_evaluate_round"]
-    assert folders == [*rounds, "rule_model", "rule_summary"], by_slurm.tail()
+    # the digits task evaluates on each client's own data: its best round too (rule `best`)
+    assert folders == [*rounds, "rule_best", "rule_model", "rule_summary"], by_slurm.tail()
     assert receipts(under_slurm) == receipts(local)
     assert len(receipts(local)) == 7 + (10 if per_job == 1 else 2)  # run, start, 2+2, tsv
 

@@ -243,22 +243,38 @@ def test_rerunning_a_round_that_reproduces_its_weights_leaves_later_rounds_alone
     assert "Nothing to be done" in ok(snakemake(workdir, "-n"))
 
 
-def test_rerunning_a_round_that_changes_its_weights_reruns_the_rounds_after_it(tmp_path) -> None:
+def test_rerunning_a_round_that_would_change_its_weights_is_refused_naming_the_client(
+    tmp_path,
+) -> None:
+    """A client's record in a round is claimed once (issue 20): a rerun whose task now
+    trains other weights from the same start is refused loudly, and the round stands."""
     env = dict(os.environ, PYTHONPATH=f"{ROOT / 'tests' / 'fixtures'}")
     drifting = ROOT / "tests" / "fixtures" / "drifting.yaml"
     ok(snakemake(tmp_path, "--cores", "2", config=[TINY, drifting], env=env))
     before = receipts(tmp_path, "drift")
-    rerun_round_0(tmp_path, "drift", (TINY, drifting), env=dict(env, SOMA_TEST_DRIFT="0.5"))
-    after = receipts(tmp_path, "drift")
-    assert after["round/0/average.json"] != before["round/0/average.json"]
-    plan = ok(snakemake(tmp_path, "-n", config=[TINY, drifting], env=env))
-    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", plan, flags=re.MULTILINE))
-    assert counts["train"] == "2" and counts["average"] == "1", plan[-2000:]
-    assert counts["evaluate"] == "2"  # round 0's new average, and round 1's
-    # the two averages of round 0 are two averagings, each published once
+    base = "results/drift/round/0"
+    refused = snakemake(
+        tmp_path,
+        "--cores",
+        "2",
+        "--until",
+        f"{base}/average.json",
+        "--forcerun",
+        f"{base}/average.json",
+        f"{base}/client/0.json",
+        f"{base}/client/1.json",
+        config=[TINY, drifting],
+        env=dict(env, SOMA_TEST_DRIFT="0.5"),
+    )
+    assert refused.returncode != 0
+    said = refused.stdout + refused.stderr + "".join(
+        p.read_text() for p in (tmp_path / "logs" / "drift").rglob("*.log")
+    )
+    assert "client 0 already contributed to round 0 of run 'drift'" in said, said[-3000:]
     store = Store(tmp_path / "store")
     published = [n for n in store.bound("drift/round/0/") if n.endswith("/published")]
-    assert len(published) == 2
+    assert len(published) == 1  # one averaging of round 0, as before
+    assert receipts(tmp_path, "drift")["round/1/average.json"] == before["round/1/average.json"]
 
 
 def test_a_killed_run_resumes_from_the_last_finished_round(tmp_path) -> None:

@@ -23,7 +23,9 @@ for point in STUDY.points:
         said = schema_refusal(error)
         if said is None:
             raise
-        raise ConfigRefused(f"config key `study` (the point {point.run}): {said}") from None
+        raise ConfigRefused(
+            f"config key `study` (the point {point.run}): {said}"
+        ) from None
 
 for i, point in enumerate(STUDY.points):
     workflow.module(
@@ -79,4 +81,3 @@ rule study_summary:
         runs=list(STUDY_RUNS),
     script:
         "../scripts/study_summary.py"
-
