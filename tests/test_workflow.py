@@ -267,8 +267,10 @@ def test_rerunning_a_round_that_would_change_its_weights_is_refused_naming_the_c
         env=dict(env, SOMA_TEST_DRIFT="0.5"),
     )
     assert refused.returncode != 0
-    said = refused.stdout + refused.stderr + "".join(
-        p.read_text() for p in (tmp_path / "logs" / "drift").rglob("*.log")
+    said = (
+        refused.stdout
+        + refused.stderr
+        + "".join(p.read_text() for p in (tmp_path / "logs" / "drift").rglob("*.log"))
     )
     assert "client 0 already contributed to round 0 of run 'drift'" in said, said[-3000:]
     store = Store(tmp_path / "store")
