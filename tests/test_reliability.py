@@ -109,7 +109,7 @@ def test_writers_killed_at_random_instants_of_keep_claim_and_gather(tmp_path: Pa
     rng = random.Random(1313)
     try:
         assert server.stdout.readline() == "ready\n"
-        for trial in range(50):
+        for trial in range(30):
             op = ("keep", "claim", "gather")[trial % 3]
             server.stdin.write(f"{op} {trial}\n")
             server.stdin.flush()
