@@ -23,6 +23,13 @@ from soma.store import BadStore, Store, files
 HEX = re.compile(rb"[0-9a-f]{64}")
 
 
+def _where(dst, dir_fd: int | None) -> str:
+    """The path a rename or link placed `dst` at (names go relative to their folder's fd)."""
+    if dir_fd is None:
+        return str(dst)
+    return os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), dst)
+
+
 class Watch:
     """Every pass the store makes, and every name it places, checked against the last pass."""
 
@@ -37,11 +44,12 @@ class Watch:
 
         def rename(src, dst, *args, **kwargs):
             real_rename(src, dst, *args, **kwargs)
-            self._placed(dst)  # nothing passed in between: as if checked the instant before
+            # nothing passed in between: as if checked the instant before
+            self._placed(_where(dst, kwargs.get("dst_dir_fd")))
 
         def link(src, dst, *args, **kwargs):
             real_link(src, dst, *args, **kwargs)
-            self._placed(dst)
+            self._placed(_where(dst, kwargs.get("dst_dir_fd")))
 
         monkeypatch.setattr(store_module, "make_durable", make_durable)
         monkeypatch.setattr(os, "rename", rename)
