@@ -197,31 +197,34 @@ def test_a_thousand_rounds_build_their_dag(tmp_path) -> None:
     assert counts["train"] == "2000" and counts["average"] == "1000"
 
 
-def rerun_round_0(
+def rerunning_round_0(
     workdir: Path,
     run: str = "tiny",
     config: tuple[Path, ...] = (TINY,),
     env: dict | None = None,
     more: tuple[str, ...] = (),
-) -> str:
+) -> subprocess.CompletedProcess:
     """The README's rerun of one round: exactly round 0's client and average jobs."""
     base = f"results/{run}/round/0"
-    return ok(
-        snakemake(
-            workdir,
-            "--cores",
-            "2",
-            *more,
-            "--until",
-            f"{base}/average.json",
-            "--forcerun",
-            f"{base}/average.json",
-            f"{base}/client/0.json",
-            f"{base}/client/1.json",
-            config=config,
-            env=env,
-        )
+    return snakemake(
+        workdir,
+        "--cores",
+        "2",
+        *more,
+        "--until",
+        f"{base}/average.json",
+        "--forcerun",
+        f"{base}/average.json",
+        f"{base}/client/0.json",
+        f"{base}/client/1.json",
+        config=config,
+        env=env,
     )
+
+
+def rerun_round_0(*args, **kwargs) -> str:
+    """`rerunning_round_0`, which must succeed: its output."""
+    return ok(rerunning_round_0(*args, **kwargs))
 
 
 def test_rerunning_a_round_that_reproduces_its_weights_leaves_later_rounds_alone(
@@ -252,19 +255,8 @@ def test_rerunning_a_round_that_would_change_its_weights_is_refused_naming_the_c
     drifting = ROOT / "tests" / "fixtures" / "drifting.yaml"
     ok(snakemake(tmp_path, "--cores", "2", config=[TINY, drifting], env=env))
     before = receipts(tmp_path, "drift")
-    base = "results/drift/round/0"
-    refused = snakemake(
-        tmp_path,
-        "--cores",
-        "2",
-        "--until",
-        f"{base}/average.json",
-        "--forcerun",
-        f"{base}/average.json",
-        f"{base}/client/0.json",
-        f"{base}/client/1.json",
-        config=[TINY, drifting],
-        env=dict(env, SOMA_TEST_DRIFT="0.5"),
+    refused = rerunning_round_0(
+        tmp_path, "drift", (TINY, drifting), env=dict(env, SOMA_TEST_DRIFT="0.5")
     )
     assert refused.returncode != 0
     said = (

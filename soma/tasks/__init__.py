@@ -192,16 +192,24 @@ def _top_level(name: str) -> importlib.machinery.ModuleSpec | None:
         return None
 
 
-def declared_options(path: str, where: list[str] | None = None) -> tuple[str, ...] | None:
-    """The option names task module `path` declares as `OPTIONS = (...)`, read from its
-    source without running it; None when it declares none (or cannot be read so)."""
+def _parsed_source(path: str, where: list[str] | None) -> ast.Module | None:
+    """Task module `path`'s source as a syntax tree, read without running it; None when it
+    cannot be found or read so."""
     source = source_of(path, where)
     if source is None:
         return None
     try:
         with open(source, encoding="utf-8") as file:
-            tree = ast.parse(file.read(), filename=source)
+            return ast.parse(file.read(), filename=source)
     except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+
+
+def declared_options(path: str, where: list[str] | None = None) -> tuple[str, ...] | None:
+    """The option names task module `path` declares as `OPTIONS = (...)`, read from its
+    source without running it; None when it declares none (or cannot be read so)."""
+    tree = _parsed_source(path, where)
+    if tree is None:
         return None
     for node in tree.body:
         value = _assigned(node, "OPTIONS")
@@ -222,13 +230,8 @@ def defines(path: str, name: str, where: list[str] | None = None) -> bool:
     """Whether task module `path`'s source defines a function or method `name` (read, not
     run): how the Snakefile knows, without torch, that a task answers `evaluate_local` and so
     that the run has a best round to export. False when its source cannot be read so."""
-    source = source_of(path, where)
-    if source is None:
-        return False
-    try:
-        with open(source, encoding="utf-8") as file:
-            tree = ast.parse(file.read(), filename=source)
-    except (OSError, SyntaxError, UnicodeDecodeError):
+    tree = _parsed_source(path, where)
+    if tree is None:
         return False
     return any(
         isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name
