@@ -38,6 +38,7 @@ from soma.arithmetic import Signature, first_difference
 from soma.nodes import Export
 from soma.round import holders, layout, once, records, tree
 from soma.round import signing as signatures
+from soma.round.lease import LEASE
 from soma.round.once import (
     POLL,
     AveragerDied,
@@ -967,6 +968,7 @@ def average_round(
     deadline: float | None = 3600.0,
     backoff: Backoff = POLL,
     sleep: Callable[[float], None] = time.sleep,
+    lease: float = LEASE,
 ) -> str:
     """Make sure the meeting has an average; the digest of its record.
 
@@ -977,7 +979,8 @@ def average_round(
     somebody is the meeting's policy, its quorum: past the deadline the round is averaged over
     whoever came if they are at least the quorum; below it, a RoundIncomplete names the
     clients that never came. An AveragerDied names who claimed the averaging and never
-    published.
+    published. On a bucket (a store with compare-and-swap) a holder is judged by its lease of
+    `lease` seconds instead (soma.round.lease).
     """
 
     elsewhere = _Elsewhere(store, meeting)
@@ -1011,7 +1014,10 @@ def average_round(
         return never, detail
 
     work = _Averaging(store, meeting, ready, missing, late=True)
-    digest = once.once(store, work, deadline=deadline, backoff=backoff, sleep=sleep)
+    digest = once.once(
+        store, work, deadline=deadline, backoff=backoff, sleep=sleep, lease=lease,
+        signing=meeting.signing,
+    )  # fmt: skip
     return check_average(store, meeting, digest)
 
 
@@ -1022,6 +1028,7 @@ def average_inputs(
     *,
     deadline: float | None = 3600.0,
     backoff: Backoff = POLL,
+    lease: float = LEASE,
 ) -> str:
     """Average exactly these clients' weights, once; the record's digest.
 
@@ -1033,7 +1040,10 @@ def average_inputs(
     for i in inputs:
         meeting.check_client(i.client)
     work = _Averaging(store, meeting, lambda past: list(inputs), lambda: ([], ""), late=False)
-    return check_average(store, meeting, once.once(store, work, deadline=deadline, backoff=backoff))
+    digest = once.once(
+        store, work, deadline=deadline, backoff=backoff, lease=lease, signing=meeting.signing
+    )
+    return check_average(store, meeting, digest)
 
 
 def weights_of_average(store: Store, digest: str) -> Export:

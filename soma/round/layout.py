@@ -21,6 +21,8 @@ advice, rebuild) must spell it alike; here is the one spelling:
     <run>/round/<r>/<meeting>/average              the meeting's average (claimed: the first one)
     <run>/round/<r>/<meeting>/secagg/...           a secure round's session (soma.secagg)
     <place>/claimed, takeover/<g>, computed/<who>, published    once-only work (soma.round.once)
+    <place>/lease                                  its holder's lease, on a store with
+                                                   compare-and-swap (soma.round.lease)
     <place>/tree/<level>/<index>                   a node of a tree of means (soma.round.tree)
 
 Above FAN_OUT clients a meeting files client records and started markers by thousands
@@ -210,6 +212,11 @@ def computed_by(place: str, who: str) -> str:
 
 def published(place: str) -> str:
     return f"{place}/published"
+
+
+def lease(place: str) -> str:
+    """The lease of a place's holder, swapped by compare-and-swap (soma.round.lease)."""
+    return f"{place}/lease"
 
 
 def tree_node(place: str, level: int, index: int) -> str:

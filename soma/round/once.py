@@ -7,12 +7,18 @@ place `p` in the store holds, for one piece of work:
     p/takeover/<g>      who took it over from a holder proven gone (claimed too)
     p/computed/<who>    one entry per computation actually run: the store's own count
     p/published         what it produced (claimed as well: published once, never rebound)
+    p/lease             on a store with compare-and-swap only: the holder's lease
 
 Everything that can be refused is refused before the claim, by every process that finds the
 work ready (`check`): a refusal after the claim would leave the work claimed by somebody
 alive who gave up, and everyone else would be told it "died holding it", blaming the wrong
 cause. This module knows nothing of torch or of averaging: it is handed `ready()` (the
 inputs once they are all there, else None), `check(inputs)` and `compute(inputs, me)`.
+
+A holder is proven gone on a folder by its pid or its Slurm job (soma.round.holders). On a
+store with compare-and-swap (a bucket shared across sites, where neither can be asked) a
+claim comes with a lease instead, renewed while its holder computes and the condition of its
+publish (soma.round.lease); with a roster, holder and lease records there are signed.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from typing import Any, Protocol, TypeVar
 
 from soma.errors import SomaError
 from soma.round import holders, layout
+from soma.round import lease as leases
+from soma.round.signing import Signing
 from soma.store import Store
 
 T = TypeVar("T")
@@ -98,6 +106,10 @@ class Place:
     def published(self) -> str:
         return layout.published(self.prefix)
 
+    @property
+    def lease(self) -> str:
+        return layout.lease(self.prefix)
+
 
 def read_record(store: Store, digest: str) -> dict[str, Any]:
     """A small JSON record (a client's, a holder's, an average's) by its digest."""
@@ -107,13 +119,29 @@ def read_record(store: Store, digest: str) -> dict[str, Any]:
     return value
 
 
-def current_holder(store: Store, place: Place) -> tuple[str, dict[str, Any]] | None:
-    """The latest claim on the work (the first claim, or the last takeover), if any."""
+def _latest(store: Store, place: Place) -> tuple[str, str] | None:
+    """The latest claim's name (the first claim, or the last takeover) and digest, if any."""
     generations = [n[len(place.takeovers) :] for n in store.bound(place.takeovers)]
     latest = max((int(g) for g in generations if g.isdigit()), default=0)
     name = place.takeover(latest) if latest else place.claimed
     digest = store.resolve(name)
-    return None if digest is None else (name, read_record(store, digest))
+    return None if digest is None else (name, digest)
+
+
+def current_holder(store: Store, place: Place) -> tuple[str, dict[str, Any]] | None:
+    """The latest claim on the work (the first claim, or the last takeover), if any."""
+    latest = _latest(store, place)
+    return None if latest is None else (latest[0], read_record(store, latest[1]))
+
+
+def _generation(store: Store, place: Place, who: str) -> int:
+    """The latest generation `who` claimed at the place (0: the first claim)."""
+    mine = [
+        int(n[len(place.takeovers) :])
+        for n in store.bound(place.takeovers)
+        if n[len(place.takeovers) :].isdigit() and store.resolve(n) == who
+    ]
+    return max(mine, default=0)
 
 
 def computations(store: Store, place: Place) -> int:
@@ -121,21 +149,31 @@ def computations(store: Store, place: Place) -> int:
     return len(store.bound(place.computed))
 
 
-def _claim(store: Store, place: Place, who: str, *, check_holder: bool) -> bool:
+def _claim(
+    store: Store,
+    place: Place,
+    who: str,
+    *,
+    check_holder: bool,
+    gone: Callable[[str, str], bool] | None = None,
+) -> bool:
     """Claim the work, or take it over from a holder that is provably gone.
 
     A name seen taken is not claimed again (that would be a temporary written and removed at
     every poll); the claim itself stays the one atomic operation. Whether the holder is gone
-    is asked only when `check_holder` (it may cost a squeue).
+    is asked only when `check_holder` (it may cost a squeue): `gone(name, digest)` of the
+    latest claim, by default its record's proof (soma.round.holders).
     """
     if store.resolve(place.claimed) is None and store.claim(place.claimed, who):
         return True
     if not check_holder:
         return False
-    latest = current_holder(store, place)
-    if latest is None or not holders.gone(latest[1]):
+    latest = _latest(store, place)
+    if latest is None:
         return False
-    name, _ = latest
+    name, digest = latest
+    if not (gone(name, digest) if gone else holders.gone(read_record(store, digest))):
+        return False
     generation = 1 if name == place.claimed else int(name.rsplit("/", 1)[1]) + 1
     return store.claim(place.takeover(generation), who)
 
@@ -189,6 +227,8 @@ def once(
     deadline: float | None = 3600.0,
     backoff: Backoff = POLL,
     sleep: Callable[[float], None] = time.sleep,
+    lease: float = leases.LEASE,
+    signing: Signing | None = None,
 ) -> str:
     """What `work` settles on, computed here if this process wins the claim.
 
@@ -197,8 +237,11 @@ def once(
     everyone else waits for what was published. A holder that is provably gone is taken
     over; one that may be alive is waited for. Past `deadline` seconds (None: forever), a
     RoundIncomplete names who never came, or an AveragerDied names who claimed and never
-    published.
+    published. On a store with compare-and-swap the holder is judged by its lease of `lease`
+    seconds instead, and `signing` (a roster) signs and checks its records there.
     """
+    leasing = leases.leased(store)
+    watch = leases.Watch(store, signing, lease) if leasing else None
     started = time.monotonic()
     delays = backoff.delays()
     me = holders.me(role="averaging", what=work.what)
@@ -220,6 +263,7 @@ def once(
             if checked is None or inputs != checked:
                 work.check(inputs)
                 checked, place, shared = inputs, work.place(inputs), False
+                who = None if leasing else who  # signed for its place there
             assert place is not None
             published = store.resolve(place.published)
             if published is not None:
@@ -238,8 +282,16 @@ def once(
             if check_holder:
                 next_holder_check = now + HOLDER_CHECK_EVERY
             if who is None or check_holder:  # a re-put refreshes it: no grace runs out
-                who = store.put_value(me)  # under an averager that waits (soma.health)
-            if _claim(store, place, who, check_holder=check_holder):
+                who = (  # under an averager that waits (soma.health)
+                    leases.put_holder(store, signing, place.prefix, me)
+                    if leasing
+                    else store.put_value(me)
+                )
+            if watch is not None:  # its lease, looked at every poll, is all a holder proves
+                settled = _leased(store, work, inputs, place, me, who, watch, lease, signing)
+                if settled is not None:
+                    return work.settle(settled)
+            elif _claim(store, place, who, check_holder=check_holder):
                 digest = work.compute(inputs, me)
                 with store.group():  # its names made durable in one pass (soma.store.files)
                     store.bind(place.computed_by(who), who)
@@ -252,6 +304,43 @@ def once(
         elif past:
             _raise_incomplete(work, deadline)
         sleep(next(delays))
+
+
+def _leased(
+    store: Store,
+    work: Work[T],
+    inputs: T,
+    place: Place,
+    me: dict[str, Any],
+    who: str,
+    watch: leases.Watch,
+    seconds: float,
+    signing: Signing | None,
+) -> str | None:
+    """One turn where claims come with leases (soma.round.lease): claim, or take over a
+    holder whose lease ran out; compute while renewing it; publish only if it is still ours.
+    The digest published, or None to wait on (a late holder waits for its successor's)."""
+    won = _claim(store, place, who, check_holder=True, gone=watch.gone)
+    if watch.published is not None:  # its holder swapped its lease to it, then stopped
+        publish(store, place.published, watch.published)
+        return store.resolve(place.published)
+    if not won:
+        return None
+    generation = _generation(store, place, who)
+    held = leases.acquire(store, signing, place.prefix, who, generation, seconds)
+    if held is None:  # a later generation holds the lease: this claim is late
+        return None
+    if isinstance(held, str):  # its last holder published that, then stopped
+        publish(store, place.published, held)
+        return store.resolve(place.published)
+    try:
+        digest = work.compute(inputs, me)
+    finally:
+        held.stop()
+    store.bind(place.computed_by(who), who)  # computed, whether or not it is published
+    if held.finish(digest):
+        publish(store, place.published, digest)
+    return store.resolve(place.published)
 
 
 def _raise_incomplete(work: Work, deadline: float) -> None:

@@ -4,7 +4,7 @@ The folder store (`soma.store.Store` on a path or a `file://` URL) is the refere
 its own primitives: its guarantees (durability passes, group commits, link(2) claims,
 no-follow opens, writing beside the hash) are woven into them, and moving them behind an
 interface would change bits that are tested as they are. Any other place is a `Backend`: the
-seven operations below and nothing else, and `BackendStore` builds the store's public API
+operations below and nothing else, and `BackendStore` builds the store's public API
 (the one the rest of soma uses: put/get, bind/claim/resolve/bound, keep/recall, ...) on them,
 with the guarantees that do not depend on where the bytes are made here, once:
 
@@ -29,10 +29,22 @@ What a backend must guarantee (a third one implements exactly this):
 - `claim(name, digest)`: create-if-absent: among any number of concurrent claims of one
   name, exactly one returns True and the name then holds that claim's digest.
 - `resolve(name)`: the text the name holds (a digest and a newline), or None.
+- `resolve_tagged(name)`: the same and its tag, an opaque version that changes whenever
+  the name's content does (S3: the ETag, the MD5 of what was put), or None.
+- `swap(name, tag, digest)`: compare-and-swap: the name now holds the digest if its tag
+  was still `tag` (None: if the name was absent), atomically among any number of
+  concurrent swaps; the new tag, or None when refused (S3: `PutObject` with `If-Match`).
+  Soma swaps only contents it never wrote before (a lease's renewal counts), so a tag that
+  is a hash of the content is as good as a version.
 - `names(prefix)`, and `blobs()` (each key under blobs/, `ab/<digest>` when the store
   wrote it, with its size and mtime): what is there, for listing, verify and gc.
 - `delete_name(name)` / `delete_blob(digest)` (its size, None if it was not there): for
   `forget`, repair and gc.
+
+The folder store has no `swap`: a holder of a claim there is proven gone by its pid or its
+Slurm job (soma.round.holders). A store with `swap` is one where nobody can prove that (a
+bucket shared across sites): a claim there comes with a lease its holder renews by
+compare-and-swap (soma.round.lease).
 
 Backends are found by URL scheme in one place, `BACKENDS` (`s3://` is soma.store.s3).
 """
@@ -70,6 +82,10 @@ class Backend(Protocol):
     def claim(self, name: str, digest: str) -> bool: ...
 
     def resolve(self, name: str) -> bytes | None: ...
+
+    def resolve_tagged(self, name: str) -> tuple[bytes, str] | None: ...
+
+    def swap(self, name: str, tag: str | None, digest: str) -> str | None: ...
 
     def names(self, prefix: str) -> Iterator[str]: ...
 
@@ -233,14 +249,29 @@ class BackendStore(Values):
         """The digest `name` points at, or None. One small read; never a blob."""
         check_name(name)
         data = self.backend.resolve(name)
-        if data is None:
-            return None
+        return None if data is None else self._digest_in(name, data)
+
+    def _digest_in(self, name: str, data: bytes) -> str:
+        """The digest a name's content holds, or CorruptName naming it."""
         try:
             return check_digest(data.decode("ascii", errors="replace").strip())
         except BadDigest:
             raise CorruptName(
                 f"name {name!r} in {self} does not hold a digest: {data[:80]!r}"
             ) from None
+
+    def resolve_tagged(self, name: str) -> tuple[str, str] | None:
+        """The digest `name` points at and its tag (for `swap`), or None."""
+        check_name(name)
+        found = self.backend.resolve_tagged(name)
+        return None if found is None else (self._digest_in(name, found[0]), found[1])
+
+    def swap(self, name: str, tag: str | None, digest: str) -> str | None:
+        """Point `name` at `digest` if its tag is still `tag` (None: if nobody has it):
+        compare-and-swap, atomic. The new tag, or None when somebody changed it first."""
+        check_name(name)
+        self._existing(digest, f"cannot swap {name!r}: ")
+        return self.backend.swap(name, tag, digest)
 
     def bound(self, prefix: str = "") -> list[str]:
         """The names starting with `prefix` (a plain text prefix), sorted."""

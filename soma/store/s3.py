@@ -11,6 +11,10 @@ Layout, as on a folder (soma.store): `<prefix>/blobs/ab/<digest>` holds a blob's
   not exist, atomically; 412 means somebody else's claim is there (lost). A 409 (a
   concurrent conditional write in progress, AWS's answer) is retried until it is a win or
   a 412. Never resolve-then-put, never an unconditional put.
+- A swap (compare-and-swap, for leases: soma.round.lease) is `PutObject` with `If-Match:
+  <etag>` (`If-None-Match: *` when the name should be absent); 412 means somebody changed
+  it first. Its tag is the ETag (a single-part object's MD5: soma never swaps in a content
+  it wrote before, so it is as good as a version).
 - A bind is a plain `PutObject`: an object is replaced whole, never seen half written.
 - A blob is put with `If-None-Match: *` too (its bytes are its name: one already there is as
   good), after one HEAD so that a blob already there costs no upload. A blob of
@@ -18,9 +22,10 @@ Layout, as on a folder (soma.store): `<prefix>/blobs/ab/<digest>` holds a blob's
   `CompleteMultipartUpload`, itself conditional on `If-None-Match: *`; an upload that
   fails is aborted. So nothing partial is ever readable under a digest.
 - Every read is verified against the digest by the store (soma.store.backend).
-- A server that ignores `If-None-Match` (some S3-compatible ones do, silently) would let every
-  claimer win: before its first claim, a store creates a probe key twice under
-  `<prefix>probe/` and refuses the bucket (BadStore) unless the second create is refused.
+- A server that ignores `If-None-Match` or `If-Match` (some S3-compatible ones do, silently)
+  would let every claimer win: before its first claim or swap, a store creates a probe key
+  twice under `<prefix>probe/`, then puts it with a wrong `If-Match`, and refuses the bucket
+  (BadStore) unless the second create and that put are refused.
 """
 
 from __future__ import annotations
@@ -196,20 +201,63 @@ class S3Backend:
             self._check_conditional()
         return self._create(self._name_key(name), f"{digest}\n".encode())
 
+    def swap(self, name: str, tag: str | None, digest: str) -> str | None:
+        """PUT with If-Match: <tag> (If-None-Match: * for None): the new ETag, None on 412."""
+        if not self._conditional_checked:
+            self._check_conditional()
+        key = self._name_key(name)
+        condition = {"IfNoneMatch": "*"} if tag is None else {"IfMatch": tag}
+        for attempt in range(_CONFLICT_RETRIES):
+            try:
+                body = f"{digest}\n".encode()
+                put = self.client.put_object(Bucket=self.bucket, Key=key, Body=body, **condition)
+                return str(put["ETag"])
+            except _ERRORS as error:
+                if _lost(error) or (tag is not None and _missing(error)):
+                    return None
+                if not _busy(error) or attempt == _CONFLICT_RETRIES - 1:
+                    raise self._failed("conditional PUT", key, error) from None
+                time.sleep(0.01 * (attempt + 1))
+        return None  # not reached
+
+    def resolve_tagged(self, name: str) -> tuple[bytes, str] | None:
+        """What the name holds and its ETag, or None."""
+        key = self._name_key(name)
+        try:
+            got = self.client.get_object(Bucket=self.bucket, Key=key, Range="bytes=0-127")
+        except _ERRORS as error:
+            if _missing(error):
+                return None
+            raise self._failed("GET", key, error) from None
+        return got["Body"].read(), str(got["ETag"])
+
     def _check_conditional(self) -> None:
-        """BadStore unless the server refuses a second create of one key (see the docs)."""
+        """BadStore unless the server refuses a second create of one key, and a PUT whose
+        If-Match names an ETag the key does not have (see the docs)."""
         key = f"{self.prefix}probe/{secrets.token_hex(8)}"
         try:
             first, second = self._create(key, b"1"), self._create(key, b"2")
+            stale = self._put_if_match(key, b"3", '"00000000000000000000000000000000"')
         finally:
             self.client.delete_object(Bucket=self.bucket, Key=key)
-        if not first or second:
+        if not first or second or stale:
+            header = "If-Match" if first and not second else "If-None-Match"
             raise BadStore(
-                f"the S3 server of {self.url} ignores If-None-Match (a second create of "
-                f"s3://{self.bucket}/{key} was not refused): claims there would not be "
-                "exclusive; use a server that supports conditional writes"
+                f"the S3 server of {self.url} ignores {header} (a conditional write of "
+                f"s3://{self.bucket}/{key} was not refused): claims and leases there would not "
+                "be exclusive; use a server that supports conditional writes"
             )
         self._conditional_checked = True
+
+    def _put_if_match(self, key: str, body: bytes, tag: str) -> bool:
+        """PUT with If-Match: <tag>: True when the server took it, False on 412."""
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=key, Body=body, IfMatch=tag)
+            return True
+        except _ERRORS as error:
+            if _lost(error) or _missing(error):
+                return False
+            raise self._failed("conditional PUT", key, error) from None
 
     def _create(self, key: str, body: bytes) -> bool:
         """Create-if-absent: PUT with If-None-Match: *; False on 412, 409 retried."""

@@ -1,0 +1,264 @@
+"""Leases: who holds a claim where nobody can prove a holder dead (a bucket shared by sites).
+
+On a folder a holder is taken over only once its pid or its Slurm job proves it gone
+(soma.round.holders); from another site neither can be asked. On a store with
+compare-and-swap (`swap`: soma.store.backend) a claim comes with a lease at `p/lease`, a
+record {holder, generation, renewals, seconds, published} that its holder renews by
+compare-and-swap every `seconds / 3` while it computes:
+
+- expiry trusts no clock across sites: a waiter takes the holder for gone once it has seen
+  the SAME lease (the same holder at the same tag) unrenewed for more than `seconds` on its
+  own monotonic clock; then it claims takeover generation g+1 (create-if-absent: one taker)
+  and swaps the lease to itself, never over a later generation's;
+- the publish is conditional: the holder's last step swaps its own lease to "published
+  <digest>", and only then claims `p/published`; a holder whose lease was swapped away
+  (it stalled past its lease) finds that swap refused and publishes nothing, and whoever
+  finds a lease in the published state completes the publish of its digest;
+- with a roster (soma.round.signing) holder and lease records are signed by a roster member,
+  for the name they are kept under; a holder or lease that is not counts as no holder.
+
+A holder alive but unable to renew for longer than its lease (partitioned, stopped) is taken
+over: the work may then be computed twice, and is published once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from soma.errors import SomaError
+from soma.round import layout
+from soma.round import signing as signatures
+from soma.store import Store
+from soma.store.errors import StoreError
+
+LEASE = 60.0  # seconds a holder's lease lasts unrenewed; it renews every third of it
+LOG = logging.getLogger("soma.round.lease")
+
+
+def leased(store: Store) -> bool:
+    """Whether claims on `store` come with leases: it has compare-and-swap."""
+    return callable(getattr(store, "swap", None))
+
+
+@dataclass(frozen=True)
+class Terms:
+    """A lease record: whose, of which takeover generation, renewed how often, how long it
+    lasts, and what its holder published (None while it computes)."""
+
+    holder: str
+    generation: int
+    renewals: int
+    seconds: float
+    published: str | None = None
+
+    def value(self) -> dict[str, Any]:
+        return {
+            "holder": self.holder,
+            "generation": self.generation,
+            "renewals": self.renewals,
+            "seconds": self.seconds,
+            "published": self.published,
+        }
+
+
+def signer(signing: signatures.Signing | None) -> int | None:
+    """Who signs holder and lease records: a roster member whose key this process holds."""
+    return None if signing is None else signing.any_member()
+
+
+def holder_name(place: str) -> str:
+    """What a holder record is signed for: the place whose work it holds (claimed or
+    taken over there, the same record)."""
+    return place
+
+
+def put_holder(store: Store, signing: signatures.Signing | None, place: str, me: dict) -> str:
+    """This process's holder record for `place`, signed with a roster; its digest."""
+    return signatures.put(store, signing, me, name=holder_name(place), by=signer(signing))
+
+
+def believed(
+    store: Store, signing: signatures.Signing | None, digest: str, *, name: str, what: str
+) -> bool:
+    """Whether the record `digest` kept at `name` is signed by a roster member (always, with
+    no roster); a record that is not is logged and counts for nothing."""
+    try:
+        signatures.check(store, signing, digest, name=name, writer=None, what=what)
+    except (SomaError, StoreError) as error:
+        LOG.warning("%s: counted as no holder", error)
+        return False
+    return True
+
+
+def _terms(store: Store, digest: str) -> Terms | None:
+    try:
+        value = store.recall_digest(digest)
+        return Terms(
+            str(value["holder"]),
+            int(value["generation"]),
+            int(value["renewals"]),
+            float(value["seconds"]),
+            value.get("published"),
+        )
+    except (SomaError, StoreError, KeyError, TypeError, ValueError):
+        return None
+
+
+def read(
+    store: Store, signing: signatures.Signing | None, place: str
+) -> tuple[str, Terms | None] | None:
+    """The place's lease: its tag and its terms (None when unsigned, forged or unreadable:
+    no holder's), or None when there is none."""
+    found = store.resolve_tagged(layout.lease(place))
+    if found is None:
+        return None
+    digest, tag = found
+    if not believed(store, signing, digest, name=layout.lease(place), what=f"lease of {place}"):
+        return tag, None
+    terms = _terms(store, digest)
+    if terms is None:
+        LOG.warning("lease of %s (record %s) is not a lease: counted as no holder", place, digest)
+    return tag, terms
+
+
+class Lease:
+    """A lease this process holds on the work at a place, renewed by a daemon thread."""
+
+    def __init__(
+        self,
+        store: Store,
+        signing: signatures.Signing | None,
+        place: str,
+        terms: Terms,
+        tag: str,
+    ) -> None:
+        self.store, self.signing, self.place = store, signing, place
+        self.terms, self.tag = terms, tag
+        self.lost = threading.Event()  # somebody swapped it away: a successor holds it
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._renewing, daemon=True, name="soma-lease")
+        self._thread.start()
+
+    def _swap(self, terms: Terms) -> str | None:
+        """Swap the lease to `terms` if it is still ours; the new tag, or None."""
+        name = layout.lease(self.place)
+        digest = signatures.put(self.store, self.signing, terms.value(), name=name,
+                                by=signer(self.signing))  # fmt: skip
+        return self.store.swap(name, self.tag, digest)
+
+    def renew(self) -> bool:
+        """One renewal (compare-and-swap from the tag last written); False once lost."""
+        with self._lock:
+            if self.lost.is_set():
+                return False
+            renewed = Terms(**{**self.terms.value(), "renewals": self.terms.renewals + 1})
+            tag = self._swap(renewed)
+            if tag is None:
+                self.lost.set()
+                return False
+            self.terms, self.tag = renewed, tag
+            return True
+
+    def _renewing(self) -> None:
+        while not self._stop.wait(self.terms.seconds / 3):
+            try:
+                if not self.renew():
+                    LOG.warning("lease of %s was taken over: a successor holds it", self.place)
+                    return
+            except (SomaError, StoreError, OSError) as error:  # the next renewal may get through
+                LOG.warning("lease of %s not renewed: %s", self.place, error)
+
+    def stop(self) -> None:
+        """Renew no more (the lease then runs out unless it is finished)."""
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def finish(self, digest: str) -> bool:
+        """Swap the lease to "published `digest`": the condition of publishing it. False
+        when a successor took the lease first (publish nothing then)."""
+        self.stop()
+        with self._lock:
+            if self.lost.is_set():
+                return False
+            done = Terms(**{**self.terms.value(), "published": digest})
+            tag = self._swap(done)
+            if tag is None:
+                self.lost.set()
+                return False
+            self.terms, self.tag = done, tag
+            return True
+
+
+def acquire(
+    store: Store,
+    signing: signatures.Signing | None,
+    place: str,
+    holder: str,
+    generation: int,
+    seconds: float,
+) -> Lease | str | None:
+    """The lease for the claim of `generation` this process just won: a Lease it now holds
+    (renewing); a digest when the lease says that was published already (complete that
+    publish); None when a later generation holds it (a successor: this claim is late)."""
+    mine = Terms(holder, generation, 0, float(seconds))
+    name = layout.lease(place)
+    digest = signatures.put(store, signing, mine.value(), name=name, by=signer(signing))
+    while True:
+        found = read(store, signing, place)
+        if found is not None:
+            tag, terms = found
+            if terms is not None and terms.published is not None:
+                return terms.published
+            if terms is not None and terms.generation >= generation:
+                return None
+        new = store.swap(name, None if found is None else found[0], digest)
+        if new is not None:
+            return Lease(store, signing, place, mine, new)
+
+
+class Watch:
+    """A waiter's view of the holder at a place: gone once the same lease has been seen
+    unrenewed for longer than it lasts, by this process's own monotonic clock."""
+
+    def __init__(
+        self,
+        store: Store,
+        signing: signatures.Signing | None,
+        seconds: float,
+        clock: Any = time.monotonic,
+    ) -> None:
+        self.store, self.signing, self.seconds, self.clock = store, signing, seconds, clock
+        self.seen: tuple[str, ...] | None = None
+        self.since = 0.0
+        self.published: str | None = None  # a lease found in the published state
+        self._believed: dict[tuple[str, str], bool] = {}
+
+    def gone(self, place: str, name: str, digest: str) -> bool:
+        """Whether the holder `digest` of the claim `name` at `place` is gone."""
+        key = (place, digest)
+        if key not in self._believed:
+            what = f"holder of {name}"
+            ok = believed(self.store, self.signing, digest, name=holder_name(place), what=what)
+            self._believed[key] = ok
+        if not self._believed[key]:
+            return True
+        found = read(self.store, self.signing, place)
+        tag, terms = found if found is not None else (None, None)
+        if found is not None and terms is None:
+            return True  # a lease nobody on the roster signed holds nothing
+        if terms is not None and terms.published is not None:
+            self.published = terms.published
+            return False
+        seen = (place, name, digest, tag or "")
+        now = self.clock()
+        if seen != self.seen:
+            self.seen, self.since = seen, now
+            return False
+        lasts = terms.seconds if terms is not None else self.seconds
+        return now - self.since > lasts
