@@ -688,6 +688,7 @@ import mutants_evaluate  # noqa: E402, F401
 import mutants_fedopt  # noqa: E402, F401
 import mutants_fsync  # noqa: E402, F401
 import mutants_guard  # noqa: E402, F401
+import mutants_lease  # noqa: E402, F401
 import mutants_local  # noqa: E402, F401
 import mutants_personal  # noqa: E402, F401
 import mutants_privacy  # noqa: E402, F401

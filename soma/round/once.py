@@ -320,7 +320,10 @@ def _leased(
     """One turn where claims come with leases (soma.round.lease): claim, or take over a
     holder whose lease ran out; compute while renewing it; publish only if it is still ours.
     The digest published, or None to wait on (a late holder waits for its successor's)."""
-    won = _claim(store, place, who, check_holder=True, gone=watch.gone)
+    def gone(name: str, digest: str) -> bool:
+        return watch.gone(place.prefix, name, digest)
+
+    won = _claim(store, place, who, check_holder=True, gone=gone)
     if watch.published is not None:  # its holder swapped its lease to it, then stopped
         publish(store, place.published, watch.published)
         return store.resolve(place.published)

@@ -1,0 +1,53 @@
+"""An averaging process for the lease trials (tests/test_lease_s3.py), the test's mutant (if
+any) applied first. Its averaging says when it starts (a line `{"computing": pid}`), then
+works for `--hold` seconds of its own running time (steps of 0.1 s: a process stopped
+mid-way still has the rest to do when it wakes) before it computes the mean. It begins
+once told to (a line on its stdin), so that its imports are done before."""
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import mutants  # noqa: E402
+
+mutants.apply_from_environment()
+
+import soma.round  # noqa: E402
+from soma.round import Backoff, Meeting, average_round  # noqa: E402
+from soma.store import Store  # noqa: E402
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--store", required=True)
+parser.add_argument("--run", required=True)
+parser.add_argument("--clients", type=int, default=2)
+parser.add_argument("--lease", type=float, required=True)
+parser.add_argument("--hold", type=float, default=0.0)
+parser.add_argument("--deadline", type=float, default=60.0)
+args = parser.parse_args()
+
+real = soma.round._Averaging.compute
+
+
+def compute(self, inputs, me):  # noqa: ANN001, ANN202
+    print(json.dumps({"computing": os.getpid()}), flush=True)
+    for _ in range(round(args.hold * 10)):
+        time.sleep(0.1)
+    return real(self, inputs, me)
+
+
+soma.round._Averaging.compute = compute
+sys.stdin.readline()
+meeting = Meeting(args.run, 0, args.clients)
+digest = average_round(
+    Store(args.store),
+    meeting,
+    deadline=args.deadline,
+    backoff=Backoff(first=0.01, cap=0.1),
+    lease=args.lease,
+)
+print(json.dumps({"average": digest}), flush=True)
