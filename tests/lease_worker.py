@@ -2,7 +2,8 @@
 any) applied first. Its averaging says when it starts (a line `{"computing": pid}`), then
 works for `--hold` seconds of its own running time (steps of 0.1 s: a process stopped
 mid-way still has the rest to do when it wakes) before it computes the mean. It begins
-once told to (a line on its stdin), so that its imports are done before."""
+once told to (a line on its stdin), so that its imports are done before; with `--gate`, its
+averaging waits for another line after its hold."""
 
 import argparse
 import json
@@ -28,6 +29,7 @@ parser.add_argument("--clients", type=int, default=2)
 parser.add_argument("--lease", type=float, required=True)
 parser.add_argument("--hold", type=float, default=0.0)
 parser.add_argument("--deadline", type=float, default=60.0)
+parser.add_argument("--gate", action="store_true")
 args = parser.parse_args()
 
 real = soma.round._Averaging.compute
@@ -37,6 +39,8 @@ def compute(self, inputs, me):  # noqa: ANN001, ANN202
     print(json.dumps({"computing": os.getpid()}), flush=True)
     for _ in range(round(args.hold * 10)):
         time.sleep(0.1)
+    if args.gate:
+        sys.stdin.readline()
     return real(self, inputs, me)
 
 

@@ -64,9 +64,9 @@ def place_of(store: Store, meeting: Meeting) -> Place:
 class Worker:
     """An averaging process (tests/lease_worker.py) whose output lines are read as they come."""
 
-    def __init__(self, url: str, *, lease: float, hold: float) -> None:
+    def __init__(self, url: str, *, lease: float, hold: float, gate: bool = False) -> None:
         command = [sys.executable, str(HERE / "lease_worker.py"), "--store", url, "--run", "r"]
-        command += ["--lease", str(lease), "--hold", str(hold)]
+        command += ["--lease", str(lease), "--hold", str(hold), *(["--gate"] if gate else [])]
         self.process = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True,
@@ -81,7 +81,7 @@ class Worker:
             self.lines.put(json.loads(line))
 
     def go(self) -> Worker:
-        """Begin averaging (its imports may be done already)."""
+        """Begin averaging (its imports may be done already); with a gate, then compute."""
         assert self.process.stdin is not None
         self.process.stdin.write("go\n")
         self.process.stdin.flush()
@@ -137,7 +137,7 @@ def test_a_renewing_holder_is_not_taken_over_however_long_it_works(bucket, worke
     holder.said("computing")
     start = time.monotonic()
     digest = average_round(store, meeting, deadline=20, backoff=QUICK, lease=1.0)
-    assert time.monotonic() - start > 2.0, "waited three leases' time for its holder"
+    assert time.monotonic() - start > 2.0, "waited longer than a lease for its holder"
     place = place_of(store, meeting)
     assert store.bound(place.takeovers) == [] and computations(store, place) == 1
     assert averaged_by(store, digest) == holder.pid
@@ -148,17 +148,22 @@ def test_a_holder_stopped_past_its_lease_wakes_and_cannot_publish_over_its_succe
     bucket, workers
 ) -> None:
     url, store, meeting = a_round()
-    late, successor = workers(url, lease=1.0, hold=1.5), workers(url, lease=1.0, hold=3.5)
+    late, successor = workers(url, lease=1.0, hold=1.5), workers(url, lease=1.0, hold=0, gate=True)
     late.go().said("computing")
     late.signal(signal.SIGSTOP)
+    assert successor.go().said("computing") == successor.pid  # took over: the late one stopped
+    late.signal(signal.SIGCONT)  # it has most of its work left, and its successor waits
+    place = place_of(store, meeting)
+    end = time.monotonic() + 30
+    while computations(store, place) < 1:  # the late one computed, before its successor
+        assert time.monotonic() < end, late.process.stderr
+        time.sleep(0.05)
+    time.sleep(1.5)  # what it would publish over its successor, it would have by now
     successor.go()
-    assert successor.said("computing") == successor.pid  # took over: the late one is stopped
-    late.signal(signal.SIGCONT)  # it has most of its work left, less than its successor
     digest = successor.said("average")
     assert late.said("average") == digest, "the late holder leaves with its successor's average"
     for w in (late, successor):
         assert w.process.wait(timeout=20) == 0, w.process.stderr.read()
-    place = place_of(store, meeting)
     assert averaged_by(store, digest) == successor.pid, "the late holder published over it"
     assert store.resolve(meeting.average) == store.resolve(place.published) == digest
     assert store.bound(place.takeovers) == [place.takeover(1)]
