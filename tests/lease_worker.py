@@ -3,7 +3,8 @@ any) applied first. Its averaging says when it starts (a line `{"computing": pid
 works for `--hold` seconds of its own running time (steps of 0.1 s: a process stopped
 mid-way still has the rest to do when it wakes) before it computes the mean. It begins
 once told to (a line on its stdin), so that its imports are done before; with `--gate`, its
-averaging waits for another line after its hold."""
+averaging waits for another line after its hold. After its first turn that computed (its
+publish done, or refused), it says so (`{"turned": pid}`)."""
 
 import argparse
 import json
@@ -19,6 +20,7 @@ import mutants  # noqa: E402
 mutants.apply_from_environment()
 
 import soma.round  # noqa: E402
+import soma.round.once  # noqa: E402
 from soma.round import Backoff, Meeting, average_round  # noqa: E402
 from soma.store import Store  # noqa: E402
 
@@ -33,9 +35,12 @@ parser.add_argument("--gate", action="store_true")
 args = parser.parse_args()
 
 real = soma.round._Averaging.compute
+real_turn = soma.round.once._leased
+computed: list[int] = []
 
 
 def compute(self, inputs, me):  # noqa: ANN001, ANN202
+    computed.append(1)
     print(json.dumps({"computing": os.getpid()}), flush=True)
     for _ in range(round(args.hold * 10)):
         time.sleep(0.1)
@@ -44,7 +49,16 @@ def compute(self, inputs, me):  # noqa: ANN001, ANN202
     return real(self, inputs, me)
 
 
+def turn(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    result = real_turn(*args, **kwargs)
+    if computed and len(computed) < 2:
+        computed.append(2)
+        print(json.dumps({"turned": os.getpid()}), flush=True)
+    return result
+
+
 soma.round._Averaging.compute = compute
+soma.round.once._leased = turn
 sys.stdin.readline()
 meeting = Meeting(args.run, 0, args.clients)
 digest = average_round(

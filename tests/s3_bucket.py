@@ -55,6 +55,8 @@ def _server_command(folder: str, port: int) -> list[str]:
         f"-filer.port={ports[2]}",
         f"-s3.port={port}",
         "-master.volumeSizeLimitMB=64",
+        "-s3.port.iceberg=0",  # off: their fixed default ports would keep a second server
+        "-s3.port.lance=0",  # (another test run's, at the same time) from starting
     ]
 
 
