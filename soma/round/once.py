@@ -149,31 +149,33 @@ def computations(store: Store, place: Place) -> int:
     return len(store.bound(place.computed))
 
 
-def _claim(
-    store: Store,
-    place: Place,
-    who: str,
-    *,
-    check_holder: bool,
-    gone: Callable[[str, str], bool] | None = None,
-) -> bool:
+def _claim(store: Store, place: Place, who: str, *, check_holder: bool) -> bool:
     """Claim the work, or take it over from a holder that is provably gone.
 
     A name seen taken is not claimed again (that would be a temporary written and removed at
     every poll); the claim itself stays the one atomic operation. Whether the holder is gone
-    is asked only when `check_holder` (it may cost a squeue): `gone(name, digest)` of the
-    latest claim, by default its record's proof (soma.round.holders).
+    is asked only when `check_holder` (it may cost a squeue).
     """
+
+    def proven(name: str, digest: str) -> bool:
+        return holders.gone(read_record(store, digest))
+
+    return _claim_judged(store, place, who, gone=proven if check_holder else None)
+
+
+def _claim_judged(
+    store: Store, place: Place, who: str, *, gone: Callable[[str, str], bool] | None
+) -> bool:
+    """Claim the work, or take it over from a holder that `gone(name, digest)` (of the
+    latest claim) says is gone; None: do not ask."""
     if store.resolve(place.claimed) is None and store.claim(place.claimed, who):
         return True
-    if not check_holder:
+    if gone is None:
         return False
     latest = _latest(store, place)
-    if latest is None:
+    if latest is None or not gone(*latest):
         return False
-    name, digest = latest
-    if not (gone(name, digest) if gone else holders.gone(read_record(store, digest))):
-        return False
+    name, _ = latest
     generation = 1 if name == place.claimed else int(name.rsplit("/", 1)[1]) + 1
     return store.claim(place.takeover(generation), who)
 
@@ -320,10 +322,11 @@ def _leased(
     """One turn where claims come with leases (soma.round.lease): claim, or take over a
     holder whose lease ran out; compute while renewing it; publish only if it is still ours.
     The digest published, or None to wait on (a late holder waits for its successor's)."""
+
     def gone(name: str, digest: str) -> bool:
         return watch.gone(place.prefix, name, digest)
 
-    won = _claim(store, place, who, check_holder=True, gone=gone)
+    won = _claim_judged(store, place, who, gone=gone)
     if watch.published is not None:  # its holder swapped its lease to it, then stopped
         publish(store, place.published, watch.published)
         return store.resolve(place.published)
