@@ -22,6 +22,7 @@ pytest.importorskip("boto3", reason="boto3 (soma[s3]) is not installed")
 
 from s3_bucket import BUCKET  # noqa: E402
 
+from soma.cli import main as soma  # noqa: E402
 from soma.round import (  # noqa: E402
     Backoff,
     Meeting,
@@ -129,6 +130,8 @@ def test_a_holder_killed_mid_averaging_is_taken_over_after_its_lease(bucket, wor
     assert store.bound(place.takeovers) == [place.takeover(1)]
     assert computations(store, place) == 1 and averaged_by(store, digest) == os.getpid()
     assert store.resolve(meeting.average) == store.resolve(place.published) == digest
+    assert store.recall(place.lease)["published"] == digest
+    assert soma(["verify", "--store", url]) == 0, "a lease is a record like any other"
 
 
 def test_a_renewing_holder_is_not_taken_over_however_long_it_works(bucket, workers) -> None:
