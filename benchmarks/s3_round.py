@@ -1,7 +1,7 @@
 """What a round costs on a bucket against the same round on a folder, in one run.
 
     python benchmarks/s3_round.py [--clients 4] [--rounds 2] [--repeats 3] [--size-mb 100]
-                                  [--task soma.tasks.control] [--where]
+                                  [--task soma.tasks.control] [--export-mb 0] [--where]
 
 The bucket is SeaweedFS on loopback: `weed server -s3 -ip=127.0.0.1` on free ports, started
 here as tests/s3_bucket.py does (its command and ports), unless AWS_ENDPOINT_URL is set (then
@@ -9,8 +9,9 @@ that endpoint, with the standard AWS variables, and --bucket, which must exist).
 is a fresh durable store under --dir. Each measurement runs on both, in turn, --repeats times
 over (so a change in the machine's load falls on both); seconds are the best of the repeats:
 
-- contribution: `soma.round.contribute` of one client's export of the task's model (its
-  weights, a record, the claim of the client's name), per contribution, on a fresh store;
+- contribution: `soma.round.contribute` of one client's export of the task's model (or of a
+  --export-mb model: its weights, a record, the claim of the client's name), per
+  contribution, on a fresh store;
 - averaging: `soma.round.average_round` of those contributions (find the clients, read
   their records, claim the averaging, stream their weights into the mean, publish);
 - reading the average: `soma.round.weights_of_average`, what each client does to leave;
@@ -23,8 +24,9 @@ S3 requests are counted by a botocore `before-send` handler registered here on t
 boto3 session (so every client a store makes, simulate's included, inherits it): one per
 HTTP request sent, retries included; nothing in soma counts them. The table gives them per
 contribution, averaging, round and model, by operation and key kind (`names/`, `blobs/`,
-`probe/`; INM: a conditional put with If-None-Match); `--where` adds which soma functions
-sent them. Ratios are bucket / folder seconds (and folder / bucket MB/s).
+`probe/`; INM: a conditional put with If-None-Match), with the bytes sent and received
+and how often the averaging fetched each blob; `--where` adds which soma functions sent
+them. Ratios are bucket / folder seconds (and folder / bucket MB/s).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from soma.tasks import load_task  # noqa: E402
 
 torch.set_num_threads(1)
 BUCKET = "soma-bench"
+EXTRA_FLAGS = ["-s3.port.iceberg=0", "-s3.port.lance=0", "-volume.max=0"]
 
 
 # --- counting requests ---------------------------------------------------------------------
@@ -68,28 +71,35 @@ class Requests:
     def __init__(self) -> None:
         self.by_kind: collections.Counter[str] = collections.Counter()
         self.by_caller: collections.Counter[str] = collections.Counter()
+        self.blob_gets: collections.Counter[str] = collections.Counter()
+        self.sent = self.received = 0
         self.on = False
+
+    def received_hook(self, parsed: dict, **_) -> None:
+        """After a GET: the bytes of its body (read or not)."""
+        if self.on:
+            self.received += int(parsed.get("ContentLength") or 0)
 
     def hook(self, request, event_name: str, **_) -> None:
         if not self.on:
             return
         operation = event_name.rsplit(".", 1)[-1]
+        self.sent += int(request.headers.get("Content-Length") or 0)
         path = unquote(urlparse(request.url).path)
         kind = next((k for k in ("names/", "blobs/", "probe/") if f"/{k}" in path), "")
         conditional = " INM" if "If-None-Match" in request.headers else ""
         ranged = " range" if "Range" in request.headers else ""
         self.by_kind[f"{operation} {kind}{conditional}{ranged}".strip()] += 1
-        frames = [
-            f"{Path(f.filename).parent.name}.{f.name}"
-            for f in traceback.extract_stack()[:-1]
-            if "/soma/" in f.filename and "/store/" not in f.filename
-        ]
-        self.by_caller[f"{operation} <- " + " <- ".join(reversed(frames[-3:]))] += 1
+        if operation == "GetObject" and kind == "blobs/":
+            self.blob_gets[path] += 1
+        self.by_caller[f"{operation} <- " + " <- ".join(_callers())] += 1
 
     @contextmanager
     def counting(self) -> Iterator[None]:
         self.by_kind.clear()
         self.by_caller.clear()
+        self.blob_gets.clear()
+        self.sent = self.received = 0
         self.on = True
         try:
             yield
@@ -103,6 +113,22 @@ class Requests:
 REQUESTS = Requests()
 
 
+def _callers() -> list[str]:
+    """The store's method that sent a request and the two soma functions above it, as
+    `module.function` under soma/ (`round.once.publish`), innermost first."""
+    frames = []
+    for frame in traceback.extract_stack():
+        path = frame.filename.replace(os.sep, "/")
+        if "/soma/" not in path:
+            continue
+        module = path.rsplit("/soma/", 1)[1].removesuffix(".py").removesuffix("/__init__")
+        module = module.replace("/", ".")
+        if module.startswith("store") and frames and frames[-1].startswith("store"):
+            continue  # inside the store: its entry point says enough
+        frames.append(f"{module}.{frame.name}")
+    return list(reversed(frames[-3:]))
+
+
 def count_requests() -> None:
     """Register the counter on the default boto3 session: every S3 client made afterwards
     (by any Store) is made with a copy of its handlers."""
@@ -110,6 +136,7 @@ def count_requests() -> None:
 
     boto3.setup_default_session()
     boto3.DEFAULT_SESSION.events.register("before-send.s3", REQUESTS.hook)
+    boto3.DEFAULT_SESSION.events.register("after-call.s3.GetObject", REQUESTS.received_hook)
 
 
 # --- the server ----------------------------------------------------------------------------
@@ -141,7 +168,10 @@ def server(work: Path, bucket: str) -> Iterator[str]:
         AWS_DEFAULT_REGION="us-east-1",
     )
     log = open(work / "weed.log", "wb")
-    weed = subprocess.Popen(_server_command(str(data), port), stdout=log, stderr=log)
+    # the fixture's command, less the Iceberg and Lance listeners (fixed ports: a second
+    # server on the machine, a test session's, would hold them) and with room for 100 MB puts
+    command = _server_command(str(data), port) + EXTRA_FLAGS
+    weed = subprocess.Popen(command, stdout=log, stderr=log)
     try:
         client = boto3.client("s3")
         deadline = time.monotonic() + 60
@@ -187,15 +217,18 @@ class Sample:
 
     def __init__(self) -> None:
         self.seconds = float("inf")
-        self.requests = 0
+        self.requests = self.sent = self.received = 0
         self.by_kind: collections.Counter[str] = collections.Counter()
         self.by_caller: collections.Counter[str] = collections.Counter()
+        self.blob_gets: collections.Counter[str] = collections.Counter()
 
     def add(self, seconds: float) -> None:
         self.seconds = min(self.seconds, seconds)
         self.requests = REQUESTS.total()
+        self.sent, self.received = REQUESTS.sent, REQUESTS.received
         self.by_kind = collections.Counter(REQUESTS.by_kind)
         self.by_caller = collections.Counter(REQUESTS.by_caller)
+        self.blob_gets = collections.Counter(REQUESTS.blob_gets)
 
 
 def timed(sample: Sample, run: Callable[[], object]) -> object:
@@ -206,10 +239,10 @@ def timed(sample: Sample, run: Callable[[], object]) -> object:
     return out
 
 
-def client_exports(task_name: str, clients: int, repeat: int) -> list[dict]:
-    """The task's model exported once per client, each with its own weights (new blobs)."""
-    task = load_task(task_name)
-    base = export_of(task.nodes(0))
+def client_exports(task_name: str, clients: int, repeat: int, export_mb: float) -> list[dict]:
+    """The task's model (or a model of `export_mb` MB) exported once per client, each with
+    its own weights (new blobs)."""
+    base = model(export_mb) if export_mb else export_of(load_task(task_name).nodes(0))
     return [
         {
             n: {k: t + (1 + repeat * clients + c) * 1e-3 for k, t in keys.items()}
@@ -220,11 +253,11 @@ def client_exports(task_name: str, clients: int, repeat: int) -> list[dict]:
 
 
 def round_by_library(
-    store: Store, task: str, clients: int, repeat: int, samples: dict[str, Sample]
+    store: Store, args: argparse.Namespace, repeat: int, samples: dict[str, Sample]
 ) -> None:
     """Contribute every client's export, average them, read the average: timed apart."""
-    meeting = Meeting("bench", repeat, clients, config={"task": task})
-    exports = client_exports(task, clients, repeat)
+    meeting = Meeting("bench", repeat, args.clients, config={"task": args.task})
+    exports = client_exports(args.task, args.clients, repeat, args.export_mb)
 
     def contributions() -> None:
         for k, export in enumerate(exports):
@@ -277,22 +310,26 @@ def measure(args: argparse.Namespace, places: Places) -> dict[str, dict[str, Sam
     for repeat in range(args.repeats):
         for where in WHERE:
             samples = got[where]
-            round_by_library(Store(places.fresh(where)), args.task, args.clients, repeat, samples)
+            round_by_library(Store(places.fresh(where)), args, repeat, samples)
             whole_round(places.fresh(where), args.task, args.clients, args.rounds, samples["round"])
             model_io(Store(places.fresh(where)), big, samples)
             print(f"  repeat {repeat + 1}/{args.repeats} on the {where} done", flush=True)
     got["size"] = nbytes(big)  # type: ignore[assignment]
+    got["export"] = nbytes(client_exports(args.task, 1, 0, args.export_mb)[0])  # type: ignore[assignment]
     return got
 
 
 def report(args: argparse.Namespace, got: dict, endpoint: str) -> None:
-    size = got.pop("size")
+    size, export = got.pop("size"), got.pop("export")
     folder, bucket = got["folder"], got["bucket"]
     print(
-        f"\nbucket ({endpoint}) against folder, best of {args.repeats}; {args.task}, "
-        f"{args.clients} clients; ratio: bucket/folder seconds"
+        f"\nbucket ({endpoint}) against folder, best of {args.repeats}; {args.task}, exports of "
+        f"{export / 1e3:.1f} kB, {args.clients} clients; ratio: bucket/folder seconds"
     )
-    print(f"{'':<27}{'folder s':>10}{'bucket s':>10}{'ratio':>8}{'requests':>10}{'ms/req':>8}")
+    print(
+        f"{'':<24}{'folder s':>9}{'bucket s':>9}{'ratio':>7}{'requests':>9}{'ms/req':>7}"
+        f"{'kB up':>8}{'kB down':>8}"
+    )
     rows = {  # row: its label, and what its numbers are divided by
         "contributions": ("per contribution", args.clients),
         "averaging": (f"averaging {args.clients}", 1),
@@ -303,16 +340,24 @@ def report(args: argparse.Namespace, got: dict, endpoint: str) -> None:
         f, b = folder[row].seconds / per, bucket[row].seconds / per
         requests = bucket[row].requests / per
         print(
-            f"{label:<27}{f:>10.4f}{b:>10.4f}{b / f:>8.1f}{requests:>10.1f}"
-            f"{1000 * b / max(requests, 1):>8.1f}"
+            f"{label:<24}{f:>9.4f}{b:>9.4f}{b / f:>7.1f}{requests:>9.1f}"
+            f"{1000 * b / max(requests, 1):>7.1f}{bucket[row].sent / per / 1e3:>8.1f}"
+            f"{bucket[row].received / per / 1e3:>8.1f}"
         )
-    print(f"{'':<27}{'folder MB/s':>12}{'bucket MB/s':>12}{'ratio':>6}{'requests':>10}")
+    print(f"{'':<24}{'folder MB/s':>12}{'bucket MB/s':>12}{'ratio':>6}{'requests':>9}")
     for row in ("put model", "get model"):
         f, b = folder[row].seconds, bucket[row].seconds
         print(
-            f"{f'{row} ({size / 1e6:.0f} MB)':<27}{size / 1e6 / f:>12.0f}{size / 1e6 / b:>12.0f}"
-            f"{f / b:>6.2f}{bucket[row].requests:>10}"
+            f"{f'{row} ({size / 1e6:.0f} MB)':<24}{size / 1e6 / f:>12.0f}{size / 1e6 / b:>12.0f}"
+            f"{f / b:>6.2f}{bucket[row].requests:>9}"
         )
+    gets = bucket["averaging"].blob_gets
+    again = sum(1 for n in gets.values() if n > 1)
+    print(
+        f"the averaging's blob GETs: {sum(gets.values())} of {len(gets)} blobs, {again} of these "
+        f"fetched more than once; {bucket['averaging'].received / 1e6:.1f} MB down for "
+        f"{args.clients} exports of {export / 1e6:.1f} MB"
+    )
     print(f"\nbucket requests by operation and key (contributions: all {args.clients} of them;")
     print(f"round: all {args.rounds} rounds; INM: If-None-Match; probe/: the check of INM)")
     for row in ROWS:
@@ -344,6 +389,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--size-mb", type=float, default=100.0)
     parser.add_argument("--task", default="soma.tasks.control")
+    parser.add_argument(
+        "--export-mb", type=float, default=0, help="contribute a model this large (0: the task's)"
+    )
     parser.add_argument("--bucket", default=BUCKET, help="with AWS_ENDPOINT_URL: an existing one")
     parser.add_argument("--dir", default=None, help="where the folder stores are (default /tmp)")
     parser.add_argument("--where", action="store_true", help="which soma calls sent requests")
