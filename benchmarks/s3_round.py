@@ -355,8 +355,8 @@ def report(args: argparse.Namespace, got: dict, endpoint: str) -> None:
     again = sum(1 for n in gets.values() if n > 1)
     print(
         f"the averaging's blob GETs: {sum(gets.values())} of {len(gets)} blobs, {again} of these "
-        f"fetched more than once; {bucket['averaging'].received / 1e6:.1f} MB down for "
-        f"{args.clients} exports of {export / 1e6:.1f} MB"
+        f"fetched more than once; {bucket['averaging'].received / 1e3:.1f} kB down for "
+        f"{args.clients} exports of {export / 1e3:.1f} kB"
     )
     print(f"\nbucket requests by operation and key (contributions: all {args.clients} of them;")
     print(f"round: all {args.rounds} rounds; INM: If-None-Match; probe/: the check of INM)")
