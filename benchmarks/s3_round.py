@@ -324,11 +324,11 @@ def report(args: argparse.Namespace, got: dict, endpoint: str) -> None:
     folder, bucket = got["folder"], got["bucket"]
     print(
         f"\nbucket ({endpoint}) against folder, best of {args.repeats}; {args.task}, exports of "
-        f"{export / 1e3:.1f} kB, {args.clients} clients; ratio: bucket/folder seconds"
+        f"{export / 1e6:.3f} MB, {args.clients} clients; ratio: bucket/folder seconds"
     )
     print(
         f"{'':<24}{'folder s':>9}{'bucket s':>9}{'ratio':>7}{'requests':>9}{'ms/req':>7}"
-        f"{'kB up':>8}{'kB down':>8}"
+        f"{'MB up':>9}{'MB down':>9}"
     )
     rows = {  # row: its label, and what its numbers are divided by
         "contributions": ("per contribution", args.clients),
@@ -341,8 +341,8 @@ def report(args: argparse.Namespace, got: dict, endpoint: str) -> None:
         requests = bucket[row].requests / per
         print(
             f"{label:<24}{f:>9.4f}{b:>9.4f}{b / f:>7.1f}{requests:>9.1f}"
-            f"{1000 * b / max(requests, 1):>7.1f}{bucket[row].sent / per / 1e3:>8.1f}"
-            f"{bucket[row].received / per / 1e3:>8.1f}"
+            f"{1000 * b / max(requests, 1):>7.1f}{bucket[row].sent / per / 1e6:>9.3f}"
+            f"{bucket[row].received / per / 1e6:>9.3f}"
         )
     print(f"{'':<24}{'folder MB/s':>12}{'bucket MB/s':>12}{'ratio':>6}{'requests':>9}")
     for row in ("put model", "get model"):
@@ -355,8 +355,8 @@ def report(args: argparse.Namespace, got: dict, endpoint: str) -> None:
     again = sum(1 for n in gets.values() if n > 1)
     print(
         f"the averaging's blob GETs: {sum(gets.values())} of {len(gets)} blobs, {again} of these "
-        f"fetched more than once; {bucket['averaging'].received / 1e3:.1f} kB down for "
-        f"{args.clients} exports of {export / 1e3:.1f} kB"
+        f"fetched more than once; {bucket['averaging'].received / 1e6:.3f} MB down for "
+        f"{args.clients} exports of {export / 1e6:.3f} MB"
     )
     print(f"\nbucket requests by operation and key (contributions: all {args.clients} of them;")
     print(f"round: all {args.rounds} rounds; INM: If-None-Match; probe/: the check of INM)")
