@@ -23,7 +23,9 @@ Layout, as on a folder (soma.store): `<prefix>/blobs/ab/<digest>` holds a blob's
   A put of a blob already there older than `REFRESH_AFTER` refreshes it: it first puts a
   marker `<prefix>refreshed/<digest>` (a random body), then copies the blob onto itself
   (CopyObject, new metadata: the server sets a new LastModified; the ETag stays, so no
-  conditional delete can see it, which is why the marker exists), and redoes both unless
+  conditional delete can see it, which is why the marker exists: checked on SeaweedFS,
+  whose DeleteObject honours If-Match but ignores If-Match-Last-Modified-Time and
+  If-Unmodified-Since, as AWS's general purpose buckets do), and redoes both unless
   they were at most `WINDOW` seconds apart by the server's Dates; a copy that finds no blob
   uploads it. gc removes a blob as a folder's gc does, through an attic: one HEAD (still
   older than the cutoff?), a server-side copy to `<prefix>attic/<digest>`, the delete,
@@ -37,8 +39,8 @@ Layout, as on a folder (soma.store): `<prefix>/blobs/ab/<digest>` holds a blob's
   could need it looks (both windows are at most `WINDOW`). Reads and `has_blob` that miss a
   blob look in the attic, so the instant a blob spends there is invisible. A gc killed
   midway leaves attic copies: the next gc puts back the blobs still missing.
-  Multipart uploads neither begun nor added to since the cutoff were abandoned by killed
-  writers (a live writer adds a part at least every few seconds): gc aborts them.
+  Multipart uploads not written since the cutoff (their last part, else their start) were
+  abandoned by killed writers (a live one adds a part every few seconds): gc aborts them.
   CopyObject copies at most 5 GB in one request: a larger blob is not refreshed (it ages
   from its upload; the grace is its margin).
 - A server that ignores `If-None-Match` (some S3-compatible ones do, silently) would let every
@@ -415,9 +417,9 @@ class S3Backend:
                         raise self._failed("DELETE", item["Key"], error) from None
 
     def abandoned_uploads(self, cutoff: float, dry_run: bool = False) -> tuple[int, int]:
-        """Abort the multipart uploads under the prefix neither begun nor added to since
-        `cutoff` (server time: killed writers'); how many were (or, `dry_run`, would be)
-        aborted, and how many are kept (maybe live)."""
+        """Abort the multipart uploads under the prefix not written since `cutoff` (their
+        last part, or their start; server time: killed writers'); how many were (`dry_run`:
+        would be) aborted, and how many are kept (maybe live)."""
         aborted = kept = 0
         pages = self.client.get_paginator("list_multipart_uploads")
         try:
@@ -430,17 +432,16 @@ class S3Backend:
             raise self._failed("LIST uploads", self.prefix, error) from None
         for upload in uploads:
             key, upload_id = upload["Key"], upload["UploadId"]
-            touched = upload["Initiated"].timestamp()
-            if touched < cutoff:
-                try:
-                    parts = self.client.list_parts(
-                        Bucket=self.bucket, Key=key, UploadId=upload_id
-                    ).get("Parts", [])
-                except _ERRORS as error:
-                    if _missing(error):
-                        continue  # completed or aborted meanwhile
-                    raise self._failed("LIST parts", key, error) from None
-                touched = max([touched] + [p["LastModified"].timestamp() for p in parts])
+            try:  # its last part is when it was last written (no part: when it began)
+                parts = self.client.list_parts(Bucket=self.bucket, Key=key, UploadId=upload_id).get(
+                    "Parts", []
+                )
+            except _ERRORS as error:
+                if _missing(error):
+                    continue  # completed or aborted meanwhile
+                raise self._failed("LIST parts", key, error) from None
+            times = [p["LastModified"].timestamp() for p in parts]
+            touched = max(times) if times else upload["Initiated"].timestamp()
             if touched >= cutoff:
                 kept += 1
                 continue
