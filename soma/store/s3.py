@@ -25,7 +25,7 @@ Layout, as on a folder (soma.store): `<prefix>/blobs/ab/<digest>` holds a blob's
   (CopyObject, new metadata: the server sets a new LastModified; the ETag stays, so no
   conditional delete can see it, which is why the marker exists: checked on SeaweedFS,
   whose DeleteObject honours If-Match but ignores If-Match-Last-Modified-Time and
-  If-Unmodified-Since, as AWS's general purpose buckets do), and redoes both unless
+  If-Unmodified-Since; AWS takes the former only on directory buckets), and redoes both unless
   they were at most `WINDOW` seconds apart by the server's Dates; a copy that finds no blob
   uploads it. gc removes a blob as a folder's gc does, through an attic: one HEAD (still
   older than the cutoff?), a server-side copy to `<prefix>attic/<digest>`, the delete,
