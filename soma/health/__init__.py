@@ -511,7 +511,11 @@ def repair(
         current = verify(store, run)
     for p in current.problems:
         if p.kind == "corrupt" and not p.needed and p.digest is not None:
-            if _collect(store, p.digest, cutoff=1e-9) is not None:
+            if isinstance(store, BackendStore):  # no corrupt mark on a bucket: as it is now
+                freed = store.backend.delete_blob(p.digest)
+            else:  # only while still marked corrupt (a put of its bytes since replaced it)
+                freed = _collect(store, p.digest, cutoff=1e-9)
+            if freed is not None:
                 report.removed.append(p.path)
     report.after = verify(store, run) if current is not before or report.removed else before
     return report
