@@ -48,20 +48,23 @@ def test_gc_on_a_bucket_removes_old_garbage_past_the_grace_keeps_the_young_and_t
     store: BackendStore, capsys: pytest.CaptureFixture[str]
 ) -> None:
     records = federated_run(store, rounds=2, clients=2)
+    federated_run(store, "dropped", rounds=1, clients=2, strategy="fedavg")
     garbage = store.put_value({"killed": "before its bind", "w": torch.ones(10)})
     _age_all(store, 2 * HOUR)
     young = store.put(b"put a second ago, bound soon")
-    url = store.backend.url
-    assert soma(["gc", "--store", url, "--dry-run", "--json"]) == 0
+    url, keep = store.backend.url, ["--keep-runs", "ctl"]
+    assert soma(["gc", "--store", url, *keep, "--dry-run", "--json"]) == 0
     dry = json.loads(capsys.readouterr().out)
     assert dry["blobs_removed"] >= 2 and store.has(garbage), "a dry run removes nothing"
-    assert soma(["gc", "--store", url, "--json"]) == 0  # the default grace, 1 h
+    assert dry["names_removed"] and store.bound("dropped/") == dry["names_removed"]
+    assert soma(["gc", "--store", url, *keep, "--json"]) == 0  # the default grace, 1 h
     report = json.loads(capsys.readouterr().out)
     assert report["blobs_removed"] == dry["blobs_removed"] and not store.has(garbage), report
-    assert store.has(young) and report["kept_young"] == 1
+    assert store.has(young) and report["kept_young"] == 1 and store.bound("dropped/") == []
     for record in records:  # reached only as text inside the average records
         assert store.recall_digest(record["weights"]) and store.recall_digest(record["state"])
-    assert health.verify(store).clean
+    after = health.verify(store)
+    assert after.clean and after.unreachable == 1, after.lines()  # the young one
     assert health.gc(store, min_age=HOUR).blobs_removed == 0
 
 
@@ -141,3 +144,19 @@ def test_soma_verify_finds_a_missing_blob_on_a_bucket_and_soma_repair_rebuilds_i
     assert "round 1 of run 'ctl'" in capsys.readouterr().out
     assert store.get(victim) == original
     assert soma(["verify", "--store", url]) == 0
+
+
+def test_a_blob_a_killed_gc_left_in_the_attic_stays_readable_and_the_next_gc_puts_it_back(
+    store: BackendStore,
+) -> None:
+    digest = store.put(b"named, its gc killed midway")
+    store.bind("run/named", digest)
+    client, key = store.backend.client, _key(store, digest)
+    attic = f"{store.backend.prefix}attic/{digest}"
+    client.copy_object(Bucket=BUCKET, Key=attic, CopySource={"Bucket": BUCKET, "Key": key})
+    client.delete_object(Bucket=BUCKET, Key=key)  # where a killed gc stops
+    assert store.has(digest) and store.get(digest) == b"named, its gc killed midway"
+    report = health.gc(store, min_age=HOUR)
+    assert report.restored == 1 and report.blobs_removed == 0, report.lines()
+    assert [k for k, _, _ in store.backend.blobs()] == [f"{digest[:2]}/{digest}"]
+    assert not list(store.backend._listed(f"{store.backend.prefix}attic/"))

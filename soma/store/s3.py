@@ -382,11 +382,16 @@ class S3Backend:
     def _back(self, digest: str) -> None:
         """Copy blob `digest` back from the attic, then drop the attic's copy."""
         attic = self._attic_key(digest)
-        self.client.copy_object(
-            Bucket=self.bucket,
-            Key=self._blob_key(digest),
-            CopySource={"Bucket": self.bucket, "Key": attic},
-        )
+        try:
+            self.client.copy_object(
+                Bucket=self.bucket,
+                Key=self._blob_key(digest),
+                CopySource={"Bucket": self.bucket, "Key": attic},
+            )
+        except _ERRORS as error:
+            if _missing(error):
+                return  # another gc put it back (settle_attic) this instant
+            raise self._failed("copy back from the attic of", attic, error) from None
         self.client.delete_object(Bucket=self.bucket, Key=attic)
 
     def settle_attic(self) -> int:
