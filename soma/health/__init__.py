@@ -91,8 +91,9 @@ every name of the runs not kept. Decisions, and the guarantee they give:
   every age is judged by the SERVER's clock: the cutoff is the server's time (the Date of
   its answer, taken before the names are read) minus `min_age`, against each object's
   LastModified, so sites whose clocks differ agree, and no local clock matters. Its
-  temporaries are multipart uploads: those neither begun nor added to since the cutoff
-  are aborted (`uploads_aborted`); a killed gc's attic copies are put back (`restored`).
+  temporaries are multipart uploads: those not written since the cutoff (their last part,
+  else their start) are aborted (`uploads_aborted`); a killed gc's attic copies are put
+  back (`restored`).
   `keep_runs`, `force`, `dry_run` and the floor are the folder's.
 """
 
