@@ -4,7 +4,7 @@ The folder store (`soma.store.Store` on a path or a `file://` URL) is the refere
 its own primitives: its guarantees (durability passes, group commits, link(2) claims,
 no-follow opens, writing beside the hash) are woven into them, and moving them behind an
 interface would change bits that are tested as they are. Any other place is a `Backend`: the
-seven operations below and nothing else, and `BackendStore` builds the store's public API
+operations below and nothing else, and `BackendStore` builds the store's public API
 (the one the rest of soma uses: put/get, bind/claim/resolve/bound, keep/recall, ...) on them,
 with the guarantees that do not depend on where the bytes are made here, once:
 
@@ -33,6 +33,13 @@ What a backend must guarantee (a third one implements exactly this):
   wrote it, with its size and mtime): what is there, for listing, verify and gc.
 - `delete_name(name)` / `delete_blob(digest)` (its size, None if it was not there): for
   `forget`, repair and gc.
+- For gc beside live writers (soma.health), by the backend's own clock: `now()`;
+  `collect_blob(digest, cutoff)`: remove the blob unless a put refreshed it after `cutoff`
+  (a put of a blob already there must refresh it, and the two must not race: its size, or
+  None when it stays); `settle_attic()`: put back what a killed gc left half removed;
+  `forget_markers(cutoff)`: drop what refreshes left that no gc needs any more;
+  `abandoned_uploads(cutoff, dry_run)`: abort uploads untouched since `cutoff` (aborted,
+  kept).
 
 Backends are found by URL scheme in one place, `BACKENDS` (`s3://` is soma.store.s3).
 """
@@ -78,6 +85,16 @@ class Backend(Protocol):
     def delete_name(self, name: str) -> bool: ...
 
     def delete_blob(self, digest: str) -> int | None: ...
+
+    def now(self) -> float: ...
+
+    def collect_blob(self, digest: str, cutoff: float) -> int | None: ...
+
+    def settle_attic(self) -> int: ...
+
+    def forget_markers(self, cutoff: float) -> None: ...
+
+    def abandoned_uploads(self, cutoff: float, dry_run: bool = False) -> tuple[int, int]: ...
 
 
 # scheme -> "module:class" of its backend, imported only when a URL asks for it (boto3 is
