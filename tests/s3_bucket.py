@@ -55,6 +55,10 @@ def _server_command(folder: str, port: int) -> list[str]:
         f"-filer.port={ports[2]}",
         f"-s3.port={port}",
         "-master.volumeSizeLimitMB=64",
+        # its Iceberg and Lance listeners have fixed default ports: off, so that two servers
+        # (two test sessions on one machine) do not collide
+        "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
     ]
 
 
