@@ -43,7 +43,7 @@ def config(store: str, **more) -> dict:
         "task_options": {"soma.tasks.control": {"examples": EXAMPLES, "epochs": 1}},
         "strategy": "fedavg", "strategy_options": {}, "threads": 1, "average_deadline": 120,
         "metric": "loss", "baselines": {"alone": False, "centralized": False},
-        "sites": SITES, **more,
+        "clients_per_job": 2, "sites": SITES, **more,
     }  # fmt: skip
 
 
@@ -117,6 +117,7 @@ def test_two_sites_on_one_bucket_reach_the_bits_of_one_site_averaging_each_round
         (folder / "config.yaml").write_text(json.dumps(config(store, site=site)))
         command = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile")]
         command += ["-d", str(folder), "--configfile", str(folder / "config.yaml"), "--cores", "1"]
+        command.append(f"results/sites/round/{ROUNDS - 1}/evaluation.json")  # not the summary
         processes[site] = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env()
         )  # both at once: each site's averages wait for the other's clients
@@ -125,8 +126,11 @@ def test_two_sites_on_one_bucket_reach_the_bits_of_one_site_averaging_each_round
         assert process.returncode == 0, f"site {site}:\n{out[-4000:]}"
     for site, folder in folders.items():
         rounds = folder / "results" / "sites" / "round"
-        mine = {int(p.stem) for p in rounds.glob("*/client/*.json")}
-        assert mine == set(RunSpec.from_config(config(store, site=site)).hosted), site
+        for r in range(ROUNDS):  # a job a round: its own clients trained, the round averaged
+            trained = json.loads((rounds / f"{r}/batch/0.json").read_text())["clients"]
+            assert [c["client"] for c in trained] == RunSpec.from_config(
+                config(store, site=site)
+            ).hosted, site
         averages = [json.loads((rounds / f"{r}/average.json").read_text()) for r in range(ROUNDS)]
         assert [a["weights"] for a in averages] == one_site, f"site {site}: not one site's bits"
         assert all([i["client"] for i in a["inputs"]] == [0, 1, 2, 3] for a in averages)

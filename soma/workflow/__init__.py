@@ -444,7 +444,7 @@ def average(
         {"client": i["client"], "weights": i["weights"], "size": i["size"]} for i in record.inputs
     ]
     write_receipt(receipt, average_receipt(meeting, record, inputs=inputs_said))
-    _log_average(meeting, inputs, record, digest, time.perf_counter() - tic)
+    _log_average(meeting, record, digest, time.perf_counter() - tic)
 
 
 def averaged(
@@ -476,16 +476,11 @@ def average_receipt(
     }
 
 
-def _log_average(
-    meeting: Meeting,
-    inputs: Sequence[Input],
-    record: AverageRecord,
-    digest: str,
-    seconds: float,
-) -> None:
-    """What an average job did, for its log: who came, who was left out, what came of it."""
-    clients = ", ".join(str(i.client) for i in inputs) or "nobody"
-    sizes = ", ".join(str(i.size) for i in inputs)
+def _log_average(meeting: Meeting, record: AverageRecord, digest: str, seconds: float) -> None:
+    """What an average job did, for its log: who came (as the record says: at a site, the
+    other sites' clients too), who was left out, what came of it."""
+    clients = ", ".join(str(i["client"]) for i in record.inputs) or "nobody"
+    sizes = ", ".join(str(i["size"]) for i in record.inputs)
     LOG.info("%s: %s of clients %s (sizes %s)", meeting.what, meeting.strategy, clients, sizes)
     for left in record.left_out:
         LOG.warning("%s: client %s left out: %s", meeting.what, left["client"], left["why"])

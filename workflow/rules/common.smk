@@ -22,8 +22,10 @@ SECURE = config["secure_aggregation"] is not None
 HOSTED = RunSpec.from_config(config).hosted
 # A batch as large as a round's sample: the round is one job, that trains every client and
 # averages them (one interpreter, one torch import a round), writing both receipts.
-ONE_JOB_A_ROUND = not SECURE and HOSTED is None and CLIENTS_PER_JOB >= len(
-    sampled(SEED, 0, CLIENTS, PARTICIPATION)
+# At a site (config `site`), a batch as large as its clients: the job trains its own and
+# averages the whole round (waiting for the other sites' clients in the store).
+ONE_JOB_A_ROUND = not SECURE and CLIENTS_PER_JOB >= (
+    len(sampled(SEED, 0, CLIENTS, PARTICIPATION)) if HOSTED is None else len(HOSTED)
 )
 BASELINES = config["baselines"]
 # A task whose module defines evaluate_local (read, not run) has federated evaluation, and
@@ -101,8 +103,10 @@ def training_inputs(wildcards):
 
 
 def batch_clients(wildcards):
-    """The batch's clients; a round in one job (ONE_JOB_A_ROUND) is its batch 0."""
-    return batches(int(wildcards.round))[int(getattr(wildcards, "batch", 0))]
+    """The batch's clients; a round in one job (ONE_JOB_A_ROUND) is its batch 0, empty at a
+    site none of whose clients the round samples."""
+    found = batches(int(wildcards.round))
+    return found[int(getattr(wildcards, "batch", 0))] if found else []
 
 
 def batch_before(wildcards):
