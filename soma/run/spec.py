@@ -453,8 +453,8 @@ class RunSpec:
             )
 
     def _check_roster(self) -> None:
-        """The roster names every client of the run; and this process holds the private key
-        of each client it hosts, the roster's (soma.round.signing)."""
+        """The roster names every client of the run; and this process (or site) holds the
+        private key of each client it hosts, the roster's (soma.round.signing)."""
         from soma.round.signing import SigningError
 
         if self.roster is None:
@@ -469,7 +469,7 @@ class RunSpec:
                 f"{self.named('roster')}: clients {', '.join(map(str, missing))} of the run's "
                 f"{self.clients} are not on the roster {self.roster!r}"
             )
-        for k in self.mine or ():
+        for k in self.mine or self.hosted or ():  # a process's clients, or a site's
             try:
                 signing.private(k)
             except SigningError as error:
