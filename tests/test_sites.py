@@ -85,7 +85,7 @@ def averagings_per_round(store: Store, run: str) -> dict[int, int]:
         ({"sites": {"A": "0-1", "B": "2-9"}}, "config key `sites`: site 'B' names client 4"),
         ({"sites": {"A": "0-1", "B": "two"}}, "config key `sites`: site 'B': 'two' is not"),
         ({"site": "A", "sites": None}, "config keys `site`/`sites`: site 'A' given without"),
-        ({"site": "A", "secure_aggregation": {"threshold": 3}},
+        ({"site": "A", "secure_aggregation": {"threshold": 3}, "clients_per_job": 1},
          "config keys `secure_aggregation`/`sites`: the workflow's secure rounds"),
     ],
 )  # fmt: skip
