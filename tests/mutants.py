@@ -698,4 +698,5 @@ import mutants_s3  # noqa: E402, F401
 import mutants_secagg  # noqa: E402, F401
 import mutants_secrets  # noqa: E402, F401
 import mutants_sign  # noqa: E402, F401
+import mutants_sites  # noqa: E402, F401
 import mutants_study  # noqa: E402, F401
