@@ -60,10 +60,6 @@ def _server_command(folder: str, port: int) -> list[str]:
         "-s3.port.iceberg=0",  # fixed ports (8181, 9101) that a second server would clash on
         "-s3.port.lance=0",
         "-master.volumeSizeLimitMB=64",
-        # its Iceberg and Lance listeners have fixed default ports: off, so that two servers
-        # (two test sessions on one machine) do not collide
-        "-s3.port.iceberg=0",
-        "-s3.port.lance=0",
     ]
 
 
