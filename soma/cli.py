@@ -44,21 +44,13 @@ def _count_or_fraction(text: str) -> int | float:
 
 
 def clients_of(text: str) -> list[int]:
-    """`3`, `0-4`, `0,2,5` or `0-4,8`: the clients one process hosts, sorted and distinct."""
-    chosen: set[int] = set()
-    for part in text.split(","):
-        first, dash, last = part.strip().partition("-")
-        try:
-            low = int(first)
-            high = int(last) if dash else low
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{text!r} is not a client, a range (0-4) or a list of them (0,2,5-7)"
-            ) from None
-        if low < 0 or high < low:
-            raise argparse.ArgumentTypeError(f"{part!r} is not a range of clients from 0 up")
-        chosen.update(range(low, high + 1))
-    return sorted(chosen)
+    """`3`, `0-4`, `0,2,5` or `0-4,8`: the clients one process hosts (soma.run.options)."""
+    from soma.run.options import clients_of as parsed
+
+    try:
+        return parsed(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def client(args: argparse.Namespace) -> int:

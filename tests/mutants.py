@@ -683,6 +683,7 @@ def _a_client_leaves_a_round_that_needs_it_silently() -> None:
 
 # --- strategies: each family registers its own mutants ---------------------------------------
 # Imported last: they use `mutant` and `_replace` from this module.
+import mutants_bucketgc  # noqa: E402, F401
 import mutants_dp  # noqa: E402, F401
 import mutants_evaluate  # noqa: E402, F401
 import mutants_fedopt  # noqa: E402, F401
@@ -698,4 +699,5 @@ import mutants_s3  # noqa: E402, F401
 import mutants_secagg  # noqa: E402, F401
 import mutants_secrets  # noqa: E402, F401
 import mutants_sign  # noqa: E402, F401
+import mutants_sites  # noqa: E402, F401
 import mutants_study  # noqa: E402, F401

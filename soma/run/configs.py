@@ -20,7 +20,7 @@ from soma.errors import SomaError
 from soma.run.options import scalar
 
 # Top-level keys that are names, whatever they look like.
-TEXT_KEYS = ("run", "store", "task", "metric", "strategy")
+TEXT_KEYS = ("run", "store", "task", "metric", "strategy", "site")
 
 
 class ConfigRefused(SomaError, ValueError):

@@ -44,7 +44,8 @@ def declared(config: Mapping[str, Any]) -> dict[str, Any]:
 
     `task_options` and `strategy_options` are only the chosen task's and strategy's. Not
     here: `rounds` (more rounds extend a run), `clients_per_job` (the same bits, batched),
-    `baselines`, `metric`, `threads` (what is reported beside it, and how fast). Options
+    `baselines`, `metric`, `threads` (what is reported beside it, and how fast), `site` and
+    `sites` (which snakemake runs which clients' jobs: the sites meet in the same rounds). Options
     are read by the one parser (soma.run.options), so `lr: 1e-1` and `lr: 0.1` are one run.
     """
     from soma.run.options import typed

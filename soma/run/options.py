@@ -53,6 +53,25 @@ def typed(options: Mapping[str, Any] | None) -> dict[str, Any]:
     return {k: value(v) if isinstance(v, str) else v for k, v in (options or {}).items()}
 
 
+def clients_of(text: object) -> list[int]:
+    """`3`, `0-4`, `0,2,5` or `0-4,8`: a set of clients (those one process or one site
+    hosts), sorted and distinct; a ValueError says what is not a client or a range."""
+    chosen: set[int] = set()
+    for part in str(text).split(","):
+        first, dash, last = part.strip().partition("-")
+        try:
+            low = int(first)
+            high = int(last) if dash else low
+        except ValueError:
+            raise ValueError(
+                f"{text!r} is not a client, a range (0-4) or a list of them (0,2,5-7)"
+            ) from None
+        if low < 0 or high < low:
+            raise ValueError(f"{part!r} is not a range of clients from 0 up")
+        chosen.update(range(low, high + 1))
+    return sorted(chosen)
+
+
 def pairs(given: Iterable[str], option: str) -> dict[str, Any]:
     """`KEY=VALUE` texts (`--option lr=1e-1`) as options, each value read as `value`; the
     last of a repeated key wins. `option` names the command-line option in a refusal."""

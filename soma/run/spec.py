@@ -69,6 +69,8 @@ CONFIG_KEYS = {
     "personal": "personal",
     "roster": "roster",
     "keys": "keys",
+    "site": "site",
+    "sites": "sites",
 }
 OPTIONS = {
     "rounds": "--rounds",
@@ -163,6 +165,10 @@ class RunSpec:
     # sample; and where per-round metrics go as TensorBoard events (soma.tracking): None, nowhere
     evaluate_participation: int | float | None = None
     tracking: str | None = None
+    # across institutions (config `sites`: site -> its clients, `0-4`; `site`: which one this
+    # snakemake is): None, one site hosting every client
+    site: str | None = None
+    sites: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "task_options", _frozen(self.task_options))
@@ -171,6 +177,8 @@ class RunSpec:
             object.__setattr__(self, "mine", tuple(self.mine))
         if isinstance(self.personal, (list, tuple)):
             object.__setattr__(self, "personal", tuple(self.personal))
+        if self.sites is not None:
+            object.__setattr__(self, "sites", _frozen({str(k): v for k, v in self.sites.items()}))
 
     # --- made from a config or from arguments ---------------------------------------------
 
@@ -203,6 +211,8 @@ class RunSpec:
             tracking=tracking_folder(str(config["run"])) if config.get("tracking") else None,
             roster=config.get("roster"),
             keys=config.get("keys"),
+            site=None if config.get("site") is None else str(config["site"]),
+            sites=config.get("sites"),
         )
 
     @classmethod
@@ -292,6 +302,43 @@ class RunSpec:
             self.seed, round, self.clients, self.participation, self.evaluate_participation
         )
 
+    def site_clients(self) -> dict[str, list[int]]:
+        """Each site's clients (config `sites`), checked to cover every client exactly once;
+        refused naming the key and the site or the client."""
+        from soma.run.options import clients_of
+
+        found: dict[str, list[int]] = {}
+        whose: dict[int, str] = {}
+        for name, text in (self.sites or {}).items():
+            try:
+                found[name] = clients_of(text)
+            except ValueError as error:
+                raise self.refused(f"{self.named('sites')}: site {name!r}: {error}") from None
+            for k in found[name]:
+                if k >= self.clients:
+                    raise self.refused(
+                        f"{self.named('sites')}: site {name!r} names client {k}, not one of "
+                        f"the run's clients 0..{self.clients - 1}"
+                    )
+                if k in whose:
+                    raise self.refused(
+                        f"{self.named('sites')}: client {k} is in both site {whose[k]!r} and "
+                        f"site {name!r}; each client is hosted by exactly one site"
+                    )
+                whose[k] = name
+        missing = [k for k in range(self.clients) if k not in whose]
+        if missing:
+            raise self.refused(
+                f"{self.named('sites')}: clients {', '.join(map(str, missing))} of the run's "
+                f"{self.clients} are in no site; every client is hosted by exactly one site"
+            )
+        return found
+
+    @property
+    def hosted(self) -> list[int] | None:
+        """The clients this site hosts (config `site`); None: every client, one site."""
+        return None if self.site is None else self.site_clients()[self.site]
+
     @functools.cached_property
     def signing(self) -> Signing | None:
         """The run's roster and where its keys are (None: records unsigned), read once."""
@@ -375,15 +422,39 @@ class RunSpec:
                     if self.given == "config"
                     else f"{self.named('secure', 'tree')}: a secure round is summed flat"
                 )
+        self._check_sites()
         self._check_personal_names()
         self._check_option_names()
         self._check_other_tasks()
         self._check_roster()
         return self
 
+    def _check_sites(self) -> None:
+        """`sites` cover every client once; `site` is one of them; no secure aggregation
+        across sites in the workflow (its phases are a DAG's barriers: `soma client` runs it)."""
+        if self.sites is None:
+            if self.site is not None:
+                raise self.refused(
+                    f"{self.named('site', 'sites')}: site {self.site!r} given without `sites` "
+                    "(which clients each site hosts)"
+                )
+            return
+        found = self.site_clients()
+        if self.site is not None and self.site not in found:
+            raise self.refused(
+                f"{self.named('site')}: {self.site!r} is not one of the sites "
+                f"{', '.join(map(repr, found))} (config key `sites`)"
+            )
+        if self.secure is not None:
+            raise self.refused(
+                f"{self.named('secure', 'sites')}: the workflow's secure rounds are barriers of "
+                "one DAG; across sites, run secure aggregation with `soma client` processes "
+                "(README.md, Across institutions)"
+            )
+
     def _check_roster(self) -> None:
-        """The roster names every client of the run; and this process holds the private key
-        of each client it hosts, the roster's (soma.round.signing)."""
+        """The roster names every client of the run; and this process (or site) holds the
+        private key of each client it hosts, the roster's (soma.round.signing)."""
         from soma.round.signing import SigningError
 
         if self.roster is None:
@@ -398,7 +469,7 @@ class RunSpec:
                 f"{self.named('roster')}: clients {', '.join(map(str, missing))} of the run's "
                 f"{self.clients} are not on the roster {self.roster!r}"
             )
-        for k in self.mine or ():
+        for k in self.mine or self.hosted or ():  # a process's clients, or a site's
             try:
                 signing.private(k)
             except SigningError as error:
@@ -523,6 +594,12 @@ class RunSpec:
             raise self.refused(
                 f"{self.named('task')}: task {self.task!r} has neither evaluate(nodes) nor "
                 "evaluate_local(nodes, client, clients) (see soma.tasks)"
+            )
+        if self.site is not None and not has_central(task):
+            raise self.refused(
+                f"{self.named('site', 'task')}: task {self.task!r} has no evaluate(nodes), and "
+                "a site's workflow evaluates only centrally (each site's clients keep their own "
+                "records; the round's is not in its receipts): run its sites as `soma client`"
             )
         if self.tracking is not None:
             try:

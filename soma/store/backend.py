@@ -40,6 +40,13 @@ What a backend must guarantee (a third one implements exactly this):
   wrote it, with its size and mtime): what is there, for listing, verify and gc.
 - `delete_name(name)` / `delete_blob(digest)` (its size, None if it was not there): for
   `forget`, repair and gc.
+- For gc beside live writers (soma.health), by the backend's own clock: `now()`;
+  `collect_blob(digest, cutoff)`: remove the blob unless a put refreshed it after `cutoff`
+  (a put of a blob already there must refresh it, and the two must not race: its size, or
+  None when it stays); `settle_attic()`: put back what a killed gc left half removed;
+  `forget_markers(cutoff)`: drop what refreshes left that no gc needs any more;
+  `abandoned_uploads(cutoff, dry_run)`: abort uploads untouched since `cutoff` (aborted,
+  kept).
 
 The folder store has no `swap`: a holder of a claim there is proven gone by its pid or its
 Slurm job (soma.round.holders). A store with `swap` is one where nobody can prove that (a
@@ -94,6 +101,16 @@ class Backend(Protocol):
     def delete_name(self, name: str) -> bool: ...
 
     def delete_blob(self, digest: str) -> int | None: ...
+
+    def now(self) -> float: ...
+
+    def collect_blob(self, digest: str, cutoff: float) -> int | None: ...
+
+    def settle_attic(self) -> int: ...
+
+    def forget_markers(self, cutoff: float) -> None: ...
+
+    def abandoned_uploads(self, cutoff: float, dry_run: bool = False) -> tuple[int, int]: ...
 
 
 # scheme -> "module:class" of its backend, imported only when a URL asks for it (boto3 is

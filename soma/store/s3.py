@@ -22,6 +22,31 @@ Layout, as on a folder (soma.store): `<prefix>/blobs/ab/<digest>` holds a blob's
   `CompleteMultipartUpload`, itself conditional on `If-None-Match: *`; an upload that
   fails is aborted. So nothing partial is ever readable under a digest.
 - Every read is verified against the digest by the store (soma.store.backend).
+- gc (soma.health) beside live writers, judged by the SERVER's clock (the `Date` of its
+  answers against an object's `LastModified`: sites' clocks differ, the server's is one).
+  A put of a blob already there older than `REFRESH_AFTER` refreshes it: it first puts a
+  marker `<prefix>refreshed/<digest>` (a random body), then copies the blob onto itself
+  (CopyObject, new metadata: the server sets a new LastModified; the ETag stays, so no
+  conditional delete can see it, which is why the marker exists: checked on SeaweedFS,
+  whose DeleteObject honours If-Match but ignores If-Match-Last-Modified-Time and
+  If-Unmodified-Since; AWS takes the former only on directory buckets), and redoes both unless
+  they were at most `WINDOW` seconds apart by the server's Dates; a copy that finds no blob
+  uploads it. gc removes a blob as a folder's gc does, through an attic: one HEAD (still
+  older than the cutoff?), a server-side copy to `<prefix>attic/<digest>`, the delete,
+  then a look at the marker; the blob is copied back if a marker younger than the cutoff
+  is there, or if those requests spanned more than `WINDOW` seconds (server time), and
+  only then is the attic copy deleted. Writer (marker, then blob) and gc (blob, then
+  marker) each write before they look, so one of them sees the other: the writer's copy
+  finds no blob (it uploads), or gc finds the marker (it puts the blob back). A marker is
+  deleted only once older than a gc's cutoff (If-Match its ETag: one rewritten meanwhile
+  stays), i.e. at least 2 x `REFRESH_AFTER` after it was written, later than any gc that
+  could need it looks (both windows are at most `WINDOW`). Reads and `has_blob` that miss a
+  blob look in the attic, so the instant a blob spends there is invisible. A gc killed
+  midway leaves attic copies: the next gc puts back the blobs still missing.
+  Multipart uploads not written since the cutoff (their last part, else their start) were
+  abandoned by killed writers (a live one adds a part every few seconds): gc aborts them.
+  CopyObject copies at most 5 GB in one request: a larger blob is not refreshed (it ages
+  from its upload; the grace is its margin).
 - A server that ignores `If-None-Match` or `If-Match` (some S3-compatible ones do, silently)
   would let every claimer win: before its first claim or swap, a store creates a probe key
   twice under `<prefix>probe/`, then puts it with a wrong `If-Match`, and refuses the bucket
@@ -33,7 +58,9 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Iterable, Iterator
+from email.utils import parsedate_to_datetime
 
+from soma.store import REFRESH_AFTER
 from soma.store.errors import BadStore, StoreError
 
 try:
@@ -46,6 +73,11 @@ MULTIPART_FROM = 64 << 20  # a blob this large goes up in parts (S3's single PUT
 PART = 16 << 20  # each part but the last (S3: at least 5 MB, at most 10,000 parts)
 READ_CHUNK = 1 << 20
 _CONFLICT_RETRIES = 50
+# The longest a refresh (marker, then copy) or a gc's removal (HEAD .. marker look) may span
+# by the server's clock (its Dates have whole seconds): gc's floor, 2 x REFRESH_AFTER, is
+# then longer than any such span plus the refresh's own REFRESH_AFTER (see the module docs).
+WINDOW = REFRESH_AFTER - 2.0
+COPY_LIMIT = 5 << 30  # CopyObject's largest object
 
 
 # what a request can raise: the server's answer, or no answer (no endpoint, no credentials)
@@ -74,6 +106,11 @@ def _missing(error: Exception) -> bool:
     return _status(error) == 404 or _code(error) in ("NoSuchKey", "404", "NotFound")
 
 
+def _date(response: dict) -> float:
+    """The server's time when it answered (its Date header), in seconds since the epoch."""
+    return parsedate_to_datetime(response["ResponseMetadata"]["HTTPHeaders"]["date"]).timestamp()
+
+
 class S3Backend:
     """A soma.store.backend.Backend on an S3 bucket (see the module docs)."""
 
@@ -97,28 +134,74 @@ class S3Backend:
     def _name_key(self, name: str) -> str:
         return f"{self.prefix}names/{name}"
 
+    def _attic_key(self, digest: str) -> str:
+        return f"{self.prefix}attic/{digest}"
+
+    def _marker_key(self, digest: str) -> str:
+        return f"{self.prefix}refreshed/{digest}"
+
     def _failed(self, what: str, key: str, error: Exception) -> StoreError:
         return StoreError(f"{what} s3://{self.bucket}/{key} failed: {error}")
 
     # --- blobs -----------------------------------------------------------------------
 
     def has_blob(self, digest: str) -> bool:
-        """One HEAD."""
-        key = self._blob_key(digest)
+        """One HEAD (a second, of the attic, when it misses: see the module docs)."""
+        return self._head(self._blob_key(digest)) is not None or (
+            self._head(self._attic_key(digest)) is not None
+        )
+
+    def _head(self, key: str) -> dict | None:
+        """The HEAD of `key`, or None when it is not there."""
         try:
-            self.client.head_object(Bucket=self.bucket, Key=key)
+            return self.client.head_object(Bucket=self.bucket, Key=key)
         except _ERRORS as error:
             if _missing(error):
-                return False
+                return None
             raise self._failed("HEAD", key, error) from None
-        return True
+
+    def _kept(self, digest: str) -> bool:
+        """Whether blob `digest` is there to stay: a blob older than REFRESH_AFTER (by the
+        server's clock) is refreshed first (marker, then copy onto itself, within WINDOW:
+        see the module docs). False: it is not there (or went while refreshed): upload it."""
+        key = self._blob_key(digest)
+        head = self._head(key)
+        if head is None:
+            return False
+        if _date(head) - head["LastModified"].timestamp() <= REFRESH_AFTER:
+            return True
+        if int(head["ContentLength"]) > COPY_LIMIT:
+            return True  # not refreshed: see the module docs
+        for _ in range(3):
+            token = secrets.token_hex(8)
+            try:
+                marked = self.client.put_object(
+                    Bucket=self.bucket, Key=self._marker_key(digest), Body=token.encode()
+                )
+                copied = self.client.copy_object(
+                    Bucket=self.bucket,
+                    Key=key,
+                    CopySource={"Bucket": self.bucket, "Key": key},
+                    MetadataDirective="REPLACE",
+                    Metadata={"refreshed": token},
+                )
+            except _ERRORS as error:
+                if _missing(error):
+                    return False
+                raise self._failed("refresh of", key, error) from None
+            if _date(copied) - _date(marked) <= WINDOW:
+                return True
+        raise StoreError(
+            f"refresh of s3://{self.bucket}/{key}: its marker and its copy were more than "
+            f"{WINDOW:g} s apart three times (by the server's clock); a gc could miss it"
+        )
 
     def put_blob(
         self, digest: str, chunks: Iterable[memoryview], size: int, replace: bool = False
     ) -> None:
         """Create blob `digest` unless it is there (`replace`: over what is there, corrupt);
         never readable partial."""
-        if not replace and self.has_blob(digest):
+        if not replace and self._kept(digest):
             return
         key = self._blob_key(digest)
         if size >= MULTIPART_FROM:
@@ -155,14 +238,15 @@ class S3Backend:
 
     def read_blob(self, digest: str) -> Iterator[bytes] | None:
         """The blob's bytes in chunks, or None when it is not there (not yet verified)."""
-        key = self._blob_key(digest)
-        try:
-            body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"]
-        except _ERRORS as error:
-            if _missing(error):
-                return None
-            raise self._failed("GET", key, error) from None
-        return body.iter_chunks(READ_CHUNK)
+        for key in (self._blob_key(digest), self._attic_key(digest)):  # see the docs
+            try:
+                body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"]
+            except _ERRORS as error:
+                if _missing(error):
+                    continue
+                raise self._failed("GET", key, error) from None
+            return body.iter_chunks(READ_CHUNK)
+        return None
 
     def blobs(self) -> Iterator[tuple[str, int, float]]:
         """Every key under blobs/ (a digest, unless somebody else wrote it), its size and
@@ -308,6 +392,122 @@ class S3Backend:
                 yield from page.get("Contents", [])
         except _ERRORS as error:
             raise self._failed("LIST", prefix, error) from None
+
+    # --- gc (soma.health): by the server's clock, beside live writers (see the docs) --------
+
+    def now(self) -> float:
+        """The server's time (the Date of one HEAD of the bucket), for gc's cutoff."""
+        try:
+            return _date(self.client.head_bucket(Bucket=self.bucket))
+        except _ERRORS as error:
+            raise self._failed("HEAD", "", error) from None
+
+    def collect_blob(self, digest: str, cutoff: float) -> int | None:
+        """Remove blob `digest` unless a put refreshed it after `cutoff` (server time),
+        through the attic (see the module docs); its size, or None when it stays (or was
+        not there)."""
+        key, attic = self._blob_key(digest), self._attic_key(digest)
+        head = self._head(key)
+        if head is None or head["LastModified"].timestamp() >= cutoff:
+            return None
+        source = {"Bucket": self.bucket, "Key": key}
+        try:
+            self.client.copy_object(Bucket=self.bucket, Key=attic, CopySource=source)
+        except _ERRORS as error:
+            if _missing(error):
+                return None
+            raise self._failed("copy to the attic of", key, error) from None
+        self.client.delete_object(Bucket=self.bucket, Key=key)
+        marker = self._head(self._marker_key(digest))
+        looked = _date(marker) if marker is not None else self.now()
+        refreshed = marker is not None and marker["LastModified"].timestamp() >= cutoff
+        if refreshed or looked - _date(head) > WINDOW:  # a put may believe it is there
+            self._back(digest)
+            return None
+        self.client.delete_object(Bucket=self.bucket, Key=attic)
+        return int(head["ContentLength"])
+
+    def _back(self, digest: str) -> None:
+        """Copy blob `digest` back from the attic, then drop the attic's copy."""
+        attic = self._attic_key(digest)
+        try:
+            self.client.copy_object(
+                Bucket=self.bucket,
+                Key=self._blob_key(digest),
+                CopySource={"Bucket": self.bucket, "Key": attic},
+            )
+        except _ERRORS as error:
+            if _missing(error):
+                return  # another gc put it back (settle_attic) this instant
+            raise self._failed("copy back from the attic of", attic, error) from None
+        self.client.delete_object(Bucket=self.bucket, Key=attic)
+
+    def settle_attic(self) -> int:
+        """Put back every blob a killed gc left in the attic (it is judged again at the
+        next gc); how many."""
+        top = f"{self.prefix}attic/"
+        done = 0
+        for item in list(self._listed(top)):
+            digest = item["Key"][len(top) :]
+            if self._head(self._blob_key(digest)) is None:
+                self._back(digest)
+                done += 1
+            else:
+                self.client.delete_object(Bucket=self.bucket, Key=item["Key"])
+        return done
+
+    def forget_markers(self, cutoff: float) -> None:
+        """Delete the refresh markers written before `cutoff` (If-Match: one rewritten
+        since the listing stays)."""
+        for item in self._listed(f"{self.prefix}refreshed/"):
+            if item["LastModified"].timestamp() < cutoff:
+                try:
+                    self.client.delete_object(
+                        Bucket=self.bucket, Key=item["Key"], IfMatch=item["ETag"]
+                    )
+                except _ERRORS as error:
+                    if not (_lost(error) or _missing(error)):
+                        raise self._failed("DELETE", item["Key"], error) from None
+
+    def abandoned_uploads(self, cutoff: float, dry_run: bool = False) -> tuple[int, int]:
+        """Abort the multipart uploads under the prefix not written since `cutoff` (their
+        last part, or their start; server time: killed writers'); how many were (`dry_run`:
+        would be) aborted, and how many are kept (maybe live)."""
+        aborted = kept = 0
+        pages = self.client.get_paginator("list_multipart_uploads")
+        try:
+            uploads = [
+                u
+                for page in pages.paginate(Bucket=self.bucket, Prefix=self.prefix)
+                for u in page.get("Uploads", [])
+            ]
+        except _ERRORS as error:
+            raise self._failed("LIST uploads", self.prefix, error) from None
+        for upload in uploads:
+            key, upload_id = upload["Key"], upload["UploadId"]
+            try:  # its last part is when it was last written (no part: when it began)
+                parts = self.client.list_parts(Bucket=self.bucket, Key=key, UploadId=upload_id).get(
+                    "Parts", []
+                )
+            except _ERRORS as error:
+                if _missing(error):
+                    continue  # completed or aborted meanwhile
+                raise self._failed("LIST parts", key, error) from None
+            times = [p["LastModified"].timestamp() for p in parts]
+            touched = max(times) if times else upload["Initiated"].timestamp()
+            if touched >= cutoff:
+                kept += 1
+                continue
+            if not dry_run:
+                try:
+                    self.client.abort_multipart_upload(
+                        Bucket=self.bucket, Key=key, UploadId=upload_id
+                    )
+                except _ERRORS as error:
+                    if not _missing(error):
+                        raise self._failed("abort of upload", key, error) from None
+            aborted += 1
+        return aborted, kept
 
 
 def _regroup(chunks: Iterable[memoryview], size: int) -> Iterator[bytes]:

@@ -28,6 +28,7 @@ from soma.round import (
     Input,
     Meeting,
     average_inputs,
+    average_round,
     dropout_reason,
     evaluation_name,
     holders,
@@ -437,13 +438,26 @@ def average(
                 inputs.append(
                     Input(given["client"], given["weights"], given["size"], given.get("extra"))
                 )
-    digest = average_inputs(store, meeting, inputs, deadline=config.get("average_deadline"))
+    digest = averaged(store, meeting, config, inputs)
     record = read_average(store, digest)
     inputs_said = [
         {"client": i["client"], "weights": i["weights"], "size": i["size"]} for i in record.inputs
     ]
     write_receipt(receipt, average_receipt(meeting, record, inputs=inputs_said))
-    _log_average(meeting, inputs, record, digest, time.perf_counter() - tic)
+    _log_average(meeting, record, digest, time.perf_counter() - tic)
+
+
+def averaged(
+    store: Store, meeting: Meeting, config: Mapping[str, Any], inputs: Sequence[Input]
+) -> str:
+    """The round's average record: of exactly the inputs this snakemake's receipts name; or,
+    at a site (config `site`), whose receipts name only its own clients, of the whole round
+    as the store has it, waited for with nobody in charge (soma.round.average_round: the
+    quorum, `average_deadline`): whichever site finds it complete averages it, once."""
+    deadline = config.get("average_deadline")
+    if spec_of(config).site is None:
+        return average_inputs(store, meeting, inputs, deadline=deadline)
+    return average_round(store, meeting, deadline=deadline)
 
 
 def average_receipt(
@@ -462,16 +476,11 @@ def average_receipt(
     }
 
 
-def _log_average(
-    meeting: Meeting,
-    inputs: Sequence[Input],
-    record: AverageRecord,
-    digest: str,
-    seconds: float,
-) -> None:
-    """What an average job did, for its log: who came, who was left out, what came of it."""
-    clients = ", ".join(str(i.client) for i in inputs) or "nobody"
-    sizes = ", ".join(str(i.size) for i in inputs)
+def _log_average(meeting: Meeting, record: AverageRecord, digest: str, seconds: float) -> None:
+    """What an average job did, for its log: who came (as the record says: at a site, the
+    other sites' clients too), who was left out, what came of it."""
+    clients = ", ".join(str(i["client"]) for i in record.inputs) or "nobody"
+    sizes = ", ".join(str(i["size"]) for i in record.inputs)
     LOG.info("%s: %s of clients %s (sizes %s)", meeting.what, meeting.strategy, clients, sizes)
     for left in record.left_out:
         LOG.warning("%s: client %s left out: %s", meeting.what, left["client"], left["why"])
@@ -563,9 +572,13 @@ def evaluate_federated(
     evaluators = spec.evaluating(round)
     if not evaluators:  # nobody evaluates (secure aggregation: RunSpec.evaluating)
         return {}
+    mine = evaluators if spec.hosted is None else spec.hosted
     federated = evaluate_round(
-        store, meeting, task, nodes, weights, evaluators, evaluators, spec.personal, spec.seed
+        store, meeting, task, nodes, weights, mine, evaluators, spec.personal, spec.seed
     )
+    if spec.site is not None:  # the round's record is the store's, once every site evaluated
+        LOG.info("round %d: site %s's clients evaluated weights %s", round, spec.site, weights)
+        return {}
     evaluated = federated["evaluation"]
     if evaluated and config["metric"] not in evaluated and not has_central(task):
         raise ConfigRefused(

@@ -3,6 +3,7 @@ import json
 
 from soma.run.participation import last_sampled_before, sampled
 from soma.run.identity import check_recorded, declared
+from soma.run.spec import RunSpec
 from soma.tasks import defines
 
 # Paths and helpers shared by the rules. Everything of substance lives in `soma.workflow`.
@@ -16,22 +17,36 @@ SEED = config["seed"]
 PARTICIPATION = config["participation"]
 CLIENTS_PER_JOB = config["clients_per_job"]
 SECURE = config["secure_aggregation"] is not None
+# Across institutions (config `site`, `sites`): this snakemake's clients (None: every one);
+# each round's average then waits for the whole round in the store (soma.workflow.average).
+HOSTED = RunSpec.from_config(config).hosted
 # A batch as large as a round's sample: the round is one job, that trains every client and
 # averages them (one interpreter, one torch import a round), writing both receipts.
-ONE_JOB_A_ROUND = not SECURE and CLIENTS_PER_JOB >= len(
-    sampled(SEED, 0, CLIENTS, PARTICIPATION)
+# At a site (config `site`), a batch as large as its clients: the job trains its own and
+# averages the whole round (waiting for the other sites' clients in the store).
+ONE_JOB_A_ROUND = not SECURE and CLIENTS_PER_JOB >= (
+    len(sampled(SEED, 0, CLIENTS, PARTICIPATION)) if HOSTED is None else len(HOSTED)
 )
 BASELINES = config["baselines"]
 # A task whose module defines evaluate_local (read, not run) has federated evaluation, and
 # so a best round to export (results/<run>/best.safetensors); never under secure
 # aggregation, where each client's metrics would be in clear (RunSpec.evaluating).
-FEDERATED_EVALUATION = not SECURE and defines(config["task"], "evaluate_local")
+# A site evaluates its own clients, and the round's record is kept in the store, not in
+# its receipts: no best round under `site`.
+FEDERATED_EVALUATION = (
+    not SECURE and HOSTED is None and defines(config["task"], "evaluate_local")
+)
 # What a job's result depends on besides its input files, as params, so that Snakemake reruns
 # jobs whose task, options or seed changed (its `params` rerun trigger).
 TASK = json.dumps(declared(config), sort_keys=True)
 # A results folder that another config made is not run over: refused here, before any job,
 # naming the keys that differ (its `run.json`, written by the `start` job).
 check_recorded(RESULTS, config)
+
+
+def here(clients):
+    """Of `clients`, those this snakemake hosts (config `site`; all of them without one)."""
+    return list(clients) if HOSTED is None else [k for k in clients if k in HOSTED]
 
 
 wildcard_constraints:
@@ -52,8 +67,9 @@ def starting_point(wildcards):
 
 @functools.lru_cache(maxsize=None)
 def batches(round):
-    """The round's sampled clients, in order, split into train jobs of `clients_per_job`."""
-    chosen = sampled(SEED, round, CLIENTS, PARTICIPATION)
+    """The round's sampled clients hosted here, in order, split into train jobs of
+    `clients_per_job`."""
+    chosen = here(sampled(SEED, round, CLIENTS, PARTICIPATION))
     return [
         chosen[i : i + CLIENTS_PER_JOB] for i in range(0, len(chosen), CLIENTS_PER_JOB)
     ]
@@ -87,8 +103,10 @@ def training_inputs(wildcards):
 
 
 def batch_clients(wildcards):
-    """The batch's clients; a round in one job (ONE_JOB_A_ROUND) is its batch 0."""
-    return batches(int(wildcards.round))[int(getattr(wildcards, "batch", 0))]
+    """The batch's clients; a round in one job (ONE_JOB_A_ROUND) is its batch 0, empty at a
+    site none of whose clients the round samples."""
+    found = batches(int(wildcards.round))
+    return found[int(getattr(wildcards, "batch", 0))] if found else []
 
 
 def batch_before(wildcards):
@@ -117,15 +135,15 @@ def phase_receipts(phase):
 
 
 def client_receipts(wildcards):
-    """The receipts of the clients sampled for the round (only they train in it): one per
-    client, or one per batch of `clients_per_job`."""
+    """The receipts of the clients sampled for the round (only they train in it), of those
+    hosted here: one per client, or one per batch of `clients_per_job`."""
     round = int(wildcards.round)
     if SECURE:  # the average unmasks once every client revealed its shares
         return phase_receipts("reveal")(wildcards)
     if CLIENTS_PER_JOB == 1:
         return expand(
             f"{RESULTS}/round/{round}/client/{{client}}.json",
-            client=sampled(SEED, round, CLIENTS, PARTICIPATION),
+            client=here(sampled(SEED, round, CLIENTS, PARTICIPATION)),
         )
     return expand(
         f"{RESULTS}/round/{round}/batch/{{batch}}.json",

@@ -68,12 +68,17 @@ rule summary:
         evaluations=expand(
             f"{RESULTS}/round/{{round}}/evaluation.json", round=range(ROUNDS)
         ),
+        # a site's own clients alone; no centralized baseline (no site holds all the data)
         alone=(
-            expand(f"{RESULTS}/alone/{{client}}.json", client=range(CLIENTS))
+            expand(f"{RESULTS}/alone/{{client}}.json", client=here(range(CLIENTS)))
             if BASELINES["alone"]
             else []
         ),
-        centralized=[f"{RESULTS}/centralized.json"] if BASELINES["centralized"] else [],
+        centralized=(
+            [f"{RESULTS}/centralized.json"]
+            if BASELINES["centralized"] and HOSTED is None
+            else []
+        ),
         averages=[receipt_of_average(r) for r in range(ROUNDS)],
     output:
         table=report(
