@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from soma.errors import SomaError
 from soma.round import holders
+from soma.round.lease import LEASE
 from soma.run.spec import BadArgument
 
 if TYPE_CHECKING:
@@ -75,7 +76,13 @@ def client(args: argparse.Namespace) -> int:
     task, strategy = spec.checked()
     with store_at(args.store, spec) as store:  # only once the run was checked whole
         driven = drive(
-            spec, store, task, strategy, deadline=args.deadline, after=_printer(args, task)
+            spec,
+            store,
+            task,
+            strategy,
+            deadline=args.deadline,
+            lease=args.lease,
+            after=_printer(args, task),
         )
         evaluation = task.evaluate(driven.nodes) if has_central(task) else None
     line = {**_who(args, driven.hosted), "done": args.rounds, "evaluation": evaluation}
@@ -344,6 +351,8 @@ def _check_client(args: argparse.Namespace) -> None:
         raise BadArgument(
             f"--deadline must be a number of seconds >= 0 (inf: forever), not {args.deadline}"
         )
+    if not args.lease >= 1 or math.isinf(args.lease):
+        raise BadArgument(f"--lease must be a number of seconds >= 1, not {args.lease}")
     RunSpec.from_args(args).check()
 
 
@@ -568,6 +577,13 @@ def _run_arguments(c: argparse.ArgumentParser) -> None:
         type=float,
         default=3600.0,
         help="seconds to wait for a round before naming who is missing",
+    )
+    c.add_argument(
+        "--lease",
+        type=float,
+        default=LEASE,
+        help="on a bucket: seconds an averaging's holder may go without renewing its lease "
+        f"before it is taken over (default {LEASE:g})",
     )
     c.add_argument(
         "--evaluate",

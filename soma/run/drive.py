@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from soma.round import layout
+from soma.round.lease import LEASE
 from soma.run import step
 from soma.run.spec import RunSpec
 from soma.run.step import Hosted
@@ -51,6 +52,7 @@ def drive(
     strategy: Any,
     *,
     deadline: float | None,
+    lease: float = LEASE,
     after: Callable[[Round, Driven], None] | None = None,
 ) -> Driven:
     """Every round of `spec` for its clients `spec.mine`: train each one the round samples
@@ -85,7 +87,7 @@ def drive(
                     metrics[h.index] = step.plain(
                         store, meeting, task, strategy, nodes, h, rounds=spec.rounds
                     ).metrics
-            digest = average_round(store, meeting, deadline=deadline)
+            digest = average_round(store, meeting, deadline=deadline, lease=lease)
         record = read_record(store, digest)
         load(nodes, store.recall_digest(record["weights"]), partial=bool(spec.personal))
         start, state = record["weights"], record["state"]

@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import hashlib
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import BinaryIO, Protocol
@@ -69,6 +70,11 @@ import torch
 from soma.store import Values, check_digest, tensorfile
 from soma.store.errors import BadDigest, BadStore, CorruptBlob, CorruptName, UnknownDigest
 from soma.store.names import check_name
+
+# Seconds after a put during which its blob is taken to be there without asking (a bind or
+# claim of it makes no HEAD): far below gc's floor (soma.health), which only removes blobs
+# older than 120 s by the server's clock.
+JUST_PUT = 30.0
 
 
 class Backend(Protocol):
@@ -162,6 +168,7 @@ class BackendStore(Values):
         self.directory = backend.url  # where the store is, for messages
         self.durability = durability  # moot: a backend's write is durable when it returns
         self.verify_existing = verify_existing
+        self._just_put: dict[str, float] = {}  # digest -> when this store last put it
 
     def __repr__(self) -> str:
         return f"Store({self.backend.url!r})"
@@ -172,8 +179,13 @@ class BackendStore(Values):
         """Keep `data` as a blob; its sha256 hex digest (already there: nothing written)."""
         view = memoryview(data).cast("B")
         digest = hashlib.sha256(view).hexdigest()
-        self.backend.put_blob(digest, [view], len(view), self._bad(digest))
+        self._put_blob(digest, [view], len(view))
         return digest
+
+    def _put_blob(self, digest: str, chunks: Iterable[memoryview], size: int) -> None:
+        """Blob `digest` there, and known to be for the next JUST_PUT seconds."""
+        self.backend.put_blob(digest, chunks, size, self._bad(digest))
+        self._just_put[digest] = time.monotonic()
 
     def _bad(self, digest: str) -> bool:
         """With `verify_existing` (what `soma repair` uses): whether blob `digest` is there
@@ -317,7 +329,7 @@ class BackendStore(Values):
         for chunk in plan.chunks():
             h.update(chunk)
         digest = h.hexdigest()
-        self.backend.put_blob(digest, plan.chunks(), plan.nbytes, self._bad(digest))
+        self._put_blob(digest, plan.chunks(), plan.nbytes)
         return digest
 
     def _put_plans(self, plans: list[tensorfile.TensorPlan]) -> list[str]:
@@ -327,5 +339,10 @@ class BackendStore(Values):
         return [self.get_tensors(d, lazy=lazy) for d in digests]
 
     def _existing(self, digest: str, context: str = "") -> None:
+        """Refuse a digest the store does not have; one put here in the last JUST_PUT seconds
+        it has without asking (new or refreshed then: younger than any gc's floor)."""
+        put = self._just_put.get(digest)
+        if put is not None and time.monotonic() - put < JUST_PUT:
+            return
         if not self.has(digest):
             raise UnknownDigest(f"{context}no blob {digest} in {self}")

@@ -72,6 +72,9 @@ except ImportError as _absent:  # an optional extra: the scheme says what to ins
 MULTIPART_FROM = 64 << 20  # a blob this large goes up in parts (S3's single PUT is <= 5 GB)
 PART = 16 << 20  # each part but the last (S3: at least 5 MB, at most 10,000 parts)
 READ_CHUNK = 1 << 20
+# A blob smaller than this is sent at once with If-None-Match (one request when it is new:
+# a client's weights always are); a larger one is asked for first (HEAD), not sent twice.
+ASK_FIRST_FROM = 1 << 20
 _CONFLICT_RETRIES = 50
 # The longest a refresh (marker, then copy) or a gc's removal (HEAD .. marker look) may span
 # by the server's clock (its Dates have whole seconds): gc's floor, 2 x REFRESH_AFTER, is
@@ -201,9 +204,15 @@ class S3Backend:
     ) -> None:
         """Create blob `digest` unless it is there (`replace`: over what is there, corrupt);
         never readable partial."""
+        key = self._blob_key(digest)
+        if not replace and size < ASK_FIRST_FROM:  # one request: created, or there already
+            body = b"".join(bytes(c) for c in chunks)
+            for _ in range(3):
+                if self._create(key, body) or self._kept(digest):  # there: refreshed if old
+                    return
+            raise StoreError(f"PUT of s3://{self.bucket}/{key}: there and gone three times")
         if not replace and self._kept(digest):
             return
-        key = self._blob_key(digest)
         if size >= MULTIPART_FROM:
             self._put_in_parts(key, chunks, replace)
         elif replace:

@@ -36,6 +36,7 @@ from soma.round import (
     privacy_spent,
     read_record,
 )
+from soma.round.lease import LEASE
 from soma.round.records import AverageRecord, read_average
 from soma.run import identity as runs
 from soma.run import step
@@ -454,10 +455,10 @@ def averaged(
     at a site (config `site`), whose receipts name only its own clients, of the whole round
     as the store has it, waited for with nobody in charge (soma.round.average_round: the
     quorum, `average_deadline`): whichever site finds it complete averages it, once."""
-    deadline = config.get("average_deadline")
+    deadline, lease = config.get("average_deadline"), config.get("lease", LEASE)
     if spec_of(config).site is None:
-        return average_inputs(store, meeting, inputs, deadline=deadline)
-    return average_round(store, meeting, deadline=deadline)
+        return average_inputs(store, meeting, inputs, deadline=deadline, lease=lease)
+    return average_round(store, meeting, deadline=deadline, lease=lease)
 
 
 def average_receipt(
