@@ -77,11 +77,9 @@ def averagings_per_round(store: Path, run: str) -> dict[int, int]:
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory) -> Path:
+def finished(tiny_run) -> Path:
     """One complete tiny run (2 clients, 2 rounds, both baselines), shared read-only."""
-    workdir = tmp_path_factory.mktemp("finished")
-    ok(snakemake(workdir, "--cores", "2"))
-    return workdir
+    return tiny_run[0]  # the session's (tests/tiny_run.py), test_progress's and test_model's too
 
 
 def copy_of(finished: Path, tmp_path: Path) -> Path:
