@@ -195,7 +195,7 @@ def _round_ignores_the_quorum() -> None:
 
 @mutant(
     "participation_ignores_sampling",
-    caught_by=["tests/test_participation.py", "-k", "soma_client_trains_only_the_sampled"],
+    caught_by=["tests/test_participation.py", "-k", "a_sample_is_drawn_from_the_seed"],
 )
 def _participation_ignores_sampling() -> None:
     """Everyone takes part in every round, whatever the participation says."""
