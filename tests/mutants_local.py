@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from mutants import _replace, mutant
 
-_LOCAL = ["tests/test_strategies_local.py"]
+_LOCAL = "tests/test_strategies_local.py"  # each mutant's one by-hand test that catches it
 
 
-@mutant("fedprox_ignores_mu", caught_by=_LOCAL)
+@mutant(
+    "fedprox_ignores_mu",
+    caught_by=[_LOCAL, "-k", "fedprox_one_step_pulls_towards_the_start_by_hand"],
+)
 def _fedprox_ignores_mu() -> None:
     """The proximal term is never added: FedProx trains as FedAvg whatever mu says."""
     import soma.strategies.fedprox
@@ -15,7 +18,10 @@ def _fedprox_ignores_mu() -> None:
     _replace(soma.strategies.fedprox.Proximal, "adjust", lambda self, parameters, lr: None)
 
 
-@mutant("scaffold_no_correction", caught_by=_LOCAL)
+@mutant(
+    "scaffold_no_correction",
+    caught_by=[_LOCAL, "-k", "scaffold_client_two_corrected_steps_and_its_new_variate_by_hand"],
+)
 def _scaffold_no_correction() -> None:
     """The steps are counted and the gradients summed, but never corrected by c - c_i:
     the variates are computed and sent, and nothing uses them."""
@@ -38,7 +44,10 @@ def _scaffold_no_correction() -> None:
     _replace(scaffold.Correction, "adjust", adjust)
 
 
-@mutant("scaffold_server_forgets_c", caught_by=_LOCAL)
+@mutant(
+    "scaffold_server_forgets_c",
+    caught_by=[_LOCAL, "-k", "scaffold_server_two_of_four_clients_by_hand"],
+)
 def _scaffold_server_forgets_c() -> None:
     """The server never moves c: every client is corrected towards a zero global direction."""
     import soma.strategies.scaffold

@@ -15,7 +15,7 @@ import pytest
 import safetensors.torch
 import torch
 import yaml
-from test_workflow import NO_BASELINES, TINY, ok, snakemake
+from test_workflow import TINY
 
 from soma.model import ModelError, load_model, read_metadata, save_model
 from soma.round import status
@@ -59,11 +59,10 @@ def export(store: Path, run: str, out: Path, *flags: str) -> subprocess.Complete
 
 
 @pytest.fixture(scope="module")
-def workflow_run(tmp_path_factory) -> Path:
-    """A tiny run (2 clients, 2 rounds, no baselines), shared read-only."""
-    workdir = tmp_path_factory.mktemp("model")
-    ok(snakemake(workdir, "--cores", "2", config=[TINY, NO_BASELINES]))
-    return workdir
+def workflow_run(tiny_run) -> Path:
+    """A tiny run (2 clients, 2 rounds; its baselines too), shared read-only: the session's
+    (tests/tiny_run.py), test_workflow's and test_progress's."""
+    return tiny_run[0]
 
 
 def tiny_task():

@@ -17,10 +17,9 @@ from soma.workflow import report
 
 
 @pytest.fixture(scope="module")
-def watched(tmp_path_factory) -> tuple[Path, str]:
+def watched(tiny_run) -> tuple[Path, str]:
     """One tiny run (2 clients, 2 rounds, both baselines) and what snakemake printed."""
-    workdir = tmp_path_factory.mktemp("watched")
-    return workdir, ok(snakemake(workdir, "--cores", "2"))
+    return tiny_run  # the session's (tests/tiny_run.py), shared with test_workflow, test_model
 
 
 def test_each_round_shows_its_metric_in_snakemakes_output_as_it_goes(watched) -> None:

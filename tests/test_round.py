@@ -469,7 +469,7 @@ def test_who_finds_a_rival_leaves_it_a_note_it_heeds_when_the_finder_is_gone(tmp
     gone["pid_start"] = -1
     store.keep(mine.client(0), {**store.recall(mine.client(0)), "by": gone})
     with pytest.raises(soma.round.MeetingsDiffer, match="client 0 joined with seed 1"):
-        average_round(store, theirs, deadline=60, backoff=QUICK)
+        average_round(store, theirs, deadline=5, backoff=QUICK)  # the note is read at once
     # a note older than this process is some run long gone's: no rival then
     (note,) = store.bound(f"{theirs.prefix}/apart/")
     store.keep(note, {**store.recall(note), "at": 0})
@@ -482,8 +482,9 @@ def test_only_another_start_is_said_so(tmp_path) -> None:
     start = store.put_value(weights(9))
     contribute(store, M("r", 1, 2, start=start), weights(1), mine=1)
     contribute(store, M("r", 1, 2), weights(2), mine=0)
+    # told at its first look: under a deadline of 5 s, never looking fails in 5 s, not 60
     with pytest.raises(soma.round.MeetingsDiffer, match="same settings but another start") as e:
-        average_round(store, M("r", 1, 2), deadline=60, backoff=QUICK)
+        average_round(store, M("r", 1, 2), deadline=5, backoff=QUICK)
     assert f"start weights {start[:12]}; you have start weights null" in str(e.value)
 
 

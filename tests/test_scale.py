@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -260,9 +261,10 @@ def test_a_job_of_several_clients_trains_the_bits_of_a_job_per_client(tmp_path) 
     """SCAFFOLD with sampling: each client in a batch keeps its own c_i, found in the batch
     receipt of the last round it trained in, and the batch holds each client's own receipt."""
     run = ["clients=4", "participation=3", "strategy=scaffold", "run=batched"]
-    snakemake(tmp_path / "one", *run)
-    snakemake(tmp_path / "batch", *run, "clients_per_job=2")
-    snakemake(tmp_path / "round", *run, "clients_per_job=3")  # the round's 3: one job a round
+    per_job = {"one": (), "batch": ("clients_per_job=2",), "round": ("clients_per_job=3",)}
+    # the three runs (each its own folder and store) go side by side; "round": one job a round
+    with ThreadPoolExecutor(3) as pool:
+        list(pool.map(lambda way: snakemake(tmp_path / way, *run, *per_job[way]), per_job))
     assert averages(tmp_path / "one", "batched") == averages(tmp_path / "batch", "batched")
     assert averages(tmp_path / "one", "batched") == averages(tmp_path / "round", "batched")
     logs = tmp_path / "round" / "logs" / "batched" / "round"

@@ -65,11 +65,18 @@ def trained_exports(store: Store, start: str) -> dict[int, dict]:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict:
+def secure_run(tmp_path_factory) -> dict:
     base = tmp_path_factory.mktemp("secure")
-    plain = soma_clients(base / "plain", ["0", "1", "2", "3"])
     secure = soma_clients(base / "secure", ["0-1", "2-3"], "--secure-aggregation", "3")
-    return {"base": base, "plain": plain, "secure": secure}
+    return {"base": base, "secure": secure}
+
+
+@pytest.fixture(scope="module")
+def runs(secure_run) -> dict:
+    """The secure run and the plain one it is compared with (a test that reads only the
+    secure store, e.g. a mutant's catcher, does not wait for the plain run)."""
+    plain = soma_clients(secure_run["base"] / "plain", ["0", "1", "2", "3"])
+    return {**secure_run, "plain": plain}
 
 
 def test_the_secure_average_is_fedavg_within_the_quantization_bound(runs) -> None:
@@ -89,8 +96,10 @@ def test_the_secure_average_is_fedavg_within_the_quantization_bound(runs) -> Non
     assert rows[0]["written"] == [0, 1, 2, 3], "status sees who took part"
 
 
-def test_no_blob_in_a_secure_runs_store_is_or_correlates_with_a_clients_export(runs) -> None:
-    store = Store(runs["base"] / "secure")
+def test_no_blob_in_a_secure_runs_store_is_or_correlates_with_a_clients_export(
+    secure_run,
+) -> None:
+    store = Store(secure_run["base"] / "secure")
     record = store.recall_digest(status(store, "sec")[0]["average"])
     exports = trained_exports(store, record["start"])
     published = {
@@ -226,10 +235,10 @@ def test_a_secure_workflow_with_a_strategy_that_needs_every_update_stops_at_the_
     assert "config keys `strategy`/`secure_aggregation`: strategy 'krum' needs every" in log
 
 
-def test_repair_rebuilds_a_secure_average_from_the_published_sum(runs) -> None:
+def test_repair_rebuilds_a_secure_average_from_the_published_sum(secure_run) -> None:
     from soma import health
 
-    store = Store(runs["base"] / "secure")
+    store = Store(secure_run["base"] / "secure")
     record = store.recall_digest(status(store, "sec")[0]["average"])
     victim = store.blob_path(record["weights"])
     original = victim.read_bytes()

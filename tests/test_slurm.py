@@ -364,22 +364,23 @@ def test_the_workflow_under_slurm_gives_the_receipts_of_a_local_run(workflow_run
     print(f"whole workflow under Slurm: {workflow_runs['seconds']:.0f}s")
 
 
-# one job a round (clients_per_job 5: rule `round`) goes through the same grouping: it is
+# one job a round (clients_per_job 3: rule `round`) goes through the same grouping: it is
 # run locally by test_scale, and here only a job per client, to keep the suite's time
 @pytest.mark.parametrize("per_job", [1], ids=["a-job-per-client"])
 def test_a_round_per_submission_gives_the_receipts_of_a_local_run(cluster, tmp_path, per_job):
-    """profiles/slurm-test-rounds groups each round's jobs into one Slurm job: 2 rounds x 5
+    """profiles/slurm-test-rounds groups each round's jobs into one Slurm job: 2 rounds x 3
     clients are 2 submissions (the start in round 0's) and one each for the summary and
     the model, and every receipt is the local run's, byte for byte."""
     session = Slurm(f"rounds-{per_job}")
     under_slurm, local = tmp_path / "slurm", tmp_path / "local"
     for workdir in (under_slurm, local):
         workdir.mkdir()
-        write_config(workdir, clients=5, clients_per_job=per_job)
-    try:
-        locally = session.run(snakemake(local), cwd=local, timeout=WHOLE_WORKFLOW)
+        write_config(workdir, clients=3, clients_per_job=per_job)
+    try:  # the local run goes on beside the Slurm run, as in workflow_runs
+        beside = session.start(snakemake(local), cwd=local)
         command = snakemake(under_slurm, slurm=session, profile=ROUNDS_PROFILE)
         by_slurm = session.run(command, cwd=under_slurm, timeout=WHOLE_WORKFLOW)
+        locally = session.finish(beside, timeout=WHOLE_WORKFLOW)
     finally:
         session.cleanup()
     assert locally.returncode == 0, locally.tail()
@@ -397,7 +398,7 @@ def test_a_round_per_submission_gives_the_receipts_of_a_local_run(cluster, tmp_p
     # the digits task evaluates on each client's own data: its best round too (rule `best`)
     assert folders == [*rounds, "rule_best", "rule_model", "rule_summary"], by_slurm.tail()
     assert receipts(under_slurm) == receipts(local)
-    assert len(receipts(local)) == 7 + (10 if per_job == 1 else 2)  # run, start, 2+2, tsv
+    assert len(receipts(local)) == 7 + (6 if per_job == 1 else 2)  # run, start, 2+2, tsv
 
 
 def test_a_secure_round_per_submission_gives_the_receipts_of_a_local_run(cluster, tmp_path):
@@ -410,10 +411,11 @@ def test_a_secure_round_per_submission_gives_the_receipts_of_a_local_run(cluster
         workdir.mkdir()
         secure = {"threshold": 2, "secrets": str(workdir / "secrets/{client}")}  # not shared
         write_config(workdir, clients=3, rounds=1, secure_aggregation=secure)
-    try:
-        locally = session.run(snakemake(local), cwd=local, timeout=WHOLE_WORKFLOW)
+    try:  # the local run goes on beside the Slurm run, as in workflow_runs
+        beside = session.start(snakemake(local), cwd=local)
         command = snakemake(under_slurm, slurm=session, profile=ROUNDS_PROFILE)
         by_slurm = session.run(command, cwd=under_slurm, timeout=WHOLE_WORKFLOW)
+        locally = session.finish(beside, timeout=WHOLE_WORKFLOW)
     finally:
         session.cleanup()
     assert locally.returncode == 0, locally.tail()
