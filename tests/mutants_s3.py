@@ -39,3 +39,12 @@ def _s3_claim_by_resolve_then_put() -> None:
         return True
 
     _replace(s3.S3Backend, "claim", claim)
+
+
+@mutant("bucket_forgets_what_it_read", caught_by=[_S3, "-k", "downloads_each"])
+def _bucket_forgets_what_it_read() -> None:
+    """A bucket store that keeps no recent blob: every read is a download again (right, but
+    an averaging fetches each client's weights twice)."""
+    import soma.store.backend as backend
+
+    _replace(backend._Recent, "get", lambda self, digest: None)

@@ -102,6 +102,8 @@ def test_a_blob_put_comes_back_verified_and_a_flipped_byte_is_refused(store: Bac
     flipped = bytearray(data)
     flipped[1234] ^= 1
     store.backend.client.put_object(Bucket=BUCKET, Key=key, Body=bytes(flipped))
+    assert store.get(digest) == data  # this reader verified it already (the recent blobs)
+    store = Store(store.directory)  # another reader
     with pytest.raises(CorruptBlob, match=digest):
         store.get(digest)
 
@@ -118,7 +120,7 @@ def test_values_keep_and_recall_and_a_flipped_tensor_byte_is_refused(store: Back
     body[-1] ^= 0x40
     store.backend.client.put_object(Bucket=BUCKET, Key=key, Body=bytes(body))
     with pytest.raises(CorruptBlob):
-        store.recall("run/round/0/average")
+        Store(store.directory).recall("run/round/0/average")  # a reader that never read it
 
 
 def test_a_large_blob_goes_up_in_parts_and_a_failed_upload_leaves_nothing_readable(
@@ -301,3 +303,24 @@ def test_a_bucket_that_is_not_there_is_a_soma_error_naming_it(
     assert soma(["verify", "--store", "s3://no-such-bucket/x"]) != 0
     err = capsys.readouterr().err
     assert "s3://no-such-bucket/x/names/" in err and "Traceback" not in err
+
+
+def test_an_averaging_on_a_bucket_downloads_each_clients_weights_once(bucket: str) -> None:
+    """Checked before the claim, averaged after it: the second read is served by the blobs
+    this store read recently, not by a second download."""
+    from soma.round import Meeting, average_round, contribute
+
+    writer = Store(f"s3://{BUCKET}/once-each")
+    meeting = Meeting("once", 0, 3)
+    for k in range(3):
+        contribute(writer, meeting, {"n": {"w": torch.full((4,), float(k))}}, mine=k, size=1)
+    averager = Store(f"s3://{BUCKET}/once-each")  # another process's view: nothing read yet
+    fetched: list[str] = []
+
+    def count(params: dict, **_: object) -> None:
+        if "/blobs/" in params["url"]:
+            fetched.append(params["url"].rsplit("/", 1)[1])
+
+    averager.backend.client.meta.events.register("before-call.s3.GetObject", count)
+    average_round(averager, meeting, deadline=30)
+    assert fetched and len(fetched) == len(set(fetched)), sorted(fetched)

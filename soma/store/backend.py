@@ -60,7 +60,9 @@ from __future__ import annotations
 
 import hashlib
 import tempfile
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import BinaryIO, Protocol
@@ -75,6 +77,48 @@ from soma.store.names import check_name
 # claim of it makes no HEAD): far below gc's floor (soma.health), which only removes blobs
 # older than 120 s by the server's clock.
 JUST_PUT = 30.0
+
+
+# A bucket's blobs read in the last RECENT_FOR seconds, up to RECENT_BYTES in all, are kept in
+# memory, verified (content-addressed: never stale). A round's averaging reads each client's
+# export twice, checked before the claim and averaged after it: on a folder the page cache
+# serves the second read, on a bucket it would be a second download.
+RECENT_BYTES = 256 << 20
+RECENT_FOR = 600.0
+
+
+class _Recent:
+    """Blobs read recently, oldest first; when full it admits nothing new until the oldest
+    expire, so that a pass over more than fits (the averaging's second) still finds the
+    first ones (dropping the oldest would leave that pass nothing)."""
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()  # a lease's renewing thread shares the store
+
+    def get(self, digest: str) -> bytes | None:
+        with self._lock:
+            self._expire()
+            found = self._kept.get(digest)
+            return None if found is None else found[1]
+
+    def add(self, digest: str, data: bytes) -> None:
+        with self._lock:
+            self._expire()
+            if digest in self._kept or self._bytes + len(data) > RECENT_BYTES:
+                return
+            self._kept[digest] = (time.monotonic(), data)
+            self._bytes += len(data)
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        while self._kept:
+            digest, (when, data) = next(iter(self._kept.items()))
+            if now - when < RECENT_FOR:
+                return
+            del self._kept[digest]
+            self._bytes -= len(data)
 
 
 class Backend(Protocol):
@@ -169,6 +213,7 @@ class BackendStore(Values):
         self.durability = durability  # moot: a backend's write is durable when it returns
         self.verify_existing = verify_existing
         self._just_put: dict[str, float] = {}  # digest -> when this store last put it
+        self._recent = _Recent()
 
     def __repr__(self) -> str:
         return f"Store({self.backend.url!r})"
@@ -193,7 +238,7 @@ class BackendStore(Values):
         if not self.verify_existing:
             return False
         try:
-            self._read(digest)
+            self._read(digest, fetch=True)  # what the bucket holds now
         except (UnknownDigest, CorruptBlob):
             return self.has(digest)
         return False
@@ -202,9 +247,12 @@ class BackendStore(Values):
         """The bytes of blob `digest`, verified against it."""
         return bytes(self._read(digest))
 
-    def _read(self, digest: str) -> bytearray:
-        """Blob `digest` fetched whole and verified (hashed as it arrives), or UnknownDigest
-        or CorruptBlob naming it."""
+    def _read(self, digest: str, *, fetch: bool = False) -> bytearray:
+        """Blob `digest` verified: read here recently, or (`fetch`: always) fetched whole and
+        hashed as it arrives; else UnknownDigest or CorruptBlob naming it."""
+        recent = None if fetch else self._recent.get(check_digest(digest))
+        if recent is not None:
+            return bytearray(recent)  # a copy: what is kept is never handed out
         chunks = self.backend.read_blob(check_digest(digest))
         if chunks is None:
             raise UnknownDigest(f"no blob {digest} in {self}")
@@ -214,6 +262,7 @@ class BackendStore(Values):
             data += chunk
         if h.hexdigest() != digest:
             raise CorruptBlob(self.blob_path(digest), digest, h.hexdigest())
+        self._recent.add(digest, bytes(data))
         return data
 
     def has(self, digest: str) -> bool:
