@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -153,15 +154,20 @@ class Lease:
 
     def renew(self) -> bool:
         """One renewal (compare-and-swap from the tag last written); False once lost."""
+        return self._become(lambda terms: {"renewals": terms.renewals + 1})
+
+    def _become(self, change: Callable[[Terms], dict[str, Any]]) -> bool:
+        """Swap the lease to its terms with `change(terms)` applied, if it is still ours;
+        False (and lost from then on) when a successor swapped it first."""
         with self._lock:
             if self.lost.is_set():
                 return False
-            renewed = Terms(**{**self.terms.value(), "renewals": self.terms.renewals + 1})
-            tag = self._swap(renewed)
+            changed = Terms(**{**self.terms.value(), **change(self.terms)})
+            tag = self._swap(changed)
             if tag is None:
                 self.lost.set()
                 return False
-            self.terms, self.tag = renewed, tag
+            self.terms, self.tag = changed, tag
             return True
 
     def _renewing(self) -> None:
@@ -183,16 +189,7 @@ class Lease:
         """Swap the lease to "published `digest`": the condition of publishing it. False
         when a successor took the lease first (publish nothing then)."""
         self.stop()
-        with self._lock:
-            if self.lost.is_set():
-                return False
-            done = Terms(**{**self.terms.value(), "published": digest})
-            tag = self._swap(done)
-            if tag is None:
-                self.lost.set()
-                return False
-            self.terms, self.tag = done, tag
-            return True
+        return self._become(lambda terms: {"published": digest})
 
 
 def acquire(

@@ -298,20 +298,8 @@ class S3Backend:
         """PUT with If-Match: <tag> (If-None-Match: * for None): the new ETag, None on 412."""
         if not self._conditional_checked:
             self._check_conditional()
-        key = self._name_key(name)
         condition = {"IfNoneMatch": "*"} if tag is None else {"IfMatch": tag}
-        for attempt in range(_CONFLICT_RETRIES):
-            try:
-                body = f"{digest}\n".encode()
-                put = self.client.put_object(Bucket=self.bucket, Key=key, Body=body, **condition)
-                return str(put["ETag"])
-            except _ERRORS as error:
-                if _lost(error) or (tag is not None and _missing(error)):
-                    return None
-                if not _busy(error) or attempt == _CONFLICT_RETRIES - 1:
-                    raise self._failed("conditional PUT", key, error) from None
-                time.sleep(0.01 * (attempt + 1))
-        return None  # not reached
+        return self._put_when(self._name_key(name), f"{digest}\n".encode(), **condition)
 
     def resolve_tagged(self, name: str) -> tuple[bytes, str] | None:
         """What the name holds and its ETag, or None."""
@@ -330,10 +318,10 @@ class S3Backend:
         key = f"{self.prefix}probe/{secrets.token_hex(8)}"
         try:
             first, second = self._create(key, b"1"), self._create(key, b"2")
-            stale = self._put_if_match(key, b"3", '"00000000000000000000000000000000"')
+            stale = self._put_when(key, b"3", IfMatch='"00000000000000000000000000000000"')
         finally:
             self.client.delete_object(Bucket=self.bucket, Key=key)
-        if not first or second or stale:
+        if not first or second or stale is not None:
             header = "If-Match" if first and not second else "If-None-Match"
             raise BadStore(
                 f"the S3 server of {self.url} ignores {header} (a conditional write of "
@@ -342,29 +330,24 @@ class S3Backend:
             )
         self._conditional_checked = True
 
-    def _put_if_match(self, key: str, body: bytes, tag: str) -> bool:
-        """PUT with If-Match: <tag>: True when the server took it, False on 412."""
-        try:
-            self.client.put_object(Bucket=self.bucket, Key=key, Body=body, IfMatch=tag)
-            return True
-        except _ERRORS as error:
-            if _lost(error) or _missing(error):
-                return False
-            raise self._failed("conditional PUT", key, error) from None
-
     def _create(self, key: str, body: bytes) -> bool:
-        """Create-if-absent: PUT with If-None-Match: *; False on 412, 409 retried."""
+        """Create-if-absent: PUT with If-None-Match: *; False on 412."""
+        return self._put_when(key, body, IfNoneMatch="*") is not None
+
+    def _put_when(self, key: str, body: bytes, **condition: str) -> str | None:
+        """A conditional PUT (If-None-Match or If-Match): the new ETag, or None when the
+        condition failed (412, or If-Match of a key not there); 409 retried."""
         for attempt in range(_CONFLICT_RETRIES):
             try:
-                self.client.put_object(Bucket=self.bucket, Key=key, Body=body, IfNoneMatch="*")
-                return True
+                put = self.client.put_object(Bucket=self.bucket, Key=key, Body=body, **condition)
+                return str(put["ETag"])
             except _ERRORS as error:
-                if _lost(error):
-                    return False
+                if _lost(error) or ("IfMatch" in condition and _missing(error)):
+                    return None
                 if not _busy(error) or attempt == _CONFLICT_RETRIES - 1:
                     raise self._failed("conditional PUT", key, error) from None
                 time.sleep(0.01 * (attempt + 1))
-        return False  # not reached
+        return None  # not reached
 
     def resolve(self, name: str) -> bytes | None:
         """What the name holds (at most 128 bytes read), or None."""
