@@ -230,7 +230,10 @@ class BackendStore(Values):
     def _put_blob(self, digest: str, chunks: Iterable[memoryview], size: int) -> None:
         """Blob `digest` there, and known to be for the next JUST_PUT seconds."""
         self.backend.put_blob(digest, chunks, size, self._bad(digest))
-        self._just_put[digest] = time.monotonic()
+        now = time.monotonic()
+        if len(self._just_put) > 1024:  # a long-lived process: only the recent ones count
+            self._just_put = {d: t for d, t in self._just_put.items() if now - t < JUST_PUT}
+        self._just_put[digest] = now
 
     def _bad(self, digest: str) -> bool:
         """With `verify_existing` (what `soma repair` uses): whether blob `digest` is there
