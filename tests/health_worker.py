@@ -1,4 +1,4 @@
-"""Writers for tests/test_reliability.py: real processes that keep, claim and gather, to be
+"""Writers for tests/run/test_reliability.py: real processes that keep, claim and gather, to be
 killed at random instants or raced by a gc.
 
     python tests/health_worker.py serve <store>

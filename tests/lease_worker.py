@@ -1,4 +1,4 @@
-"""An averaging process for the lease trials (tests/test_lease_s3.py), the test's mutant (if
+"""An averaging process for the lease trials (tests/round/test_lease_s3.py), the test's mutant (if
 any) applied first. Its averaging says when it starts (a line `{"computing": pid}`), then
 works for `--hold` seconds of its own running time (steps of 0.1 s: a process stopped
 mid-way still has the rest to do when it wakes) before it computes the mean. It begins

@@ -1,4 +1,4 @@
-"""One client of a secure sum, as a real separate process, for tests/test_secagg.py.
+"""One client of a secure sum, as a real separate process, for tests/secagg/test_secagg.py.
 
     python tests/secagg_worker.py <store> <prefix> <mine> <members> <threshold> <deadline> <how>
 

@@ -1,4 +1,4 @@
-"""A second interpreter for tests/test_store.py: it trains, races and gets killed for real.
+"""A second interpreter for tests/store/test_store.py: it trains, races and gets killed for real.
 
     python tests/store_worker.py train <store> <name> <seed> <out.safetensors>
     python tests/store_worker.py race <store> <name> <go-fd> <racers>

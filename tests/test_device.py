@@ -133,7 +133,7 @@ def test_the_default_is_cpu() -> None:
 
 def by_hand(task: digits.DigitsTask, data, seed: int) -> dict:
     """The task's local training written out with torch.optim.SGD, without soma's device code
-    (the same loop as tests/test_digits.py's bit-for-bit test)."""
+    (the same loop as tests/tasks/test_digits.py's bit-for-bit test)."""
     nodes = task.nodes(3)
     parameters = [p for node in nodes.values() for p in node.parameters()]
     optimizer = torch.optim.SGD(parameters, lr=task.lr, momentum=task.momentum)

@@ -13,7 +13,7 @@ import pytest
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """The run's folder and what snakemake printed while it ran; read-only."""
-    from test_workflow import ok, snakemake
+    from helpers import ok, snakemake
 
     workdir = tmp_path_factory.mktemp("tiny-run")
     return workdir, ok(snakemake(workdir, "--cores", "2"))

@@ -146,7 +146,7 @@ def _number(name: str, value: object, *, low: float, high: float, closed: str) -
 
 # The options make() takes, as a literal: soma.tasks.declared_options reads it from this file
 # without running it (no torch), so that the Snakefile refuses a misspelt option at parse time.
-# tests/test_checks.py holds it to DigitsTask's fields.
+# tests/run/test_checks.py holds it to DigitsTask's fields.
 OPTIONS = (
     "partition",
     "alpha",

@@ -1,4 +1,4 @@
-"""Claim a name in a store as this process, then sleep until killed (tests/test_slurm.py).
+"""Claim a name in a store as this process, then sleep until killed (tests/slurm/test_slurm.py).
 
     python tests/slurm/hold_claim.py STORE NAME [ROLE]
 

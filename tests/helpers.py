@@ -1,0 +1,126 @@
+"""What many test files share: the checkout's paths, the snakemake runner, the soma CLI
+runner, and reading what a run left behind. One place, so that a change to how a test runs
+snakemake or soma is made once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from soma.store import Store
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+FIXTURES = TESTS / "fixtures"
+SNAKEFILE = ROOT / "Snakefile"
+TINY = FIXTURES / "tiny.yaml"
+NO_BASELINES = FIXTURES / "no-baselines.yaml"
+
+
+def snakemake_command(
+    workdir: Path, *args: str, config: list[Path] | tuple[Path, ...] | None = (TINY,)
+) -> list[str]:
+    command = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(workdir)]
+    if config:
+        command += ["--configfile", *map(str, config)]
+    return command + list(args)
+
+
+def snakemake(
+    workdir: Path,
+    *args: str,
+    config: list[Path] | tuple[Path, ...] | None = (TINY,),
+    timeout: float = 600,
+    env: dict | None = None,
+) -> subprocess.CompletedProcess:
+    """Run snakemake in `workdir`; killed as a whole process group if it outlives `timeout`."""
+    process = subprocess.Popen(
+        snakemake_command(workdir, *args, config=config),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env=env,
+    )
+    try:
+        out, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        out, _ = process.communicate()
+        raise AssertionError(f"snakemake outlived {timeout}s:\n{out[-3000:]}") from None
+    return subprocess.CompletedProcess(process.args, process.returncode, out, "")
+
+
+def ok(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 0, result.stdout[-4000:]
+    return result.stdout
+
+
+def receipts(workdir: Path, run: str = "tiny") -> dict[str, bytes]:
+    base = workdir / "results" / run
+    return {str(p.relative_to(base)): p.read_bytes() for p in sorted(base.rglob("*.json"))}
+
+
+def averagings_per_round(store: Path, run: str) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for name in Store(store).bound(f"{run}/round/"):
+        if "/computed/" in name:
+            r = int(name.split("/")[2])
+            counts[r] = counts.get(r, 0) + 1
+    return counts
+
+
+def soma_clients(store: Path, run: str, *flags: str, clients: int = 2, rounds: int = 2) -> list:
+    """`soma client` for each client, as srun would start them; each one's per-round lines."""
+    command = [sys.executable, "-m", "soma.cli", "client", "--store", str(store), "--run", run]
+    command += ["--rounds", str(rounds), "--clients", str(clients), "--task", "soma.tasks.digits"]
+    for option in ("labels_per_client=5", "model=softmax", "epochs=1"):  # tiny.yaml's
+        command += ["--option", option]
+    processes = [
+        subprocess.Popen(
+            [*command, "--mine", str(k), *flags],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for k in range(clients)
+    ]
+    lines = []
+    for process in processes:
+        out, err = process.communicate(timeout=600)
+        assert process.returncode == 0, err
+        lines.append([json.loads(line) for line in out.splitlines() if '"round"' in line])
+    return lines
+
+
+def averaged_weights(workdir: Path, run: str, rounds: int = 2) -> list[str]:
+    base = workdir / "results" / run / "round"
+    return [
+        json.loads((base / str(r) / "average.json").read_text())["weights"] for r in range(rounds)
+    ]
+
+
+def soma(
+    *args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess:
+    """`soma ARGS...` as a user types it (this interpreter's soma), its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "soma.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def refused(result: subprocess.CompletedProcess) -> str:
+    """The one `soma: ...` line a refusal prints (and no traceback)."""
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("soma: "), result.stderr
+    return lines[0]

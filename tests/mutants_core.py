@@ -1,0 +1,94 @@
+"""Broken variants of the core arithmetic and refusals (soma.aggregate, soma.nodes,
+soma.store.names); registered into tests/mutants.py's MUTANTS."""
+
+from __future__ import annotations
+
+from mutants import _replace, mutant
+
+# --- fedavg (soma/fedavg.py) -------------------------------------------------
+
+
+@mutant(
+    "fedavg_returns_the_first",
+    caught_by=["tests/test_federated.py"],
+)
+def _fedavg_returns_the_first() -> None:
+    import soma.aggregate
+
+    _replace(soma.aggregate, "_fold", lambda mean, export, weight: None)
+
+
+@mutant("fedavg_ignores_sizes", caught_by=["tests/test_federated.py"])
+def _fedavg_ignores_sizes() -> None:
+    import soma.aggregate
+
+    real = soma.aggregate._size_of
+    _replace(soma.aggregate, "_size_of", lambda size, index: real(size, index) and 1.0)
+
+
+@mutant("fedavg_averages_the_integers", caught_by=["tests/test_federated.py"])
+def _fedavg_averages_the_integers() -> None:
+    import soma.aggregate
+
+    _replace(soma.aggregate, "_averageable", lambda dtype: True)
+
+
+# --- refusals (soma/nodes.py, soma/store/names.py, soma/aggregate.py) -----------------------------
+# Each refusal comes before anything is changed; these let something through, or refuse late.
+
+
+@mutant(
+    "load_writes_as_it_goes",
+    caught_by=["tests/test_refusals.py", "-k", "load or tied"],
+)
+def _load_writes_as_it_goes() -> None:
+    """No check of what only shows when copying: a meta tensor raises half way through the
+    copies (the nodes half loaded), and tied weights given two values take the last one."""
+    import soma.nodes
+
+    _replace(soma.nodes, "_refuse_what_cannot_be_copied", lambda copies: None)
+
+
+@mutant(
+    "load_lets_the_last_tie_win",
+    caught_by=["tests/test_refusals.py", "-k", "tied or shared"],
+)
+def _load_lets_the_last_tie_win() -> None:
+    """Tied weights given different values are taken as equal: the last key silently wins."""
+    import soma.nodes
+
+    _replace(soma.nodes, "_same_values", lambda a, b: True)
+
+
+@mutant(
+    "names_accept_control_characters",
+    caught_by=["tests/test_refusals.py", "-k", "control_or_format_character"],
+)
+def _names_accept_control_characters() -> None:
+    """A name may hold U+202E, U+200B, NUL...: `ls` shows another name than the one there."""
+    import soma.store.names
+
+    _replace(soma.store.names, "_hidden_character_problem", lambda text: None)
+
+
+@mutant(
+    "names_leave_the_length_to_the_filesystem",
+    caught_by=["tests/test_refusals.py", "-k", "too_long_for_the_filesystem"],
+)
+def _names_leave_the_length_to_the_filesystem() -> None:
+    """No limit on a name's or a segment's length: the kernel's bare ENAMETOOLONG says it."""
+    import soma.store.names
+
+    _replace(soma.store.names, "_length_problem", lambda text: None)
+    _replace(soma.store.names, "_segment_length_problem", lambda segment: None)
+
+
+@mutant(
+    "fedavg_folds_any_tensor",
+    caught_by=["tests/test_refusals.py", "-k", "cannot_fold"],
+)
+def _fedavg_folds_any_tensor() -> None:
+    """A meta or sparse tensor goes into the mean: torch raises its own error half way."""
+    import soma.aggregate
+
+    _replace(soma.aggregate, "_unaverageable", lambda tensor: None)

@@ -1,0 +1,208 @@
+"""Holders across sites (soma.round.lease): on a bucket a claim comes with a lease, renewed by
+compare-and-swap; a holder whose lease ran out is taken over, and a late holder cannot
+publish over its successor. Real averaging processes on the real S3 server (the `bucket`
+fixture), killed and stopped with real signals; leases of a second."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("boto3", reason="boto3 (soma[s3]) is not installed")
+
+from s3_bucket import BUCKET  # noqa: E402
+
+from soma.cli import main as soma  # noqa: E402
+from soma.round import (  # noqa: E402
+    Backoff,
+    Meeting,
+    arrivals,
+    average_round,
+    contribute,
+    holders,
+    inputs_key,
+    layout,  # noqa: E402
+    present,
+)
+from soma.round.once import Place, computations  # noqa: E402
+from soma.store import Store  # noqa: E402
+from soma.store.errors import BadStore  # noqa: E402
+
+HERE = Path(__file__).parents[1]
+QUICK = Backoff(first=0.01, cap=0.1)
+_PREFIXES = iter(range(10**6))
+
+
+def weights(seed: int) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    return {"fc": {"weight": torch.randn(4, 3, generator=g)}}
+
+
+def a_round(signing=None) -> tuple[str, Store, Meeting]:  # noqa: ANN001
+    """A store under a prefix of its own, and a meeting of two clients who both came."""
+    url = f"s3://{BUCKET}/lease{next(_PREFIXES)}-{os.getpid()}"
+    store, meeting = Store(url), Meeting("r", 0, 2, signing=signing)
+    for k in range(2):
+        contribute(store, meeting, weights(k), mine=k)
+    return url, store, meeting
+
+
+def place_of(store: Store, meeting: Meeting) -> Place:
+    inputs, _ = arrivals(store, meeting, present(store, meeting))
+    return Place(f"{meeting.prefix}/inputs/{inputs_key(meeting.key, inputs)}")
+
+
+class Worker:
+    """An averaging process (tests/lease_worker.py) whose output lines are read as they come."""
+
+    def __init__(self, url: str, *, lease: float, hold: float, gate: bool = False) -> None:
+        command = [sys.executable, str(HERE / "lease_worker.py"), "--store", url, "--run", "r"]
+        command += ["--lease", str(lease), "--hold", str(hold), *(["--gate"] if gate else [])]
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        self.pid = self.process.pid
+        self.lines: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.put(json.loads(line))
+
+    def go(self) -> Worker:
+        """Begin averaging (its imports may be done already); with a gate, then compute."""
+        assert self.process.stdin is not None
+        self.process.stdin.write("go\n")
+        self.process.stdin.flush()
+        return self
+
+    def said(self, key: str, timeout: float = 30) -> object:
+        """The value of the next line saying `key` (the others skipped)."""
+        end = time.monotonic() + timeout
+        while True:
+            line = self.lines.get(timeout=max(0.01, end - time.monotonic()))
+            if key in line:
+                return line[key]
+
+    def signal(self, number: int) -> None:
+        os.kill(self.pid, number)
+
+    def end(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+
+@pytest.fixture
+def workers():
+    started: list[Worker] = []
+    yield lambda *a, **k: started.append(Worker(*a, **k)) or started[-1]
+    for w in started:
+        w.signal(signal.SIGCONT) if w.process.poll() is None else None
+        w.end()
+
+
+def averaged_by(store: Store, digest: str) -> int:
+    return store.recall_digest(digest)["averaged_by"]["pid"]
+
+
+def test_a_holder_killed_mid_averaging_is_taken_over_after_its_lease(bucket, workers) -> None:
+    url, store, meeting = a_round()
+    holder = workers(url, lease=1.0, hold=60).go()
+    assert holder.said("computing") == holder.pid
+    holder.signal(signal.SIGKILL)
+    start = time.monotonic()
+    digest = average_round(store, meeting, deadline=20, backoff=QUICK, lease=1.0)
+    assert time.monotonic() - start > 1.0, "taken over only once its lease ran out"
+    place = place_of(store, meeting)
+    assert store.bound(place.takeovers) == [place.takeover(1)]
+    assert computations(store, place) == 1 and averaged_by(store, digest) == os.getpid()
+    assert store.resolve(meeting.average) == store.resolve(place.published) == digest
+    assert store.recall(place.lease)["published"] == digest
+    assert soma(["verify", "--store", url]) == 0, "a lease is a record like any other"
+
+
+def test_a_renewing_holder_is_not_taken_over_however_long_it_works(bucket, workers) -> None:
+    url, store, meeting = a_round()
+    holder = workers(url, lease=1.0, hold=2.5).go()
+    holder.said("computing")
+    start = time.monotonic()
+    digest = average_round(store, meeting, deadline=20, backoff=QUICK, lease=1.0)
+    assert time.monotonic() - start > 2.0, "waited longer than a lease for its holder"
+    place = place_of(store, meeting)
+    assert store.bound(place.takeovers) == [] and computations(store, place) == 1
+    assert averaged_by(store, digest) == holder.pid
+    assert holder.said("average") == digest
+
+
+def test_a_holder_stopped_past_its_lease_wakes_and_cannot_publish_over_its_successor(
+    bucket, workers
+) -> None:
+    url, store, meeting = a_round()
+    late, successor = workers(url, lease=1.0, hold=1.5), workers(url, lease=1.0, hold=0, gate=True)
+    late.go().said("computing")
+    late.signal(signal.SIGSTOP)
+    assert successor.go().said("computing") == successor.pid  # took over: the late one stopped
+    late.signal(signal.SIGCONT)  # it has most of its work left, and its successor waits
+    late.said("turned")  # computed, and published (over its successor) or was refused
+    successor.go()
+    digest = successor.said("average")
+    assert late.said("average") == digest, "the late holder leaves with its successor's average"
+    for w in (late, successor):
+        assert w.process.wait(timeout=20) == 0, w.process.stderr.read()
+    place = place_of(store, meeting)
+    assert averaged_by(store, digest) == successor.pid, "the late holder published over it"
+    assert store.resolve(meeting.average) == store.resolve(place.published) == digest
+    assert store.bound(place.takeovers) == [place.takeover(1)]
+    assert computations(store, place) == 2, "both computed, and both are on record"
+    assert [n for n in store.bound(meeting.prefix) if n.endswith("/published")] == [place.published]
+
+
+def test_a_claim_and_a_lease_nobody_on_the_roster_signed_are_taken_over_at_once(
+    bucket, tmp_path
+) -> None:
+    pytest.importorskip("cryptography")
+    from soma.round.signing import SIGNED, Signing, make_keys
+
+    roster = {k: make_keys(tmp_path, k)[1] for k in range(2)}
+    signing = Signing.of(roster, str(tmp_path / "{client}.key"))
+    _, store, meeting = a_round(signing)
+    place = place_of(store, meeting)
+    assert store.claim(place.claimed, store.put_value(holders.me(role="forger")))
+    forged = {"holder": "x", "generation": 9, "renewals": 0, "seconds": 1e9, "published": None}
+    assert store.swap(place.lease, None, store.put_value(forged)) is not None
+    start = time.monotonic()
+    digest = average_round(store, meeting, deadline=30, backoff=QUICK, lease=30.0)
+    assert time.monotonic() - start < 10, "a forged claim holds nothing: no lease to wait out"
+    assert store.bound(place.takeovers) == [place.takeover(1)]
+    assert averaged_by(store, digest) == os.getpid()
+    taker = store.recall(place.takeover(1))
+    lease = store.recall(place.lease)
+    assert SIGNED in taker and SIGNED in lease and lease["published"] == digest
+    assert lease["holder"] == store.resolve(place.takeover(1)) and lease["generation"] == 1
+
+
+def test_a_server_that_ignores_if_match_is_refused_before_anything_is_swapped(bucket) -> None:
+    store = Store(f"s3://{BUCKET}/ignores-if-match-{os.getpid()}")
+    a = store.put(b"a")
+
+    def strip(request: object, **_: object) -> None:  # what such a server does with it
+        if "If-Match" in request.headers:
+            del request.headers["If-Match"]
+
+    store.backend.client.meta.events.register("before-sign.s3.PutObject", strip)
+    with pytest.raises(BadStore, match="ignores If-Match"):
+        store.swap(layout.lease("p"), None, a)
+    assert store.resolve(layout.lease("p")) is None

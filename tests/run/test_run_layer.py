@@ -1,0 +1,192 @@
+"""The run layer (soma.run): one option rule, one check, one client step, one loop, so that
+the same run trains the same bits under the workflow, `soma client` and `soma simulate`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from soma.run import options
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures"
+TINY = FIXTURES / "tiny.yaml"
+NO_BASELINES = FIXTURES / "no-baselines.yaml"
+
+# The options as text, the way a user types them; typed_task refuses any other type.
+TYPED = {"lr": "1e-1", "halve": "yes", "epochs": "007"}
+FLAGS = [f"--option={k}={v}" for k, v in TYPED.items()]
+
+
+def env() -> dict[str, str]:
+    """Every mode imports soma from this tree and the fixture task from tests/fixtures."""
+    environ = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{FIXTURES}", OMP_NUM_THREADS="1")
+    environ.pop("SLURM_PROCID", None)
+    return environ
+
+
+def soma(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "soma.cli", *args],
+        cwd=cwd,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def last_weights(out: str) -> str:
+    rounds = [json.loads(line) for line in out.splitlines() if '"round"' in line]
+    return rounds[-1]["weights"]
+
+
+def run_args(*extra: str) -> list[str]:
+    return ["--rounds", "2", "--clients", "2", "--task", "typed_task", *FLAGS, *extra]
+
+
+def test_a_value_typed_as_text_reads_as_yaml_with_json_numbers() -> None:
+    value = options.value
+    assert value("1e-1") == 0.1 and value("1E5") == 1e5 and value("-2e3") == -2000.0
+    assert value("yes") is True and value("off") is False and value("007") == 7
+    assert value("mlp") == "mlp" and value("") is None and value("[1, 2]") == [1, 2]
+    assert value("a: b: c") == "a: b: c"  # not YAML: kept as text
+
+
+def test_the_same_text_trains_the_same_bits_in_the_workflow_soma_client_and_simulate(
+    tmp_path,
+) -> None:
+    # soma client: two processes, as srun starts them
+    command = [sys.executable, "-m", "soma.cli", "client", "--store", "store", "--run", "typed"]
+    processes = [
+        subprocess.Popen(
+            [*command, *run_args("--mine", str(k))],
+            cwd=tmp_path,
+            env=env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for k in range(2)
+    ]
+    outs = []
+    for process in processes:
+        out, err = process.communicate(timeout=600)
+        assert process.returncode == 0, err
+        outs.append(out)
+    by_client = {last_weights(out) for out in outs}
+    assert len(by_client) == 1
+    # soma simulate: both clients in one process, a temporary store
+    simulated = soma("simulate", *run_args(), cwd=tmp_path)
+    assert simulated.returncode == 0, simulated.stderr
+    assert {last_weights(simulated.stdout)} == by_client
+    # the workflow: the options handed over by Snakemake as text
+    workdir = tmp_path / "workflow"
+    workdir.mkdir()
+    options = ", ".join(f"{k}: {v}" for k, v in TYPED.items())
+    done = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(workdir)]
+        + ["--configfile", str(TINY), str(NO_BASELINES), "--cores", "1", "--config"]
+        + ["run=typed", "task=typed_task", "metric=loss"]
+        + [f"task_options={{typed_task: {{{options}}}}}"],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    average = workdir / "results" / "typed" / "round" / "1" / "average.json"
+    assert {json.loads(average.read_text())["weights"]} == by_client
+
+
+def test_the_library_simulates_the_same_bits_as_soma_simulate(tmp_path, monkeypatch) -> None:
+    import soma as library
+
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    simulated = soma("simulate", *run_args(), "--store", "kept", cwd=tmp_path)
+    assert simulated.returncode == 0, simulated.stderr
+    assert (tmp_path / "kept" / "blobs").is_dir()  # a store given is kept
+    done = library.simulate("typed_task", clients=2, rounds=2, task_options=TYPED)
+    assert done.weights == last_weights(simulated.stdout)
+
+
+@pytest.mark.parametrize("command", ["client", "simulate"])
+def test_a_tree_with_a_strategy_that_needs_every_update_is_refused_with_nothing_written(
+    tmp_path, command, capsys
+) -> None:
+    from soma.cli import main
+
+    store = tmp_path / "store"
+    mine = ["--mine", "0"] if command == "client" else []
+    given = ["--store", str(store), "--run", "r", "--rounds", "1", "--clients", "2", *mine]
+    given += ["--deadline", "2"]  # were it not refused, client 0 would not wait for client 1
+    assert main([command, *given, "--tree", "2", "--strategy", "median"]) == 1
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("soma: --strategy/--tree: "), err
+    assert "median" in lines[0] and out == ""
+    assert not store.exists()
+
+
+def test_a_client_that_cannot_take_part_leaves_saying_why_and_stops_a_round_that_needs_it(
+    tmp_path,
+) -> None:
+    from soma.round import Meeting, read_record
+    from soma.run.step import CannotTakePart, leave
+    from soma.store import Store
+
+    store = Store(tmp_path)
+    needed = Meeting("r", 0, 3)
+    with pytest.raises(CannotTakePart, match=r"^client 1 cannot take part in round 0 .*: failed"):
+        leave(store, needed, 1, "failed: it broke")
+    assert read_record(store, store.resolve(needed.client(1)))["dropped"] == "failed: it broke"
+    spared = Meeting("r", 0, 3, quorum=2)
+    assert leave(store, spared, 1, "failed: it broke").dropped == "failed: it broke"
+    assert read_record(store, store.resolve(spared.client(1)))["dropped"] == "failed: it broke"
+
+
+def test_a_simulation_without_a_store_leaves_no_folder(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    done = soma("simulate", "--rounds", "1", "--clients", "2", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_help_shows_every_default() -> None:
+    from soma.cli import parser
+
+    commands = parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    for name, sub in commands.items():
+        formatter = sub._get_formatter()
+        for action in sub._actions:
+            if action.required or not action.option_strings or action.nargs == 0:
+                continue  # a flag (--json, --help) is off unless given
+            shown = formatter._get_help_string(action)
+            assert "default" in shown, f"soma {name} --help: {action.option_strings} {shown!r}"
+    client = commands["client"].format_help()
+    assert "(default: 3600.0)" in " ".join(client.split()), client
+
+
+def test_the_same_options_typed_two_ways_are_one_run() -> None:
+    from soma.run.identity import declared, digest
+
+    def config(lr, halve):
+        return {
+            "task": "typed_task",
+            "seed": 0,
+            "clients": 2,
+            "task_options": {"typed_task": {"lr": lr, "halve": halve}},
+            "strategy": "fedavgm",
+            "strategy_options": {"fedavgm": {"momentum": "9e-1"}},
+        }
+
+    text, values = declared(config("1e-1", "yes")), declared(config(0.1, True))
+    assert text == values and digest(text) == digest(values)
+    assert text["task_options"] == {"lr": 0.1, "halve": True}
+    assert text["strategy_options"] == {"momentum": 0.9}
+    assert digest(declared(config(0.2, True))) != digest(values)

@@ -1,0 +1,31 @@
+"""Broken variants of a secure round in a run (soma.secagg.round); registered into
+tests/mutants.py's MUTANTS."""
+
+from __future__ import annotations
+
+from mutants import _replace, mutant
+
+# --- secure rounds (soma/secagg/round.py) ---
+
+
+@mutant(
+    "secure_round_keeps_the_export_in_the_clear",
+    caught_by=["tests/secagg/test_secure_round.py", "-k", "correlates"],
+)
+def _secure_round_keeps_the_export_in_the_clear() -> None:
+    """A secure round that also keeps each trained export in the store, as a plain round does."""
+    import soma.secagg.round
+    from soma.round.once import POLL
+
+    real = soma.secagg.round.take_part
+
+    def leaky(store, meeting, clients, train, *, deadline=3600.0, backoff=POLL):
+        def leak(k):
+            trained = train(k)
+            if not isinstance(trained, str):
+                store.put_value(trained[0])
+            return trained
+
+        return real(store, meeting, clients, leak, deadline=deadline, backoff=backoff)
+
+    _replace(soma.secagg.round, "take_part", leaky)

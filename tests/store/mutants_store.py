@@ -1,0 +1,66 @@
+"""Broken variants of the store's claim and of the one atomic writer (soma.store,
+soma.store.files); registered into tests/mutants.py's MUTANTS."""
+
+from __future__ import annotations
+
+import os
+
+from mutants import _replace, mutant
+
+# --- store (soma/store/__init__.py) ---------------------------------------------------
+
+
+@mutant(
+    "claim_as_resolve_then_bind",
+    caught_by=[
+        "tests/store/test_store.py::test_race_eight_threads_for_one_name_exactly_one_wins_and_is_written_down",
+        "tests/store/test_store.py::test_race_eight_processes_for_one_name_exactly_one_wins_and_is_written_down",
+    ],
+)
+def _claim_as_resolve_then_bind() -> None:
+    """claim written out of resolve and bind: a race with a doc comment on it.
+
+    The sleep models the real window between the two: on a shared folder it is a
+    round trip for the lookup plus the bind's own temporary, write and fsync, which is
+    milliseconds on NFS. Widened to 0.2 s here so that racers released together by the
+    tests' start barrier all land in it on any machine, however loaded: the race tests
+    then catch this mutant every time, not when the scheduler happens to oblige.
+    """
+    import time
+
+    import soma.store
+
+    def claim(self, name: str, digest: str, *, at_commit: bool = False) -> bool:
+        if self.resolve(name) is not None:
+            return False
+        time.sleep(0.2)
+        self.bind(name, digest)
+        return True
+
+    _replace(soma.store.Store, "claim", claim)
+
+
+# --- the one atomic writer (soma/store/files.py) --------------------------------------------------
+
+
+@mutant(
+    "write_atomic_writes_in_place",
+    caught_by=["tests/store/test_files.py", "-k", "killed"],
+)
+def _write_atomic_writes_in_place() -> None:
+    """The file is truncated and written under its final name: a writer killed half way
+    leaves a partial file (or the new one where the old was wanted)."""
+    import soma.store.files
+    import soma.workflow
+
+    def in_place(path, data, *, mode=None):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 if mode is None else mode)
+        try:
+            whole = isinstance(data, bytes | bytearray | memoryview)
+            for chunk in [data] if whole else data:
+                soma.store.files.write_all(fd, memoryview(chunk).cast("B"))
+        finally:
+            os.close(fd)
+
+    _replace(soma.store.files, "write_atomic", in_place)
+    soma.workflow.write_atomic = soma.store.files.write_atomic

@@ -1,0 +1,333 @@
+"""The store on a real S3 server (`Store("s3://bucket/prefix")`, soma.store.s3).
+
+The server is SeaweedFS on 127.0.0.1, one for the test session (tests/s3_bucket.py: the
+`bucket` fixture); skipped, with the reason, only where its `weed` binary cannot run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("boto3", reason="boto3 (soma[s3]) is not installed")
+
+import boto3  # noqa: E402
+from botocore.exceptions import ClientError  # noqa: E402
+from s3_bucket import BUCKET  # noqa: E402
+
+import soma.store.s3 as s3  # noqa: E402
+from soma.cli import main as soma  # noqa: E402
+from soma.store import Store  # noqa: E402
+from soma.store.backend import BackendStore  # noqa: E402
+from soma.store.errors import BadStore, CorruptBlob, UnknownDigest  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKER = ROOT / "tests" / "store_worker.py"
+
+
+_PREFIXES = iter(range(10**6))
+
+
+@pytest.fixture
+def store(bucket: str) -> BackendStore:
+    """A store under a prefix of its own in the module's bucket."""
+    made = Store(f"s3://{BUCKET}/t{next(_PREFIXES)}")
+    assert isinstance(made, BackendStore)
+    return made
+
+
+# --- the server itself -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("condition", ["If-None-Match", "If-Match"])
+def test_the_servers_conditional_put_is_atomic_one_winner_of_eight_in_every_trial(
+    bucket: str, condition: str
+) -> None:
+    """What every claim (If-None-Match: *) and every lease's renewal and takeover (If-Match:
+    <ETag>, compare-and-swap) on S3 rest on, checked on the server the tests use."""
+    clients = [boto3.client("s3") for _ in range(8)]
+    for trial in range(20 if condition == "If-None-Match" else 10):  # ~1 s a trial here
+        key, start = f"race/{condition}/{trial}", threading.Barrier(8)
+        told: list[object] = [None] * 8
+        asked = {"IfNoneMatch": "*"}
+        if condition == "If-Match":  # all swap from the one tag they saw
+            asked = {"IfMatch": clients[0].put_object(Bucket=BUCKET, Key=key, Body=b"0")["ETag"]}
+
+        def racer(
+            i: int, key: str, start: threading.Barrier, told: list[object], asked: dict
+        ) -> None:
+            start.wait()
+            try:
+                clients[i].put_object(Bucket=BUCKET, Key=key, Body=f"racer {i}".encode(), **asked)
+                told[i] = True
+            except ClientError as error:
+                told[i] = error.response["ResponseMetadata"]["HTTPStatusCode"]
+
+        threads = [
+            threading.Thread(target=racer, args=(i, key, start, told, asked)) for i in range(8)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        winners = [i for i in range(8) if told[i] is True]
+        assert len(winners) == 1, f"{bucket}, {condition}, trial {trial}: {told}"
+        assert set(told) - {True} <= {412, 409}, told
+        body = clients[0].get_object(Bucket=BUCKET, Key=key)["Body"].read()
+        assert body == f"racer {winners[0]}".encode(), f"trial {trial}: stored {body!r}"
+
+
+# --- URLs --------------------------------------------------------------------------------
+
+
+def test_a_path_and_a_file_url_are_the_folder_store_and_an_unknown_scheme_is_refused(
+    tmp_path: Path,
+) -> None:
+    by_url = Store(f"file://{tmp_path}/st")
+    assert type(by_url) is Store and by_url.directory == tmp_path / "st"
+    assert Store(tmp_path / "st").get(by_url.put(b"x")) == b"x"
+    with pytest.raises(BadStore, match="ftp"):
+        Store("ftp://host/store")
+
+
+# --- blobs -------------------------------------------------------------------------------
+
+
+def test_a_blob_put_comes_back_verified_and_a_flipped_byte_is_refused(store: BackendStore) -> None:
+    data = os.urandom(3000)
+    digest = store.put(data)
+    assert store.has(digest) and store.get(digest) == data
+    key = f"{store.backend.prefix}blobs/{digest[:2]}/{digest}"
+    flipped = bytearray(data)
+    flipped[1234] ^= 1
+    store.backend.client.put_object(Bucket=BUCKET, Key=key, Body=bytes(flipped))
+    assert store.get(digest) == data  # this reader verified it already (the recent blobs)
+    store = Store(store.directory)  # another reader
+    with pytest.raises(CorruptBlob, match=digest):
+        store.get(digest)
+
+
+def test_values_keep_and_recall_and_a_flipped_tensor_byte_is_refused(store: BackendStore) -> None:
+    w = torch.arange(12.0).reshape(3, 4)
+    store.keep("run/round/0/average", {"export": {"w": w}, "size": 3})
+    back = store.recall("run/round/0/average")
+    assert torch.equal(back["export"]["w"], w) and back["size"] == 3
+    record = store.resolve("run/round/0/average")
+    (blob,) = [k[3:] for k, _, _ in store.backend.blobs() if k[3:] != record]
+    key = f"{store.backend.prefix}blobs/{blob[:2]}/{blob}"
+    body = bytearray(store.backend.client.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+    body[-1] ^= 0x40
+    store.backend.client.put_object(Bucket=BUCKET, Key=key, Body=bytes(body))
+    with pytest.raises(CorruptBlob):
+        Store(store.directory).recall("run/round/0/average")  # a reader that never read it
+
+
+def test_a_large_blob_goes_up_in_parts_and_a_failed_upload_leaves_nothing_readable(
+    store: BackendStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(s3, "MULTIPART_FROM", 6 << 20)
+    monkeypatch.setattr(s3, "PART", 5 << 20)
+    big = torch.randn(3 << 20)  # 12 MB: three parts
+    store.keep("big", {"w": big})
+    assert torch.equal(store.recall("big")["w"], big)
+
+    class Died(Exception):
+        pass
+
+    def dies_half_way() -> Iterator[memoryview]:
+        yield memoryview(bytes(6 << 20))  # one part sent, then the writer dies
+        raise Died
+
+    digest = "ab" * 32
+    with pytest.raises(Died):
+        store.backend.put_blob(digest, dies_half_way(), 12 << 20)
+    assert not store.has(digest)
+    assert store.backend.client.list_multipart_uploads(Bucket=BUCKET).get("Uploads", []) == []
+
+
+# --- names -------------------------------------------------------------------------------
+
+
+def test_bind_resolve_list_and_forget(store: BackendStore) -> None:
+    a, b = store.put(b"a"), store.put(b"b")
+    assert store.resolve("run/round/0/client/0") is None
+    store.bind("run/round/0/client/0", a)
+    store.bind("run/round/0/client/1", a)
+    store.bind("run/round/10/client/0", b)
+    store.bind("run/round/0/client/0", b)  # replaces
+    assert store.resolve("run/round/0/client/0") == b
+    assert store.bound("run/round/0/") == ["run/round/0/client/0", "run/round/0/client/1"]
+    assert store.bound("run/round/") == [
+        "run/round/0/client/0",
+        "run/round/0/client/1",
+        "run/round/10/client/0",
+    ]
+    assert store.entries("run/round") == ["0", "10"]
+    assert store.forget("run/round/0/client/1") and not store.forget("run/round/0/client/1")
+    with pytest.raises(UnknownDigest):
+        store.bind("x", "cd" * 32)
+
+
+def test_a_claim_takes_a_name_nobody_has_and_never_one_somebody_has(store: BackendStore) -> None:
+    a, b = store.put(b"a"), store.put(b"b")
+    assert store.claim("run/round/0/averaging", a)
+    assert not store.claim("run/round/0/averaging", b)
+    assert store.resolve("run/round/0/averaging") == a
+    with pytest.raises(UnknownDigest):
+        store.claim("run/round/1/averaging", "cd" * 32)
+
+
+def test_a_claim_race_of_eight_processes_on_s3_has_exactly_one_winner(
+    store: BackendStore,
+) -> None:
+    name = "run/round/0/averaging"
+    go_read, go_write = os.pipe()
+    racers = subprocess.Popen(
+        [sys.executable, str(WORKER), "race", store.backend.url, name, str(go_read), "8"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        pass_fds=(go_read,),
+    )
+    os.close(go_read)
+    try:
+        for _ in range(8):
+            ready = racers.stdout.readline()
+            assert ready == "ready\n", ready + racers.communicate(timeout=60)[1]
+    finally:
+        os.close(go_write)  # the start: every racer's read returns at once
+    out, err = racers.communicate(timeout=120)
+    assert racers.returncode == 0, err
+    reports = [json.loads(line) for line in out.splitlines()]
+    winners = [r for r in reports if r["won"]]
+    assert len(reports) == 8 and len({r["digest"] for r in reports}) == 8
+    assert len(winners) == 1, f"{len(winners)} of the 8 racers were told they had it"
+    assert store.resolve(name) == winners[0]["digest"], "the winner is not the one written down"
+
+
+# --- health ------------------------------------------------------------------------------
+
+
+def test_soma_verify_on_a_bucket_finds_a_flipped_byte(
+    store: BackendStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    w = torch.arange(40.0)
+    store.keep("run/round/0/average", {"export": {"w": w}, "size": 3})
+    url = store.backend.url
+    assert soma(["verify", "--store", url, "--json"]) == 0, capsys.readouterr()
+    capsys.readouterr()
+    record = store.resolve("run/round/0/average")
+    (blob,) = [k[3:] for k, _, _ in store.backend.blobs() if k[3:] != record]
+    key = f"{store.backend.prefix}blobs/{blob[:2]}/{blob}"
+    body = bytearray(store.backend.client.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+    body[-5] ^= 0x01
+    store.backend.client.put_object(Bucket=BUCKET, Key=key, Body=bytes(body))
+    assert soma(["verify", "--store", url, "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    (problem,) = report["problems"]
+    assert problem["kind"] == "corrupt" and problem["digest"] == blob
+    assert problem["path"] == f"{url}/blobs/{blob[:2]}/{blob}"
+
+
+def _flip(store: BackendStore, digest: str, at: int = -1) -> None:
+    key = f"{store.backend.prefix}blobs/{digest[:2]}/{digest}"
+    body = bytearray(store.backend.client.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+    body[at] ^= 0x01
+    store.backend.client.put_object(Bucket=BUCKET, Key=key, Body=bytes(body))
+
+
+def test_a_put_that_verifies_what_is_there_replaces_a_corrupt_blob_and_only_then(
+    store: BackendStore,
+) -> None:
+    w = torch.arange(40.0)
+    store.keep("a", {"w": w})
+    (blob,) = [k[3:] for k, _, _ in store.backend.blobs() if k[3:] != store.resolve("a")]
+    _flip(store, blob)
+    store.keep("a", {"w": w})  # trusted as there: no read, no write
+    with pytest.raises(CorruptBlob):
+        store.recall("a")
+    fixer = Store(store.backend.url, verify_existing=True)
+    fixer.keep("a", {"w": w})
+    assert torch.equal(store.recall("a")["w"], w)
+
+
+def test_soma_repair_on_a_bucket_removes_a_corrupt_blob_nothing_needs(
+    store: BackendStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store.keep("run/round/0/average", {"export": {"w": torch.ones(3)}})
+    stray = store.put(b"nothing names me")
+    _flip(store, stray, 0)
+    assert soma(["repair", "--store", store.backend.url]) == 0, capsys.readouterr()
+    assert not store.has(stray) and store.has(store.resolve("run/round/0/average"))
+    assert soma(["verify", "--store", store.backend.url]) == 0
+
+
+def test_a_server_that_ignores_if_none_match_is_refused_before_anything_is_claimed(
+    bucket: str,
+) -> None:
+    store = Store(f"s3://{BUCKET}/ignores")
+    a = store.put(b"a")
+
+    def strip(request: object, **_: object) -> None:  # what such a server does with it
+        if "If-None-Match" in request.headers:
+            del request.headers["If-None-Match"]
+
+    store.backend.client.meta.events.register("before-sign.s3.PutObject", strip)
+    with pytest.raises(BadStore, match="ignores If-None-Match"):
+        store.claim("run/round/0/averaging", a)
+    assert store.resolve("run/round/0/averaging") is None
+
+
+# --- a run -------------------------------------------------------------------------------
+
+
+def test_a_run_simulated_on_a_bucket_reaches_the_same_bits_as_on_a_folder(
+    bucket: str, tmp_path: Path
+) -> None:
+    from soma.run.simulate import simulate
+
+    on = {
+        where: simulate("soma.tasks.control", clients=3, rounds=2, seed=1, tree=2, store=where)
+        for where in (f"s3://{BUCKET}/simulated", str(tmp_path / "store"))
+    }
+    on_bucket, on_folder = on.values()
+    assert on_bucket.weights == on_folder.weights  # the digest of the final weights
+    assert Store(f"s3://{BUCKET}/simulated").has(on_bucket.weights)
+
+
+def test_a_bucket_that_is_not_there_is_a_soma_error_naming_it(
+    bucket: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert soma(["verify", "--store", "s3://no-such-bucket/x"]) != 0
+    err = capsys.readouterr().err
+    assert "s3://no-such-bucket/x/names/" in err and "Traceback" not in err
+
+
+def test_an_averaging_on_a_bucket_downloads_each_clients_weights_once(bucket: str) -> None:
+    """Checked before the claim, averaged after it: the second read is served by the blobs
+    this store read recently, not by a second download."""
+    from soma.round import Meeting, average_round, contribute
+
+    writer = Store(f"s3://{BUCKET}/once-each")
+    meeting = Meeting("once", 0, 3)
+    for k in range(3):
+        contribute(writer, meeting, {"n": {"w": torch.full((4,), float(k))}}, mine=k, size=1)
+    averager = Store(f"s3://{BUCKET}/once-each")  # another process's view: nothing read yet
+    fetched: list[str] = []
+
+    def count(params: dict, **_: object) -> None:
+        if "/blobs/" in params["url"]:
+            fetched.append(params["url"].rsplit("/", 1)[1])
+
+    averager.backend.client.meta.events.register("before-call.s3.GetObject", count)
+    average_round(averager, meeting, deadline=30)
+    assert fetched and len(fetched) == len(set(fetched)), sorted(fetched)

@@ -1,0 +1,21 @@
+"""Broken variants of sites (config `site`, `sites`; registered into tests/mutants.py's
+MUTANTS). Applied in the snakemakes and their jobs too (tests/inherited/sitecustomize.py)."""
+
+from __future__ import annotations
+
+from mutants import _replace, mutant
+
+_SITES = "tests/workflow/test_sites.py"
+
+
+@mutant("a_site_averages_only_its_own_clients", caught_by=[_SITES, "-k", "two_sites"])
+def _a_site_averages_only_its_own_clients() -> None:
+    """Each site's average job trusts its own receipts, as one site hosting everyone does:
+    every site averages its own clients alone, and the sites part ways."""
+    import soma.workflow
+    from soma.round import average_inputs
+
+    def averaged(store, meeting, config, inputs):
+        return average_inputs(store, meeting, inputs, deadline=config.get("average_deadline"))
+
+    _replace(soma.workflow, "averaged", averaged)
