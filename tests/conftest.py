@@ -1,7 +1,18 @@
+"""The test session: mutants, the shared fixtures, and the tiers.
+
+Tiers (markers, declared in pyproject.toml): `slurm` (needs the test cluster), `s3` (starts the
+session's SeaweedFS), `workflow` (runs snakemake), `mutants` (reruns tests under each mutant),
+`slow` (spawns processes or trains for seconds). Every test with none of them is also marked
+`fast`: `python -m pytest -q -m fast` is the developer's tier, CI runs everything.
+"""
+
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
+import pytest
+
+TESTS = Path(__file__).parent
+sys.path.insert(0, str(TESTS))
 
 import mutants  # noqa: E402
 
@@ -9,3 +20,30 @@ mutants.apply_from_environment()
 
 from s3_bucket import bucket  # noqa: E402,F401  (the session's S3 server, for any test file)
 from tiny_run import tiny_run  # noqa: E402,F401  (one finished tiny run, read-only)
+
+HEAVY = ("slurm", "s3", "workflow", "mutants", "slow")
+
+
+def _tiers_of(item: pytest.Item) -> set[str]:
+    """The heavy tiers a test belongs to by where it lives and what it uses."""
+    tiers = {m.name for m in item.iter_markers() if m.name in HEAVY}
+    folder = Path(str(item.fspath)).relative_to(TESTS).parts[0]
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if folder == "slurm":
+        tiers.add("slurm")
+    if folder == "test_mutations.py":
+        tiers.add("mutants")
+    if "bucket" in fixtures:
+        tiers.add("s3")
+    if "tiny_run" in fixtures:
+        tiers.add("workflow")
+    return tiers
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        tiers = _tiers_of(item)
+        for tier in sorted(tiers):
+            item.add_marker(tier)
+        if not tiers:
+            item.add_marker("fast")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from mutants import _replace, mutant
 
-# --- scale (soma/round/tree.py, soma/cli.py) -----------------------------------------------------
+# --- scale (soma/round/tree.py, soma/cli/) -------------------------------------------------------
 
 
 @mutant(

@@ -1,0 +1,403 @@
+"""The one option parser of the `soma` command, and the checks of its arguments that come
+before any command does anything."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from typing import Any
+
+from soma.cli.health import gc, keys, repair, verify
+from soma.cli.run import client
+from soma.cli.show import export, status
+from soma.round.lease import LEASE
+from soma.run.spec import BadArgument
+
+DESCRIPTION = (
+    "The `soma` command line: the client script every Slurm task runs, a run's status, its model."
+)
+
+
+def _count_or_fraction(text: str) -> int | float:
+    """`4` is a count, `0.5` a fraction (checked against the client count by soma)."""
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is neither a count nor a fraction"
+            ) from None
+
+
+def clients_of(text: str) -> list[int]:
+    """`3`, `0-4`, `0,2,5` or `0-4,8`: the clients one process hosts (soma.run.options)."""
+    from soma.run.options import clients_of as parsed
+
+    try:
+        return parsed(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def one_line(error: BaseException) -> str:
+    """The error's message on one line: a refusal is one line of stderr, never a traceback."""
+    return "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Every argument of the command, checked before it runs: a refused command has made
+    nothing (no store behind a mistyped path), read nothing and trained nothing."""
+    if args.store is not None:
+        _check_store(args.store)
+    if getattr(args, "run", None) is not None:
+        _check_run(args.run)
+    if getattr(args, "clients", None) is not None:
+        _at_least("--clients", args.clients, 1)
+    if getattr(args, "round", None) is not None:
+        _at_least("--round", args.round, 0)
+    if args.command in ("client", "simulate"):
+        _check_client(args)
+
+
+def _at_least(option: str, value: int, least: int) -> None:
+    if value < least:
+        raise BadArgument(f"{option} must be an integer >= {least}, not {value}")
+
+
+def _check_store(path: str) -> None:
+    from soma.store import check_folder
+    from soma.store.errors import StoreError
+
+    try:
+        check_folder(path)
+    except StoreError as error:
+        raise BadArgument(f"--store {path}: {error}") from None
+
+
+def _check_run(run: str) -> None:
+    from soma.store.errors import StoreError
+    from soma.store.names import check_run_name
+
+    try:
+        check_run_name(run)
+    except StoreError as error:
+        raise BadArgument(f"--run {run!r} is not a run's name: {error}") from None
+
+
+def _check_client(args: argparse.Namespace) -> None:
+    """`soma client`'s own argument (--deadline), then the run's pure check (soma.run.spec:
+    numbers, sampling, secure aggregation, tree, the task's option names); the task and the
+    strategy are made and checked together by `client`, before it writes anything."""
+    from soma.run.spec import RunSpec
+
+    if math.isnan(args.deadline) or args.deadline < 0:
+        raise BadArgument(
+            f"--deadline must be a number of seconds >= 0 (inf: forever), not {args.deadline}"
+        )
+    if not args.lease >= 1 or math.isinf(args.lease):
+        raise BadArgument(f"--lease must be a number of seconds >= 1, not {args.lease}")
+    RunSpec.from_args(args).check()
+
+
+def _duration(text: str) -> float:
+    """Seconds from `90`, `90s`, `30m`, `6h` or `2d`."""
+    scale = {"s": 1, "m": 60, "h": 3600, "d": 86400}.get(text[-1:], None)
+    try:
+        return float(text[:-1] if scale else text) * (scale or 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration (90, 90s, 30m, 6h or 2d)"
+        ) from None
+
+
+class _Defaults(argparse.HelpFormatter):
+    """`--help` shows every option's default: the value itself, unless the help already
+    says it (`default: ...`) or the option has none (a flag off, an empty list, None)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if "default" in text or action.required or default is argparse.SUPPRESS:
+            return text
+        if isinstance(default, bool) or default is None or default == []:
+            return text + " (default: none)" if action.nargs != 0 else text
+        return text + " (default: %(default)s)"
+
+
+def _run_arguments(c: argparse.ArgumentParser) -> None:
+    """What a run is and how a process drives it: `soma client`'s and `soma simulate`'s."""
+    c.add_argument(
+        "--durability",
+        default="durable",
+        help="durable: a name is durable before it is said bound, never before what it "
+        "reaches; scratch: no fsync (a machine crash means rerunning the round), refused on "
+        "a store that says it is shared (its file `shared`)",
+    )
+    c.add_argument("--task", default="soma.tasks.control", help="a task's import path")
+    c.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a task option (repeatable)",
+    )
+    c.add_argument(
+        "--strategy",
+        default="fedavg",
+        help="how a round's updates become the next weights: a built-in name or an import path",
+    )
+    c.add_argument(
+        "--strategy-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a strategy option (repeatable)",
+    )
+    c.add_argument(
+        "--participation",
+        type=_count_or_fraction,
+        default=None,
+        help="clients per round: a count (4) or a fraction (0.5), drawn from the seed and the "
+        "round (default: everyone)",
+    )
+    c.add_argument(
+        "--quorum",
+        type=_count_or_fraction,
+        default=None,
+        help="how many of a round's clients must come for it to be averaged without the rest "
+        "once --deadline has passed: a count or a fraction (default: all of them)",
+    )
+    c.add_argument("--seed", type=int, default=0, help="the seed of the starting weights")
+    c.add_argument(
+        "--secure-aggregation",
+        type=int,
+        default=None,
+        metavar="T",
+        help="secure aggregation (soma.secagg): nobody, the averager included, reads a "
+        "client's weights, only their sum; T of the round's clients must come to unmask it "
+        "(FedAvg-style strategies; needs the `privacy` extra; default: off)",
+    )
+    c.add_argument(
+        "--roster",
+        default=None,
+        metavar="FILE",
+        help="signed records: a JSON or YAML file of client -> Ed25519 public key (soma keys); "
+        "every record is signed by its writer and checked before use (default: unsigned)",
+    )
+    c.add_argument(
+        "--keys",
+        default=None,
+        metavar="PATH",
+        help="with --roster, this process's clients' private keys: a path, {client} standing "
+        "for the client (e.g. keys/{client}.key)",
+    )
+    c.add_argument(
+        "--tree",
+        type=int,
+        default=None,
+        metavar="FAN_IN",
+        help="average through a tree of partial means, FAN_IN inputs a node, the work "
+        "shared by every process of the round (FedAvg-style strategies; default: flat)",
+    )
+    c.add_argument(
+        "--personal",
+        action="append",
+        default=[],
+        metavar="NODE",
+        help="a node each client keeps for itself: never sent nor averaged, kept as its own "
+        "state (FedPer, FedBN; repeatable)",
+    )
+    c.add_argument(
+        "--deadline",
+        type=float,
+        default=3600.0,
+        help="seconds to wait for a round before naming who is missing",
+    )
+    c.add_argument(
+        "--lease",
+        type=float,
+        default=LEASE,
+        help="on a bucket: seconds an averaging's holder may go without renewing its lease "
+        f"before it is taken over (default {LEASE:g})",
+    )
+    c.add_argument(
+        "--evaluate",
+        choices=("one", "all", "none"),
+        default="one",
+        help="who logs the test metrics of each round's new weights on stderr: one client "
+        "(the lowest-numbered of the round), every client, or nobody",
+    )
+    c.add_argument(
+        "--evaluate-participation",
+        type=_count_or_fraction,
+        default=None,
+        help="who evaluates each round's average on their own held-out data (a task's "
+        "evaluate_local): a count or a fraction of the clients, drawn from the seed and the "
+        "round (default: the round's sample)",
+    )
+    c.add_argument(
+        "--tracking",
+        default=None,
+        metavar="DIR",
+        help="write per-round metrics as TensorBoard event files in DIR (the `tracking` "
+        "extra; default: none)",
+    )
+    c.add_argument(
+        "--threads",
+        type=int,
+        default=int(os.environ.get("SOMA_THREADS", "1")),
+        help="torch threads (default: $SOMA_THREADS, else 1: safe when jobs share cores)",
+    )
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="soma", description=DESCRIPTION, formatter_class=_Defaults)
+    commands = top.add_subparsers(dest="command", required=True)
+    commands_add = commands.add_parser
+
+    def add_parser(*args: Any, **kwargs: Any) -> argparse.ArgumentParser:
+        return commands_add(*args, formatter_class=_Defaults, **kwargs)
+
+    commands.add_parser = add_parser  # type: ignore[method-assign]
+    c = commands.add_parser("client", help="train one client's shard for every round")
+    c.add_argument("--store", required=True, help="the shared folder every task can see")
+    c.add_argument("--run", required=True, help="the run's name (two runs may share a store)")
+    c.add_argument("--rounds", type=int, required=True)
+    c.add_argument("--clients", type=int, required=True)
+    c.add_argument(
+        "--mine",
+        type=clients_of,
+        default=None,
+        help="the clients this process trains: 3, 0-4 or 0,2,5-7 (default: $SLURM_PROCID, "
+        "or with --per-task B, task p's B clients p*B..p*B+B-1)",
+    )
+    c.add_argument(
+        "--per-task",
+        type=int,
+        default=1,
+        metavar="B",
+        help="clients per task when --mine is not given (default 1)",
+    )
+    _run_arguments(c)
+    c.set_defaults(func=client)
+    m = commands.add_parser(
+        "simulate", help="every client of a run in this one process (the bits of soma client)"
+    )
+    m.add_argument(
+        "--store",
+        default=None,
+        help="the store to keep the run in (default: a temporary folder, removed at the end)",
+    )
+    m.add_argument("--run", default="simulation", help="the run's name")
+    m.add_argument("--rounds", type=int, required=True)
+    m.add_argument("--clients", type=int, required=True)
+    _run_arguments(m)
+    m.set_defaults(func=client)
+    s = commands.add_parser("status", help="per round: who wrote, who is missing, the average")
+    s.add_argument("--store", required=True)
+    s.add_argument("--run", required=True)
+    s.add_argument(
+        "--clients", type=int, default=None, help="the client count, where a round does not say"
+    )
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.set_defaults(func=status)
+    e = commands.add_parser(
+        "export", help="one round's average as a safetensors file plain PyTorch loads"
+    )
+    e.add_argument("--store", required=True)
+    e.add_argument("--run", required=True)
+    e.add_argument(
+        "--round", type=int, default=None, help="the round (default: the last one averaged)"
+    )
+    e.add_argument(
+        "--average",
+        default=None,
+        metavar="DIGEST",
+        help="which average, when the round has several (a unique prefix will do)",
+    )
+    e.add_argument(
+        "--best",
+        action="store_true",
+        help="the round whose federated validation --metric (the clients' own held-out "
+        "data, never the central test set) is best",
+    )
+    e.add_argument(
+        "--metric", default="accuracy", help="with --best: the metric (a loss: lower is better)"
+    )
+    e.add_argument("-o", "--output", required=True, help="the model file to write")
+    e.set_defaults(func=export)
+    v = commands.add_parser(
+        "verify", help="hash every blob, check every name and reference; exit 1 on damage"
+    )
+    v.add_argument("--store", required=True)
+    v.add_argument("--run", default=None, help="only what this run's names reach")
+    v.add_argument("--json", action="store_true", help="machine-readable output")
+    v.set_defaults(func=verify)
+    r = commands.add_parser(
+        "repair", help="rebuild damaged averages from their inputs; say what reruns the rest"
+    )
+    r.add_argument("--store", required=True)
+    r.add_argument("--run", default=None, help="only what this run's names reach")
+    r.add_argument("--dry-run", action="store_true", help="say what would be done; do nothing")
+    r.add_argument("--json", action="store_true", help="machine-readable output")
+    r.set_defaults(func=repair)
+    k = commands.add_parser(
+        "keys", help="make clients' Ed25519 key pairs for signed records; print their roster"
+    )
+    k.add_argument("--out", required=True, help="the folder to write <k>.key and <k>.pub in")
+    k.add_argument(
+        "--client", type=clients_of, required=True, help="the clients: 3, 0-4 or 0,2,5-7"
+    )
+    k.set_defaults(func=keys, store=None)
+    g = commands.add_parser(
+        "gc", help="remove unreachable blobs and temporaries of writers that are gone"
+    )
+    g.add_argument("--store", required=True)
+    g.add_argument(
+        "--keep-runs",
+        nargs="+",
+        default=None,
+        metavar="RUN",
+        help="remove the names of every run but these first (default: keep every name)",
+    )
+    g.add_argument(
+        "--force",
+        action="store_true",
+        help="with --keep-runs: drop a run even with an open round (no average published yet)",
+    )
+    g.add_argument(
+        "--dry-run", action="store_true", help="say what would be removed; remove nothing"
+    )
+    g.add_argument(
+        "--min-age",
+        type=_duration,
+        default=None,
+        metavar="DURATION",
+        help="remove only what was untouched this long, at least 2m: 90s, 30m, 6h, 2d "
+        "(default 1h, soma.health.GRACE)",
+    )
+    g.add_argument("--json", action="store_true", help="machine-readable output")
+    g.set_defaults(func=gc)
+    return top
+
+
+def _mine_from_slurm(args: argparse.Namespace) -> list[int]:
+    """Task p of an srun hosts client p, or with --per-task B clients p*B..p*B+B-1."""
+    procid = os.environ.get("SLURM_PROCID")
+    if procid is None:
+        raise SystemExit("soma client: --mine not given and $SLURM_PROCID is not set")
+    if not procid.isdigit():
+        raise SystemExit(f"soma client: $SLURM_PROCID is {procid!r}, not a task number")
+    if args.per_task < 1:
+        raise SystemExit(f"soma client: --per-task {args.per_task} must be at least 1")
+    first = int(procid) * args.per_task
+    mine = list(range(first, min(first + args.per_task, args.clients)))
+    if not mine:
+        raise SystemExit(
+            f"soma client: task {procid} with --per-task {args.per_task} hosts no client "
+            f"of {args.clients}"
+        )
+    return mine

@@ -1,0 +1,139 @@
+"""`soma status` and `soma export`: a run's rounds as lines, and one round's model as a file."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from soma.cli.stores import existing_store
+from soma.round import holders
+from soma.run.spec import BadArgument
+
+
+def _metrics_text(metrics: Any) -> str:
+    if not isinstance(metrics, dict):
+        return ""
+    shown = [
+        f"{name} {value:.4g}" if isinstance(value, float) else f"{name} {value}"
+        for name, value in sorted(metrics.items())
+    ]
+    return "; " + ", ".join(shown) if shown else ""
+
+
+def _federated_text(federated: Any) -> str:
+    """`; validation accuracy 0.91 [min 0.80, p10 0.82, median 0.93, max 1.00] over 4
+    clients; train loss 0.31`: a round's federated evaluation (soma.evaluation)."""
+    if not isinstance(federated, dict):
+        return ""
+    parts = []
+    for name, spread in sorted((federated.get("evaluation") or {}).items()):
+        stats = ", ".join(
+            f"{stat} {_g(spread.get(stat))}" for stat in ("min", "p10", "median", "max")
+        )
+        parts.append(f"validation {name} {_g(spread.get('mean'))} [{stats}]")
+    said = "; " + ", ".join(parts) + f" over {len(federated.get('evaluated') or [])} clients"
+    loss = (federated.get("training") or {}).get("loss")
+    return said + (f"; train loss {_g(loss.get('mean'))}" if loss else "")
+
+
+def _g(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, (int, float)) else "nan"
+
+
+def status(args: argparse.Namespace) -> int:
+    """Per round: who wrote, who is missing, who was left out, the average and its metrics.
+
+    Exits 1 when a round could not be read (it is said on that round's line, and every
+    other round is still shown), and refuses a store or a run that is not there.
+    """
+    from soma.round import check_run
+    from soma.round import status as round_status
+
+    store = existing_store(args.store)
+    check_run(store, args.run)
+    table = round_status(store, args.run, clients=args.clients)
+    unreadable = any(row["problems"] for row in table)
+    if args.json:
+        print(json.dumps(table, indent=2, sort_keys=True))
+        return 1 if unreadable else 0
+    if not table:
+        print(f"run {args.run!r}: no rounds yet in {args.store}")
+        return 0
+    several = {row["round"] for row in table if sum(r["round"] == row["round"] for r in table) > 1}
+    for row in table:
+        print(_status_line(row, several))
+    return 1 if unreadable else 0
+
+
+def _status_line(row: dict[str, Any], several: set[int]) -> str:
+    if row["expected"] is None:
+        written = f"{len(row['written'])}/? written (the round does not say its clients: --clients)"
+    else:
+        written = f"{len(row['written'])}/{len(row['expected'])} written"
+    if row.get("dropped"):
+        written += f", {len(row['dropped'])} dropped out"
+    missing = f", missing {row['missing']}" if row["missing"] else ""
+    holder = row["averaging"]
+    if row["average"]:
+        state = f"average {row['average'][:16]}"
+        if len(row["averages_by_inputs"]) > 1:
+            state += f" ({len(row['averages_by_inputs'])} averages: the round was rerun)"
+    elif holder:
+        state = f"averaging held by {holders.describe(holder)}"
+        state += " (gone)" if holder["gone"] else ""
+    else:
+        state = "not averaged"
+    apart = row.get("apart") or f"{row['meeting'][:8]}, {row['strategy']}"
+    meeting = f" [{apart}]" if row["round"] in several else ""
+    left = "".join(f"; left out client {x['client']}: {x['why']}" for x in row["left_out"])
+    problems = "".join(f"; {problem}" for problem in row["problems"])
+    metrics = _metrics_text(row["metrics"]) + _privacy_text(row.get("privacy"))
+    metrics += _federated_text(row.get("federated"))
+    return f"round {row['round']:>4}{meeting}: {written}{missing}; {state}{metrics}{left}{problems}"
+
+
+def _privacy_text(spent: Any) -> str:
+    """The privacy a DP strategy has spent up to the round, as (epsilon, delta)."""
+    if not isinstance(spent, dict):
+        return ""
+    budget = f" of a budget of {spent['budget']:.4g}" if "budget" in spent else ""
+    from soma.privacy import ADVERSARIES
+
+    against = spent.get("against")
+    whom = f", against {ADVERSARIES.get(against, against)}" if against else ""
+    at = f"at delta {spent['delta']:g}{whom}"
+    return f"; privacy spent: epsilon {spent['epsilon']:.4g}{budget} {at}"
+
+
+def export(args: argparse.Namespace) -> int:
+    """One average's weights as a safetensors file plain PyTorch loads (see soma.model)."""
+    from soma.model import export_average
+
+    if args.best:
+        return _export_best(args)
+    store = existing_store(args.store)
+    made = export_average(store, args.run, args.output, round=args.round, average=args.average)
+    print(
+        f"{args.output}: round {made['round']} of run {made['run']!r}, "
+        f"weights {made['weights']}, average {made['average']}"
+    )
+    return 0
+
+
+def _export_best(args: argparse.Namespace) -> int:
+    """`soma export --best`: the round whose federated validation `--metric` is best."""
+    from soma.model import export_best
+
+    if args.round is not None or args.average is not None:
+        raise BadArgument("--best chooses the round itself: give it without --round or --average")
+    store = existing_store(args.store)
+    made = export_best(store, args.run, args.output, args.metric)
+    print(
+        f"{args.output}: round {made['round']} of run {made['run']!r} (best federated "
+        f"validation {args.metric} {made['best']['validation']:.4g}), weights {made['weights']}"
+    )
+    return 0
+
+
+# --- the arguments, all checked before anything is read, made or trained -----------------
