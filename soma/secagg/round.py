@@ -101,7 +101,7 @@ def take_part(
     """Clients `clients` of this process through every phase; `train(k)` is client k's
     (export, size), or why it drops out (text). The clients that contributed."""
     from soma.secagg import advertise, masked_input, reveal, share, withdraw
-    from soma.secagg.protocol import confirm
+    from soma.secagg.consistency import confirm
 
     session = session_of(meeting)
     secrets = {k: advertise(store, session, k) for k in clients}
@@ -182,7 +182,7 @@ def check_sum(store: Store, meeting: Meeting, sum_digest: str) -> None:
 
     import torch
 
-    from soma.secagg.protocol import VERSION
+    from soma.secagg.session import VERSION
     from soma.store.errors import StoreError
 
     where = f"{meeting.what}: the secure sum {sum_digest}"

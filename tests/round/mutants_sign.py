@@ -87,12 +87,12 @@ def _sign_covers_the_record_only() -> None:
 )
 def _sign_no_consistency_check() -> None:
     """Clients reveal without comparing the survivors they were shown."""
-    import soma.secagg.protocol as protocol
+    from soma.secagg import consistency
 
     def consistent(store, session, mine, masked, *, deadline=600.0, backoff=None, sleep=None):
         return []
 
-    _replace(protocol, "consistent", consistent)
+    _replace(consistency, "consistent", consistent)
 
 
 @mutant(

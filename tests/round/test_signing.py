@@ -19,8 +19,11 @@ from soma.round import signing as signatures  # noqa: E402
 from soma.round.signing import Signing, SigningError, make_keys, read_roster  # noqa: E402
 from soma.run.simulate import simulate  # noqa: E402
 from soma.run.spec import RunSpec  # noqa: E402
-from soma.secagg import protocol  # noqa: E402
-from soma.secagg.protocol import Session, SplitRoster  # noqa: E402
+from soma.secagg import phases  # noqa: E402
+from soma.secagg import roster as rosters  # noqa: E402
+from soma.secagg.consistency import SplitRoster, confirm  # noqa: E402
+from soma.secagg.messages import put_signed  # noqa: E402
+from soma.secagg.session import Secrets, Session  # noqa: E402
 from soma.store import Store  # noqa: E402
 
 CLIENTS = 3
@@ -201,11 +204,11 @@ def _session(tmp_path: Path, keys: Path, prefix: str = "run/secagg") -> tuple[St
 
 def test_a_forged_secure_aggregation_message_is_refused_before_a_roster_takes_it(tmp_path, keys):
     store, session = _session(tmp_path, keys)
-    mine = {k: protocol.advertise(store, session, k) for k in (0, 2)}
-    forged = protocol.Secrets(session, 1).public()
+    mine = {k: phases.advertise(store, session, k) for k in (0, 2)}
+    forged = Secrets(session, 1).public()
     store.claim(session.name("keys", 1), store.put_value(forged))  # unsigned
     with pytest.raises(SigningError) as refused:
-        protocol.share(store, session, mine[0], deadline=5)
+        phases.share(store, session, mine[0], deadline=5)
     assert "client 1's message" in str(refused.value) and "unsigned" in str(refused.value)
     assert store.resolve(session.name("roster", "keys")) is None
 
@@ -215,20 +218,20 @@ def test_clients_shown_different_survivors_refuse_to_reveal(tmp_path, keys):
     shown a roster without client 2 (the store's writer rebound it); client 0 refuses before
     it reveals anything, naming client 1."""
     store, session = _session(tmp_path, keys)
-    secrets = {k: protocol.advertise(store, session, k) for k in range(3)}
+    secrets = {k: phases.advertise(store, session, k) for k in range(3)}
     for k in range(3):
-        protocol.share(store, session, secrets[k], deadline=5)
+        phases.share(store, session, secrets[k], deadline=5)
     for k in range(3):
-        protocol.masked_input(store, session, secrets[k], export(float(k)), 1.0, deadline=5)
-    seen = protocol.confirm(store, session, secrets[0], deadline=5)
+        phases.masked_input(store, session, secrets[k], export(float(k)), 1.0, deadline=5)
+    seen = confirm(store, session, secrets[0], deadline=5)
     name = session.name("roster", "masked")
-    present = [[k, d] for k, d in protocol._read_roster(store, session, "masked", seen).items()]
+    present = [[k, d] for k, d in rosters.read_roster(store, session, "masked", seen).items()]
     other = {"phase": "masked", "expected": [0, 1, 2], "present": present[:2]}
-    store.bind(name, protocol._put_signed(store, session, other, name, 0))
-    protocol.confirm(store, session, secrets[1], deadline=5)
+    store.bind(name, put_signed(store, session, other, name, 0))
+    confirm(store, session, secrets[1], deadline=5)
     store.bind(name, seen)
     with pytest.raises(SplitRoster) as refused:
-        protocol.reveal(store, session, secrets[0], deadline=5)
+        phases.reveal(store, session, secrets[0], deadline=5)
     assert "client 1 signed other survivors" in str(refused.value)
     assert store.resolve(session.name("reveal", 0)) is None, "nothing revealed"
 

@@ -35,10 +35,10 @@ def _secagg_masks_do_not_cancel() -> None:
 def _secagg_no_self_mask() -> None:
     """No self-mask, on either side: the sum is still right, and a masked input that comes too
     late is bare once the dropped client's pairwise masks are rebuilt from the store."""
-    import soma.secagg.protocol as protocol
+    from soma.secagg import masking
 
-    _replace(protocol, "_add_self_mask", lambda flat, secrets: None)
-    _replace(protocol, "_remove_self_masks", lambda acc, seeds: None)
+    _replace(masking, "add_self_mask", lambda flat, secrets: None)
+    _replace(masking, "remove_self_masks", lambda acc, seeds: None)
 
 
 @mutant(
@@ -48,10 +48,10 @@ def _secagg_no_self_mask() -> None:
 def _secagg_shares_in_the_clear() -> None:
     """The shares are written as they are, not encrypted to their recipient: the protocol
     runs, and anyone reading the folder holds every share of every secret."""
-    import soma.secagg.protocol as protocol
+    from soma.secagg import crypto
 
-    _replace(protocol, "_seal", lambda key, plaintext, associated: plaintext)
-    _replace(protocol, "_open", lambda key, sealed, associated: sealed)
+    _replace(crypto, "seal", lambda key, plaintext, associated: plaintext)
+    _replace(crypto, "open_", lambda key, sealed, associated: sealed)
 
 
 @mutant(
@@ -61,14 +61,14 @@ def _secagg_shares_in_the_clear() -> None:
 def _secagg_writes_the_export() -> None:
     """No mask at all, and none taken off: the sum is right, and the 'masked' inputs are the
     quantized exports themselves."""
-    import soma.secagg.protocol as protocol
+    from soma.secagg import masking
 
-    _replace(protocol, "_add_self_mask", lambda flat, secrets: None)
-    _replace(protocol, "_add_pairwise_masks", lambda flat, secrets, keys, sharers: None)
-    _replace(protocol, "_remove_self_masks", lambda acc, seeds: None)
+    _replace(masking, "add_self_mask", lambda flat, secrets: None)
+    _replace(masking, "add_pairwise_masks", lambda flat, secrets, keys, sharers: None)
+    _replace(masking, "remove_self_masks", lambda acc, seeds: None)
     _replace(
-        protocol,
-        "_remove_dropped_masks",
+        masking,
+        "remove_dropped_masks",
         lambda acc, session, dropped, keys, contributors: None,
     )
 

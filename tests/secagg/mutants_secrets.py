@@ -50,9 +50,9 @@ def _secrets_one_process_hosts_the_threshold() -> None:
 )
 def _secrets_mask_twice() -> None:
     """No claim of a client's one masking: a second attempt masks with the same secrets."""
-    import soma.secagg.protocol as protocol
+    from soma.secagg import phases
 
-    _replace(protocol, "_claim_masking", lambda store, session, mine: None)
+    _replace(phases, "claim_masking", lambda store, session, mine: None)
 
 
 @mutant("secrets_folder_as_the_umask_says", caught_by=[_ROUND])

@@ -40,14 +40,15 @@ from soma.secagg import (
     FixedPoint,
     LeftOut,
     SecAggError,
+    Secrets,
     Session,
     advertise,
     average,
     check_input,
     crypto,
     masked_input,
+    masking,
     masks,
-    protocol,
     published,
     received_shares,
     result,
@@ -57,6 +58,7 @@ from soma.secagg import (
     share,
     unmask,
 )
+from soma.secagg.ring import flat_of, layout_of
 from soma.store import Store, codecs
 
 HERE = Path(__file__).resolve().parents[1]
@@ -116,7 +118,7 @@ def phases(
     directory: Path,
     session: Session,
     k: int,
-    keep: dict[int, protocol.Secrets],
+    keep: dict[int, Secrets],
     *,
     stop_after: str | None = None,
     deadline: float = 2.0,
@@ -206,7 +208,7 @@ def test_the_secure_sum_is_the_weighted_sum_and_its_mean_is_fedavg_within_the_bo
 
 def test_a_client_that_drops_out_after_sharing_is_recovered_with_the_survivors(tmp_path) -> None:
     session = Session(PREFIX, tuple(range(N)), 3)
-    keep: dict[int, protocol.Secrets] = {}
+    keep: dict[int, Secrets] = {}
     stops = {3: "share", 4: "share"}  # two die after sharing: exactly the threshold remains
     out = run_threads(
         {k: phases(tmp_path, session, k, keep, stop_after=stops.get(k)) for k in range(N)}
@@ -227,7 +229,7 @@ def test_below_the_threshold_nothing_is_revealed_and_the_refusal_names_who_dropp
     tmp_path,
 ) -> None:
     session = Session(PREFIX, tuple(range(N)), 4)
-    keep: dict[int, protocol.Secrets] = {}
+    keep: dict[int, Secrets] = {}
     stops = {3: "share", 4: "share"}
     out = run_threads(
         {k: phases(tmp_path, session, k, keep, stop_after=stops.get(k)) for k in range(N)}
@@ -249,7 +251,7 @@ def test_too_few_revealed_shares_refuse_the_unmasking_naming_the_dropped_and_the
     """Four contributed, client 4 dropped after sharing, and clients 2 and 3 died before
     revealing: two shares of each secret are there, three needed."""
     session = Session(PREFIX, tuple(range(N)), 3)
-    keep: dict[int, protocol.Secrets] = {}
+    keep: dict[int, Secrets] = {}
     stops = {2: "masked", 3: "masked", 4: "share"}
     out = run_threads(
         {k: phases(tmp_path, session, k, keep, stop_after=stops.get(k)) for k in range(N)}
@@ -270,7 +272,7 @@ def test_a_client_that_comes_after_the_keys_are_agreed_is_left_out_and_reads_the
     tmp_path,
 ) -> None:
     session = Session(PREFIX, tuple(range(N)), 3)
-    keep: dict[int, protocol.Secrets] = {}
+    keep: dict[int, Secrets] = {}
     out = run_threads({k: phases(tmp_path, session, k, keep, deadline=1.0) for k in range(4)})
     store = Store(tmp_path)
     check_sum(store, [0, 1, 2, 3], out[0])
@@ -396,7 +398,7 @@ def assert_no_blob_gives_a_client_away(store: Store, clients: list[int]) -> int:
 
 def test_no_blob_in_the_store_is_or_correlates_with_any_clients_export(tmp_path) -> None:
     session = Session(PREFIX, tuple(range(N)), 3)
-    keep: dict[int, protocol.Secrets] = {}
+    keep: dict[int, Secrets] = {}
     out = run_threads(
         {
             k: phases(tmp_path, session, k, keep, stop_after="share" if k == 4 else None)
@@ -436,7 +438,7 @@ def test_no_share_or_secret_that_must_stay_secret_is_in_the_store_in_the_clear(t
     of a dropped client, only its mask key. Their other halves' shares, the seeds and the
     private keys must appear nowhere, in any encoding a reader can undo without a key."""
     session = Session(PREFIX, tuple(range(N)), 3)
-    keep: dict[int, protocol.Secrets] = {}
+    keep: dict[int, Secrets] = {}
     out = run_threads(
         {
             k: phases(tmp_path, session, k, keep, stop_after="share" if k == 4 else None)
@@ -481,7 +483,7 @@ def test_a_late_masked_input_stays_hidden_by_its_self_mask_though_its_pairwise_m
     rebuild it from the store and strip 4's pairwise masks: what is left must still be hidden by
     4's self-mask, whose seed nobody reveals."""
     session = Session(PREFIX, tuple(range(N)), 3)
-    keep: dict[int, protocol.Secrets] = {}
+    keep: dict[int, Secrets] = {}
     out = run_threads(
         {
             k: phases(tmp_path, session, k, keep, stop_after="share" if k == 4 else None)
@@ -502,12 +504,12 @@ def test_a_late_masked_input_stays_hidden_by_its_self_mask_though_its_pairwise_m
         "rebuilt from the store"
     )
     record = store.recall(f"{PREFIX}/masked/4")
-    layout = protocol._layout_of(record, "client 4")
+    layout = layout_of(record, "client 4")
     fixed = session.fixed
-    flat = protocol._flat(layout, record, fixed.dtype, "client 4")
+    flat = flat_of(layout, record, fixed.dtype, "client 4")
     for v in (0, 1, 2, 3):
         theirs = bytes.fromhex(store.recall(f"{PREFIX}/keys/{v}")["s"])
-        seed = protocol._pair_seed(private, theirs, session, 4, v)
+        seed = masking.pair_seed(private, theirs, session, 4, v)
         masks.add(flat, seed, -masks.pairwise_sign(4, v))
     stripped = fixed.decode(flat)[:-1]
     weighted = flat_export(weighted_of(4))
