@@ -91,7 +91,7 @@ def run(seed: int, rounds: int, clients: int, personal: tuple[str, ...]) -> dict
     )
     task, strategy = spec.checked()
     with store_at(None) as store:
-        driven = drive(spec, store, task, strategy, deadline=600)
+        driven = drive(spec, store, task, strategy)
         weights = store.recall_digest(driven.weights)
         locals_, centrals = [], []
         last = driven.rounds[-1].record

@@ -4,7 +4,6 @@ before any command does anything."""
 from __future__ import annotations
 
 import argparse
-import math
 import os
 from typing import Any
 
@@ -88,17 +87,11 @@ def _check_run(run: str) -> None:
 
 
 def _check_client(args: argparse.Namespace) -> None:
-    """`soma client`'s own argument (--deadline), then the run's pure check (soma.run.spec:
-    numbers, sampling, secure aggregation, tree, the task's option names); the task and the
-    strategy are made and checked together by `client`, before it writes anything."""
+    """The run's pure check (soma.run.spec: numbers, timing, sampling, secure aggregation,
+    tree, the task's option names); the task and the strategy are made and checked together
+    by `client`, before it writes anything."""
     from soma.run.spec import RunSpec
 
-    if math.isnan(args.deadline) or args.deadline < 0:
-        raise BadArgument(
-            f"--deadline must be a number of seconds >= 0 (inf: forever), not {args.deadline}"
-        )
-    if not args.lease >= 1 or math.isinf(args.lease):
-        raise BadArgument(f"--lease must be a number of seconds >= 1, not {args.lease}")
     RunSpec.from_args(args).check()
 
 

@@ -33,15 +33,7 @@ def client(args: argparse.Namespace) -> int:
     spec = RunSpec.from_args(args)
     task, strategy = spec.checked()
     with store_at(args.store, spec) as store:  # only once the run was checked whole
-        driven = drive(
-            spec,
-            store,
-            task,
-            strategy,
-            deadline=args.deadline,
-            lease=args.lease,
-            after=_printer(args, task),
-        )
+        driven = drive(spec, store, task, strategy, after=_printer(args, task))
         evaluation = task.evaluate(driven.nodes) if has_central(task) else None
     line = {**_who(args, driven.hosted), "done": args.rounds, "evaluation": evaluation}
     print(json.dumps(line, sort_keys=True), flush=True)

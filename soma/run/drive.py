@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from soma.round import layout
-from soma.round.lease import LEASE
 from soma.run import step
 from soma.run.spec import RunSpec
 from soma.run.step import Hosted
 from soma.store import Store
+from soma.timing import Timing
 
 
 @dataclass
@@ -51,19 +51,19 @@ def drive(
     task: Any,
     strategy: Any,
     *,
-    deadline: float | None,
-    lease: float = LEASE,
     after: Callable[[Round, Driven], None] | None = None,
 ) -> Driven:
     """Every round of `spec` for its clients `spec.mine`: train each one the round samples
     (soma.run.step), then leave with the round's average (whoever finds the round complete
-    averages it). `after(round, driven)` is called once a round is averaged, its weights
-    loaded into `driven.nodes`. `task` and `strategy` are `spec.checked()`'s."""
+    averages it), every wait as `spec.timing` says. `after(round, driven)` is called once a
+    round is averaged, its weights loaded into `driven.nodes`. `task` and `strategy` are
+    `spec.checked()`'s."""
     from soma.nodes import export, load
     from soma.round import announce, average_round
     from soma.round.once import read_record
     from soma.run.personal import shared
 
+    timing = spec.timing
     nodes = task.nodes(spec.seed)
     hosted = []
     for k in spec.mine or ():
@@ -79,7 +79,7 @@ def drive(
         metrics: dict[int, Any] = {}
         if meeting.secure is not None:
             digest = _secure_round(
-                store, meeting, task, strategy, nodes, taking_part, metrics, deadline, spec.rounds
+                store, meeting, task, strategy, nodes, taking_part, metrics, timing, spec.rounds
             )
         else:
             with store.group():  # one commit for every client hosted here (soma.store.files)
@@ -87,7 +87,7 @@ def drive(
                     metrics[h.index] = step.plain(
                         store, meeting, task, strategy, nodes, h, rounds=spec.rounds
                     ).metrics
-            digest = average_round(store, meeting, deadline=deadline, lease=lease)
+            digest = average_round(store, meeting, deadline=timing.deadline, lease=timing.lease)
         record = read_record(store, digest)
         load(nodes, store.recall_digest(record["weights"]), partial=bool(spec.personal))
         start, state = record["weights"], record["state"]
@@ -149,7 +149,7 @@ def _secure_round(
     nodes: Any,
     taking_part: list[Hosted],
     metrics: dict[int, Any],
-    deadline: float | None,
+    timing: Timing,
     rounds: int,
 ) -> str:
     """The round under secure aggregation (soma.secagg.round): this process's clients go
@@ -163,7 +163,12 @@ def _secure_round(
         metrics[k] = done.metrics
         return done.dropped if done.dropped is not None else done.trained
 
-    secure_round.take_part(store, meeting, sorted(by_index), train, deadline=deadline)
+    secure_round.take_part(store, meeting, sorted(by_index), train, deadline=timing.deadline)
     return secure_round.average_round(
-        store, meeting, strategy, took_part=bool(taking_part), deadline=deadline
+        store,
+        meeting,
+        strategy,
+        took_part=bool(taking_part),
+        deadline=timing.deadline,
+        lease=timing.lease,
     )

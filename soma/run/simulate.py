@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from soma.run.drive import Round, drive
 from soma.run.options import typed
 from soma.run.spec import RunSpec
+from soma.timing import DEADLINE, LEASE, Timing
 
 if TYPE_CHECKING:
     from soma.store import Store
@@ -57,7 +58,8 @@ def simulate(
     run: str = "simulation",
     store: str | Path | None = None,
     durability: str = "durable",
-    deadline: float | None = 3600.0,
+    deadline: float | None = DEADLINE,
+    lease: float = LEASE,
     after: Callable[[Round, Any], None] | None = None,
 ) -> Simulated:
     """Run `rounds` rounds of `clients` clients of `task` in this interpreter (see the
@@ -84,15 +86,15 @@ def simulate(
         given="library",
         evaluate_participation=evaluate_participation,
         tracking=None if tracking is None else str(tracking),
+        timing=Timing(deadline=deadline, lease=lease),
     )
-    return simulate_spec(spec, store, deadline=deadline, after=after)
+    return simulate_spec(spec, store, after=after)
 
 
 def simulate_spec(
     spec: RunSpec,
     store: str | Path | None,
     *,
-    deadline: float | None,
     after: Callable[[Round, Any], None] | None = None,
 ) -> Simulated:
     """`simulate` of a spec whose `mine` is every client."""
@@ -100,7 +102,7 @@ def simulate_spec(
 
     task, strategy = spec.checked()
     with store_at(store, spec) as kept:
-        driven = drive(spec, kept, task, strategy, deadline=deadline, after=after)
+        driven = drive(spec, kept, task, strategy, after=after)
         evaluation = task.evaluate(driven.nodes) if has_central(task) else None
         return Simulated(driven.rounds, driven.weights, evaluation, driven.nodes)
 

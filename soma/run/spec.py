@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from soma.errors import SomaError
 from soma.run.configs import ConfigRefused
 from soma.run.options import pairs, typed
+from soma.timing import DEADLINE, LEASE, Timing
 
 if TYPE_CHECKING:
     from soma.round import Meeting
@@ -71,6 +73,8 @@ CONFIG_KEYS = {
     "keys": "keys",
     "site": "site",
     "sites": "sites",
+    "lease": "lease",
+    "average_deadline": "average_deadline",
 }
 OPTIONS = {
     "rounds": "--rounds",
@@ -93,6 +97,8 @@ OPTIONS = {
     "personal": "--personal",
     "roster": "--roster",
     "keys": "--keys",
+    "lease": "--lease",
+    "deadline": "--deadline",
 }
 
 
@@ -169,6 +175,8 @@ class RunSpec:
     # snakemake is): None, one site hosting every client
     site: str | None = None
     sites: Mapping[str, Any] | None = None
+    # how long its processes wait and poll (soma.timing): not what the run is, so not compared
+    timing: Timing = field(default_factory=Timing, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "task_options", _frozen(self.task_options))
@@ -213,6 +221,7 @@ class RunSpec:
             keys=config.get("keys"),
             site=None if config.get("site") is None else str(config["site"]),
             sites=config.get("sites"),
+            timing=Timing.from_config(config),
         )
 
     @classmethod
@@ -243,6 +252,9 @@ class RunSpec:
             given="args",
             evaluate_participation=getattr(args, "evaluate_participation", None),
             tracking=getattr(args, "tracking", None),
+            timing=Timing(
+                deadline=getattr(args, "deadline", DEADLINE), lease=getattr(args, "lease", LEASE)
+            ),
         )
 
     # --- what the run is, the same in every mode ------------------------------------------
@@ -372,12 +384,29 @@ class RunSpec:
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise self.refused(f"{self.named(name)} must be an integer >= {least}, not {value}")
 
+    def _check_timing(self) -> None:
+        """A deadline is seconds >= 0 (inf or None: for ever); a lease finite seconds >= 1."""
+        deadline, lease = self.timing.deadline, self.timing.lease
+        number = (int, float)
+        if deadline is not None and (
+            not isinstance(deadline, number) or isinstance(deadline, bool) or not deadline >= 0
+        ):
+            raise self.refused(
+                f"{self.named('deadline')} must be a number of seconds >= 0 (inf: forever), "
+                f"not {deadline}"
+            )
+        if not isinstance(lease, number) or isinstance(lease, bool) or not 1 <= lease < math.inf:
+            raise self.refused(
+                f"{self.named('lease')} must be a number of seconds >= 1, not {lease}"
+            )
+
     def check(self) -> RunSpec:
         """Every check that needs no torch and imports no task (see the module): the spec."""
         from soma.run.participation import ParticipationError, quorum_size, sample_size
 
         for name, least in (("rounds", 1), ("clients", 1), ("seed", 0), ("threads", 1)):
             self._at_least(name, least)
+        self._check_timing()
         for k in self.mine or ():
             if not 0 <= k < self.clients:
                 raise self.refused(

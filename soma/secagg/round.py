@@ -45,6 +45,7 @@ from soma.round import signing as signatures
 from soma.round.once import POLL, Backoff, Place
 from soma.store import Store
 from soma.strategies import Arrival, Strategy, at_round, check_arrivals, takes_mean, uniform
+from soma.timing import DEADLINE, LEASE
 
 
 def session_prefix(meeting: Meeting) -> str:
@@ -135,9 +136,11 @@ def keep_secure_record(store: Store, meeting: Meeting, record: records.SecureRec
 class _SecureAveraging:
     """The averaging of a published secure sum, as `soma.round.once` asks about it."""
 
-    def __init__(self, store: Store, meeting: Meeting, strategy: Strategy, unmask: bool) -> None:
+    def __init__(
+        self, store: Store, meeting: Meeting, strategy: Strategy, unmask: bool, lease: float
+    ) -> None:
         self.store, self.meeting, self.strategy = store, meeting, strategy
-        self.what, self.unmask = meeting.what, unmask
+        self.what, self.unmask, self.lease = meeting.what, unmask, lease
 
     def done(self) -> str | None:
         return self.store.resolve(self.meeting.average)
@@ -146,7 +149,7 @@ class _SecureAveraging:
         if self.unmask:  # a client of the round: unmask (once, whoever claims it), then go on
             from soma.secagg import unmask
 
-            unmask(self.store, session_of(self.meeting))
+            unmask(self.store, session_of(self.meeting), lease=self.lease)
             self.unmask = False
         return self.store.resolve(layout.session(session_prefix(self.meeting), "sum"))
 
@@ -272,14 +275,25 @@ def average_round(
     strategy: Strategy,
     *,
     took_part: bool,
-    deadline: float | None = 3600.0,
+    deadline: float | None = DEADLINE,
     backoff: Backoff = POLL,
     sleep: Callable[[float], None] = time.sleep,
+    lease: float = LEASE,
 ) -> str:
     """The meeting's average record (digest), once the secure sum is published: a process
-    whose clients took part unmasks (whoever claims it first), any other waits for it."""
+    whose clients took part unmasks (whoever claims it first), any other waits for it. On a
+    bucket both claims (the unmasking and the averaging) come with leases of `lease` seconds,
+    their records signed with the run's roster."""
     if meeting.start is None:
         raise RoundError(f"{meeting.what}: a secure round needs the weights it started from")
-    work = _SecureAveraging(store, meeting, strategy, unmask=took_part)
-    digest = once.once(store, work, deadline=deadline, backoff=backoff, sleep=sleep)
+    work = _SecureAveraging(store, meeting, strategy, unmask=took_part, lease=lease)
+    digest = once.once(
+        store,
+        work,
+        deadline=deadline,
+        backoff=backoff,
+        sleep=sleep,
+        lease=lease,
+        signing=meeting.signing,
+    )
     return check_average(store, meeting, digest)

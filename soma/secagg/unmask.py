@@ -23,6 +23,7 @@ from soma.secagg.ring import Layout, flat_of, layout_of, tensors_of
 from soma.secagg.roster import public_keys, roster_before, roster_now
 from soma.secagg.session import DEADLINE, VERSION, Session, commitment, plural
 from soma.store import Store
+from soma.timing import LEASE
 
 
 class _Unmasking:
@@ -215,6 +216,7 @@ def unmask(
     *,
     deadline: float | None = DEADLINE,
     backoff: Backoff = POLL,
+    lease: float = LEASE,
 ) -> tuple[Export, float]:
     """Phase 5: the weighted sum (float64 tensors) and the total size, unmasked once.
 
@@ -224,11 +226,15 @@ def unmask(
     against how many are needed. Whoever claims the work computes and publishes (soma.round.once: a
     holder proven gone is taken over); everyone else waits for what was published, and past
     the deadline an AveragerDied (soma.round.once) names who claimed it and never published.
+    On a bucket the claim comes with a lease of `lease` seconds, its records signed with the
+    session's roster, as a plain round's averaging is.
     """
     if Session.read(store, session.prefix) != session:
         raise SecAggError(f"{session.what}: not the session written down at {session.prefix!r}")
     work = _Unmasking(store, session)
-    digest = once.once(store, work, deadline=deadline, backoff=backoff)
+    digest = once.once(
+        store, work, deadline=deadline, backoff=backoff, lease=lease, signing=session.signing
+    )
     check_signed(store, session, digest, session.name("sum"), None)
     return sum_of(store, digest, session.what)
 

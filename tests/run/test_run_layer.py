@@ -190,3 +190,21 @@ def test_the_same_options_typed_two_ways_are_one_run() -> None:
     assert text["task_options"] == {"lr": 0.1, "halve": True}
     assert text["strategy_options"] == {"momentum": 0.9}
     assert digest(declared(config(0.2, True))) != digest(values)
+
+
+def test_soma_simulate_takes_a_lease_and_every_claim_on_a_bucket_has_it(bucket) -> None:
+    """`soma simulate --lease` reaches each round's averaging (RunSpec.timing), as `soma client
+    --lease` and the config key `lease` do; a lease below a second is refused naming it."""
+    from s3_bucket import BUCKET
+
+    from soma.cli import main
+    from soma.store import Store
+
+    url = f"s3://{BUCKET}/simulate-lease"
+    command = ["simulate", "--store", url, "--task", "soma.tasks.control", "--rounds", "2"]
+    assert main([*command, "--clients", "2", "--lease", "9"]) == 0
+    store = Store(url)
+    leases = [name for name in store.bound("simulation/") if name.endswith("/lease")]
+    assert len(leases) == 2, leases  # one averaging a round
+    assert {store.recall(name)["seconds"] for name in leases} == {9.0}
+    assert main([*command, "--clients", "2", "--lease", "0.5"]) == 1

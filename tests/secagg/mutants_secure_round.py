@@ -29,3 +29,23 @@ def _secure_round_keeps_the_export_in_the_clear() -> None:
         return real(store, meeting, clients, leak, deadline=deadline, backoff=backoff)
 
     _replace(soma.secagg.round, "take_part", leaky)
+
+
+@mutant(
+    "unmasking_forgets_the_lease",
+    caught_by=["tests/secagg/test_secure_round.py", "-k", "configured_lease"],
+)
+def _unmasking_forgets_the_lease() -> None:
+    """A secure round's unmasking claims with the default lease, whatever the run was given
+    (what it did before the lease travelled on RunSpec.timing)."""
+    import soma.secagg
+    from soma.round.once import POLL
+    from soma.secagg.session import DEADLINE
+    from soma.timing import LEASE
+
+    real = soma.secagg.unmask
+
+    def forgetful(store, session, *, deadline=DEADLINE, backoff=POLL, lease=LEASE):
+        return real(store, session, deadline=deadline, backoff=backoff)
+
+    _replace(soma.secagg, "unmask", forgetful)

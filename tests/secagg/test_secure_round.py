@@ -276,3 +276,21 @@ def test_adaptive_clipping_is_refused_with_secure_aggregation(tmp_path) -> None:
         command += ["--strategy-option", option]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and "needs every client's update" in done.stderr
+
+
+def test_a_secure_round_on_a_bucket_claims_with_the_configured_lease(bucket) -> None:
+    """Both claims of a secure round, the unmasking's and the averaging's, come with the lease
+    the run was given (not soma.timing.LEASE), as a plain round's averaging does."""
+    from s3_bucket import BUCKET
+
+    import soma
+
+    url = f"s3://{BUCKET}/secure-lease"
+    soma.simulate(
+        "soma.tasks.control", clients=3, rounds=1, secure_aggregation=2, store=url, lease=7
+    )
+    store = Store(url)
+    leases = [name for name in store.bound("simulation/") if name.endswith("/lease")]
+    places = {name.rsplit("/", 2)[0] for name in leases}
+    assert len(places) >= 2, leases  # the unmasking and the averaging each claimed one
+    assert {name: store.recall(name)["seconds"] for name in leases} == dict.fromkeys(leases, 7.0)
