@@ -127,9 +127,10 @@ from soma.health.rebuild import (
 )
 from soma.round import holders, layout
 from soma.round.layout import run_of
-from soma.store import REFRESH_AFTER, Store, _cpus, hash_stream, mark_corrupt
+from soma.store import REFRESH_AFTER, Store, hash_stream, mark_corrupt
 from soma.store.backend import BackendStore
 from soma.store.errors import BadBlob, StoreError, SymlinkInStore, UnknownDigest
+from soma.store.pipeline import _cpus
 
 __all__ = [
     "GRACE",

@@ -87,9 +87,10 @@ def _put_never_refreshes() -> None:
     """A put of a blob already there leaves its mtime: gc's grace never starts again."""
     import os
 
-    import soma.store
+    import soma.store.folder
+    import soma.store.pipeline
 
-    real = soma.store.Store._existing_blob
+    real = soma.store.folder.FolderStore._existing_blob
 
     def unrefreshed(self, digest, size):
         path = self.blob_path(digest)
@@ -98,11 +99,11 @@ def _put_never_refreshes() -> None:
         except FileNotFoundError:
             return real(self, digest, size)
         found = real(self, digest, size)
-        if found == soma.store._SOUND:
+        if found == soma.store.pipeline._SOUND:
             os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
         return found
 
-    _replace(soma.store.Store, "_existing_blob", unrefreshed)
+    _replace(soma.store.folder.FolderStore, "_existing_blob", unrefreshed)
 
 
 @mutant(
@@ -111,12 +112,13 @@ def _put_never_refreshes() -> None:
 )
 def _keep_trusts_a_corrupt_blob() -> None:
     """A blob already there is taken as it is, whatever its size or mark (the old put)."""
-    import soma.store
+    import soma.store.folder
+    import soma.store.pipeline as pipeline
 
     def trusted(self, digest, size):
-        return soma.store._SOUND if self.blob_path(digest).exists() else soma.store._MISSING
+        return pipeline._SOUND if self.blob_path(digest).exists() else pipeline._MISSING
 
-    _replace(soma.store.Store, "_existing_blob", trusted)
+    _replace(soma.store.folder.FolderStore, "_existing_blob", trusted)
 
 
 @mutant(

@@ -21,10 +21,10 @@ def _gc_without_floor() -> None:
 def _store_follows_symlinks() -> None:
     """Blobs, names and folders of names are opened following symbolic links: a read goes
     through a planted link and marks the file outside the store it finds there."""
-    import soma.store
+    import soma.store.safe_open
 
-    soma.store._NO_FOLLOW = os.O_NONBLOCK | os.O_CLOEXEC
-    soma.store._FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+    soma.store.safe_open._NO_FOLLOW = os.O_NONBLOCK | os.O_CLOEXEC
+    soma.store.safe_open._FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 @mutant("health_ignores_symlinks", caught_by=[_GUARD, "-k", "names_of_a_run_behind"])
