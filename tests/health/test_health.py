@@ -27,7 +27,7 @@ import torch
 import soma
 from soma import health
 from soma.cli import main
-from soma.health import collecting
+from soma.health import collecting, repairing
 from soma.round import Backoff, status
 from soma.store import CORRUPT_MARK_NS, CorruptBlob, Store
 
@@ -296,7 +296,7 @@ def test_repair_never_keeps_a_recomputation_that_differs(run, monkeypatch) -> No
     victim = records[0]["weights"]
     damage(store.blob_path(victim), "delete")
     other = store.put_value(weights(999))
-    monkeypatch.setattr(health, "recompute_average", lambda store, record: (other, None))
+    monkeypatch.setattr(repairing, "recompute_average", lambda store, record: (other, None))
     report = health.repair(store)
     assert not report.clean and "not the record's" in report.failed[0]
     assert not store.blob_path(victim).exists()
