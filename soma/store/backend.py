@@ -69,9 +69,11 @@ from typing import BinaryIO, Protocol
 
 import torch
 
-from soma.store import Values, check_digest, tensorfile
+from soma.store import tensorfile
 from soma.store.errors import BadDigest, BadStore, CorruptBlob, CorruptName, UnknownDigest
 from soma.store.names import check_name
+from soma.store.pipeline import check_digest
+from soma.store.values import Values
 
 # Seconds after a put during which its blob is taken to be there without asking (a bind or
 # claim of it makes no HEAD): far below gc's floor (soma.health), which only removes blobs

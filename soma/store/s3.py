@@ -60,8 +60,8 @@ import time
 from collections.abc import Iterable, Iterator
 from email.utils import parsedate_to_datetime
 
-from soma.store import REFRESH_AFTER
 from soma.store.errors import BadStore, StoreError
+from soma.store.pipeline import REFRESH_AFTER
 
 try:
     import boto3

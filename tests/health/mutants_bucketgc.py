@@ -16,7 +16,7 @@ def _bucket_gc_ignores_the_grace() -> None:
         import soma.store.s3 as s3
     except ImportError:  # no boto3: the catchers skip, and this mutant is reported not caught
         return
-    import soma.health as health
+    import soma.health.collecting as collecting
 
     collect = s3.S3Backend.collect_blob
 
@@ -24,7 +24,7 @@ def _bucket_gc_ignores_the_grace() -> None:
         return collect(self, digest, float("inf"))
 
     _replace(s3.S3Backend, "collect_blob", collect_blob)
-    _replace(health, "_untouched", lambda mtime, cutoff: True)
+    _replace(collecting, "_untouched", lambda mtime, cutoff: True)
 
 
 @mutant("bucket_put_does_not_refresh", caught_by=[_GC, "-k", "put_again or refresh_between"])

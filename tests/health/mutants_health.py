@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from mutants import _replace, mutant
 
-# --- a store's health (soma/health/__init__.py, and the store's part of it) -----------------------
+# --- a store's health (soma/health/*.py, and the store's part of it) -----------------------------
 
 
 @mutant(
@@ -14,9 +14,9 @@ from mutants import _replace, mutant
 )
 def _gc_ignores_the_grace() -> None:
     """Every unreachable blob is old enough: a writer's blobs go before its bind."""
-    import soma.health
+    import soma.health.collecting
 
-    _replace(soma.health, "_untouched", lambda mtime, cutoff: True)
+    _replace(soma.health.collecting, "_untouched", lambda mtime, cutoff: True)
 
 
 @mutant(
@@ -49,7 +49,7 @@ def _gc_removes_without_the_recheck() -> None:
     """gc deletes what it listed as old even when a put refreshed it since."""
     import os
 
-    import soma.health
+    import soma.health.collecting
 
     def collect(store, digest, cutoff):
         path = store.blob_path(digest)
@@ -60,7 +60,7 @@ def _gc_removes_without_the_recheck() -> None:
             return None
         return size
 
-    _replace(soma.health, "_collect", collect)
+    _replace(soma.health.collecting, "_collect", collect)
 
 
 @mutant(
@@ -69,9 +69,9 @@ def _gc_removes_without_the_recheck() -> None:
 )
 def _gc_removes_live_temporaries() -> None:
     """Every writer is taken for gone: a live writer's temporary is removed under it."""
-    import soma.health
+    import soma.health.collecting
 
-    _replace(soma.health, "_writer_gone", lambda store, temporary: True)
+    _replace(soma.health.collecting, "_writer_gone", lambda store, temporary: True)
 
 
 @mutant(
@@ -87,9 +87,10 @@ def _put_never_refreshes() -> None:
     """A put of a blob already there leaves its mtime: gc's grace never starts again."""
     import os
 
-    import soma.store
+    import soma.store.folder
+    import soma.store.pipeline
 
-    real = soma.store.Store._existing_blob
+    real = soma.store.folder.FolderStore._existing_blob
 
     def unrefreshed(self, digest, size):
         path = self.blob_path(digest)
@@ -98,11 +99,11 @@ def _put_never_refreshes() -> None:
         except FileNotFoundError:
             return real(self, digest, size)
         found = real(self, digest, size)
-        if found == soma.store._SOUND:
+        if found == soma.store.pipeline._SOUND:
             os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
         return found
 
-    _replace(soma.store.Store, "_existing_blob", unrefreshed)
+    _replace(soma.store.folder.FolderStore, "_existing_blob", unrefreshed)
 
 
 @mutant(
@@ -111,12 +112,13 @@ def _put_never_refreshes() -> None:
 )
 def _keep_trusts_a_corrupt_blob() -> None:
     """A blob already there is taken as it is, whatever its size or mark (the old put)."""
-    import soma.store
+    import soma.store.folder
+    import soma.store.pipeline as pipeline
 
     def trusted(self, digest, size):
-        return soma.store._SOUND if self.blob_path(digest).exists() else soma.store._MISSING
+        return pipeline._SOUND if self.blob_path(digest).exists() else pipeline._MISSING
 
-    _replace(soma.store.Store, "_existing_blob", trusted)
+    _replace(soma.store.folder.FolderStore, "_existing_blob", trusted)
 
 
 @mutant(
@@ -125,10 +127,10 @@ def _keep_trusts_a_corrupt_blob() -> None:
 )
 def _verify_skips_hashing() -> None:
     """verify takes a tensor blob's name for its hash (it only checks that it is there)."""
-    import soma.health
+    import soma.health.verifying
 
     _replace(
-        soma.health,
+        soma.health.verifying,
         "_hash_blob",
         lambda store, digest, on_chunk: digest if store.has(digest) else None,
     )

@@ -22,6 +22,7 @@ from test_health import federated_run  # noqa: E402
 
 from soma import health  # noqa: E402
 from soma.cli import main as soma  # noqa: E402
+from soma.health import collecting  # noqa: E402
 from soma.store import Store  # noqa: E402
 from soma.store.backend import BackendStore  # noqa: E402
 
@@ -80,7 +81,7 @@ def test_a_blob_put_again_before_gc_is_refreshed_by_the_servers_clock_and_kept(
     head = store.backend.client.head_object(Bucket=BUCKET, Key=_key(store, again))
     assert head["ResponseMetadata"]["HTTPHeaders"]["date"], "the server's clock"
     ahead = type("Clock", (), {"time": lambda: time.time() + 86400, "monotonic": time.monotonic})
-    monkeypatch.setattr(health, "time", ahead)  # this site's clock, a day ahead: not used
+    monkeypatch.setattr(collecting, "time", ahead)  # this site's clock, a day ahead: not used
     report = health.gc(store, min_age=HOUR)
     assert store.has(again) and not store.has(garbage), report.lines()
     assert report.blobs_removed == 1 and report.kept_young == 1

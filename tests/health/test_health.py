@@ -1,4 +1,4 @@
-"""A store's health (soma/health/__init__.py, and the store's part of it in soma/store/__init__.py).
+"""A store's health (soma/health/), and the store's part of it (soma/store/folder.py, pipeline.py).
 
 verify finds exactly the damage done (a flipped bit, a truncation, a lost blob, a name file
 that holds no digest, a stray file) and says where; repair rebuilds an average bit for bit
@@ -27,6 +27,7 @@ import torch
 import soma
 from soma import health
 from soma.cli import main
+from soma.health import collecting, repairing
 from soma.round import Backoff, status
 from soma.store import CORRUPT_MARK_NS, CorruptBlob, Store
 
@@ -295,7 +296,7 @@ def test_repair_never_keeps_a_recomputation_that_differs(run, monkeypatch) -> No
     victim = records[0]["weights"]
     damage(store.blob_path(victim), "delete")
     other = store.put_value(weights(999))
-    monkeypatch.setattr(health, "recompute_average", lambda store, record: (other, None))
+    monkeypatch.setattr(repairing, "recompute_average", lambda store, record: (other, None))
     report = health.repair(store)
     assert not report.clean and "not the record's" in report.failed[0]
     assert not store.blob_path(victim).exists()
@@ -438,14 +439,14 @@ def test_a_blob_put_between_gcs_listing_and_its_removal_stays(run, monkeypatch) 
     data = b"an old export a client is about to send again"
     digest = store.put(data)
     backdate_all(store, 2 * HOUR)
-    real = health._collect
+    real = collecting._collect
 
     def put_first(store_, digest_, cutoff):
         if digest_ == digest:
             Store(store.directory).put(data)
         return real(store_, digest_, cutoff)
 
-    monkeypatch.setattr(health, "_collect", put_first)
+    monkeypatch.setattr(collecting, "_collect", put_first)
     health.gc(store, min_age=HOUR)
     assert store.get(digest) == data
     assert not (store.directory / "attic" / digest).exists()

@@ -56,9 +56,9 @@ def _holder_checked_only_every_10s() -> None:
 @mutant("repair_leaves_garbled_names", caught_by=[_RECORDS, "-k", "garbled"])
 def _repair_leaves_garbled_names() -> None:
     """Repair never works out what a garbled name file held."""
-    import soma.health
+    import soma.health.repairing
 
-    _replace(soma.health, "name_value", lambda store, graph, name: None)
+    _replace(soma.health.repairing, "name_value", lambda store, graph, name: None)
 
 
 @mutant("repair_ignores_the_tree", caught_by=[_RECORDS, "-k", "tree_rounds_identity"])

@@ -28,7 +28,7 @@ import torch
 
 import soma
 from soma import health
-from soma.health import reach
+from soma.health import collecting, reach
 from soma.round import Backoff, status
 from soma.store import Store
 
@@ -445,13 +445,13 @@ def test_gc_in_a_loop_against_writers_that_put_old_unreachable_blobs_again(
     go, put again by writers (a stat and a utime) while a gc is removing them. The gc is
     slowed between its listing and each removal (1 ms, a slow network folder) so that the
     writers' puts land in that window, not only before or after it."""
-    real = health._collect
+    real = collecting._collect
 
     def slow(store, digest, cutoff):
         time.sleep(0.001)
         return real(store, digest, cutoff)
 
-    monkeypatch.setattr(health, "_collect", slow)
+    monkeypatch.setattr(collecting, "_collect", slow)
     store = Store(tmp_path / "store")
     figures = FIGURES["gc vs re-puts"]
     for epoch in range(4):
@@ -516,13 +516,13 @@ def test_gc_in_a_loop_while_soma_clients_keep_and_gather(
     every blob they will write, from an identical run since dropped and two hours old, so
     every put races the gc, which is slowed (20 ms before each removal, a pass lasting about
     as long as the run) so that the puts land between its listing and its removals."""
-    real = health._collect
+    real = collecting._collect
 
     def slow(store, digest, cutoff):
         time.sleep(0.02)
         return real(store, digest, cutoff)
 
-    monkeypatch.setattr(health, "_collect", slow)
+    monkeypatch.setattr(collecting, "_collect", slow)
 
     def clients(run: str) -> list[subprocess.Popen]:
         base = [sys.executable, str(HERE / "round_worker.py"), "client", "--store", str(tmp_path)]

@@ -13,24 +13,25 @@ _GUARD = "tests/store/test_store_guard.py"
 def _gc_without_floor() -> None:
     """The library's gc takes any min_age again: `gc(store, min_age=0)` eats live data."""
     import soma.health
+    import soma.health.collecting
 
-    soma.health.MIN_AGE = 0.0
+    soma.health.MIN_AGE = soma.health.collecting.MIN_AGE = 0.0
 
 
 @mutant("store_follows_symlinks", caught_by=[_GUARD, "-k", "blob_that_is_a_symlink"])
 def _store_follows_symlinks() -> None:
     """Blobs, names and folders of names are opened following symbolic links: a read goes
     through a planted link and marks the file outside the store it finds there."""
-    import soma.store
+    import soma.store.safe_open
 
-    soma.store._NO_FOLLOW = os.O_NONBLOCK | os.O_CLOEXEC
-    soma.store._FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+    soma.store.safe_open._NO_FOLLOW = os.O_NONBLOCK | os.O_CLOEXEC
+    soma.store.safe_open._FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 @mutant("health_ignores_symlinks", caught_by=[_GUARD, "-k", "names_of_a_run_behind"])
 def _health_ignores_symlinks() -> None:
     """verify and gc look for no symbolic link: `names/<run>` a link hides the run's names,
     verify says clean and gc collects the live run's blobs."""
-    import soma.health
+    import soma.health.reach
 
-    _replace(soma.health, "symlinks", lambda store: [])
+    _replace(soma.health.reach, "symlinks", lambda store: [])

@@ -7,7 +7,7 @@ import os
 
 from mutants import _replace, mutant
 
-# --- store (soma/store/__init__.py) ---------------------------------------------------
+# --- store (soma/store/folder.py) ---------------------------------------------------
 
 
 @mutant(
@@ -28,7 +28,7 @@ def _claim_as_resolve_then_bind() -> None:
     """
     import time
 
-    import soma.store
+    import soma.store.folder
 
     def claim(self, name: str, digest: str, *, at_commit: bool = False) -> bool:
         if self.resolve(name) is not None:
@@ -37,7 +37,7 @@ def _claim_as_resolve_then_bind() -> None:
         self.bind(name, digest)
         return True
 
-    _replace(soma.store.Store, "claim", claim)
+    _replace(soma.store.folder.FolderStore, "claim", claim)
 
 
 # --- the one atomic writer (soma/store/files.py) --------------------------------------------------

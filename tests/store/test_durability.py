@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import soma.store as store_module
+import soma.store.commit as store_module  # where the passes are made
 from soma.run import spec
 from soma.store import BadStore, Store, files
 

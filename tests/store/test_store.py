@@ -1,4 +1,4 @@
-"""The store, opened by hand, and claiming: real files, real processes (soma/store/__init__.py).
+"""The store, opened by hand, and claiming: real files, real processes (soma/store/folder.py).
 
 bytes by what they are, names that point at them, and both directions of each; a value
 with tensors in it goes in and comes out alive, and a bare tensor is kept; something
@@ -412,9 +412,10 @@ def test_an_export_is_kept_node_by_node_and_an_unchanged_node_costs_nothing(
     """Predicted (the default): a large blob is written while it is hashed unless a sample
     of its bytes was kept lately (the unchanged backbone, the second time)."""
     import soma.store
+    import soma.store.pipeline
 
-    monkeypatch.setattr(soma.store, "_cpus", lambda: cpus)
-    monkeypatch.setattr(soma.store, "_KEPT", {})
+    monkeypatch.setattr(soma.store.pipeline, "_cpus", lambda: cpus)
+    monkeypatch.setattr(soma.store.pipeline, "_KEPT", {})
     speculated = []
     real = soma.store.Store._speculate
     monkeypatch.setattr(

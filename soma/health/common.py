@@ -1,0 +1,33 @@
+"""What verify, repair and gc share: their refusal, the names of a run, and sizes as text.
+
+Why a module of its own: soma.health.verifying, .repairing and .collecting each need these,
+and none of them should import another only for them.
+"""
+
+from __future__ import annotations
+
+from soma.errors import SomaError
+from soma.round import layout
+from soma.round.layout import run_of
+from soma.store import Store
+
+
+class HealthError(SomaError):
+    """Something verify, repair or gc was asked that it refuses; the message names it."""
+
+
+def _names_of(store: Store, run: str | None) -> list[str]:
+    if run is None:
+        return store.bound()
+    names = [n for n in store.bound(layout.run_names(run)) if run_of(n) == run]
+    if not names:
+        held = sorted({r for r in map(run_of, store.bound()) if r is not None})
+        holds = f"the runs it holds: {', '.join(map(repr, held))}" if held else "it holds no runs"
+        raise HealthError(f"no run {run!r} in the store at {store.directory} ({holds})")
+    return names
+
+
+def _size(count: int) -> str:
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"

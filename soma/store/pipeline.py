@@ -1,0 +1,347 @@
+"""A blob's hash and its write: the pipeline from tensors to a sealed file, and its hash.
+
+Why a module of its own: hashing and writing are the store's hot path (see "Large values"
+in soma.store), with their own machinery (a hashing thread, the writeback hint, the
+prediction of which blobs are new) that has nothing to do with names or folders. The folder
+store (soma.store.folder) takes `Pipeline` for its put-many, write-beside-hash and verified
+reads; `hash_stream`, `mark_corrupt` and `check_digest` are shared with soma.health and the
+backends. What the folder store provides to `Pipeline` is listed on the class.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import mmap
+import os
+import queue
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import BinaryIO
+
+import torch
+
+from soma.store import tensorfile
+from soma.store.errors import BadDigest
+from soma.store.files import write_all
+
+_HEX = frozenset("0123456789abcdef")
+# With write_beside_hash, a tensor blob at least this large is written while it is hashed.
+_SPECULATE_FROM = 4 << 20
+
+
+# Filesystems where a temporary that is truncated and removed before it is flushed never
+# costs a disk write; on anything else (NFS, Lustre, GPFS, CIFS, FUSE...) dirty pages may
+# reach the server early, so write_beside_hash does not apply there.
+_LOCAL_FILESYSTEMS = frozenset(
+    {"ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "f2fs", "tmpfs", "ramfs", "overlay"}
+)
+
+
+def _filesystem(path: Path) -> str:
+    """The type of the filesystem `path` is on (Linux /proc/self/mountinfo; '' if unknown)."""
+    try:
+        with open("/proc/self/mountinfo") as f:
+            mounts = [line.split() for line in f]
+    except OSError:  # pragma: no cover - not Linux
+        return ""
+    target, best, kind = os.path.realpath(path), -1, ""
+    for fields in mounts:
+        point = fields[4].encode().decode("unicode_escape")  # \040 is a space in mountinfo
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) > best and "-" in fields:
+            best, kind = len(point), fields[fields.index("-") + 1]
+    return kind
+
+
+def _cpus() -> int:
+    """The CPUs this process may run on (a Slurm task's cgroup/affinity, not the machine's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+# Putting a blob that is already there refreshes its mtime (gc's grace, soma.health) when it
+# is older than this: a blob re-put every round costs a stat, and a utime once a minute.
+REFRESH_AFTER = 60.0
+# A blob found corrupt by a read has its mtime set to the epoch: the next put of those bytes
+# sees it in the stat it does anyway, hashes the blob and replaces it (see "Health").
+CORRUPT_MARK_NS = 0
+# What `_existing_blob` finds where a blob is about to be written.
+_SOUND, _MISSING, _BAD = "sound", "missing", "bad"
+
+
+def hash_stream(f: BinaryIO, on_chunk: Callable[[int], None] | None = None) -> str:
+    """The sha256 of an open file from where it is, streamed 1 MB at a time (hashlib and
+    readinto release the GIL, so files hash side by side in threads at disk speed);
+    `on_chunk(bytes)` after each chunk."""
+    h = hashlib.sha256()
+    view = memoryview(bytearray(1 << 20))
+    try:
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        pass
+    while got := f.readinto(view):
+        h.update(view[:got])
+        if on_chunk is not None:
+            on_chunk(got)
+    return h.hexdigest()
+
+
+def hash_file(path: str | os.PathLike[str]) -> str:
+    """The sha256 of the file at `path`."""
+    with open(path, "rb", buffering=0) as f:
+        return hash_stream(f)
+
+
+def mark_corrupt(fd: int) -> None:
+    """Mark the file open as `fd` (the inode read, not whatever the path names now) as
+    found corrupt: mtime at the epoch. Only its owner (or root) may; otherwise nothing."""
+    try:
+        os.utime(fd, ns=(CORRUPT_MARK_NS, CORRUPT_MARK_NS))
+    except OSError:
+        pass
+
+
+def check_digest(digest: object) -> str:
+    if not isinstance(digest, str) or len(digest) != 64 or not set(digest) <= _HEX:
+        raise BadDigest(f"not a digest (64 lowercase hex characters): {digest!r}")
+    return digest
+
+
+class _Beside(threading.Thread):
+    """Runs `fn` on each chunk fed to it, in its own thread, in order.
+
+    hashlib and os.write/readinto release the GIL on large buffers, so the chunk's other
+    use in the feeding thread runs at the same time. After an error it keeps draining
+    (so the feeder never blocks) and `finish` raises it; `stop()` skips what is queued.
+    """
+
+    _END = object()
+
+    def __init__(self, fn: Callable[[memoryview], object], depth: int = 8) -> None:
+        super().__init__(daemon=True)
+        self._fn = fn
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._stopped = threading.Event()
+        self.error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is self._END:
+                return
+            if self.error is None and not self._stopped.is_set():
+                try:
+                    self._fn(item)
+                except BaseException as exc:  # noqa: BLE001 - re-raised by finish()
+                    self.error = exc
+
+    def feed(self, chunk: memoryview) -> None:
+        self._queue.put(chunk)
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def finish(self) -> None:
+        self._queue.put(self._END)
+        self.join()
+        if self.error is not None:
+            raise self.error
+
+
+# What this process kept lately, by a sample of its bytes: a prediction only (whether a
+# large blob is likely new, so worth writing while it is hashed), never trusted for a
+# digest. A blob is known by its header and 256 bytes spread over each tensor (training
+# changes nearly every weight; a node left as it was samples the same); at most
+# _KEPT_AT_MOST of them, the oldest forgotten first.
+_KEPT: dict[bytes, str] = {}
+_KEPT_AT_MOST = 4096
+_KEPT_LOCK = threading.Lock()
+
+
+def _fingerprint(plan: tensorfile.TensorPlan) -> bytes | None:
+    h = hashlib.blake2b(plan.header, digest_size=16)
+    for t in plan.ordered:
+        if t.device.type != "cpu" or not t.is_contiguous() or t.is_conj() or t.is_neg():
+            return None  # sampling it would cost a copy: not predicted, written beside
+        if t.numel():
+            data = memoryview(t.detach().reshape(-1).view(torch.uint8).numpy())
+            h.update(data[:: max(1, len(data) // 256)].tobytes())
+    return h.digest()
+
+
+def _remember(seen: bytes | None, digest: str) -> str:
+    if seen is not None:
+        with _KEPT_LOCK:
+            _KEPT.pop(seen, None)
+            _KEPT[seen] = digest
+            while len(_KEPT) > _KEPT_AT_MOST:
+                _KEPT.pop(next(iter(_KEPT)))
+    return digest
+
+
+def _hash_plan(plan: tensorfile.TensorPlan) -> str:
+    h = hashlib.sha256()
+    for chunk in plan.chunks():
+        h.update(chunk)
+    return h.hexdigest()
+
+
+def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    """libc's sync_file_range(2) (Linux), or None where there is none."""
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_SYNC_FILE_RANGE = _sync_file_range()
+_SYNC_FILE_RANGE_WRITE = 2  # start writeback of the range's dirty pages; do not wait
+# A new blob's pages are sent to the disk every this many bytes, while the next ones are
+# still being copied, instead of all at the closing fsync (measured here: a 100 MB blob's
+# write+fsync ~95 -> ~70 ms).
+_WRITEBACK_EVERY = 4 << 20
+
+
+def _write_chunks(fd: int, chunks: Iterable[memoryview]) -> None:
+    """Write `chunks` to `fd` in order, starting the writeback of what is written as it
+    goes (a hint only: durability is still the fsync's, and errors are still its own)."""
+    written = started = 0
+    for chunk in chunks:
+        write_all(fd, chunk)
+        written += len(chunk)
+        if written - started >= _WRITEBACK_EVERY and _SYNC_FILE_RANGE is not None:
+            _SYNC_FILE_RANGE(fd, started, written - started, _SYNC_FILE_RANGE_WRITE)
+            started = written
+
+
+class Pipeline:
+    """The folder store's hash-and-write of planned tensor blobs and its verified reads.
+
+    A mixin of soma.store.folder.FolderStore, which provides `_existing_blob`, `_temp`,
+    `_abandon`, `_install`, `_verify`, `get_tensors`, `_beside` and `_always_beside`.
+    """
+
+    def _put_plans(self, plans: list[tensorfile.TensorPlan]) -> list[str]:
+        """`_put_plan` of each of `plans`, in order. With a second CPU, each blob is still
+        hashed first and written only if new, but the next blobs are hashed (in a thread)
+        while this one is written: the hash and write of one blob never overlap, those of
+        two do."""
+        if len(plans) < 2 or self._beside or _cpus() < 2:
+            return [self._put_plan(plan) for plan in plans]  # beside: each overlaps itself
+        with ThreadPoolExecutor(1) as pool:
+            hashes = [pool.submit(_hash_plan, plan) for plan in plans]
+            try:
+                return [
+                    self._write_new(plan, h.result()) for plan, h in zip(plans, hashes, strict=True)
+                ]
+            finally:
+                for h in hashes:
+                    h.cancel()
+
+    def _write_new(self, plan: tensorfile.TensorPlan, digest: str) -> str:
+        """Write the blob of `plan`, whose sha256 is `digest`, unless it is already there."""
+        there = self._existing_blob(digest, plan.nbytes)
+        if there == _SOUND:
+            return digest
+        fd, tmp = self._temp("blob")
+        try:
+            _write_chunks(fd, plan.chunks())
+        except BaseException:
+            self._abandon(fd, tmp)
+            raise
+        self._install(fd, tmp, digest, replace=there == _BAD)
+        return digest
+
+    def _put_plan(self, plan: tensorfile.TensorPlan) -> str:
+        """Write a planned safetensors blob: hash and write side by side (large, and likely
+        new), or hash first and write only if new (small, or these tensors kept before)."""
+        if plan.nbytes < _SPECULATE_FROM or not self._beside or _cpus() < 2:
+            return self._write_new(plan, _hash_plan(plan))
+        seen = _fingerprint(plan)
+        if not self._always_beside and seen is not None and seen in _KEPT:
+            return _remember(seen, self._write_new(plan, _hash_plan(plan)))
+        return _remember(seen, self._speculate(plan))
+
+    def _speculate(self, plan: tensorfile.TensorPlan) -> str:
+        """Write the blob of `plan` while it is hashed; dropped unflushed if it was there."""
+        fd, tmp = self._temp("blob")
+        writer = _Beside(lambda chunk: write_all(fd, chunk))
+        h = hashlib.sha256()
+        try:
+            for chunk in plan.chunks():
+                writer.feed(chunk)
+                h.update(chunk)
+        except BaseException:
+            writer.stop()
+            try:
+                writer.finish()
+            finally:
+                self._abandon(fd, tmp)
+            raise
+        digest = h.hexdigest()
+        existing = self._existing_blob(digest, plan.nbytes)
+        there = existing == _SOUND
+        if there:
+            writer.stop()  # what is still queued is never written
+        try:
+            writer.finish()
+        except BaseException:
+            self._abandon(fd, tmp)
+            if there:
+                return digest
+            raise
+        if there:
+            self._abandon(fd, tmp)
+        else:
+            self._install(fd, tmp, digest, replace=existing == _BAD)
+        return digest
+
+    def _read_verified(self, path: Path, f: BinaryIO, digest: str, lazy: bool) -> torch.Tensor:
+        """The whole blob as one uint8 tensor, verified: a view of a copy-on-write mmap of
+        the file (lazy), or memory of its own read while the hash runs beside (eager)."""
+        h = hashlib.sha256()
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            base = torch.empty(0, dtype=torch.uint8)
+        elif lazy:
+            mapped = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY)
+            mapped.madvise(mmap.MADV_SEQUENTIAL)
+            with memoryview(mapped) as view:
+                for start in range(0, size, tensorfile.CHUNK):
+                    h.update(view[start : start + tensorfile.CHUNK])
+            mapped.madvise(mmap.MADV_NORMAL)
+            base = torch.frombuffer(mapped, dtype=torch.uint8)
+        else:
+            base = torch.empty(size, dtype=torch.uint8)  # not zeroed: read fills it
+            view = memoryview(base.numpy())
+            hasher = _Beside(h.update)
+            start = 0
+            try:
+                while start < size:
+                    got = f.readinto(view[start : start + tensorfile.CHUNK])
+                    if not got:
+                        break
+                    hasher.feed(view[start : start + got])
+                    start += got
+            finally:
+                hasher.finish()
+            base = base[:start]
+        self._verify(path, digest, h.hexdigest(), f.fileno())
+        return base
+
+    def _read_many(self, digests: list[str], lazy: bool) -> list[dict[str, torch.Tensor]]:
+        """Several tensor blobs, verified side by side (sha256 is one core per blob)."""
+        workers = min(len(digests), _cpus(), 4)
+        if workers <= 1:
+            return [self.get_tensors(d, lazy=lazy) for d in digests]
+        with ThreadPoolExecutor(workers) as pool:
+            return list(pool.map(lambda d: self.get_tensors(d, lazy=lazy), digests))

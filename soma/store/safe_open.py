@@ -1,0 +1,158 @@
+"""The store's folders, opened without ever following a symbolic link (one job: safety).
+
+Why a module of its own: every path the folder store opens below its own folders goes
+through here, so the rule "the store makes no link and follows none" (soma.store, "Health")
+is kept in one place, and a test or a mutant can change the open flags in one place
+(`_FOLDER`, `_NO_FOLLOW`: every caller looks them up here at call time). `check_folder` says
+where a store can be before anything is made.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Iterable
+from pathlib import Path
+from typing import BinaryIO
+from urllib.parse import unquote, urlsplit
+
+from soma.store.errors import BadStore, SymlinkInStore
+from soma.store.names import MAX_STORE_PATH_BYTES
+
+
+def check_folder(directory: str | os.PathLike[str]) -> Path:
+    """The absolute path of `directory` if a store can be there, made or not; else `BadStore`.
+
+    Refused before anything is made: a path longer than `MAX_STORE_PATH_BYTES` (with a name
+    of up to `MAX_NAME_BYTES` under it, a file's path would pass PATH_MAX), and anything but
+    a folder where the store or one of its folders must be (a mistyped `--store` naming a
+    file would otherwise fail half way with a bare OSError).
+    """
+    text = os.fspath(directory)
+    if isinstance(text, str) and text.lower().startswith("file://"):  # file:///abs/path
+        text = unquote(urlsplit(text).path)
+    path = Path(os.path.abspath(text))
+    size = len(os.fsencode(path))
+    if size > MAX_STORE_PATH_BYTES:
+        raise BadStore(
+            f"store folder {str(path)[:60]!r}... is {size} bytes long; a store's path is at "
+            f"most {MAX_STORE_PATH_BYTES}, so that the names under it stay under PATH_MAX"
+        )
+    culprit = _in_the_way(path)
+    if culprit is not None:
+        what = (
+            "a symbolic link, which the store never follows (put the folder itself there)"
+            if culprit.is_symlink()
+            else "a file"
+            if culprit.is_file()
+            else "something other than a folder"
+        )
+        if culprit == path:
+            raise BadStore(f"store folder {path} is {what}, not a folder")
+        raise BadStore(f"store folder {path} cannot be a store: {culprit} is {what}")
+    return path
+
+
+def _in_the_way(path: Path) -> Path | None:
+    """The first thing that is there and is not a folder, where the store needs one: its own
+    folders (a symbolic link is not one), itself, or the nearest one above it that is there."""
+    for folder in (path / "blobs", path / "names", path / "tmp", path / "attic"):
+        if folder.is_symlink() or (_there(folder) and not folder.is_dir()):
+            return folder
+    for folder in (path, *path.parents):
+        if folder.is_dir():
+            return None
+        if _there(folder):
+            return folder
+    return None
+
+
+def _there(path: Path) -> bool:
+    return path.exists() or path.is_symlink()  # a dangling link is in the way too
+
+
+# The store never follows a symbolic link it did not make (it makes none): a blob, a name
+# file and a folder of names are opened with O_NOFOLLOW, folder by folder from one the store
+# opened itself, so a link planted anywhere on the way is refused (`SymlinkInStore`), never
+# read through, marked through, or listed through. A file is opened O_NONBLOCK: a FIFO
+# planted where a file was is refused by what it is, not waited on.
+_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_NO_FOLLOW = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _a_link(error: OSError, name: str | os.PathLike[str], dir_fd: int | None) -> bool:
+    """Whether a no-follow open of `name` in `dir_fd` failed because it is a symbolic link
+    (ELOOP for a file; ENOTDIR for a folder, which a link to one is not)."""
+    if error.errno == errno.ELOOP:
+        return True
+    if error.errno != errno.ENOTDIR:
+        return False
+    try:
+        return stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode)
+    except OSError:
+        return False
+
+
+def symlink_refused(path: str | os.PathLike[str], what: str) -> SymlinkInStore:
+    """The refusal of the symbolic link at `path` (a `what`: blob, name file, folder...)."""
+    try:
+        target = f" (to {os.readlink(path)})"
+    except OSError:
+        target = ""
+    return SymlinkInStore(
+        f"{what} {path} is a symbolic link{target}: the store makes none and follows none; "
+        "remove the link (what it points at is not touched), or put the real file or folder "
+        "in its place (`soma verify` lists every link in the store)"
+    )
+
+
+def _open_in(folder: Path, segments: Iterable[str], what: str) -> int:
+    """`folder` (the store's own, checked when the store was opened) and then each of
+    `segments` below it opened as a folder, none followed if it is a link: its fd (the
+    caller closes it). FileNotFoundError or NotADirectoryError when one is not a folder."""
+    try:
+        fd = os.open(folder, _FOLDER)
+    except OSError as error:  # made a link after the store was opened
+        if _a_link(error, folder, None):
+            raise symlink_refused(folder, "store folder") from None
+        raise
+    for i, segment in enumerate(segments):
+        try:
+            inner = os.open(segment, _FOLDER, dir_fd=fd)
+        except OSError as error:
+            link = _a_link(error, segment, fd)
+            os.close(fd)
+            if link:
+                raise symlink_refused(folder.joinpath(*list(segments)[: i + 1]), what) from None
+            raise
+        os.close(fd)
+        fd = inner
+    return fd
+
+
+def _is_folder(name: str, dir_fd: int) -> bool:
+    """Whether `name` in `dir_fd` is a folder (never following a link)."""
+    try:
+        return stat.S_ISDIR(os.lstat(name, dir_fd=dir_fd).st_mode)
+    except OSError:
+        return False
+
+
+def _open_file(folder: Path, segments: list[str], what: str) -> BinaryIO:
+    """The file `folder/segments...` opened for reading (unbuffered), no part of the way
+    below `folder` followed if it is a link (`SymlinkInStore`, naming it)."""
+    fd = _open_in(folder, segments[:-1], f"folder of {what}s")
+    try:
+        return open(
+            segments[-1],
+            "rb",
+            buffering=0,
+            opener=lambda name, flags: os.open(name, flags | _NO_FOLLOW, dir_fd=fd),
+        )
+    except OSError as error:
+        if _a_link(error, segments[-1], fd):
+            raise symlink_refused(folder.joinpath(*segments), what) from None
+        raise
+    finally:
+        os.close(fd)

@@ -1,0 +1,93 @@
+"""Values on any store: `keep`/`recall` of values whose tensors are safetensors blobs.
+
+Why a module of its own: the folder store and every backend's store (soma.store.backend)
+share it: it needs only a store's put/get, `_put_plans`, `_read_many`, `get_tensors` and its
+names, and turns values into blobs through soma.store.codecs (tensors as safetensors,
+structure as canonical JSON; never pickle).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import torch
+
+from soma.store import codecs, tensorfile
+from soma.store.errors import BadBlob, BadDigest, UnknownName
+from soma.store.names import check_name
+from soma.store.pipeline import check_digest
+
+
+class Values:
+    """Values on any store (the folder's or a backend's): keep/recall through soma.store.codecs,
+    on the store's put/get, `_put_plans`, `_read_many` and `get_tensors`."""
+
+    def keep(self, name: str, value: object) -> str:
+        """Keep `value` (see soma.store.codecs) and bind `name` to it; the record's digest."""
+        check_name(name)
+        digest = self.put_value(value)
+        self.bind(name, digest)
+        return digest
+
+    def recall(self, name: str, *, lazy: bool = False) -> object:
+        """The value `name` was kept with. `lazy`: tensors map the verified blob files."""
+        digest = self.resolve(name)
+        if digest is None:
+            raise UnknownName(f"no name {name!r} in {self}")
+        return self.recall_digest(digest, lazy=lazy)
+
+    def recall_each(self, names: Iterable[str], *, lazy: bool = True) -> Iterator[object]:
+        """The values of `names`, one at a time, each recalled only when asked for.
+
+        Lazy by default: with the previous value dropped, a loop over N exports holds the
+        one being used (as file-backed pages), never N.
+        """
+        for name in names:
+            yield self.recall(name, lazy=lazy)
+
+    def recall_each_digest(self, digests: Iterable[str], *, lazy: bool = True) -> Iterator[object]:
+        """`recall_each` by record digest instead of by name."""
+        for digest in digests:
+            yield self.recall_digest(digest, lazy=lazy)
+
+    def put_value(self, value: object) -> str:
+        """Keep `value` without a name; the digest of its record."""
+        encoded = codecs.encode(value)  # all of it checked before anything is written
+        plans = [tensorfile.plan(tensors) for _, tensors in encoded.maps]
+        if encoded.loose:
+            plans.append(tensorfile.plan(encoded.loose_map()))
+        digests = self._put_plans(plans)
+        for (ref, _), digest in zip(encoded.maps, digests, strict=False):
+            ref["$tensors"] = digest
+        loose = digests[-1] if encoded.loose else None
+        return self.put(codecs.record_bytes(encoded.tree, loose))
+
+    def recall_digest(self, digest: str, *, lazy: bool = False) -> object:
+        """The value whose record is blob `digest`."""
+        where = str(self.blob_path(digest))
+        tree, loose_digest = codecs.parse_record(self.get(digest), where)
+        wanted = list(dict.fromkeys(codecs.references(tree)))
+        for d in wanted + ([loose_digest] if loose_digest else []):
+            try:
+                check_digest(d)
+            except BadDigest:
+                raise BadBlob(f"blob {where} refers to {d!r}, which is not a digest") from None
+        first = dict(zip(wanted, self._read_many(wanted, lazy), strict=True))
+        loose: list[dict[str, torch.Tensor]] = []
+
+        def tensors(d: str) -> dict[str, torch.Tensor]:
+            # a blob met twice (two equal nodes) is read twice: two values, not one aliased
+            return first.pop(d) if d in first else self.get_tensors(d, lazy=lazy)
+
+        def loose_tensors() -> dict[str, torch.Tensor]:
+            if not loose:
+                if loose_digest is None:
+                    raise BadBlob(f"blob {where} has loose tensors but no 'tensors' blob")
+                loose.append(self.get_tensors(loose_digest, lazy=lazy))
+            return loose[0]
+
+        return codecs.decode(tree, where, tensors, loose_tensors)
+
+    def put_tensors(self, tensors: dict[str, torch.Tensor]) -> str:
+        """Keep one map of text to tensors as one safetensors blob; its digest."""
+        return self._put_plan(tensorfile.plan(codecs.check_tensor_map(tensors, "tensors")))
