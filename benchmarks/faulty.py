@@ -8,7 +8,7 @@ Options: every option of soma.tasks.digits, and
   default): what an attacker trains is replaced by `attacked(trained, attack)` before the
   client step exports it, whenever it takes part (a strategy's client side, SCAFFOLD's
   extra, is then computed from what it sends: attack only strategies without one);
-- `fail` (training seeds, soma.run.identity.training_seed of (seed, round, client)): the
+- `fail` (training seeds, soma.training.training_seed of (seed, round, client)): the
   trainings that raise instead, so that the client step drops the client from that round
   (the round goes on under a quorum that allows it, and stops otherwise).
 

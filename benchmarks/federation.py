@@ -19,9 +19,9 @@ from typing import Any
 import soma
 from benchmarks.faulty import Attack, check_attack
 from soma.nodes import export
-from soma.run.identity import training_seed
 from soma.run.participation import ParticipationError, sampled
 from soma.tasks import digits
+from soma.training import training_seed
 
 DIGITS, FAULTY = "soma.tasks.digits", "benchmarks.faulty"
 

@@ -49,7 +49,6 @@ import torch  # noqa: E402
 
 from benchmarks.faulty import attacked  # noqa: E402
 from soma.nodes import Export, export, load  # noqa: E402
-from soma.run.identity import training_seed  # noqa: E402
 from soma.strategies import (  # noqa: E402
     Arrival,
     Update,
@@ -60,6 +59,7 @@ from soma.strategies import (  # noqa: E402
     train_locally,
 )
 from soma.tasks import digits  # noqa: E402
+from soma.training import training_seed  # noqa: E402
 
 CLIENTS = 10
 PLAIN_SGD = {"momentum": 0.0, "scale": "unit", "epochs": 5, "batch_size": 10, "lr": 0.1}

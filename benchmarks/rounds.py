@@ -246,8 +246,8 @@ def floor_child(rounds: int) -> None:
     torch.set_num_threads(1)
     from soma import fedavg
     from soma.nodes import export, load
-    from soma.run.identity import training_seed
     from soma.tasks import digits
+    from soma.training import training_seed
 
     task = digits.make()
     tic = time.perf_counter()

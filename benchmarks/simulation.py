@@ -36,8 +36,8 @@ def floor(rounds: int, clients: int) -> None:
     torch.set_num_threads(1)
     from soma import fedavg
     from soma.nodes import export, load
-    from soma.run.identity import training_seed
     from soma.tasks import digits
+    from soma.training import training_seed
 
     task = digits.make(**OPTIONS)
     shards = [task.shard(k, clients) for k in range(clients)]

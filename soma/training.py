@@ -14,7 +14,7 @@ the data is brought to the nodes. Exports are on CPU whatever the device (soma.n
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -262,3 +262,24 @@ def _optimizer(
             "say them in the optimizer factory instead"
         )
     return factory(parameters)
+
+
+# --- seeds, and training alone -----------------------------------------------------------------
+
+
+def training_seed(seed: int, round: int, client: int) -> int:
+    """One seed per (round, client), the same for the federated run and the alone baseline."""
+    return (seed * 1_000_003 + round * 7_919 + client * 104_729) % (2**31)
+
+
+def trained_alone(
+    task: Any, nodes: Any, data: Any, *, rounds: int, seed: int, client: int
+) -> Iterator[tuple[int, Any]]:
+    """A baseline's training, the same in every mode: `data` trained alone from the run's
+    start for as many rounds of local training as the federation, round r's seeded as client
+    k's training of round r (`training_seed`), so that a client alone is seed for seed its
+    federated self without the others. Yields each round and the task's metrics, the nodes
+    trained through that round. The workflow's `alone` and `centralized` jobs and the digits
+    task's baselines train through it."""
+    for r in range(rounds):
+        yield r, task.train(nodes, data, seed=training_seed(seed, r, client))

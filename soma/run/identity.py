@@ -25,11 +25,6 @@ from soma.run.configs import ConfigRefused
 RECORD = "run.json"  # in results/<run>/, beside the receipts
 
 
-def training_seed(seed: int, round: int, client: int) -> int:
-    """One seed per (round, client), the same for the federated run and the alone baseline."""
-    return (seed * 1_000_003 + round * 7_919 + client * 104_729) % (2**31)
-
-
 def identity(task: str, options: Mapping[str, Any], seed: int) -> dict[str, Any]:
     """The part of a run's identity that is not the strategy's: its task, options and seed.
 

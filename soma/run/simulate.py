@@ -2,7 +2,7 @@
 
 `soma simulate` and `soma.simulate(...)` run the very loop of `soma client` (soma.run.drive)
 with every client hosted by this one process: the same client step, the same seeds
-(soma.run.identity.training_seed), the same meetings in a store, so its weights are bit-identical to
+(soma.training.training_seed), the same meetings in a store, so its weights are bit-identical to
 those of `soma client` (and of the workflow) for the same run. Without a store it uses a
 temporary folder, removed at the end.
 """

@@ -21,11 +21,11 @@ from soma.evaluation import keep_training
 from soma.nodes import Export, export, load
 from soma.round import Contradicts, Contribution, Meeting, contribute, drop, dropout_reason
 from soma.round.once import RoundError
-from soma.run.identity import training_seed
 from soma.run.personal import load_round, own_state, shared
 from soma.store import Store
 from soma.strategies import Strategy, train_locally
 from soma.tasks import Context
+from soma.training import training_seed
 
 LOG = logging.getLogger("soma.client")
 

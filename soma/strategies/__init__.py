@@ -223,7 +223,7 @@ def train_locally(
     When the objective has `release`, what it returns is loaded into `nodes` before
     `finish`: the caller's `export(nodes)` is then what the client sends."""
     from soma.nodes import export, load
-    from soma.tasks import takes_keyword
+    from soma.tasks.protocol import takes_keyword
 
     told = {"context": context} if context is not None else {}
     if not takes_keyword(task.train, "context"):

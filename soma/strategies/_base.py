@@ -18,15 +18,13 @@ import abc
 import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, runtime_checkable
-
-import torch
+from typing import Any, ClassVar
 
 from soma.errors import SomaError
 from soma.nodes import Export
+from soma.tasks.protocol import Objective, Parameters, State
 
-State = dict[str, Any]
-Parameters = Mapping[str, Mapping[str, torch.nn.Parameter]]
+__all__ = ["Objective", "Parameters", "State"]  # the strategies' names for the tasks' protocol
 
 
 class StrategyError(SomaError, ValueError):
@@ -50,15 +48,6 @@ class Arrival:
     client: int
     size: float | None
     extra: bool  # whether it sent an extra beside its weights
-
-
-@runtime_checkable
-class Objective(Protocol):
-    """What a strategy adds to a client's local objective (see soma.strategies)."""
-
-    def adjust(self, parameters: Parameters, lr: float) -> None: ...
-
-    def finish(self, trained: Export) -> tuple[Export | None, State | None]: ...
 
 
 class Strategy(abc.ABC):

@@ -50,7 +50,6 @@ import ast
 import importlib
 import importlib.machinery
 import importlib.util
-import inspect
 import os
 import sys
 from collections.abc import Mapping
@@ -58,11 +57,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from soma.errors import TaskError
+from soma.tasks.protocol import takes_keyword  # noqa: F401  (until soma.workflow asks protocol)
 
 if TYPE_CHECKING:  # torch only for the annotations: the Snakefile imports this at parse time
     from torch import nn
 
-    from soma.strategies import Objective
+    from soma.tasks.protocol import Objective
 
 
 class TaskNotFound(TaskError):
@@ -86,15 +86,6 @@ class Context:
     rounds: int
     client: int
     clients: int
-
-
-def takes_keyword(function: Any, name: str) -> bool:
-    """Whether `function` takes keyword `name` by that name (not merely through **kwargs,
-    which a task may hand on to something that does not)."""
-    try:
-        return name in inspect.signature(function).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 @runtime_checkable

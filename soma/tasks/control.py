@@ -13,8 +13,8 @@ import torch
 from torch import nn
 
 from soma.device import task_device
-from soma.strategies import Objective
 from soma.tasks import teacher as control
+from soma.tasks.protocol import Objective
 from soma.training import TrainingRun
 
 VALIDATION = 64  # a client's held-out inputs for federated evaluation

@@ -42,10 +42,9 @@ from torch import nn
 
 from soma import partition as partitions
 from soma.device import task_device
-from soma.run.alone import trained_alone
-from soma.strategies import Objective
 from soma.tasks import TaskError
-from soma.training import TrainingRun
+from soma.tasks.protocol import Objective
+from soma.training import TrainingRun, trained_alone
 
 CLASSES = 10
 FEATURES = 64
@@ -373,7 +372,8 @@ def make(**options) -> DigitsTask:
 
 
 # -- the two baselines: not federated, trained as the workflow's `alone` and `centralized`
-# jobs train them (soma.run.alone): from the run's start, a round's local training per round.
+# jobs train them (soma.training.trained_alone): from the run's start, a round's local
+# training per round.
 
 
 def _trained_alone(task: DigitsTask, data: Data, rounds: int, *, seed: int, client: int) -> dict:

@@ -15,11 +15,11 @@ import torch
 
 from soma.nodes import export, load
 from soma.round import status
-from soma.run.identity import training_seed
 from soma.secagg.quantize import FixedPoint
 from soma.store import Store
 from soma.strategies import load_strategy, train_locally
 from soma.tasks import load_task
+from soma.training import training_seed
 
 torch.set_num_threads(1)
 HERE = Path(__file__).parents[1]

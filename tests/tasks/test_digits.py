@@ -20,9 +20,9 @@ from soma.errors import SomaError
 from soma.nodes import export, load
 from soma.partition import PartitionError
 from soma.round.once import RoundError
-from soma.run.identity import training_seed
 from soma.run.participation import ParticipationError, sampled
 from soma.tasks import Task, TaskError, digits, load_task
+from soma.training import training_seed
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # the benchmarks' federation (soma.simulate) and faulty task
