@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from soma.store import files  # noqa: E402
+from soma import files  # noqa: E402
 
 
 def count(clients: int, rounds: int, task: str, durability: str, folder: str) -> dict:

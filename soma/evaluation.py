@@ -155,7 +155,7 @@ def evaluate_round(
     owns = _own_states(store, meeting) if personal else {}
     if personal:
         evaluators = [k for k in evaluators if k in owns]
-    with store.group():  # one commit for every client hosted here (soma.store.files)
+    with store.group():  # one commit for every client hosted here (soma.files)
         for k in sorted(set(mine) & set(evaluators)):
             if personal:
                 load_round(nodes, average, owns[k], personal, lambda: task.nodes(seed))

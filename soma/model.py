@@ -40,10 +40,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from soma.errors import SomaError
+from soma.files import write_atomic
 from soma.nodes import Export
 from soma.store import tensorfile
 from soma.store.errors import StoreError
-from soma.store.files import write_atomic
 
 if TYPE_CHECKING:
     from soma.store import Store

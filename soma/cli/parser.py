@@ -10,8 +10,9 @@ from typing import Any
 from soma.cli.health import gc, keys, repair, verify
 from soma.cli.run import client
 from soma.cli.show import export, status
-from soma.round.lease import LEASE
+from soma.files import DURABLE
 from soma.run.spec import BadArgument
+from soma.timing import LEASE
 
 DESCRIPTION = (
     "The `soma` command line: the client script every Slurm task runs, a run's status, its model."
@@ -124,7 +125,7 @@ def _run_arguments(c: argparse.ArgumentParser) -> None:
     """What a run is and how a process drives it: `soma client`'s and `soma simulate`'s."""
     c.add_argument(
         "--durability",
-        default="durable",
+        default=DURABLE,
         help="durable: a name is durable before it is said bound, never before what it "
         "reaches; scratch: no fsync (a machine crash means rerunning the round), refused on "
         "a store that says it is shared (its file `shared`)",

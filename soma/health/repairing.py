@@ -102,7 +102,7 @@ def repair(
         pending = {p.digest for p in current.problems if p.digest is not None and p.needed}
         if not pending or not _repair_pass(store, fixer, run, pending, report, graph):
             break
-        fixer.sync()  # names reach what it remade: durable now (soma.store.files)
+        fixer.sync()  # names reach what it remade: durable now (soma.files)
         current = verify(store, run)
     if _rebind_names(store, run, current, report, finished=True)[0]:
         current = verify(store, run)

@@ -295,7 +295,7 @@ def once(
                     return work.settle(settled)
             elif _claim(store, place, who, check_holder=check_holder):
                 digest = work.compute(inputs, me)
-                with store.group():  # its names made durable in one pass (soma.store.files)
+                with store.group():  # its names made durable in one pass (soma.files)
                     store.bind(place.computed_by(who), who)
                     publish(store, place.published, digest)
                     return work.settle(store.resolve(place.published) or digest)

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from soma.errors import SomaError
+from soma.files import write_atomic
 from soma.store import codecs
-from soma.store.files import write_atomic
 
 if TYPE_CHECKING:
     from soma.store import Store

@@ -82,7 +82,7 @@ def drive(
                 store, meeting, task, strategy, nodes, taking_part, metrics, timing, spec.rounds
             )
         else:
-            with store.group():  # one commit for every client hosted here (soma.store.files)
+            with store.group():  # one commit for every client hosted here (soma.files)
                 for h in taking_part:
                     metrics[h.index] = step.plain(
                         store, meeting, task, strategy, nodes, h, rounds=spec.rounds

@@ -110,7 +110,7 @@ def own_folder(path: Path, client: int) -> Path:
 
 def keep(path: Path, client: int, record: Mapping[str, Any]) -> None:
     """Write the client's secrets (0600, atomically) in its own folder (0700)."""
-    from soma.store.files import write_atomic  # the one writer (soma.store imports torch)
+    from soma.files import write_atomic  # the one writer (soma.store imports torch)
 
     own_folder(path.parent, client)
     text = json.dumps(record, sort_keys=True, indent=2, allow_nan=False) + "\n"
@@ -133,7 +133,7 @@ def read(path: Path, client: int) -> dict[str, Any]:
 
 def forget(path: Path) -> None:
     """Delete the client's secrets of a round (its reveal job, their last use)."""
-    from soma.store.files import fsync_folder
+    from soma.files import fsync_folder
 
     try:
         os.unlink(path)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from soma.files import DURABLE
 from soma.run.drive import Round, drive
 from soma.run.options import typed
 from soma.run.spec import RunSpec
@@ -57,7 +58,7 @@ def simulate(
     keys: str | Path | None = None,
     run: str = "simulation",
     store: str | Path | None = None,
-    durability: str = "durable",
+    durability: str = DURABLE,
     deadline: float | None = DEADLINE,
     lease: float = LEASE,
     after: Callable[[Round, Any], None] | None = None,

@@ -27,6 +27,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from soma.errors import SomaError
+from soma.files import DURABILITIES, DURABLE
 from soma.run.configs import ConfigRefused
 from soma.run.options import pairs, typed
 from soma.timing import DEADLINE, LEASE, Timing
@@ -113,14 +114,9 @@ def open_store(
     try:
         return Store(path, durability=durability)
     except BadStore as error:
-        if durability == "durable":
+        if durability == DURABLE:
             raise
         raise refused(f"{named}: {error}") from None
-
-
-# How a run's store makes its writes durable: soma.store.files.DURABILITIES, spelled here too
-# because check() imports no torch, which the store's package does (a test keeps them equal).
-DURABILITIES = ("durable", "scratch")
 
 
 # soma.simulate's keyword argument of a field, where its name is not the field's.
@@ -160,7 +156,7 @@ class RunSpec:
     per_job: int = 1
     mine: tuple[int, ...] | None = None
     threads: int = 1
-    durability: str = "durable"
+    durability: str = DURABLE
     personal: tuple[str, ...] = ()
     roster: str | None = None  # the roster file: its records signed (soma.round.signing)
     keys: str | None = None  # where this process finds a client's private key ({client})
@@ -212,7 +208,7 @@ class RunSpec:
             tree=(config.get("tree") or {}).get("fan_in"),
             per_job=config.get("clients_per_job", 1) or 1,
             threads=config.get("threads", 1) or 1,
-            durability=config.get("durability") or "durable",
+            durability=config.get("durability") or DURABLE,
             personal=config.get("personal") or (),
             other_tasks=tuple(sorted(set(config.get("task_options") or {}) - {task})),
             evaluate_participation=config.get("evaluate_participation"),
@@ -245,7 +241,7 @@ class RunSpec:
             per_job=getattr(args, "per_task", 1),
             mine=None if mine is None else tuple(mine),
             threads=args.threads,
-            durability=getattr(args, "durability", "durable"),
+            durability=getattr(args, "durability", DURABLE),
             personal=tuple(getattr(args, "personal", None) or ()),
             roster=getattr(args, "roster", None),
             keys=getattr(args, "keys", None),
@@ -299,7 +295,7 @@ class RunSpec:
     @staticmethod
     def config_store(config: Mapping[str, Any]) -> Store:
         """The store of a workflow job's `config` (its `store`), with its `durability`."""
-        durability = config.get("durability") or "durable"
+        durability = config.get("durability") or DURABLE
         return open_store(config["store"], durability, "config key `durability`", ConfigRefused)
 
     def evaluating(self, round: int) -> list[int]:

@@ -24,7 +24,7 @@ file in `tmp/` (`soma gc` removes those whose writer is gone), never a partial f
 final name. Against a machine crash (`durability="durable"`, the default), what was written
 is made durable in passes (one syncfs, or an fsync of each file and folder): one just before
 a name is placed (everything it reaches, and its own temporary), one after it; a group
-commit (`Store.group`) binds many names between the same two passes. soma.store.files lists
+commit (`Store.group`) binds many names between the same two passes. soma.files lists
 what each fsync protects; `durability="scratch"` makes none. A folder on the way to a name
 is made the first time it is needed (and made durable by the pass after it).
 
@@ -138,11 +138,22 @@ from __future__ import annotations
 
 import os
 
+from soma import files as files
+from soma.files import DURABILITIES as DURABILITIES
+from soma.files import DURABLE as DURABLE
+from soma.files import SCRATCH as SCRATCH
+from soma.files import SHARED_MARKER as SHARED_MARKER
+from soma.files import can_syncfs as can_syncfs
+from soma.files import create_new as create_new
+from soma.files import fsync_folder as fsync_folder
+from soma.files import make_durable as make_durable
+from soma.files import write_all as write_all
+from soma.files import write_atomic as write_atomic
+
 # Every name importable from soma.store before it was split into modules still is: those
 # of `__all__`, and (as `x as x`, an explicit re-export) the others, from where they live.
 from soma.store import codecs as codecs
 from soma.store import errors as errors
-from soma.store import files as files
 from soma.store import names as names
 from soma.store import tensorfile as tensorfile
 from soma.store.codecs import register_codec, unregister_codec
@@ -161,16 +172,6 @@ from soma.store.errors import (
     UnknownDigest,
     UnknownName,
 )
-from soma.store.files import DURABILITIES as DURABILITIES
-from soma.store.files import DURABLE as DURABLE
-from soma.store.files import SCRATCH as SCRATCH
-from soma.store.files import SHARED_MARKER as SHARED_MARKER
-from soma.store.files import can_syncfs as can_syncfs
-from soma.store.files import create_new as create_new
-from soma.store.files import fsync_folder as fsync_folder
-from soma.store.files import make_durable as make_durable
-from soma.store.files import write_all as write_all
-from soma.store.files import write_atomic as write_atomic
 from soma.store.folder import FolderStore
 from soma.store.names import MAX_STORE_PATH_BYTES as MAX_STORE_PATH_BYTES
 from soma.store.names import check_name as check_name
@@ -219,7 +220,7 @@ class Store(FolderStore):
     `durability`: "durable" (names are durable before they are said bound, and never before
     what they reach) or "scratch" (no fsync at all: a machine crash means rerunning the
     round), refused on a store that says it is shared; `shared`: say so (writes its marker).
-    See soma.store.files for what each fsync protects.
+    See soma.files for what each fsync protects.
     """
 
     def __new__(cls, directory: str | os.PathLike[str] = "", **options: object) -> Store:

@@ -69,6 +69,7 @@ from typing import BinaryIO, Protocol
 
 import torch
 
+from soma.files import DURABLE
 from soma.store import tensorfile
 from soma.store.errors import BadDigest, BadStore, CorruptBlob, CorruptName, UnknownDigest
 from soma.store.names import check_name
@@ -206,7 +207,7 @@ class BackendStore(Values):
         backend: Backend,
         *,
         verify_existing: bool = False,
-        durability: str = "durable",
+        durability: str = DURABLE,
         write_beside_hash: bool | None = None,
         shared: bool = False,
     ) -> None:

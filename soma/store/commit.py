@@ -1,7 +1,7 @@
 """When what the folder store wrote becomes durable: its passes, and the group commit.
 
 Why a module of its own: the order of fsync passes against the names placed is the
-store's crash guarantee (soma.store.files lists what each fsync protects): a name is placed
+store's crash guarantee (soma.files lists what each fsync protects): a name is placed
 only between two passes, and a group commit (`group`) places many between the same two.
 `_check_durability` refuses, before anything is made, a durability that is not one. The
 folder store (soma.store.folder.FolderStore) takes `GroupCommit` as a mixin; it provides
@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from soma.files import DURABILITIES, DURABLE, SCRATCH, SHARED_MARKER, make_durable
 from soma.store.errors import BadStore, NameConflict, StoreError
-from soma.store.files import DURABILITIES, DURABLE, SCRATCH, SHARED_MARKER, make_durable
 
 
 class GroupCommit:
@@ -28,7 +28,7 @@ class GroupCommit:
     def group(self) -> Iterator[None]:
         """A group commit: binds in this thread wait for the end of the block, where every
         blob written and every name's temporary are made durable in one pass, then every
-        name is bound, then the names are made durable in a second pass (soma.store.files).
+        name is bound, then the names are made durable in a second pass (soma.files).
         What a process hosting several clients does with a round's contributions: a crash
         never leaves a name reaching a blob that is not durable. The block's binds are
         committed even when it raises (what was kept is whole). Nested: the outer commits."""
@@ -58,7 +58,7 @@ class GroupCommit:
                 self._unsynced[1].append(folder)
 
     def _sync(self) -> None:
-        """One pass over what was written since the last (soma.store.files.make_durable)."""
+        """One pass over what was written since the last (soma.files.make_durable)."""
         with self._unsynced_lock:
             files, folders = self._unsynced
             self._unsynced = ([], [])

@@ -23,6 +23,15 @@ from typing import BinaryIO
 
 import torch
 
+from soma.files import (
+    DURABLE,
+    SHARED_MARKER,
+    can_syncfs,
+    create_new,
+    fsync_folder,
+    write_all,
+    write_atomic,
+)
 from soma.store import commit, safe_open, tensorfile
 from soma.store.commit import GroupCommit
 from soma.store.errors import (
@@ -32,15 +41,6 @@ from soma.store.errors import (
     CorruptName,
     NameConflict,
     UnknownDigest,
-)
-from soma.store.files import (
-    DURABLE,
-    SHARED_MARKER,
-    can_syncfs,
-    create_new,
-    fsync_folder,
-    write_all,
-    write_atomic,
 )
 from soma.store.names import check_name, split_prefix
 from soma.store.pipeline import (
@@ -98,7 +98,7 @@ class FolderStore(Pipeline, GroupCommit, Values):
         local = filesystem in _LOCAL_FILESYSTEMS
         self._beside = write_beside_hash is not False and local
         self._always_beside = bool(write_beside_hash) and local
-        # What was written since the last pass (soma.store.files): files whose bytes, and
+        # What was written since the last pass (soma.files): files whose bytes, and
         # folders whose entries, must be durable before a name may reach them.
         self._whole = self.directory if can_syncfs(filesystem) else None
         self._unsynced: tuple[list[str], list[Path]] = ([], [])
@@ -447,7 +447,7 @@ class FolderStore(Pipeline, GroupCommit, Values):
 
     def _seal(self, fd: int) -> None:
         """Make read-only (as the umask allowed it readable), then close; its bytes are made
-        durable by the next pass (see soma.store.files), before any name reaches them."""
+        durable by the next pass (see soma.files), before any name reaches them."""
         try:
             os.fchmod(fd, stat.S_IMODE(os.fstat(fd).st_mode) & ~0o222)
         finally:

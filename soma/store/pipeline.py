@@ -23,9 +23,9 @@ from typing import BinaryIO
 
 import torch
 
+from soma.files import write_all
 from soma.store import tensorfile
 from soma.store.errors import BadDigest
-from soma.store.files import write_all
 
 _HEX = frozenset("0123456789abcdef")
 # With write_beside_hash, a tensor blob at least this large is written while it is hashed.

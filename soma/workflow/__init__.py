@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from soma.files import write_atomic
 from soma.model import export_best
 from soma.nodes import export, load
 from soma.round import (
@@ -46,7 +47,6 @@ from soma.run.personal import shared
 from soma.run.spec import RunSpec
 from soma.run.step import Hosted
 from soma.store import Store
-from soma.store.files import write_atomic
 from soma.strategies import (
     Strategy,
     load_strategy,
@@ -65,7 +65,7 @@ def progress(message: str, *args: Any) -> None:
 def write_receipt(
     path: str | os.PathLike, receipt: Mapping[str, Any], *, mode: int | None = None
 ) -> None:
-    """Deterministic JSON, atomically (`soma.store.files.write_atomic`): a receipt is a file as the
+    """Deterministic JSON, atomically (`soma.files.write_atomic`): a receipt is a file as the
     umask says; a secret passes `mode=0o600`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

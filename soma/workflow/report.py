@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from soma.store.files import write_atomic
+from soma.files import write_atomic
 from soma.workflow import LOG, ConfigRefused, read_receipt, shown
 
 if TYPE_CHECKING:

@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from soma.files import write_atomic
 from soma.run.study import Study
-from soma.store.files import write_atomic
 from soma.workflow import LOG, read_receipt
 from soma.workflow.report import START, _cell, _write_text, lower_is_better, round_ticks, x_of
 

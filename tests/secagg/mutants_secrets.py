@@ -73,7 +73,7 @@ def _secrets_file_as_the_umask_says() -> None:
     import json
 
     import soma.run.secrets as private
-    from soma.store.files import write_atomic
+    from soma.files import write_atomic
 
     def keep(path, client, record):
         private.own_folder(path.parent, client)

@@ -1,5 +1,5 @@
 """Broken variants of the store's claim and of the one atomic writer (soma.store,
-soma.store.files); registered into tests/mutants.py's MUTANTS."""
+soma.files); registered into tests/mutants.py's MUTANTS."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def _claim_as_resolve_then_bind() -> None:
     _replace(soma.store.folder.FolderStore, "claim", claim)
 
 
-# --- the one atomic writer (soma/store/files.py) --------------------------------------------------
+# --- the one atomic writer (soma/files.py) --------------------------------------------------
 
 
 @mutant(
@@ -50,7 +50,7 @@ def _claim_as_resolve_then_bind() -> None:
 def _write_atomic_writes_in_place() -> None:
     """The file is truncated and written under its final name: a writer killed half way
     leaves a partial file (or the new one where the old was wanted)."""
-    import soma.store.files
+    import soma.files
     import soma.workflow
 
     def in_place(path, data, *, mode=None):
@@ -58,9 +58,9 @@ def _write_atomic_writes_in_place() -> None:
         try:
             whole = isinstance(data, bytes | bytearray | memoryview)
             for chunk in [data] if whole else data:
-                soma.store.files.write_all(fd, memoryview(chunk).cast("B"))
+                soma.files.write_all(fd, memoryview(chunk).cast("B"))
         finally:
             os.close(fd)
 
-    _replace(soma.store.files, "write_atomic", in_place)
-    soma.workflow.write_atomic = soma.store.files.write_atomic
+    _replace(soma.files, "write_atomic", in_place)
+    soma.workflow.write_atomic = soma.files.write_atomic

@@ -1,4 +1,4 @@
-"""When a store's writes are durable (soma.store.files): a name is never made durable before
+"""When a store's writes are durable (soma.files): a name is never made durable before
 everything it reaches, alone or in a group commit; scratch makes no fsync, and is refused on
 a store that says it is shared.
 
@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -167,8 +169,17 @@ def test_soma_simulate_refuses_scratch_on_a_shared_store_naming_the_option(
         bad.check()
 
 
-def test_the_run_layer_spells_the_store_s_durabilities() -> None:
-    assert spec.DURABILITIES == files.DURABILITIES
+def test_the_run_layer_takes_the_durabilities_and_timing_from_modules_with_no_torch() -> None:
+    """One spelling of the durabilities (soma.files) and of the timing defaults (soma.timing),
+    both torch-free, so that the Snakefile's parse-time imports need no second copy."""
+    code = (
+        "import sys\n"
+        "import soma.files, soma.run.spec, soma.timing\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert spec.DURABILITIES is files.DURABILITIES
 
 
 def test_a_simulated_run_never_places_a_name_before_what_it_reaches(

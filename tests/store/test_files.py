@@ -1,4 +1,4 @@
-"""The one atomic writer (soma.store.files.write_atomic): whole or nothing under the final name, and
+"""The one atomic writer (soma.files.write_atomic): whole or nothing under the final name, and
 modes said on purpose (a receipt as the umask says, a secret 0600 whatever the umask)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from soma.files import write_atomic
 from soma.run.secrets import FILE_MODE as PRIVATE
-from soma.store.files import write_atomic
 from soma.workflow import read_receipt, write_receipt
 
 HERE = Path(__file__).resolve().parents[1]
@@ -64,14 +64,14 @@ import sys, time
 sys.path.insert(0, sys.argv[2])
 import mutants
 mutants.apply_from_environment()
-import soma.store.files
+import soma.files
 from soma.workflow import write_receipt
-write = soma.store.files.write_all
+write = soma.files.write_all
 def slowly(fd, chunk):
     write(fd, chunk)
     print("wrote", flush=True)
     time.sleep(600)
-soma.store.files.write_all = slowly
+soma.files.write_all = slowly
 write_receipt(sys.argv[1], {"round": 1, "weights": "new"})
 """
 

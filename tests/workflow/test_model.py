@@ -251,7 +251,7 @@ def test_two_pairs_that_make_one_name_are_refused_naming_both(tmp_path) -> None:
 
 
 def test_a_failing_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch) -> None:
-    import soma.store.files
+    import soma.files
 
     path = tmp_path / "model.safetensors"
     save_model(weights(), path, {"round": 0})
@@ -261,7 +261,7 @@ def test_a_failing_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypa
         os.write(fd, bytes(chunk)[:10])
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(soma.store.files, "write_all", full)
+    monkeypatch.setattr(soma.files, "write_all", full)
     changed = {**weights(), "extra": {"w": torch.ones(100)}}
     with pytest.raises(ModelError, match="No space"):
         save_model(changed, path, {"round": 1})
@@ -273,13 +273,13 @@ def test_a_failing_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypa
 
 KILLED_WRITER = """
 import sys, time, torch
-import soma.store.files, soma.model
-write = soma.store.files.write_all
+import soma.files, soma.model
+write = soma.files.write_all
 def slowly(fd, chunk):
     write(fd, chunk)
     print("wrote", flush=True)
     time.sleep(600)
-soma.store.files.write_all = slowly
+soma.files.write_all = slowly
 soma.model.save_model({"n": {"w": torch.ones(1000)}}, sys.argv[1], {"round": 1})
 """
 
