@@ -31,7 +31,7 @@ def _tiers_of(item: pytest.Item) -> set[str]:
     fixtures = set(getattr(item, "fixturenames", ()))
     if folder == "slurm":
         tiers.add("slurm")
-    if folder == "test_mutations.py":
+    if folder == "test_mutations.py" and item.originalname == "test_the_suite_catches_the_mutant":
         tiers.add("mutants")
     if "bucket" in fixtures:
         tiers.add("s3")

@@ -57,3 +57,15 @@ def test_the_suite_catches_the_mutant(name: str, runs: dict[str, Future]) -> Non
         f"mutant {name} was not caught (exit {result.returncode}):\n{tail}"
     )
     assert " failed" in result.stdout, f"mutant {name}: no test failed:\n{tail}"
+
+
+def test_every_mutant_names_catchers_that_exist() -> None:
+    """A catcher is a path a test file moved from, or a typo: its run would error out (exit
+    4), not fail, so say which mutant names which missing file before any run is started."""
+    missing = {
+        name: path
+        for name, selectors in mutants.CATCHERS.items()
+        for path in (s.split("::")[0] for s in selectors if s.startswith("tests/"))
+        if not (ROOT / path).is_file()
+    }
+    assert missing == {}
