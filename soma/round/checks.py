@@ -1,6 +1,6 @@
 """What is refused about a round before anything is claimed: an export that would poison
 the average (a NaN, an infinity), sizes that do not add up, two different networks, a
-strategy the meeting cannot run; each refusal names the client and its record.
+strategy the meeting cannot run; a refusal names the client, and its record, to blame.
 
 Kept apart so that `contribute` and every process that may average refuse the same things
 with the same words.
