@@ -25,7 +25,7 @@ from soma.round.once import RoundError
 from soma.store import Store
 
 if TYPE_CHECKING:
-    from soma.round import Meeting
+    from soma.round.meeting import Meeting
 
 
 class RecordError(RoundError):

@@ -13,23 +13,23 @@ _RECORDS = "tests/round/test_records.py"
 def _averager_trusts_values() -> None:
     """The averager reads only the tensor files' headers' shapes, as before issue 20: a
     hand-written record's NaN is averaged, an overlap found after the claim."""
-    import soma.round
+    import soma.round.checks
 
     def check_input(store, meeting, given):
-        return soma.round.signature(store, given.weights)
+        return soma.round.checks.signature(store, given.weights)
 
-    _replace(soma.round, "check_input", check_input)
+    _replace(soma.round.checks, "check_input", check_input)
 
 
 @mutant("client_records_bound", caught_by=[_RECORDS, "-k", "second_contribution"])
 def _client_records_bound() -> None:
     """A client's record is bound, not claimed: the last contribution wins, silently."""
-    import soma.round
+    import soma.round.client
 
     def _claim_record(store, meeting, record):
         return store.keep(meeting.client(record.client), record.value())
 
-    _replace(soma.round, "_claim_record", _claim_record)
+    _replace(soma.round.client, "_claim_record", _claim_record)
 
 
 @mutant("holder_checked_only_every_10s", caught_by=[_RECORDS, "-k", "holder_that_died"])

@@ -1,0 +1,284 @@
+"""The averaging: once every member is accounted for (or, past the deadline, the quorum
+came), whoever gets the claim (soma.round.once) computes the strategy's step over exactly
+these inputs, maybe as a tree of partial means (soma.round.tree), and publishes its record.
+
+Kept apart from what it waits on (the roll, the checks, the other meetings of the round),
+which it calls through their modules (`roll._enough(...)`, `signed.check_average(...)`)
+so that one patch there reaches it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from soma.nodes import Export
+from soma.round import once, records, roll, signed, tree
+from soma.round import signing as signatures
+from soma.round.apart import _Elsewhere
+from soma.round.checks import check_inputs
+from soma.round.client import contribute
+from soma.round.lease import LEASE
+from soma.round.meeting import Input, Meeting
+from soma.round.once import POLL, Backoff, Place, RoundIncomplete
+from soma.round.roll import _left_out_text, arrivals, present
+from soma.store import Store, codecs
+from soma.strategies import Strategy, Update, at_round, uniform
+
+
+def inputs_key(meeting: str, inputs: Sequence[Input]) -> str:
+    """The digest of what one averaging is made of: the meeting's key, and each client's part."""
+    listed = [
+        [i.client, i.weights, i.size, i.extra] for i in sorted(inputs, key=lambda i: i.client)
+    ]
+    return hashlib.sha256(codecs.canonical_json([meeting, listed])).hexdigest()
+
+
+def _updates(store: Store, inputs: Sequence[Input]) -> Iterator[Update]:
+    """The clients' updates, one at a time, each export lazily mapped from the store."""
+    for i in inputs:
+        yield Update(
+            client=i.client,
+            size=i.size,
+            weights=store.recall_digest(i.weights, lazy=True),
+            extra=None if i.extra is None else store.recall_digest(i.extra, lazy=True),
+        )
+
+
+def _average(
+    store: Store, meeting: Meeting, strategy: Strategy, inputs: list[Input], me: dict[str, Any]
+) -> str:
+    """The strategy's arithmetic over the inputs, and the record that says what went in."""
+    previous = None if meeting.start is None else store.recall_digest(meeting.start, lazy=True)
+    state = None if meeting.state is None else store.recall_digest(meeting.state)
+    root = _tree_root(store, meeting, inputs, me)
+    strategy = at_round(strategy, round=meeting.round, seed=meeting.config.get("seed"))
+    if root is None:
+        weights, new_state = strategy.aggregate(
+            previous, _updates(store, inputs), state, clients=meeting.clients
+        )
+    else:
+        mean = store.recall_digest(root.mean, lazy=True)
+        weights, new_state = strategy.from_mean(previous, mean, state, clients=meeting.clients)
+    came = {i.client for i in inputs}
+    here = present(store, meeting)
+    dropped = arrivals(store, meeting, here)[1]
+    left_out = {
+        k: dropped.get(k) or ("came after the round was averaged" if k in here else "never came")
+        for k in meeting.members
+        if k not in came
+    }
+    record = records.average_record(
+        meeting,
+        left_out=left_out,
+        inputs=[
+            records.input_entry(i.client, i.weights, i.size, i.extra, i.record) for i in inputs
+        ],
+        weights=store.put_value(weights),
+        state=None if new_state is None else store.put_value(new_state),
+        averaged_by=me,
+        tree=None
+        if root is None
+        else {"fan_in": meeting.tree, "mean": root.mean, "weight": root.weight},
+    )
+    signer = signed.averager(meeting)
+    return signatures.put(store, meeting.signing, record.value(), name=meeting.average, by=signer)
+
+
+def _uses_tree(meeting: Meeting, inputs: Sequence[Input]) -> bool:
+    """A tree only where it has more than one node: up to `fan_in` inputs, a tree is one
+    node, the flat average bit for bit, so it is computed flat without the tree's records."""
+    return meeting.tree is not None and len(inputs) > meeting.tree
+
+
+def _tree_root(
+    store: Store, meeting: Meeting, inputs: Sequence[Input], me: dict[str, Any]
+) -> tree.Node | None:
+    if not _uses_tree(meeting, inputs):
+        return None
+    place = meeting.averaging(inputs_key(meeting.key, inputs))
+    leaves = tree.leaves_of(inputs, uniform=uniform(meeting.strategy_object()))
+    return tree.reduce(store, place, leaves, meeting.tree, me=me)
+
+
+class _Averaging:
+    """One round's averaging as `soma.round.once` asks about it."""
+
+    def __init__(
+        self,
+        store: Store,
+        meeting: Meeting,
+        ready: Callable[[bool], list[Input] | None],
+        missing: Callable[[], tuple[list[int], str]],
+        *,
+        late: bool,
+    ) -> None:
+        self.store, self.meeting, self.what = store, meeting, meeting.what
+        self.ready, self.missing, self.late = ready, missing, late
+        self.strategy = meeting.strategy_object()
+
+    def done(self) -> str | None:
+        # whoever arrives late leaves with the meeting's average, whatever it was made of
+        return self.store.resolve(self.meeting.average) if self.late else None
+
+    def check(self, inputs: list[Input]) -> None:
+        check_inputs(self.store, self.meeting, self.strategy, inputs)
+        signed.check_signed_inputs(self.store, self.meeting, inputs)
+        signed.averager(self.meeting)  # a roster member's key to sign the average with, or refused
+
+    def place(self, inputs: list[Input]) -> Place:
+        return Place(self.meeting.averaging(inputs_key(self.meeting.key, inputs)))
+
+    def share(self, inputs: list[Input], me: dict[str, Any]) -> None:
+        """Work any process may do before the claim: the tree's nodes, spread among all."""
+        _tree_root(self.store, self.meeting, inputs, me)
+
+    def compute(self, inputs: list[Input], me: dict[str, Any]) -> str:
+        return _average(self.store, self.meeting, self.strategy, inputs, me)
+
+    def settle(self, published: str) -> str:
+        """The first averaging published becomes the meeting's average (claimed: once)."""
+        if self.store.resolve(self.meeting.average) is None:
+            once.publish(self.store, self.meeting.average, published)
+        return self.store.resolve(self.meeting.average) if self.late else published
+
+
+def average_round(
+    store: Store,
+    meeting: Meeting,
+    *,
+    deadline: float | None = 3600.0,
+    backoff: Backoff = POLL,
+    sleep: Callable[[float], None] = time.sleep,
+    lease: float = LEASE,
+) -> str:
+    """Make sure the meeting has an average; the digest of its record.
+
+    Waits for every member to come or drop out; then whoever gets the claim averages and
+    publishes, and everyone else waits for what was published. A holder that is provably gone
+    (its Slurm job ended, or on this host its process is gone) is taken over; one that may be
+    alive is waited for. `deadline` is seconds of waiting (None: forever). Going on without
+    somebody is the meeting's policy, its quorum: past the deadline the round is averaged over
+    whoever came if they are at least the quorum; below it, a RoundIncomplete names the
+    clients that never came. An AveragerDied names who claimed the averaging and never
+    published. On a bucket (a store with compare-and-swap) a holder is judged by its lease of
+    `lease` seconds instead (soma.round.lease).
+    """
+
+    elsewhere = _Elsewhere(store, meeting)
+
+    def ready(past: bool) -> list[Input] | None:
+        """Everyone accounted for; or, past the deadline, at least the quorum came. A client
+        waited for that joined another meeting of the round is said at once (MeetingsDiffer)."""
+        here = present(store, meeting)
+        accounted = roll._complete(here, len(meeting.members))
+        if not accounted:
+            elsewhere.check([k for k in meeting.members if k not in here])
+        if not (accounted or past):
+            return None
+        came, dropped = arrivals(store, meeting, here)
+        if roll._enough(came, meeting.needed):
+            return came
+        if accounted and dropped:  # nobody else is coming: say so now, not at the deadline
+            raise RoundIncomplete(
+                f"{meeting.what}: {len(came)} of {len(meeting.members)} clients came, fewer than "
+                f"the quorum of {meeting.needed}: {_left_out_text(dropped)}",
+                sorted(dropped),
+            )
+        return None
+
+    def missing() -> tuple[list[int], str]:
+        here = present(store, meeting)
+        came, dropped = arrivals(store, meeting, here)
+        never = [k for k in meeting.members if k not in here]
+        detail = f" (quorum {meeting.needed} of {len(meeting.members)}, {len(came)} came"
+        detail += f"; {_left_out_text(dropped)})" if dropped else ")"
+        return never, detail
+
+    work = _Averaging(store, meeting, ready, missing, late=True)
+    digest = once.once(
+        store, work, deadline=deadline, backoff=backoff, sleep=sleep, lease=lease,
+        signing=meeting.signing,
+    )  # fmt: skip
+    return signed.check_average(store, meeting, digest)
+
+
+def average_inputs(
+    store: Store,
+    meeting: Meeting,
+    inputs: Sequence[Input],
+    *,
+    deadline: float | None = 3600.0,
+    backoff: Backoff = POLL,
+    lease: float = LEASE,
+) -> str:
+    """Average exactly these clients' weights, once; the record's digest.
+
+    What the workflow's averaging job calls: its inputs are what its client jobs reported.
+    A second job with the same inputs (a retry, another snakemake sharing the store) finds
+    the claim taken and waits for, then reuses, the published average.
+    """
+    inputs = sorted(inputs, key=lambda i: i.client)
+    for i in inputs:
+        meeting.check_client(i.client)
+    work = _Averaging(store, meeting, lambda past: list(inputs), lambda: ([], ""), late=False)
+    digest = once.once(
+        store, work, deadline=deadline, backoff=backoff, lease=lease, signing=meeting.signing
+    )
+    return signed.check_average(store, meeting, digest)
+
+
+def weights_of_average(store: Store, digest: str) -> Export:
+    """The mean weights an average record (by digest) names."""
+    return store.recall_digest(records.read_average(store, digest).weights)
+
+
+def gather(
+    store: Store,
+    export: Export,
+    *,
+    run: str,
+    round: int,
+    clients: int,
+    mine: int,
+    size: float | None = None,
+    deadline: float | None = 3600.0,
+    backoff: Backoff = POLL,
+    start: str | None = None,
+    state: str | None = None,
+    strategy: str = "fedavg",
+    options: Mapping[str, Any] | None = None,
+    config: Mapping[str, Any] | None = None,
+    expected: Sequence[int] | None = None,
+    quorum: int | None = None,
+    tree: int | None = None,
+) -> Export:
+    """The round barrier: write mine, wait for all, one of us averages, all leave with the mean.
+
+    The same call on every client. A client arriving after the average exists finds it and
+    does not wait; the only client of a round averages it itself. `start`, `state`,
+    `strategy`, `options` and `config` say which run this is (see `Meeting`); a strategy
+    that steps from the round's start (FedAdam, SCAFFOLD) needs `start`. `expected` is who
+    takes part (None: everyone) and `quorum` how many must come for the round to be averaged
+    without the rest once `deadline` has passed (None: all of them). `tree` is a fan-in:
+    the round's mean is then built as a tree of partial means that every client helps with
+    (soma.round.tree), for rounds of many clients.
+    """
+    meeting = Meeting(
+        run,
+        round,
+        clients,
+        start,
+        state,
+        strategy,
+        dict(options or {}),
+        dict(config or {}),
+        None if expected is None else tuple(expected),
+        quorum,
+        tree,
+    )
+    contribute(store, meeting, export, mine=mine, size=size)
+    digest = average_round(store, meeting, deadline=deadline, backoff=backoff)
+    return weights_of_average(store, digest)

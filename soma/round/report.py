@@ -1,0 +1,212 @@
+"""What a run's rounds look like, for `soma status`: per round and meeting who was expected,
+who came, dropped out or is missing, who averages, the average, its privacy spent and its
+evaluations; and the runs and meetings a store holds.
+
+Kept apart because it only reads what the others write. (Not `status.py`: `soma.round.status`
+is the function.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from soma.round import holders, layout, once, records
+from soma.round.apart import labels
+from soma.round.once import Place, RoundError, current_holder, read_record
+from soma.store import Store
+from soma.strategies import Strategy, load_strategy, privacy_of
+
+
+class UnknownRun(RoundError):
+    """A run the store holds nothing of; the message lists the runs it does hold."""
+
+
+def runs(store: Store) -> list[str]:
+    """The runs with rounds in the store. A run's name may hold '/' but never a 'round'
+    segment (see Meeting), so the first `round/<digits>` in a name ends the run's name."""
+    return layout.runs(store.bound())
+
+
+def meetings(store: Store, run: str) -> list[tuple[int, str]]:
+    """Every (round, meeting key) of the run in the store, in round order."""
+    return layout.meetings(store.bound(layout.rounds(run)), run)
+
+
+def check_run(store: Store, run: str) -> list[tuple[int, str]]:
+    """The run's meetings; or, when the store holds nothing of the run (no round and no
+    start), an UnknownRun naming the runs it does hold: a mistyped name is told so, never
+    shown as a run with no rounds."""
+    found = meetings(store, run)
+    if not found and store.resolve(layout.start(run)) is None:
+        held = runs(store)
+        holds = f"the runs it holds: {', '.join(map(repr, held))}" if held else "it holds no runs"
+        raise UnknownRun(f"no run {run!r} in the store at {store.directory} ({holds})")
+    return found
+
+
+def evaluation_name(run: str, weights: str) -> str:
+    """Where the workflow keeps the metrics of weights `weights` (`{"metrics", "weights"}`)."""
+    return layout.evaluation(run, weights)
+
+
+def status(store: Store, run: str, *, clients: int | None = None) -> list[dict[str, Any]]:
+    """Per round and meeting: who was expected, who wrote, who dropped out and why (a
+    drop-out's record is not a write), who is missing, who was left out and why, who
+    averages, the average, how many averagings were computed, and the metrics the workflow
+    recorded for the average's weights.
+
+    `apart` is what tells the meeting from the other meetings of its round (see `labels`).
+    Who was expected is what the meeting recorded; `clients` only where none is recorded
+    (never guessed from the clients that wrote). A record or name that cannot be read (a
+    corrupt blob, a name file that holds no digest) is one of the row's `problems`, so that
+    one bad round never hides the others.
+    """
+    found = meetings(store, run)
+    apart = labels(store, run, found)
+    return [
+        {**_status_row(store, run, r, key, clients), "apart": apart[(r, key)]} for r, key in found
+    ]
+
+
+def privacy_spent(
+    store: Store, record: Mapping[str, Any], strategy: Strategy | None = None
+) -> dict[str, Any] | None:
+    """The epsilon (and delta) spent up to this round, as its strategy reports it
+    (`Strategy.privacy_spent`); `record` is an average's record or its workflow receipt
+    (both name the strategy and the state), `strategy` the strategy when the record does
+    not hold its options (a receipt). The state is read only for a strategy that reports
+    privacy, as another's may be a model's worth of tensors."""
+    name = record.get("strategy") or "fedavg"
+    if strategy is None:
+        strategy = load_strategy(name, record.get("options") or {})
+    state = record.get("state")
+    return privacy_of(name, strategy, lambda: None if not state else store.recall_digest(state))
+
+
+def _federated(store: Store, prefix: str, weights: str) -> dict[str, Any] | None:
+    """The round's federated evaluation of its average (soma.evaluation), once settled."""
+    digest = store.resolve(layout.federated(prefix))
+    if digest is None:
+        return None
+    record = read_record(store, digest)
+    if record.get("weights") != weights:
+        return None  # the evaluation of an earlier average of the meeting: not this one's
+    return {k: record.get(k) for k in ("evaluated", "size", "evaluation", "trained", "training")}
+
+
+def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -> dict[str, Any]:
+    from soma.errors import SomaError
+    from soma.store.errors import StoreError
+
+    prefix = layout.meeting(run, r, key)
+    row: dict[str, Any] = {
+        "round": r,
+        "meeting": key,
+        "clients": clients,
+        "expected": None if clients is None else list(range(clients)),
+        "quorum": None,
+        "strategy": None,
+        "written": [],
+        "dropped": [],
+        "missing": [],
+        "left_out": [],
+        "averaging": None,
+        "averagings": 0,
+        "average": None,
+        "averages_by_inputs": {},
+        "weights": None,
+        "metrics": None,
+        "privacy": None,
+        "federated": None,
+        "problems": [],
+    }
+
+    def attempt(what: str, step: Callable[[], None]) -> None:
+        try:
+            step()
+        except (SomaError, StoreError, OSError) as error:
+            row["problems"].append(f"cannot read its {what}: {error}")
+
+    def about() -> None:
+        digest = store.resolve(layout.about(prefix))
+        record = read_record(store, digest) if digest else {}
+        count = record.get("clients", clients)
+        expected = record.get("expected") or (None if count is None else list(range(count)))
+        row.update(
+            clients=count,
+            expected=expected,
+            quorum=record.get("quorum"),
+            strategy=record.get("strategy"),
+        )
+
+    def written() -> None:
+        # A drop-out's record is not a write: it says why that client brought nothing.
+        found = {}
+        for name in store.bound(layout.clients(prefix)):
+            k = layout.client_of(name[len(prefix) + 1 :])
+            if k is not None:
+                found[k] = name
+        dropped = {}
+        for k, name in found.items():
+            record = records.read_client(store, store.resolve(name), client=k, name=name)
+            if isinstance(record, records.DropRecord):
+                dropped[k] = record.dropped
+        row["written"] = sorted(k for k in found if k not in dropped)
+        row["dropped"] = [{"client": k, "why": dropped[k]} for k in sorted(dropped)]
+
+    def averagings() -> None:
+        under = layout.inputs(prefix)
+        found = sorted({layout.under(n, under) for n in store.bound(under)})
+        holder, computed = None, 0
+        for a in found:
+            place = Place(layout.averaging(prefix, a))
+            computed += once.computations(store, place)
+            latest = current_holder(store, place)
+            pending = store.resolve(place.published) is None
+            if latest is not None and (holder is None or pending):
+                holder = {
+                    "claim": latest[0],
+                    **latest[1],
+                    "gone": pending and holders.gone(latest[1]),
+                }
+        row.update(averaging=holder, averagings=computed)
+        row["averages_by_inputs"] = {
+            a: store.resolve(Place(layout.averaging(prefix, a)).published) for a in found
+        }
+
+    def average() -> None:
+        row["average"] = store.resolve(layout.average(prefix))
+        if row["average"]:
+            record = records.read_average(store, row["average"])
+            row.update(left_out=record.left_out, weights=record.weights)
+
+    def privacy() -> None:
+        if row["average"]:
+            row["privacy"] = privacy_spent(
+                store, records.read_average(store, row["average"]).value()
+            )
+
+    def metrics() -> None:
+        digest = store.resolve(evaluation_name(run, row["weights"]))
+        if digest is not None:
+            record = read_record(store, digest)
+            if record.get("weights") != row["weights"]:
+                raise RoundError(f"record {digest} is the evaluation of other weights")
+            row["metrics"] = record.get("metrics")
+
+    attempt("meeting record (about)", about)
+    attempt("client records", written)
+    attempt("averaging records", averagings)
+    attempt("average record", average)
+    if row["weights"]:  # the average record was read: what it says can be followed
+        attempt("privacy spent (its strategy)", privacy)
+        attempt("evaluation record", metrics)
+        attempt(
+            "federated evaluation",
+            lambda: row.update(federated=_federated(store, prefix, row["weights"])),
+        )
+    expected = row["expected"]
+    came = {*row["written"], *(x["client"] for x in row["dropped"])}
+    row["missing"] = [] if expected is None else [k for k in expected if k not in came]
+    return row
