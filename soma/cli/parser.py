@@ -12,7 +12,7 @@ from soma.cli.run import client
 from soma.cli.show import export, status
 from soma.files import DURABLE
 from soma.run.spec import BadArgument
-from soma.timing import LEASE
+from soma.timing import DEADLINE, LEASE
 
 DESCRIPTION = (
     "The `soma` command line: the client script every Slurm task runs, a run's status, its model."
@@ -207,7 +207,7 @@ def _run_arguments(c: argparse.ArgumentParser) -> None:
     c.add_argument(
         "--deadline",
         type=float,
-        default=3600.0,
+        default=DEADLINE,
         help="seconds to wait for a round before naming who is missing",
     )
     c.add_argument(

@@ -11,10 +11,10 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from soma.differences import differences, shown
 from soma.round import holders, layout
 from soma.round.meeting import Meeting
 from soma.round.once import RoundError, read_record
-from soma.run.identity import differences, shown
 from soma.store import Store, codecs
 
 
@@ -48,7 +48,7 @@ STARTING_POINT = {"start": "start weights", "state": "strategy state"}
 def meeting_differences(
     theirs: Mapping[str, Any], mine: Mapping[str, Any]
 ) -> list[tuple[str, Any, Any]]:
-    """The settings two meetings' `about` records differ in (see `soma.run.identity.differences`);
+    """The settings two meetings' `about` records differ in (see `soma.differences`);
     only when they differ in none, their starting points (the start weights, the strategy's
     state), which the settings of the rounds before decide."""
     found = differences(settings(theirs), settings(mine))

@@ -26,6 +26,7 @@ from soma.round.once import POLL, Backoff, Place, RoundIncomplete
 from soma.round.roll import _left_out_text, arrivals, present
 from soma.store import Store, codecs
 from soma.strategies import Strategy, Update, at_round, uniform
+from soma.timing import DEADLINE
 
 
 def inputs_key(meeting: str, inputs: Sequence[Input]) -> str:
@@ -149,7 +150,7 @@ def average_round(
     store: Store,
     meeting: Meeting,
     *,
-    deadline: float | None = 3600.0,
+    deadline: float | None = DEADLINE,
     backoff: Backoff = POLL,
     sleep: Callable[[float], None] = time.sleep,
     lease: float = LEASE,
@@ -210,7 +211,7 @@ def average_inputs(
     meeting: Meeting,
     inputs: Sequence[Input],
     *,
-    deadline: float | None = 3600.0,
+    deadline: float | None = DEADLINE,
     backoff: Backoff = POLL,
     lease: float = LEASE,
 ) -> str:
@@ -244,7 +245,7 @@ def gather(
     clients: int,
     mine: int,
     size: float | None = None,
-    deadline: float | None = 3600.0,
+    deadline: float | None = DEADLINE,
     backoff: Backoff = POLL,
     start: str | None = None,
     state: str | None = None,

@@ -36,7 +36,6 @@ from soma.round import signing as signatures
 from soma.store import Store
 from soma.store.errors import StoreError
 
-LEASE = 60.0  # seconds a holder's lease lasts unrenewed; it renews every third of it
 LOG = logging.getLogger("soma.round.lease")
 
 

@@ -24,7 +24,7 @@ publish (soma.round.lease); with a roster, holder and lease records there are si
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -33,6 +33,7 @@ from soma.round import holders, layout
 from soma.round import lease as leases
 from soma.round.signing import Signing
 from soma.store import Store
+from soma.timing import DEADLINE, Backoff
 
 T = TypeVar("T")
 
@@ -55,24 +56,6 @@ class AveragerDied(RoundError, TimeoutError):
     def __init__(self, message: str, holder: dict[str, Any]) -> None:
         super().__init__(message)
         self.holder = holder
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """Polling a shared folder: start quick, double, stay at a small cap (about a second).
-
-    Each poll costs a few metadata calls (a listing, a lookup; no blob is read), so a waiting
-    process costs about two metadata calls a second once it has reached the cap.
-    """
-
-    first: float = 0.01
-    cap: float = 1.0
-
-    def delays(self) -> Iterator[float]:
-        delay = self.first
-        while True:
-            yield delay
-            delay = min(delay * 2, self.cap)
 
 
 POLL = Backoff()  # the default
@@ -226,7 +209,7 @@ def once(
     store: Store,
     work: Work[T],
     *,
-    deadline: float | None = 3600.0,
+    deadline: float | None = DEADLINE,
     backoff: Backoff = POLL,
     sleep: Callable[[float], None] = time.sleep,
     lease: float = leases.LEASE,

@@ -42,6 +42,7 @@ from soma.errors import SomaError
 from soma.round import layout, once
 from soma.round.once import POLL, Backoff, Place, read_record
 from soma.store import Store
+from soma.timing import DEADLINE
 
 # The smallest fan-in: a node of one child would only copy it.
 MIN_FAN_IN = 2
@@ -167,7 +168,7 @@ def reduce(
     fan_in: int,
     *,
     me: dict[str, Any] | None = None,
-    deadline: float | None = 3600.0,
+    deadline: float | None = DEADLINE,
     backoff: Backoff = POLL,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Node:

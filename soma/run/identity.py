@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from soma.differences import differences, shown
 from soma.run.configs import ConfigRefused
 
 RECORD = "run.json"  # in results/<run>/, beside the receipts
@@ -81,32 +82,6 @@ def record(config: Mapping[str, Any]) -> dict[str, Any]:
     """What `results/<run>/run.json` holds: the run's name, declared config and its digest."""
     what = declared(config)
     return {"run": config["run"], "declared": what, "digest": digest(what)}
-
-
-UNSET = object()  # a key one side has and the other has not
-
-
-def differences(
-    theirs: Mapping[str, Any], mine: Mapping[str, Any], within: str = ""
-) -> list[tuple[str, Any, Any]]:
-    """Each key (dotted into nested maps: `task_options.hidden`) whose value differs, with
-    `theirs` and `mine` (`UNSET` where one side has no such key), in key order."""
-    found = []
-    for key in sorted(set(theirs) | set(mine), key=str):
-        a, b = theirs.get(key, UNSET), mine.get(key, UNSET)
-        name = f"{within}{key}"
-        if isinstance(a, Mapping) and isinstance(b, Mapping):
-            found += differences(a, b, f"{name}.")
-        elif a != b or type(a) is not type(b):
-            found.append((name, a, b))
-    return found
-
-
-def shown(value: Any) -> str:
-    """A value in a message: text as is, anything else as JSON; `UNSET` as "unset"."""
-    if value is UNSET:
-        return "unset"
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
 def check_recorded(folder: str | os.PathLike[str], config: Mapping[str, Any]) -> None:

@@ -96,7 +96,7 @@ def take_part(
     clients: Sequence[int],
     train: Callable[[int], tuple[Export, float | None] | str],
     *,
-    deadline: float | None = 3600.0,
+    deadline: float | None = DEADLINE,
     backoff: Backoff = POLL,
 ) -> list[int]:
     """Clients `clients` of this process through every phase; `train(k)` is client k's
