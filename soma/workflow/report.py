@@ -13,8 +13,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from soma.run.configs import ConfigRefused
 from soma.store.files import write_atomic
-from soma.workflow import LOG, ConfigRefused, read_receipt, shown
+from soma.workflow.common import LOG, shown
+from soma.workflow.receipts import read_receipt
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

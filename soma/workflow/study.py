@@ -18,7 +18,8 @@ from typing import Any
 
 from soma.run.study import Study
 from soma.store.files import write_atomic
-from soma.workflow import LOG, read_receipt
+from soma.workflow.common import LOG
+from soma.workflow.receipts import read_receipt
 from soma.workflow.report import START, _cell, _write_text, lower_is_better, round_ticks, x_of
 
 
