@@ -19,14 +19,14 @@ from typing import Any
 from soma.run.study import Study
 from soma.store.files import write_atomic
 from soma.workflow.common import LOG
-from soma.workflow.receipts import read_receipt
+from soma.workflow.receipts import evaluation_path, read_receipt, start_path
 from soma.workflow.report import START, _cell, _write_text, lower_is_better, round_ticks, x_of
 
 
 def evaluations(results: str, run: str, rounds: int) -> list[str]:
     """A run's receipts that hold its metrics, in order: its start, then each round's."""
-    return [f"{results}/{run}/start.json"] + [
-        f"{results}/{run}/round/{r}/evaluation.json" for r in range(rounds)
+    return [start_path(run, results=results)] + [
+        evaluation_path(run, r, results=results) for r in range(rounds)
     ]
 
 

@@ -71,7 +71,9 @@ def train_batch(
         meeting.check_client(k)
     each = []
     for k in clients:
-        written = _train_client(task, store, config, meeting, k, started, before.get(k))
+        written = _train_client(
+            task, store, config, meeting, k, started, before.get(k), batch=batch
+        )
         each.append(_keeping_own(written, before.get(k)))
     write_receipt(receipt, {"run": meeting.run, "round": round, "batch": batch, "clients": each})
 
@@ -103,10 +105,13 @@ def _train_client(
     client: int,
     started: Mapping[str, Any],
     before: str | None,
+    *,
+    batch: int | None = None,
 ) -> dict[str, Any]:
-    """One client's training in a round, or its drop-out: the receipt either way."""
+    """One client's training in a round, or its drop-out: the receipt either way. `batch`:
+    the batch of `train_batch` it is trained in (None: its own `train` job)."""
     tic = time.perf_counter()
-    died = _previous_attempt_died(store, meeting, client)
+    died = _previous_attempt_died(store, meeting, client, batch=batch)
     if died and step.goes_on_without_some(meeting):
         return _drop_out(store, meeting, client, f"died: {died}")
     try:
@@ -172,12 +177,17 @@ def _started_name(meeting: Meeting, client: int) -> str:
     return meeting.started(client)
 
 
-def _previous_attempt_died(store: Store, meeting: Meeting, client: int) -> str | None:
+def _previous_attempt_died(
+    store: Store, meeting: Meeting, client: int, *, batch: int | None = None
+) -> str | None:
     """Whether an earlier attempt at this very job started, left nothing, and is provably
-    gone; and this attempt says that it started."""
+    gone; and this attempt says that it started. A client trained in a batch's job (config
+    `clients_per_job`) says which batch, so that the advice for its damaged export names the
+    batch's receipt to rerun (soma.health.advice, soma.workflow.receipts.batch_path)."""
     name = _started_name(meeting, client)
     earlier = store.resolve(name)
-    store.bind(name, store.put_value(holders.me(role="training", client=client)))
+    mine = {} if batch is None else {"batch": batch}
+    store.bind(name, store.put_value(holders.me(role="training", client=client, **mine)))
     if earlier is None or store.resolve(meeting.client(client)) is not None:
         return None
     holder = read_record(store, earlier)
