@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from soma.run.identity import RECORD
+
 RESULTS = "results"  # in the workflow's folder, beside logs/
 
 Part = int | str  # a number, or a wildcard such as "{round}"
@@ -40,7 +42,7 @@ def start_path(run: str, *, results: str = RESULTS) -> str:
 
 def run_record_path(run: str, *, results: str = RESULTS) -> str:
     """What the run is (soma.run.identity.RECORD), written by its start job."""
-    return f"{results_of(run, results=results)}/run.json"
+    return f"{results_of(run, results=results)}/{RECORD}"
 
 
 def round_of(run: str, round: Part, *, results: str = RESULTS) -> str:
