@@ -32,12 +32,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from soma.nodes import export, load  # noqa: E402
 from soma.round.once import read_record  # noqa: E402
-from soma.run.alone import trained_alone  # noqa: E402
 from soma.run.drive import drive  # noqa: E402
 from soma.run.personal import nodes_of_client  # noqa: E402
 from soma.run.simulate import store_at  # noqa: E402
 from soma.run.spec import RunSpec  # noqa: E402
 from soma.tasks.digits import DigitsTask  # noqa: E402
+from soma.training import trained_alone  # noqa: E402
 
 HELD_OUT = 0.2
 OPTIONS = {"model": "mlp", "partition": "labels_per_client", "labels_per_client": 2}

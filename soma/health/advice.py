@@ -21,6 +21,7 @@ from soma.health.reach import Graph
 from soma.round import layout
 from soma.round.layout import run_of
 from soma.store import Store
+from soma.workflow import receipts
 
 
 def average_text(record: dict) -> str:
@@ -147,7 +148,7 @@ class Advisor:
             )
         run = run_of(name)
         if run is not None and name == layout.start(run):
-            target = f"results/{run}/start.json"
+            target = receipts.start_path(run)
             return 1, (
                 f"rerun the workflow's start job of run {run!r}: `snakemake --cores 2 --until "
                 f"{target} --forcerun {target}` in the workflow's folder (the seed makes the "
@@ -162,7 +163,7 @@ class Advisor:
         if run is not None and name.startswith(layout.evaluation(run, "")):
             return 2, (
                 f"rerun the workflow's evaluation job that kept {name!r} (`--forcerun` its "
-                f"results/{run}/round/<r>/evaluation.json, or results/{run}/start.json for "
+                f"{receipts.evaluation_path(run, '<r>')}, or {receipts.start_path(run)} for "
                 "the starting weights)"
             )
         return 6, f"rerun whatever kept {name!r} into {store}"
@@ -174,24 +175,40 @@ class Advisor:
         tree = self.graph.records.get(digest) if digest else None
         return tree if isinstance(tree, dict) else None
 
-    def _started(self, run: str, r: int, meeting: str | None, k: int) -> bool:
-        """Whether a workflow train job of client k started in the meeting: its marker is
-        fanned out as the meeting's client records are (soma.round.layout), by its client count."""
-        if meeting is None:
-            return False
+    def _markers(self, run: str, r: int, meeting: str, k: int) -> list[str]:
+        """Where a workflow train job of client k marks that it started in the meeting: fanned
+        out as the meeting's client records are (soma.round.layout), by its client count."""
         prefix = layout.meeting(run, r, meeting)
         clients = (self._about(run, r, meeting) or {}).get("clients")
         if isinstance(clients, int) and not isinstance(clients, bool):
-            names = [layout.started(prefix, k, clients)]
-        else:
-            names = layout.started_spellings(prefix, k)
+            return [layout.started(prefix, k, clients)]
+        return layout.started_spellings(prefix, k)
+
+    def _started(self, run: str, r: int, meeting: str | None, k: int) -> bool:
+        """Whether a workflow train job of client k started in the meeting."""
+        if meeting is None:
+            return False
+        names = self._markers(run, r, meeting, k)
         return any(self.store.resolve(name) is not None for name in names)
 
+    def _train_receipt(self, run: str, r: int, meeting: str, k: int) -> tuple[str, str]:
+        """(the receipt whose rerun retrains client k, which job writes it): the client's own
+        (`client/<k>.json`), or, when its job trained a batch of clients (config
+        `clients_per_job`, or a round in one job), the batch's (`batch/<b>.json`), which the
+        job's started marker names (soma.workflow.training)."""
+        for name in self._markers(run, r, meeting, k):
+            digest = self.store.resolve(name)
+            holder = self.graph.records.get(digest) if digest is not None else None
+            batch = holder.get("batch") if isinstance(holder, dict) else None
+            if isinstance(batch, int) and not isinstance(batch, bool):
+                return receipts.batch_path(run, r, batch), f"the train job of its batch {batch}"
+        return receipts.client_path(run, r, k), "its train job"
+
     def _client(self, run: str, r: int, meeting: str | None, k: int) -> str:
-        if self._started(run, r, meeting, k):
-            target = f"results/{run}/round/{r}/client/{k}.json"
+        if meeting is not None and self._started(run, r, meeting, k):
+            target, job = self._train_receipt(run, r, meeting, k)
             return (
-                f"it is client {k}'s export of round {r} of run {run!r}: rerun its train job, "
+                f"it is client {k}'s export of round {r} of run {run!r}: rerun {job}, "
                 f"`snakemake --cores 2 --until {target} --forcerun {target}` in the workflow's "
                 "folder (its training is seeded, so it writes the same bytes, and their put "
                 "replaces the blob)"
@@ -216,7 +233,7 @@ class Advisor:
         words += ["--rounds", str(r + 1), "--mine", str(k)]
         return (
             f"{what}: rerun `{shlex.join(words)}` with the run's other arguments, or its "
-            f"workflow train job, `--forcerun results/{run}/round/{r}/client/{k}.json` "
+            f"workflow train job, `--forcerun {receipts.client_path(run, r, k)}` "
             f"({seeded})"
         )
 

@@ -3,7 +3,7 @@
 (Here in the run layer, not in soma.secagg, because the template is checked when the
 Snakefile is read, which imports no torch.)
 
-In the workflow a client's phases are separate jobs (soma.secagg.jobs), so its private state
+In the workflow a client's phases are separate jobs (soma.workflow.secure), so its private state
 (two X25519 private keys, its self-mask seed, its own shares: `Secrets.private_record`) is
 kept between them in a file. Whoever reads that file and the store can unmask the client's
 export, so the file lives in a folder that belongs to that client alone:

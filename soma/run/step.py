@@ -3,7 +3,7 @@ what the strategy releases, contribute (plain) or hand the export to secure aggr
 masking (secure); or leave the round, saying why.
 
 Used by `soma client` and `soma simulate` (through soma.run.drive), the workflow's train jobs
-(soma.workflow) and its secure train jobs (soma.secagg.jobs). A client that cannot take part
+(soma.workflow) and its secure train jobs (soma.workflow.secure). A client that cannot take part
 (its task raised, its export was refused) always records why (a drop-out record, or under
 secure aggregation its withdrawal), so that its peers learn it at once instead of waiting out
 their deadline. When the round can go on without it (`goes_on_without_some`), the process

@@ -57,7 +57,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from soma.errors import TaskError
-from soma.tasks.protocol import takes_keyword  # noqa: F401  (until soma.workflow asks protocol)
 
 if TYPE_CHECKING:  # torch only for the annotations: the Snakefile imports this at parse time
     from torch import nn

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from soma.files import write_atomic
-from soma.workflow import LOG, ConfigRefused, read_receipt, shown
+from soma.run.configs import ConfigRefused
+from soma.workflow.common import LOG, shown
+from soma.workflow.receipts import read_receipt
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -18,14 +18,15 @@ from typing import Any
 
 from soma.files import write_atomic
 from soma.run.study import Study
-from soma.workflow import LOG, read_receipt
+from soma.workflow.common import LOG
+from soma.workflow.receipts import RESULTS, evaluation_path, read_receipt, start_path
 from soma.workflow.report import START, _cell, _write_text, lower_is_better, round_ticks, x_of
 
 
 def evaluations(results: str, run: str, rounds: int) -> list[str]:
     """A run's receipts that hold its metrics, in order: its start, then each round's."""
-    return [f"{results}/{run}/start.json"] + [
-        f"{results}/{run}/round/{r}/evaluation.json" for r in range(rounds)
+    return [start_path(run, results=results)] + [
+        evaluation_path(run, r, results=results) for r in range(rounds)
     ]
 
 
@@ -38,7 +39,7 @@ def _metrics(paths: Sequence[str]) -> list[tuple[int | str, dict[str, float]]]:
     return out
 
 
-def study_rows(study: Study, results: str = "results") -> list[dict[str, Any]]:
+def study_rows(study: Study, results: str = RESULTS) -> list[dict[str, Any]]:
     """The table's rows: per point and round, `<metric>_mean`, `<metric>_std`, `seeds`, and
     `to_target` (rounds until the seeds' mean reached the target; empty when it never did)."""
     groups: dict[tuple[tuple[str, str], ...], list[str]] = {}
@@ -86,7 +87,7 @@ def _to_target(rows: Sequence[Mapping[str, Any]], target: Mapping[str, Any] | No
 
 
 def study_summary(
-    study: Study, metric: str, table: str, plot: str, results: str = "results"
+    study: Study, metric: str, table: str, plot: str, results: str = RESULTS
 ) -> list[dict[str, Any]]:
     """Write the study's summary.tsv and its plot of `metric`; the rows."""
     rows = study_rows(study, results)

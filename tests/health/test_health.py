@@ -342,6 +342,39 @@ def test_repair_names_the_train_job_of_a_client_of_a_1001_client_round(
     assert f"client {k}'s export of round 0" in left.fix
 
 
+def test_repair_names_the_batch_receipt_of_a_client_trained_in_a_batch(tmp_path: Path) -> None:
+    """With `clients_per_job` above 1 a client's train job is its batch's (rule
+    `train_batch`), whose receipt is `batch/<b>.json`: the advice for its damaged export
+    names that target, not `client/<k>.json`, which no rule of such a run makes."""
+    from soma import workflow
+
+    options = {"partition": "labels_per_client", "labels_per_client": 5, "model": "softmax"}
+    config = {
+        "run": "batched",
+        "task": "soma.tasks.digits",
+        "task_options": {"soma.tasks.digits": {**options, "epochs": 1}},
+        "clients": 4,
+        "clients_per_job": 2,
+        "rounds": 1,
+        "seed": 0,
+        "store": str(tmp_path / "store"),
+        "metric": "accuracy",
+    }
+    start = str(tmp_path / "results/batched/start.json")
+    workflow.start(config, start)
+    receipt = tmp_path / "results/batched/round/0/batch/1.json"
+    workflow.train_batch(config, 0, 1, [2, 3], start, str(receipt), before={})
+    (given,) = [c for c in json.loads(receipt.read_text())["clients"] if c["client"] == 3]
+    store = Store(tmp_path / "store")
+    node = next(iter(json.loads(store.get(given["weights"]))["value"]))
+    damage(store.blob_path(tensor_blob(store, given["weights"], node)), "flip")
+    report = health.repair(store, dry_run=True)
+    (left,) = report.left
+    target = "results/batched/round/0/batch/1.json"
+    assert f"--until {target} --forcerun {target}" in left.fix, left.fix
+    assert "client 3's export of round 0" in left.fix and "batch 1" in left.fix, left.fix
+
+
 def test_repair_removes_an_unreachable_corrupt_blob(run) -> None:
     store, _ = run
     lonely = store.put(b"nobody names me" * 10)

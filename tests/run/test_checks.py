@@ -65,6 +65,19 @@ def test_declared_options_are_read_without_importing_torch() -> None:
     assert done.returncode == 0, done.stderr
 
 
+def test_the_receipts_layout_is_read_without_importing_torch() -> None:
+    """The rules spell every receipt's path through soma.workflow.receipts, which the
+    Snakefile imports at parse time: neither it nor its package imports torch."""
+    code = (
+        "import sys\n"
+        "from soma.workflow import receipts\n"
+        "assert receipts.batch_path('r', '{round}', 1) == 'results/r/round/{round}/batch/1.json'\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
 def test_declared_options_never_run_the_module_nor_its_packages(tmp_path) -> None:
     package = tmp_path / "mypkg"
     package.mkdir()

@@ -134,7 +134,7 @@ def ring_blobs(store: Store) -> list[str]:
 def start_and_share(tmp: Path, config: dict) -> Path:
     """The start job, then every client's keys and share jobs; the start receipt."""
     from soma import workflow
-    from soma.secagg import jobs
+    from soma.workflow import secure as jobs
 
     results = tmp / "results"
     workflow.start(config, str(results / "start.json"))
@@ -150,7 +150,7 @@ def test_a_rerun_train_job_writes_no_second_masked_input(tmp_path, monkeypatch) 
     """The second attempt trains differently (as on a GPU it may): were it masked with the
     same secrets, the two masked inputs' difference would be the two exports' in clear."""
     from soma.run import step
-    from soma.secagg import jobs
+    from soma.workflow import secure as jobs
 
     config = config_of(tmp_path)
     start = start_and_share(tmp_path, config)
@@ -205,7 +205,7 @@ def test_nothing_masked_is_written_by_a_second_masking_with_the_same_secrets(tmp
 def test_a_secure_round_keeps_each_clients_secrets_0700_and_deletes_them_at_its_reveal(
     tmp_path,
 ) -> None:
-    from soma.secagg import jobs
+    from soma.workflow import secure as jobs
 
     config = config_of(tmp_path)
     before = os.umask(0)  # whatever the umask: 0700 and 0600 on purpose
@@ -337,7 +337,8 @@ def test_one_clients_job_cannot_read_another_clients_secrets(two_users) -> None:
         finally:
             os.umask(before)
 
-        from soma.secagg import crypto, jobs
+        from soma.secagg import crypto
+        from soma.workflow import secure as jobs
 
         crypto.new_private_key()  # `cryptography` imported here, before the fork
         start = str(base / "results/start.json")

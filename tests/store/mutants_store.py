@@ -51,7 +51,6 @@ def _write_atomic_writes_in_place() -> None:
     """The file is truncated and written under its final name: a writer killed half way
     leaves a partial file (or the new one where the old was wanted)."""
     import soma.files
-    import soma.workflow
 
     def in_place(path, data, *, mode=None):
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 if mode is None else mode)
@@ -63,4 +62,3 @@ def _write_atomic_writes_in_place() -> None:
             os.close(fd)
 
     _replace(soma.files, "write_atomic", in_place)
-    soma.workflow.write_atomic = soma.files.write_atomic

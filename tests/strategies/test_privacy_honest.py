@@ -249,7 +249,7 @@ def test_secure_workflow_jobs_write_nothing_per_client_in_clear(tmp_path) -> Non
     """The workflow's jobs of one secure round of three clients, in process: no train
     receipt holds the client's metrics (its loss, its steps), no alone receipt its size."""
     from soma import workflow
-    from soma.secagg import jobs
+    from soma.workflow import secure as jobs
 
     options = {"partition": "labels_per_client", "labels_per_client": 5, "model": "softmax"}
     config = {

@@ -12,10 +12,10 @@ _SITES = "tests/workflow/test_sites.py"
 def _a_site_averages_only_its_own_clients() -> None:
     """Each site's average job trusts its own receipts, as one site hosting everyone does:
     every site averages its own clients alone, and the sites part ways."""
-    import soma.workflow
+    import soma.workflow.averaging
     from soma.round import average_inputs
 
     def averaged(store, meeting, config, inputs):
         return average_inputs(store, meeting, inputs, deadline=config.get("average_deadline"))
 
-    _replace(soma.workflow, "averaged", averaged)
+    _replace(soma.workflow.averaging, "averaged", averaged)

@@ -5,11 +5,13 @@ from soma.run.participation import last_sampled_before, sampled
 from soma.run.identity import check_recorded, declared
 from soma.run.spec import RunSpec
 from soma.tasks import defines
+from soma.workflow import receipts
 
-# Paths and helpers shared by the rules. Everything of substance lives in `soma.workflow`.
+# Paths and helpers shared by the rules. Everything of substance lives in `soma.workflow`;
+# the receipts' paths are spelled once, in soma.workflow.receipts.
 
 RUN = config["run"]
-RESULTS = f"results/{RUN}"
+RESULTS = receipts.results_of(RUN)
 LOGS = f"logs/{RUN}"
 ROUNDS = config["rounds"]
 CLIENTS = config["clients"]
@@ -56,32 +58,31 @@ wildcard_constraints:
 
 
 def receipt_of_average(round):
-    return f"{RESULTS}/round/{round}/average.json"
+    return receipts.average_path(RUN, round)
 
 
 def starting_point(wildcards):
     """Round 0 starts from the run's seed; round r from round r-1's average."""
     round = int(wildcards.round)
-    return f"{RESULTS}/start.json" if round == 0 else receipt_of_average(round - 1)
+    return receipts.start_path(RUN) if round == 0 else receipt_of_average(round - 1)
 
 
 @functools.lru_cache(maxsize=None)
 def batches(round):
     """The round's sampled clients hosted here, in order, split into train jobs of
     `clients_per_job`."""
-    chosen = here(sampled(SEED, round, CLIENTS, PARTICIPATION))
-    return [
-        chosen[i : i + CLIENTS_PER_JOB] for i in range(0, len(chosen), CLIENTS_PER_JOB)
-    ]
+    return receipts.batches_of(
+        here(sampled(SEED, round, CLIENTS, PARTICIPATION)), CLIENTS_PER_JOB
+    )
 
 
 def receipt_of_client(round, client):
     """The receipt that holds what `client` did in `round`: its own, or its batch's."""
     if CLIENTS_PER_JOB == 1:
-        return f"{RESULTS}/round/{round}/client/{client}.json"
+        return receipts.client_path(RUN, round, client)
     for b, batch in enumerate(batches(round)):
         if client in batch:
-            return f"{RESULTS}/round/{round}/batch/{b}.json"
+            return receipts.batch_path(RUN, round, b)
     raise ValueError(f"client {client} takes no part in round {round}")
 
 
@@ -124,14 +125,14 @@ def phase_receipts(phase):
     """An input function: every sampled client's receipt of `phase` in the round (secure
     aggregation's barrier: a phase starts once the one before is done everywhere)."""
 
-    def receipts(wildcards):
+    def of_phase(wildcards):
         round = int(wildcards.round)
-        return expand(
-            f"{RESULTS}/round/{round}/{phase}/{{client}}.json",
-            client=sampled(SEED, round, CLIENTS, PARTICIPATION),
-        )
+        return [
+            receipts.phase_path(RUN, round, phase, client)
+            for client in sampled(SEED, round, CLIENTS, PARTICIPATION)
+        ]
 
-    return receipts
+    return of_phase
 
 
 def client_receipts(wildcards):
@@ -141,21 +142,23 @@ def client_receipts(wildcards):
     if SECURE:  # the average unmasks once every client revealed its shares
         return phase_receipts("reveal")(wildcards)
     if CLIENTS_PER_JOB == 1:
-        return expand(
-            f"{RESULTS}/round/{round}/client/{{client}}.json",
-            client=here(sampled(SEED, round, CLIENTS, PARTICIPATION)),
-        )
-    return expand(
-        f"{RESULTS}/round/{round}/batch/{{batch}}.json",
-        batch=range(len(batches(round))),
-    )
+        return [
+            receipts.client_path(RUN, round, client)
+            for client in here(sampled(SEED, round, CLIENTS, PARTICIPATION))
+        ]
+    return [receipts.batch_path(RUN, round, b) for b in range(len(batches(round)))]
 
 
 def final_targets():
-    targets = expand(f"{RESULTS}/round/{{round}}/evaluation.json", round=range(ROUNDS))
-    targets.append(f"{RESULTS}/summary.tsv")
-    targets.append(f"{RESULTS}/{config['metric']}.png")
-    targets.append(f"{RESULTS}/model.safetensors")
+    targets = evaluations()
+    targets.append(receipts.results_file(RUN, "summary.tsv"))
+    targets.append(receipts.results_file(RUN, f"{config['metric']}.png"))
+    targets.append(receipts.results_file(RUN, "model.safetensors"))
     if FEDERATED_EVALUATION:
-        targets.append(f"{RESULTS}/best.safetensors")
+        targets.append(receipts.results_file(RUN, "best.safetensors"))
     return targets
+
+
+def evaluations():
+    """Every round's evaluation receipt, in round order."""
+    return [receipts.evaluation_path(RUN, r) for r in range(ROUNDS)]

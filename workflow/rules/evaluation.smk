@@ -8,7 +8,7 @@ rule evaluate:
         # of the average is kept (soma.evaluation)
         previous=starting_point,
     output:
-        f"{RESULTS}/round/{{round}}/evaluation.json",
+        receipts.evaluation_path(RUN, "{round}"),
     log:
         f"{LOGS}/round/{{round}}/evaluation.log",
     benchmark:
@@ -26,9 +26,9 @@ rule evaluate:
 
 rule alone:
     input:
-        f"{RESULTS}/start.json",
+        receipts.start_path(RUN),
     output:
-        f"{RESULTS}/alone/{{client}}.json",
+        receipts.alone_path(RUN, "{client}"),
     log:
         f"{LOGS}/alone/{{client}}.log",
     benchmark:
@@ -45,9 +45,9 @@ rule alone:
 
 rule centralized:
     input:
-        f"{RESULTS}/start.json",
+        receipts.start_path(RUN),
     output:
-        f"{RESULTS}/centralized.json",
+        receipts.centralized_path(RUN),
     log:
         f"{LOGS}/centralized.log",
     benchmark:
@@ -64,38 +64,36 @@ rule centralized:
 
 rule summary:
     input:
-        start=f"{RESULTS}/start.json",
-        evaluations=expand(
-            f"{RESULTS}/round/{{round}}/evaluation.json", round=range(ROUNDS)
-        ),
+        start=receipts.start_path(RUN),
+        evaluations=evaluations(),
         # a site's own clients alone; no centralized baseline (no site holds all the data)
         alone=(
-            expand(f"{RESULTS}/alone/{{client}}.json", client=here(range(CLIENTS)))
+            [receipts.alone_path(RUN, k) for k in here(range(CLIENTS))]
             if BASELINES["alone"]
             else []
         ),
         centralized=(
-            [f"{RESULTS}/centralized.json"]
+            [receipts.centralized_path(RUN)]
             if BASELINES["centralized"] and HOSTED is None
             else []
         ),
         averages=[receipt_of_average(r) for r in range(ROUNDS)],
     output:
         table=report(
-            f"{RESULTS}/summary.tsv",
+            receipts.results_file(RUN, "summary.tsv"),
             caption="../report/summary.rst",
             category="Summary",
             labels={"result": "table (TSV, to download)"},
         ),
         page=report(
-            f"{RESULTS}/summary.html",
+            receipts.results_file(RUN, "summary.html"),
             caption="../report/table.rst",
             category="Summary",
             labels={"result": "table"},
         ),
         # Named by the metric, so that another metric is another plot, not a stale one.
         plot=report(
-            f"{RESULTS}/{config['metric']}.png",
+            receipts.results_file(RUN, f"{config['metric']}.png"),
             caption="../report/plot.rst",
             category="Summary",
             labels={"result": "plot"},

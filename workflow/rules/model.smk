@@ -5,7 +5,7 @@ rule model:
     input:
         receipt_of_average(ROUNDS - 1),
     output:
-        f"{RESULTS}/model.safetensors",
+        receipts.results_file(RUN, "model.safetensors"),
     log:
         f"{LOGS}/model.log",
     benchmark:
@@ -20,11 +20,9 @@ rule model:
 # the central test set) is best, for a task with `evaluate_local` (soma.evaluation).
 rule best:
     input:
-        evaluations=expand(
-            f"{RESULTS}/round/{{round}}/evaluation.json", round=range(ROUNDS)
-        ),
+        evaluations=evaluations(),
     output:
-        f"{RESULTS}/best.safetensors",
+        receipts.results_file(RUN, "best.safetensors"),
     log:
         f"{LOGS}/best.log",
     benchmark:

@@ -5,8 +5,8 @@
 
 rule start:
     output:
-        f"{RESULTS}/start.json",
-        run=f"{RESULTS}/run.json",
+        receipts.start_path(RUN),
+        run=receipts.run_record_path(RUN),
     log:
         f"{LOGS}/start.log",
     benchmark:
@@ -33,7 +33,7 @@ elif CLIENTS_PER_JOB == 1:
         input:
             unpack(training_inputs),
         output:
-            f"{RESULTS}/round/{{round}}/client/{{client}}.json",
+            receipts.client_path(RUN, "{round}", "{client}"),
         log:
             f"{LOGS}/round/{{round}}/client/{{client}}.log",
         benchmark:
@@ -52,7 +52,7 @@ else:
         input:
             unpack(batch_inputs),
         output:
-            f"{RESULTS}/round/{{round}}/batch/{{batch}}.json",
+            receipts.batch_path(RUN, "{round}", "{batch}"),
         log:
             f"{LOGS}/round/{{round}}/batch/{{batch}}.log",
         benchmark:
@@ -74,8 +74,8 @@ if ONE_JOB_A_ROUND:
         input:
             unpack(batch_inputs),
         output:
-            batch=f"{RESULTS}/round/{{round}}/batch/0.json",
-            average=f"{RESULTS}/round/{{round}}/average.json",
+            batch=receipts.batch_path(RUN, "{round}", 0),
+            average=receipts.average_path(RUN, "{round}"),
         log:
             f"{LOGS}/round/{{round}}/round.log",
         benchmark:
@@ -97,7 +97,7 @@ else:
             clients=client_receipts,
             previous=starting_point,
         output:
-            f"{RESULTS}/round/{{round}}/average.json",
+            receipts.average_path(RUN, "{round}"),
         log:
             f"{LOGS}/round/{{round}}/average.log",
         benchmark:

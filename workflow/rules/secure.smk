@@ -1,6 +1,6 @@
 # A round under secure aggregation (config `secure_aggregation`): each phase of soma.secagg
 # a job per client, each after the phase before is done for every client of the round (the
-# DAG is the barrier), then the round's average unmasks the sum. See soma/secagg/jobs.py.
+# DAG is the barrier), then the round's average unmasks the sum. See soma/workflow/secure.py.
 # A client's secrets between its jobs are no output of them: they live in the client's own
 # folder (config `secure_aggregation.secrets`, soma.run.secrets), which the user running
 # Snakemake may not be able to read, and its reveal job deletes them.
@@ -10,7 +10,7 @@ rule keys:
     input:
         previous=starting_point,
     output:
-        receipt=f"{RESULTS}/round/{{round}}/keys/{{client}}.json",
+        receipt=receipts.phase_path(RUN, "{round}", "keys", "{client}"),
     log:
         f"{LOGS}/round/{{round}}/keys/{{client}}.log",
     benchmark:
@@ -28,7 +28,7 @@ rule share:
         previous=starting_point,
         advertised=phase_receipts("keys"),
     output:
-        receipt=f"{RESULTS}/round/{{round}}/share/{{client}}.json",
+        receipt=receipts.phase_path(RUN, "{round}", "share", "{client}"),
     log:
         f"{LOGS}/round/{{round}}/share/{{client}}.log",
     benchmark:
@@ -46,7 +46,7 @@ rule train:
         previous=starting_point,
         shares=phase_receipts("share"),
     output:
-        f"{RESULTS}/round/{{round}}/client/{{client}}.json",
+        receipts.client_path(RUN, "{round}", "{client}"),
     log:
         f"{LOGS}/round/{{round}}/client/{{client}}.log",
     benchmark:
@@ -63,10 +63,10 @@ rule train:
 rule reveal:
     input:
         previous=starting_point,
-        trained=f"{RESULTS}/round/{{round}}/client/{{client}}.json",
+        trained=receipts.client_path(RUN, "{round}", "{client}"),
         everyone=phase_receipts("client"),
     output:
-        f"{RESULTS}/round/{{round}}/reveal/{{client}}.json",
+        receipts.phase_path(RUN, "{round}", "reveal", "{client}"),
     log:
         f"{LOGS}/round/{{round}}/reveal/{{client}}.log",
     benchmark:

@@ -8,11 +8,13 @@ import os
 
 from soma.run.identity import declared
 from soma.run.study import start_groups
+from soma.workflow import receipts
 
-STUDY_RESULTS = f"results/{STUDY.name}"
 STUDY_RUNS = {point.run: point for point in STUDY.points}
 # What `all` asks of a study beyond its table: each run's final weights.
-STUDY_MODELS = [f"results/{point.run}/model.safetensors" for point in STUDY.points]
+STUDY_MODELS = [
+    receipts.results_file(point.run, "model.safetensors") for point in STUDY.points
+]
 
 # Each point's config as the schema sees it (the point's values in place), refused naming
 # the study and the point.
@@ -47,8 +49,8 @@ for g, group in enumerate(start_groups(STUDY)):
         name:
             f"study_start_{g}"
         output:
-            [f"results/{p.run}/start.json" for p in group],
-            [f"results/{p.run}/run.json" for p in group],
+            [receipts.start_path(p.run) for p in group],
+            [receipts.run_record_path(p.run) for p in group],
         log:
             f"logs/{STUDY.name}/start/{g}.log",
         conda:
@@ -65,14 +67,17 @@ for g, group in enumerate(start_groups(STUDY)):
 rule study_summary:
     input:
         [
-            f"results/{p.run}/{name}"
+            path
             for p in STUDY.points
-            for name in ["summary.tsv", "start.json"]
-            + [f"round/{r}/evaluation.json" for r in range(p.config["rounds"])]
+            for path in [
+                receipts.results_file(p.run, "summary.tsv"),
+                receipts.start_path(p.run),
+            ]
+            + [receipts.evaluation_path(p.run, r) for r in range(p.config["rounds"])]
         ],
     output:
-        table=f"{STUDY_RESULTS}/summary.tsv",
-        plot=f"{STUDY_RESULTS}/{config['metric']}.png",
+        table=receipts.results_file(STUDY.name, "summary.tsv"),
+        plot=receipts.results_file(STUDY.name, f"{config['metric']}.png"),
     log:
         f"logs/{STUDY.name}/summary.log",
     conda:

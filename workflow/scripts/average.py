@@ -6,7 +6,7 @@ sm = snakemake  # noqa: F821
 with workflow.logged(sm.log[0]):
     workflow.threads(sm.threads)
     if sm.config["secure_aggregation"]:  # the inputs are the clients' revealed shares
-        from soma.secagg import jobs as secure_jobs
+        from soma.workflow import secure as secure_jobs
 
         secure_jobs.average(
             sm.config, int(sm.wildcards.round), sm.input.previous, list(sm.input.clients),

@@ -1,7 +1,7 @@
 """A client's revealed shares, that unmask its round's sum (rule `reveal`)."""
 
 from soma import workflow
-from soma.secagg import jobs as secure_jobs
+from soma.workflow import secure as secure_jobs
 
 sm = snakemake  # noqa: F821
 with workflow.logged(sm.log[0]):

@@ -1,7 +1,7 @@
 """A client's secrets shared among its round's clients (rule `share`)."""
 
 from soma import workflow
-from soma.secagg import jobs as secure_jobs
+from soma.workflow import secure as secure_jobs
 
 sm = snakemake  # noqa: F821
 with workflow.logged(sm.log[0]):

@@ -1,7 +1,7 @@
 """A client's training, sent as a masked input only (rule `train` under secure aggregation)."""
 
 from soma import workflow
-from soma.secagg import jobs as secure_jobs
+from soma.workflow import secure as secure_jobs
 
 sm = snakemake  # noqa: F821
 with workflow.logged(sm.log[0]):

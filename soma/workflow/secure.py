@@ -30,15 +30,9 @@ from soma.run.spec import RunSpec
 from soma.run.step import Hosted
 from soma.secagg import round as secure_round
 from soma.store import Store
-from soma.workflow import (
-    LOG,
-    average_receipt,
-    meeting_of,
-    read_receipt,
-    strategy_of,
-    task_of,
-    write_receipt,
-)
+from soma.workflow.averaging import average_receipt
+from soma.workflow.common import LOG, meeting_of, strategy_of, task_of
+from soma.workflow.receipts import read_receipt, write_receipt
 
 # Each phase waits for the ones before through the DAG; this is only how long a job waits
 # for a record another job wrote, on a folder slow to show it.
