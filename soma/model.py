@@ -358,11 +358,11 @@ def export_best(
     weights: Mapping[int, str] | None = None,
 ) -> dict[str, Any]:
     """Write the average of the round whose federated validation mean of `metric` is best
-    (soma.evaluation.best_round: the clients' own held-out data, never the central test set)
+    (soma.run.evaluation.best_round: the clients' own held-out data, never the central test set)
     as the model file `path`; its provenance, the round among it, and the metric's mean.
     `weights` (the workflow's receipts): per round, the only weights to consider."""
-    from soma.evaluation import best_round, federated_of
     from soma.round.records import read_average
+    from soma.run.evaluation import best_round, federated_of
 
     chosen: dict[int, tuple[str, dict[str, Any]]] = {}
     for r, by in sorted(averages(store, run).items()):

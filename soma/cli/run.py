@@ -22,8 +22,8 @@ def client(args: argparse.Namespace) -> int:
     and without --store a temporary store, removed at the end."""
     import torch
 
-    from soma.evaluation import has_central
     from soma.run.drive import drive
+    from soma.run.evaluation import has_central
     from soma.run.simulate import store_at
     from soma.run.spec import RunSpec
     from soma.tasks import importable_here

@@ -23,7 +23,7 @@ def _metrics_text(metrics: Any) -> str:
 
 def _federated_text(federated: Any) -> str:
     """`; validation accuracy 0.91 [min 0.80, p10 0.82, median 0.93, max 1.00] over 4
-    clients; train loss 0.31`: a round's federated evaluation (soma.evaluation)."""
+    clients; train loss 0.31`: a round's federated evaluation (soma.run.evaluation)."""
     if not isinstance(federated, dict):
         return ""
     parts = []

@@ -11,9 +11,9 @@ advice, rebuild) must spell it alike; here is the one spelling:
     <run>/round/<r>/<meeting>/about                the meeting's identity (claimed once)
     <run>/round/<r>/<meeting>/client/<k>           what client k brought (or why it dropped)
     <run>/round/<r>/<meeting>/started/<k>          a workflow train job's "I started"
-    <run>/round/<r>/<meeting>/trained/<k>          client k's training metrics (soma.evaluation)
+    <run>/round/<r>/<meeting>/trained/<k>          client k's training metrics (soma.run.evaluation)
     <run>/round/<r>/<meeting>/evaluated/<k>        client k's metrics of the average on its own
-                                                   held-out data (soma.evaluation)
+                                                   held-out data (soma.run.evaluation)
     <run>/round/<r>/<meeting>/federated            the round's metrics over clients (mean, spread)
     <run>/round/<r>/<meeting>/apart/<other>        a note from meeting <other> of the round,
                                                    which found a client of this one (soma.round)
@@ -144,12 +144,13 @@ def started_spellings(meeting: str, k: int) -> list[str]:
 
 
 def trained(meeting: str, k: int, clients: int) -> str:
-    """Client k's training metrics in a meeting (soma.evaluation), fanned out as its record."""
+    """Client k's training metrics in a meeting (soma.run.evaluation), fanned out as its record."""
     return _member(meeting, "trained", k, clients)
 
 
 def evaluated(meeting: str, k: int, clients: int) -> str:
-    """Client k's metrics of the meeting's average on its own held-out data (soma.evaluation)."""
+    """Client k's metrics of the meeting's average on its own held-out data
+    (soma.run.evaluation)."""
     return _member(meeting, "evaluated", k, clients)
 
 
@@ -159,7 +160,8 @@ def evaluations(meeting: str) -> str:
 
 
 def federated(meeting: str) -> str:
-    """The meeting's per-round metrics over clients: evaluation and training (soma.evaluation)."""
+    """The meeting's per-round metrics over clients: evaluation and training
+    (soma.run.evaluation)."""
     return f"{meeting}/federated"
 
 

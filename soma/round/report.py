@@ -85,7 +85,7 @@ def privacy_spent(
 
 
 def _federated(store: Store, prefix: str, weights: str) -> dict[str, Any] | None:
-    """The round's federated evaluation of its average (soma.evaluation), once settled."""
+    """The round's federated evaluation of its average (soma.run.evaluation), once settled."""
     digest = store.resolve(layout.federated(prefix))
     if digest is None:
         return None

@@ -27,7 +27,7 @@ class Round:
     average: str
     record: dict[str, Any]
     metrics: dict[int, Any] = field(default_factory=dict)
-    # the round's metrics over clients (soma.evaluation), when this process settled them
+    # the round's metrics over clients (soma.run.evaluation), when this process settled them
     federated: dict[str, Any] | None = None
 
 
@@ -119,9 +119,9 @@ def evaluate_hosted(
     hosted: list[Hosted],
 ) -> dict[str, Any] | None:
     """This process's clients that evaluate the round evaluate its average on their own data
-    (soma.evaluation); the round's `federated` record when this process completed it (then
+    (soma.run.evaluation); the round's `federated` record when this process completed it (then
     also tracked, with the privacy spent, when `spec.tracking` says where)."""
-    from soma.evaluation import evaluate_round, has_local
+    from soma.run.evaluation import evaluate_round, has_local
 
     if not has_local(task):
         return None

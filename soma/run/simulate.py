@@ -99,7 +99,7 @@ def simulate_spec(
     after: Callable[[Round, Any], None] | None = None,
 ) -> Simulated:
     """`simulate` of a spec whose `mine` is every client."""
-    from soma.evaluation import has_central
+    from soma.run.evaluation import has_central
 
     task, strategy = spec.checked()
     with store_at(store, spec) as kept:

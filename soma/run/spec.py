@@ -163,7 +163,7 @@ class RunSpec:
     given: str = "config"
     # the other names under the config's `task_options` (each must name a task: see check)
     other_tasks: tuple[str, ...] = field(default=(), compare=False, repr=False)
-    # who evaluates a round's average on their own data (soma.evaluation): None, the round's
+    # who evaluates a round's average on their own data (soma.run.evaluation): None, the round's
     # sample; and where per-round metrics go as TensorBoard events (soma.tracking): None, nowhere
     evaluate_participation: int | float | None = None
     tracking: str | None = None
@@ -299,7 +299,7 @@ class RunSpec:
         return open_store(config["store"], durability, "config key `durability`", ConfigRefused)
 
     def evaluating(self, round: int) -> list[int]:
-        """Who evaluates round `round`'s average on their own data (soma.evaluation): nobody
+        """Who evaluates round `round`'s average on their own data (soma.run.evaluation): nobody
         under secure aggregation, where a client's metrics and evaluation size would be in
         clear beside a sum that hides them (issue 19: nothing per client in clear)."""
         from soma.run.participation import evaluating
@@ -612,7 +612,7 @@ class RunSpec:
 
     def _check_evaluation(self, task: Task) -> None:
         """A task that can be evaluated somehow; the tracking extra, when tracking is asked."""
-        from soma.evaluation import has_central, has_local
+        from soma.run.evaluation import has_central, has_local
         from soma.tracking import TrackingError, check_available
 
         if not (has_central(task) or has_local(task)):

@@ -17,10 +17,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from soma.evaluation import keep_training
 from soma.nodes import Export, export, load
 from soma.round import Contradicts, Contribution, Meeting, contribute, drop, dropout_reason
 from soma.round.once import RoundError
+from soma.run.evaluation import keep_training
 from soma.run.personal import load_round, own_state, shared
 from soma.store import Store
 from soma.strategies import Strategy, train_locally

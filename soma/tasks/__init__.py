@@ -24,7 +24,7 @@ line's `--task`) is its import path, e.g. `soma.tasks.digits` or `mypkg.mytask`,
   many examples they are of: `({"accuracy": 0.9}, 84)`. Each round, the clients that
   evaluate (the round's sample, or `evaluate_participation`) answer it for the round's
   average; the round's metrics are the mean weighted by those sizes, with the spread over
-  clients beside it (soma.evaluation). A task needs `evaluate` or `evaluate_local`, or both.
+  clients beside it (soma.run.evaluation). A task needs `evaluate` or `evaluate_local`, or both.
 
 A task's train() that takes a `context` keyword is also told where it stands, a `Context`:
 the round (from 0), the run's number of rounds, the client and the run's client count, the

@@ -73,7 +73,7 @@ class ControlTask:
         self, nodes: Mapping[str, nn.Module], client: int, clients: int
     ) -> tuple[dict[str, float], int]:
         """The loss on client `client`'s own held-out inputs: fresh ones from its corner,
-        never those it trained on (federated evaluation, soma.evaluation)."""
+        never those it trained on (federated evaluation, soma.run.evaluation)."""
         held_out = control.corner(
             client, VALIDATION, seed=7000 + client, teacher_net=self.teacher
         )  # fmt: skip

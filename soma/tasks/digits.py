@@ -350,7 +350,7 @@ class DigitsTask:
         self, nodes: Mapping[str, nn.Module], client: int, clients: int
     ) -> tuple[dict[str, float], int]:
         """Accuracy and loss on client `client`'s validation rows (`held_out`), and their
-        count: federated evaluation (soma.evaluation); nothing for a client that has none."""
+        count: federated evaluation (soma.run.evaluation); nothing for a client that has none."""
         rows = self.held_out(client, clients)[1]
         if len(rows) == 0:
             return {}, 0

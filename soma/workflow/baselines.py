@@ -53,7 +53,7 @@ def _baseline(
 def _no_test_set(config: Mapping[str, Any], task: Task, receipt: str, **more: Any) -> bool:
     """A baseline is measured on the central test set: a task without `evaluate` has none,
     and the baseline's receipt says so (the summary leaves its column out)."""
-    from soma.evaluation import has_central
+    from soma.run.evaluation import has_central
 
     if has_central(task):
         return False

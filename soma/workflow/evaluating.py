@@ -44,7 +44,7 @@ def evaluate(
     being rounds - 1, as in the table, the plot and results/<run>/round/<r>/), goes to the
     terminal as well as to the log.
     """
-    from soma.evaluation import has_central
+    from soma.run.evaluation import has_central
 
     tic = time.perf_counter()
     task = task_of(config)
@@ -96,10 +96,10 @@ def evaluate_federated(
     weights: str,
     previous: str,
 ) -> dict[str, Any]:
-    """The round's federated evaluation (soma.evaluation): every client that evaluates the
+    """The round's federated evaluation (soma.run.evaluation): every client that evaluates the
     round, on its own held-out data, each record kept in the store, then the round's; as
     the receipt's `federated` (nothing for a task without `evaluate_local`)."""
-    from soma.evaluation import evaluate_round, has_central, has_local
+    from soma.run.evaluation import evaluate_round, has_central, has_local
 
     if not has_local(task):
         return {}

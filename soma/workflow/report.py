@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from soma.files import write_atomic
 from soma.run.configs import ConfigRefused
+from soma.run.evaluation import lower_is_better
 from soma.workflow.common import LOG, shown
 from soma.workflow.receipts import read_receipt
 
@@ -22,12 +23,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
-def lower_is_better(metric: str) -> bool:
-    """A loss or an error is better lower; anything else (accuracy, F1, ...) higher."""
-    return metric.endswith(("loss", "error", "mse"))
-
-
-# `validation*`: federated evaluation (soma.evaluation), the clients' own held-out data: the
+# `validation*`: federated evaluation (soma.run.evaluation), the clients' own held-out data: the
 # mean weighted by evaluation size, and the spread over clients; `train_loss`: the clients'
 # training loss, weighted by training size.
 VALIDATION = tuple(f"validation_{stat}" for stat in ("min", "p10", "median", "p90", "max"))

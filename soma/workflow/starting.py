@@ -103,7 +103,7 @@ def _started(
 def start_metrics(config: Mapping[str, Any], task: Task, nodes: Any) -> dict[str, Any]:
     """The starting weights' central test metrics, checked to hold `metric`; a task with only
     `evaluate_local` has none, and client 0's own evaluation is what says it has `metric`."""
-    from soma.evaluation import has_central, local_metrics
+    from soma.run.evaluation import has_central, local_metrics
 
     if has_central(task):
         return checked_metrics(config, task.evaluate(nodes))

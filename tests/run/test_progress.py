@@ -95,7 +95,7 @@ def test_the_table_starts_from_the_starting_weights_and_the_page_shows_it(watche
     assert [row[1] for row in rows] == ["round", "start", "0", "1"]
     start = json.loads((results / "start.json").read_text())["metrics"]["accuracy"]
     # the test metric's columns (federated, alone, alone_best, centralized); the clients'
-    # validation columns (soma.evaluation) begin at round 0
+    # validation columns (soma.run.evaluation) begin at round 0
     assert rows[1][2:6] == [f"{start:.4f}"] * 4, "every column starts from the same weights"
     assert rows[0][6] == "validation" and rows[1][6] == "nan" and rows[2][6] != "nan"
     page = (results / "summary.html").read_text()

@@ -200,7 +200,7 @@ def test_a_simulated_run_never_places_a_name_before_what_it_reaches(
     assert sum(name.endswith("/average") for name in placed) == 2
     assert all(not missing for _, missing in watch.placed), watch.placed
     # issue 23's target, 3 passes a contribution with the averages, plus federated evaluation
-    # (soma.evaluation: the control task has evaluate_local): one group commit of the clients'
+    # (soma.run.evaluation: the control task has evaluate_local): one group commit of the clients'
     # evaluations and the round's `federated` record, 2 passes each, a round
     assert watch.passes <= 3 * 8 + 2 * 4
 

@@ -47,7 +47,7 @@ def test_a_local_run_leaves_receipts_a_table_and_a_plot(finished) -> None:
     results = finished / "results" / "tiny"
     table = (results / "summary.tsv").read_text().splitlines()
     header = ["strategy", "round", "federated", "alone", "alone_best", "centralized"]
-    # the digits task evaluates on each client's own data too (soma.evaluation)
+    # the digits task evaluates on each client's own data too (soma.run.evaluation)
     header += ["validation", *report.VALIDATION, "train_loss"]
     assert table[0].split("	") == [*header, "trained", "dropped", "why"]
     rows = [dict(zip(table[0].split("\t"), line.split("\t"), strict=True)) for line in table[1:]]

@@ -5,7 +5,7 @@ rule evaluate:
     input:
         average=receipt_of_average("{round}"),
         # where the round started: its meeting, beside which each client's own evaluation
-        # of the average is kept (soma.evaluation)
+        # of the average is kept (soma.run.evaluation)
         previous=starting_point,
     output:
         receipts.evaluation_path(RUN, "{round}"),

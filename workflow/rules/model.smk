@@ -17,7 +17,7 @@ rule model:
 
 
 # The round whose federated validation metric (each client on its own held-out data, never
-# the central test set) is best, for a task with `evaluate_local` (soma.evaluation).
+# the central test set) is best, for a task with `evaluate_local` (soma.run.evaluation).
 rule best:
     input:
         evaluations=evaluations(),

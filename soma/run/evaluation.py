@@ -42,6 +42,11 @@ class EvaluationError(SomaError, ValueError):
     """A federated evaluation that cannot be read as asked (no such metric, no round with it)."""
 
 
+def lower_is_better(metric: str) -> bool:
+    """A loss or an error is better lower; anything else (accuracy, F1, ...) higher."""
+    return metric.endswith(("loss", "error", "mse"))
+
+
 def has_local(task: Any) -> bool:
     """Whether the task evaluates on a client's own held-out data (`evaluate_local`)."""
     return callable(getattr(task, "evaluate_local", None))
@@ -236,8 +241,6 @@ def best_round(by_round: Mapping[int, Mapping[str, Any]], metric: str) -> tuple[
     and that mean: lower for a loss or an error, higher for anything else. `by_round` holds
     each round's `evaluation` (see `aggregate`). Refused, naming the metric, when no round
     has it."""
-    from soma.workflow.report import lower_is_better
-
     scored = {
         r: m[metric]["mean"]
         for r, m in by_round.items()
