@@ -72,7 +72,6 @@ from soma.round.client import (
     drop,
     dropout_reason,
 )
-from soma.round.lease import LEASE
 from soma.round.meeting import Input, Meeting
 from soma.round.once import (
     POLL,
@@ -96,6 +95,7 @@ from soma.round.report import (
 from soma.round.roll import arrivals, present
 from soma.round.signed import averager, check_average, check_signed, check_signed_inputs
 from soma.round.tree import check_fan_in
+from soma.timing import LEASE
 
 __all__ = [
     "AveragerDied",

@@ -20,13 +20,12 @@ from soma.round import signing as signatures
 from soma.round.apart import _Elsewhere
 from soma.round.checks import check_inputs
 from soma.round.client import contribute
-from soma.round.lease import LEASE
 from soma.round.meeting import Input, Meeting
 from soma.round.once import POLL, Backoff, Place, RoundIncomplete
 from soma.round.roll import _left_out_text, arrivals, present
 from soma.store import Store, codecs
 from soma.strategies import Strategy, Update, at_round, uniform
-from soma.timing import DEADLINE
+from soma.timing import DEADLINE, LEASE
 
 
 def inputs_key(meeting: str, inputs: Sequence[Input]) -> str:

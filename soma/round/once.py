@@ -33,7 +33,7 @@ from soma.round import holders, layout
 from soma.round import lease as leases
 from soma.round.signing import Signing
 from soma.store import Store
-from soma.timing import DEADLINE, Backoff
+from soma.timing import DEADLINE, LEASE, Backoff
 
 T = TypeVar("T")
 
@@ -212,7 +212,7 @@ def once(
     deadline: float | None = DEADLINE,
     backoff: Backoff = POLL,
     sleep: Callable[[float], None] = time.sleep,
-    lease: float = leases.LEASE,
+    lease: float = LEASE,
     signing: Signing | None = None,
 ) -> str:
     """What `work` settles on, computed here if this process wins the claim.

@@ -70,15 +70,14 @@ class DropRecord:
 @dataclass(frozen=True)
 class SecureRecord:
     """Client `client` took part in the secure sum whose session is `secure` (no weights).
-    The workflow's secure train job says no `by` (its receipt does): the key is left out."""
+    No `by`: the record is the same bytes whichever process wrote it (a workflow job or a
+    `soma client` task), so a secure round's records are the same in every mode."""
 
     client: int
     secure: str
-    by: Any = None
 
     def value(self) -> dict[str, Any]:
-        value = {"client": self.client, "secure": self.secure}
-        return value if self.by is None else {**value, "by": self.by}
+        return {"client": self.client, "secure": self.secure}
 
 
 AnyClientRecord = Union[ClientRecord, DropRecord, SecureRecord]  # noqa: UP007
@@ -102,7 +101,7 @@ def parse_client(
     if "dropped" in value:
         return DropRecord(client, str(value["dropped"]), value.get("by"))
     if "secure" in value:
-        return SecureRecord(client, str(value["secure"]), value.get("by"))
+        return SecureRecord(client, str(value["secure"]))
     missing = [key for key in ("weights", "size") if key not in value]
     if missing:
         raise RecordError(

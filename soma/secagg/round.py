@@ -35,7 +35,6 @@ from soma.round import (
     averager,
     check_average,
     check_signed,
-    holders,
     layout,
     once,
     records,
@@ -118,7 +117,7 @@ def take_part(
         masked_input(
             store, session, secrets[k], floats_of(export), size, deadline=deadline, backoff=backoff
         )
-        keep_secure_record(store, meeting, records.SecureRecord(k, session.prefix, holders.me()))
+        keep_secure_record(store, meeting, records.SecureRecord(k, session.prefix))
         contributed.append(k)
     for k in contributed if meeting.signing is not None else ():  # all sign before any reveals
         confirm(store, session, secrets[k], deadline=deadline, backoff=backoff)

@@ -14,10 +14,10 @@ from soma.round import (
     average_inputs,
     average_round,
 )
-from soma.round.lease import LEASE
 from soma.round.records import AverageRecord, read_average
 from soma.run.spec import RunSpec
 from soma.store import Store
+from soma.timing import LEASE
 from soma.workflow.common import LOG, meeting_of, spec_of
 from soma.workflow.receipts import clients_in, read_receipt, write_receipt
 

@@ -138,7 +138,7 @@ def _masked_before(store: Store, meeting: Meeting, client: int) -> dict[str, Any
     if store.resolve(session.name("masking", client)) is None:
         return None
     if store.resolve(session.name("masked", client)) is not None:
-        store.keep(meeting.client(client), SecureRecord(client, session.prefix).value())
+        secure_round.keep_secure_record(store, meeting, SecureRecord(client, session.prefix))
         LOG.warning(
             "%s, client %d: an earlier attempt sent its masked input; nothing masked again",
             meeting.what,

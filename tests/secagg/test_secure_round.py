@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import soma_clients as workflow_clients
 
 from soma.nodes import export, load
 from soma.round import status
@@ -212,6 +214,21 @@ def test_the_workflow_under_secure_aggregation_trains_fedavg_within_the_bound(tm
     for name in store.bound("sec/round/"):
         if "/client/" in name:
             assert "weights" not in store.recall(name), f"{name} holds a client's weights"
+    # the same run under `soma client`, a process a client: its client records are the
+    # workflow's, byte for byte (one schema, one writer: soma.secagg.round.keep_secure_record)
+    workflow_clients(tmp_path / "clients", "sec", "--secure-aggregation", "2", clients=3)
+    in_the_workflow = client_records(tmp_path / "secure" / "store")
+    assert len(in_the_workflow) == 6  # 3 clients, 2 rounds
+    assert client_records(tmp_path / "clients") == in_the_workflow
+
+
+def client_records(folder: Path) -> dict[str, bytes]:
+    """Each client record of run `sec` (`<run>/round/<r>/<meeting>/client/<k>`): its bytes."""
+    store = Store(folder)
+    client = re.compile(r"sec/round/\d+/[^/]+/client/\d+")
+    return {
+        n: store.get(store.resolve(n)) for n in store.bound("sec/round/") if client.fullmatch(n)
+    }
 
 
 def test_a_secure_workflow_with_a_strategy_that_needs_every_update_stops_at_the_start(
