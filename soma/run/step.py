@@ -122,11 +122,7 @@ def plain(
     except Contradicts:  # it already brought other weights: not a drop-out, a refusal
         raise
     except Exception as error:  # the task failed or the export was refused
-        damage = store_damage(error, meeting, hosted.index)
-        if damage is not None:
-            raise damage from error
-        log_traceback(meeting, hosted.index)
-        return leave(store, meeting, hosted.index, dropout_reason(error))
+        return failed(store, meeting, hosted.index, error)
     hosted.own = own
     return Outcome(hosted.index, metrics=metrics, contribution=made)
 
@@ -151,8 +147,7 @@ def secure(
         trained, weight = export(nodes), secure_round.weight_of(strategy, hosted.size)
         secure_round.check_export(meeting, hosted.index, trained, weight)
     except Exception as error:  # it shared its keys: the others unmask without it
-        log_traceback(meeting, hosted.index)
-        return leave(store, meeting, hosted.index, dropout_reason(error))
+        return failed(store, meeting, hosted.index, error)
     return Outcome(hosted.index, metrics=metrics, trained=(trained, weight))
 
 
@@ -174,6 +169,17 @@ def store_damage(error: BaseException, meeting: Meeting, client: int) -> StoreDa
         f"({type(error).__name__}: {error}); that is not the client's failure, so it does not "
         "drop out: run `soma verify` and `soma repair` on the store, then run again"
     )
+
+
+def failed(store: Store, meeting: Meeting, client: int, error: BaseException) -> Outcome:
+    """The one rule for a client whose part in a round failed with `error` (being handled),
+    in every mode: the store's damage is raised (`store_damage`: a drop-out would stand after
+    `soma repair`); anything else is the client's drop-out (`leave`), its traceback logged."""
+    damage = store_damage(error, meeting, client)
+    if damage is not None:
+        raise damage from error
+    log_traceback(meeting, client)
+    return leave(store, meeting, client, dropout_reason(error))
 
 
 def log_traceback(meeting: Meeting, client: int) -> None:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from soma.round import Meeting, dropout_reason, read_record
+from soma.round import Meeting, read_record
 from soma.round.records import RecordError, SecureRecord, read_average
 from soma.run import secrets as private
 from soma.run import step
@@ -102,8 +102,8 @@ def train(config: Mapping[str, Any], round: int, client: int, previous: str, rec
     try:
         data = task.shard(client, config["clients"])
         hosted = Hosted(client, data, task.size(data))
-    except Exception as error:
-        done = step.leave(store, meeting, client, dropout_reason(error))
+    except Exception as error:  # its shard: it shared its keys, the others unmask without it
+        done = step.failed(store, meeting, client, error)
     else:
         nodes = task.nodes(config["seed"])
         done = step.secure(

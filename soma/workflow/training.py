@@ -10,7 +10,6 @@ from typing import Any
 
 from soma.round import (
     Meeting,
-    dropout_reason,
     holders,
     read_record,
 )
@@ -115,22 +114,18 @@ def _train_client(
     if died and step.goes_on_without_some(meeting):
         return _drop_out(store, meeting, client, f"died: {died}")
     try:
-        own = _own_state(before, client)
-        data = task.shard(client, config["clients"])
-        own = None if own is None else store.recall_digest(own)
-        hosted = Hosted(client, data, task.size(data), own=own)
-    except Exception as error:
-        damage = step.store_damage(error, meeting, client)
-        if damage is not None:
-            store.forget(_started_name(meeting, client))  # its rerun is not a retry
-            raise damage from error
-        step.log_traceback(meeting, client)
-        return _drop_out(store, meeting, client, dropout_reason(error))
-    nodes = task.nodes(config["seed"])
-    try:
-        done = step.plain(
-            store, meeting, task, strategy_of(config), nodes, hosted, rounds=config["rounds"]
-        )
+        try:
+            own = _own_state(before, client)
+            data = task.shard(client, config["clients"])
+            own = None if own is None else store.recall_digest(own)
+            hosted = Hosted(client, data, task.size(data), own=own)
+        except Exception as error:  # before training: its shard, or its own state
+            done = step.failed(store, meeting, client, error)
+        else:
+            nodes = task.nodes(config["seed"])
+            done = step.plain(
+                store, meeting, task, strategy_of(config), nodes, hosted, rounds=config["rounds"]
+            )
     except step.StoreDamaged:  # after `soma repair`, a rerun of this job is not a retry
         store.forget(_started_name(meeting, client))
         raise
