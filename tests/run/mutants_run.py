@@ -55,14 +55,14 @@ def _spec_checks_no_tree() -> None:
     """The deep check forgets the tree: a client trains round 0 before the averaging refuses."""
     import dataclasses
 
-    import soma.run.spec
+    import soma.run.checked
 
-    real = soma.run.spec.RunSpec.checked
+    real = soma.run.checked.checked
 
-    def checked(self):
-        return real(dataclasses.replace(self, tree=None))
+    def checked(spec):
+        return real(dataclasses.replace(spec, tree=None))
 
-    _replace(soma.run.spec.RunSpec, "checked", checked)
+    _replace(soma.run.checked, "checked", checked)
 
 
 @mutant(
