@@ -75,8 +75,10 @@ def averagings_per_round(store: Path, run: str) -> dict[int, int]:
 
 
 def soma_clients(store: Path, run: str, *flags: str, clients: int = 2, rounds: int = 2) -> list:
-    """`soma client` for each client, as srun would start them; each one's per-round lines."""
-    command = [sys.executable, "-m", "soma.cli", "client", "--store", str(store), "--run", run]
+    """`soma client` for each client, as srun would start them (with the test's mutant, if
+    any: tests/round_worker.py); each one's per-round lines."""
+    command = [sys.executable, str(TESTS / "round_worker.py"), "client"]  # the test's mutant too
+    command += ["--store", str(store), "--run", run]
     command += ["--rounds", str(rounds), "--clients", str(clients), "--task", "soma.tasks.digits"]
     for option in ("labels_per_client=5", "model=softmax", "epochs=1"):  # tiny.yaml's
         command += ["--option", option]

@@ -49,3 +49,19 @@ def _unmasking_forgets_the_lease() -> None:
         return real(store, session, deadline=deadline, backoff=backoff)
 
     _replace(soma.secagg, "unmask", forgetful)
+
+
+@mutant(
+    "secure_record_says_which_process_wrote_it",
+    caught_by=["tests/secagg/test_secure_round.py", "-k", "workflow_under_secure"],
+)
+def _secure_record_says_which_process_wrote_it() -> None:
+    """The secure client record carries its writer (host and pid), as `soma client`'s did
+    before one schema: the same round's records then differ by mode and by process."""
+    import soma.round.records as records
+    from soma.round import holders
+
+    def value(self):
+        return {"client": self.client, "secure": self.secure, "by": holders.me()}
+
+    _replace(records.SecureRecord, "value", value)

@@ -216,7 +216,12 @@ def test_the_workflow_under_secure_aggregation_trains_fedavg_within_the_bound(tm
             assert "weights" not in store.recall(name), f"{name} holds a client's weights"
     # the same run under `soma client`, a process a client: its client records are the
     # workflow's, byte for byte (one schema, one writer: soma.secagg.round.keep_secure_record)
-    workflow_clients(tmp_path / "clients", "sec", "--secure-aggregation", "2", clients=3)
+    declared = json.loads((tmp_path / "secure/results/sec/run.json").read_text())["declared"]
+    same = [f"--option={k}={json.dumps(v)}" for k, v in declared["task_options"].items()]
+    same += [
+        f"--strategy-option={k}={json.dumps(v)}" for k, v in declared["strategy_options"].items()
+    ]
+    workflow_clients(tmp_path / "clients", "sec", "--secure-aggregation", "2", *same, clients=3)
     in_the_workflow = client_records(tmp_path / "secure" / "store")
     assert len(in_the_workflow) == 6  # 3 clients, 2 rounds
     assert client_records(tmp_path / "clients") == in_the_workflow
