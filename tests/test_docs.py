@@ -61,6 +61,7 @@ def test_the_docs_name_the_commands_a_user_types() -> None:
     assert any("task_options=" in c for c in commands), "config/README's nested override"
 
 
+@pytest.mark.workflow
 @pytest.mark.parametrize("command", snakemake_commands())
 def test_each_documented_snakemake_command_is_accepted(tmp_path, command) -> None:
     where = checkout(tmp_path)
@@ -76,6 +77,7 @@ def test_each_documented_snakemake_command_is_accepted(tmp_path, command) -> Non
     assert done.returncode == 0, f"{command}\n{(done.stdout + done.stderr)[-3000:]}"
 
 
+@pytest.mark.slow
 def test_each_documented_soma_command_runs(tmp_path) -> None:
     import torch
 

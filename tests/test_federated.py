@@ -220,6 +220,7 @@ def test_the_average_of_one_is_that_one() -> None:
     assert same(soma.fedavg(iter([a])), a)
 
 
+@pytest.mark.slow
 def test_the_average_of_two_is_halfway_between() -> None:
     a, b = two_exports()
     mean = soma.fedavg([a, b])

@@ -446,6 +446,7 @@ REFUSED_COMMANDS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("why", sorted(REFUSED_COMMANDS))
 def test_a_refused_command_says_one_line_and_makes_nothing(tmp_path, why) -> None:
     args, said = REFUSED_COMMANDS[why]
@@ -528,6 +529,7 @@ def dry_run(where: Path, *config: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("run", ["nan", "inf", "2024", "007", "True", "1e5"])
 def test_a_run_named_like_a_number_is_that_text(tmp_path, run) -> None:
     done = dry_run(checkout(tmp_path / "w"), f"run={run}")
@@ -536,6 +538,7 @@ def test_a_run_named_like_a_number_is_that_text(tmp_path, run) -> None:
     assert f"results/{run}/summary.tsv" in out, out[-3000:]
 
 
+@pytest.mark.workflow
 def test_a_run_name_the_schema_refuses_is_refused_naming_the_key(tmp_path) -> None:
     where = checkout(tmp_path / "w")
     done = dry_run(where, "run=../x")

@@ -277,6 +277,7 @@ def learn(tmp_path, task: str, strategy: str, rounds: int = 4) -> tuple[list[flo
     return losses, weights
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("task", "strategy"), [("mytask", "fedavg"), ("myloop", "fedprox"), ("myloop", "scaffold")]
 )
@@ -297,6 +298,7 @@ def test_the_example_tasks_learn_the_true_weights(tmp_path, task, strategy) -> N
     assert len(errors) == 4 and errors[-1] < errors[0] / 2, errors
 
 
+@pytest.mark.slow
 def test_task_error_is_beside_the_other_errors_and_device_needs_no_task() -> None:
     """No arrow runs back up from soma.device to soma.tasks: TaskError is in soma.errors
     (and still importable from soma.tasks, where every task imports it)."""

@@ -30,6 +30,7 @@ def test_the_same_steps_as_torch_optim_sgd(momentum: float, weight_decay: float)
         assert set(mine.state) == set(ours.parameters())
 
 
+@pytest.mark.slow
 def test_a_training_run_does_not_import_dynamo() -> None:
     """The 2-second import that every (round, client) process would otherwise pay."""
     code = (

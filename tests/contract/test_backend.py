@@ -90,6 +90,7 @@ def test_a_claim_takes_a_name_nobody_has_and_never_one_somebody_has(store: Store
     assert store.resolve("run/round/1/client/0") == a
 
 
+@pytest.mark.slow
 def test_eight_processes_racing_for_one_name_exactly_one_wins_and_is_written_down(
     store: Store,
 ) -> None:

@@ -138,6 +138,7 @@ def test_and_says_a_different_thing_when_complete_and_the_average_never_came(tmp
     assert not isinstance(died.value, RoundIncomplete)
 
 
+@pytest.mark.slow
 def test_a_holder_that_is_provably_gone_is_taken_over_and_the_average_published_once(
     tmp_path,
 ) -> None:
@@ -265,6 +266,7 @@ def soma_client(
     )
 
 
+@pytest.mark.slow
 def test_four_processes_one_folder_two_rounds(tmp_path) -> None:
     clients = [soma_client(tmp_path, k, rounds=2, clients=4) for k in range(4)]
     outputs = [c.communicate(timeout=300) for c in clients]
@@ -293,6 +295,7 @@ def test_four_processes_one_folder_two_rounds(tmp_path) -> None:
     assert len(progress) == 1 and "round 0/1: loss " in progress[0], progress
 
 
+@pytest.mark.slow
 def test_a_client_that_never_starts_stops_the_others_by_name(tmp_path) -> None:
     clients = [soma_client(tmp_path, k, rounds=1, clients=4, deadline=3) for k in (0, 1, 3)]
     for c in clients:
@@ -303,6 +306,7 @@ def test_a_client_that_never_starts_stops_the_others_by_name(tmp_path) -> None:
     assert not [n for n in Store(tmp_path).bound() if n.endswith("/claimed")]
 
 
+@pytest.mark.slow
 def test_soma_status_says_who_wrote_who_is_missing_and_the_average(tmp_path) -> None:
     store = Store(tmp_path)
     for k in (0, 2):
@@ -417,6 +421,7 @@ def test_a_strategy_that_steps_from_the_start_needs_to_be_told_the_start(tmp_pat
 # --- a round is remembered by what went into it ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_two_clients_given_other_task_options_both_say_the_key_at_once(tmp_path) -> None:
     tic = time.monotonic()
     clients = [
@@ -503,6 +508,7 @@ def test_one_run_name_with_other_inputs_is_another_averaging_never_the_old_answe
     assert len(status(store, "same")) == 3, "three meetings of round 0"
 
 
+@pytest.mark.slow
 def test_soma_client_twice_under_one_run_name_with_another_seed_trains_again(tmp_path) -> None:
     def run(seed: int) -> dict:
         command = [sys.executable, str(HERE / "round_worker.py"), "client", "--store"]

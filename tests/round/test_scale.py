@@ -58,6 +58,7 @@ def clients_of_processes(store: Path, groups: list[str], *flags: str, clients: i
     return lines
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "flags",
     [
@@ -83,6 +84,7 @@ def test_clients_hosted_together_train_the_same_bits_as_one_per_process(tmp_path
     assert [row["round"] for row in rows] == [0, 1, 2]
 
 
+@pytest.mark.slow
 def test_a_process_refuses_a_client_the_run_does_not_have(tmp_path) -> None:
     command = [sys.executable, "-m", "soma.cli", "client", "--store", str(tmp_path / "s")]
     command += ["--run", "r", "--rounds", "1", "--clients", "4", "--mine", "2-4"]
@@ -177,6 +179,7 @@ def test_the_same_inputs_give_the_same_bits_whoever_does_which_node(tmp_path) ->
     assert len(doers) > 1, "the work was shared, not done by one helper"
 
 
+@pytest.mark.slow
 def test_a_node_whose_holder_died_is_taken_over(tmp_path) -> None:
     store = Store(tmp_path)
     leaves = leaves_in(store, 6)
@@ -257,6 +260,7 @@ def averages(workdir: Path, run: str, rounds: int = 2) -> list[str]:
     return [json.loads((base / f"{r}/average.json").read_text())["weights"] for r in range(rounds)]
 
 
+@pytest.mark.workflow
 def test_a_job_of_several_clients_trains_the_bits_of_a_job_per_client(tmp_path) -> None:
     """SCAFFOLD with sampling: each client in a batch keeps its own c_i, found in the batch
     receipt of the last round it trained in, and the batch holds each client's own receipt."""
@@ -281,6 +285,7 @@ def test_a_job_of_several_clients_trains_the_bits_of_a_job_per_client(tmp_path) 
                 assert entry == client, "the batch holds each client's receipt, as it is alone"
 
 
+@pytest.mark.workflow
 def test_the_workflow_with_a_tree_trains_the_bits_of_soma_client_with_a_tree(tmp_path) -> None:
     snakemake(tmp_path, "clients=5", "run=treed", "tree={fan_in: 2}", "clients_per_job=5")
     record = Store(tmp_path / "store").recall_digest(
@@ -298,6 +303,7 @@ def test_the_workflow_with_a_tree_trains_the_bits_of_soma_client_with_a_tree(tmp
     assert [line["weights"] for line in lines] == averages(tmp_path, "treed")
 
 
+@pytest.mark.workflow
 def test_a_thousand_clients_in_jobs_of_fifty_make_a_small_dag(tmp_path) -> None:
     plan = snakemake(
         tmp_path, "clients=1000", "rounds=10", "task=soma.tasks.control", "metric=loss",
@@ -307,6 +313,7 @@ def test_a_thousand_clients_in_jobs_of_fifty_make_a_small_dag(tmp_path) -> None:
     assert counts["train_batch"] == "200" and counts["average"] == "10"
 
 
+@pytest.mark.workflow
 def test_a_tree_with_a_strategy_that_needs_every_update_stops_at_the_start_job(tmp_path) -> None:
     command = [
         sys.executable,

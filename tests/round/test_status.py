@@ -67,6 +67,7 @@ def store(tmp_path) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_the_metric_the_workflow_recorded_is_shown_on_its_round(store) -> None:
     done = soma_status(store, "ctl")
     assert done.returncode == 0, done.stderr
@@ -79,17 +80,20 @@ def test_the_metric_the_workflow_recorded_is_shown_on_its_round(store) -> None:
     assert all(row["problems"] == [] for row in rows)
 
 
+@pytest.mark.slow
 def test_who_is_missing_is_who_the_round_expected_not_a_guess_from_who_wrote(store) -> None:
     line = line_of(soma_status(store, "ctl").stdout, 1)
     assert "2/4 written, missing [2, 3]" in line and "not averaged" in line
 
 
+@pytest.mark.slow
 def test_who_was_left_out_and_why(store) -> None:
     line = line_of(soma_status(store, "ctl").stdout, 2)
     assert "2/3 written, 1 dropped out; average " in line
     assert "left out client 2: failed: RuntimeError: boom" in line
 
 
+@pytest.mark.slow
 def test_a_drop_out_is_counted_apart_from_the_writes_and_is_not_missing(tmp_path) -> None:
     """A client recorded as died wrote nothing: "5/5 written" beside it would be false."""
     s = Store(tmp_path)
@@ -108,6 +112,7 @@ def test_a_drop_out_is_counted_apart_from_the_writes_and_is_not_missing(tmp_path
     assert "4/5 written, 1 dropped out; average " in line
 
 
+@pytest.mark.slow
 def test_a_run_the_store_does_not_hold_is_refused_naming_the_runs_it_does(store) -> None:
     for flags in ((), ("--json",)):
         done = soma_status(store, "nope", *flags)
@@ -122,6 +127,7 @@ def test_a_run_the_store_does_not_hold_is_refused_naming_the_runs_it_does(store)
     assert done.returncode == 0 and "no rounds yet" in done.stdout
 
 
+@pytest.mark.slow
 def test_a_missing_store_is_refused_and_never_made(tmp_path) -> None:
     for path in (tmp_path / "nowhere", tmp_path / "nowhere" / "deeper"):
         done = soma_status(path, "ctl")
@@ -135,6 +141,7 @@ def test_a_missing_store_is_refused_and_never_made(tmp_path) -> None:
     assert os.listdir(empty) == [], "reading a folder that is not a store leaves it as it was"
 
 
+@pytest.mark.slow
 def test_a_corrupt_record_is_said_on_its_round_and_the_other_rounds_are_still_shown(
     store,
 ) -> None:
@@ -152,6 +159,7 @@ def test_a_corrupt_record_is_said_on_its_round_and_the_other_rounds_are_still_sh
     assert len(rows[0]["problems"]) == 1 and rows[1]["problems"] == rows[2]["problems"] == []
 
 
+@pytest.mark.slow
 def test_a_name_that_holds_no_digest_is_said_on_its_round(store) -> None:
     key = status(Store(store), "ctl")[2]["meeting"]
     about = store / "names" / "ctl" / "round" / "2" / key / "about"
@@ -164,6 +172,7 @@ def test_a_name_that_holds_no_digest_is_said_on_its_round(store) -> None:
     assert "accuracy 0.936" in line_of(done.stdout, 0)
 
 
+@pytest.mark.slow
 def test_meetings_of_one_round_are_labelled_by_the_settings_they_differ_in(tmp_path) -> None:
     s = Store(tmp_path)
 

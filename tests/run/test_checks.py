@@ -96,12 +96,14 @@ def test_declared_options_never_run_the_module_nor_its_packages(tmp_path) -> Non
         check_option_names("mypkg.mytask", {"epochz": 2}, where)
 
 
+@pytest.mark.slow
 def test_a_misspelt_option_is_refused_at_parse_time_naming_the_key(tmp_path) -> None:
     out = refused(tmp_path, 'task_options={"soma.tasks.digits": {"epochz": 2}}')
     assert "config key `task_options`" in out and "'epochz'" in out, out[-3000:]
     assert not (tmp_path / "results").exists() and not (tmp_path / "store").exists()
 
 
+@pytest.mark.slow
 def test_a_quorum_the_sample_cannot_meet_is_refused_at_parse_time(tmp_path) -> None:
     out = refused(tmp_path, "participation=2", "quorum=3")
     assert "`quorum`" in out and "quorum 3 must be a count between 1 and 2" in out, out[-3000:]
@@ -111,6 +113,7 @@ def test_a_quorum_the_sample_cannot_meet_is_refused_at_parse_time(tmp_path) -> N
 # --- the start job: before any client trains ----------------------------------------------------
 
 
+@pytest.mark.workflow
 def test_too_few_clients_for_the_default_partition_fail_the_start_job(tmp_path) -> None:
     """The default run (10 clients holding 2 digits each) with 3 clients leaves 4 digits
     to nobody: refused by the start job, naming both keys, before any train job."""
@@ -125,12 +128,14 @@ def test_too_few_clients_for_the_default_partition_fail_the_start_job(tmp_path) 
     assert not (tmp_path / "results" / "digits" / "alone").exists(), "no baseline either"
 
 
+@pytest.mark.slow
 def test_a_metric_the_task_does_not_return_fails_before_any_train_job(tmp_path) -> None:
     out = refused(tmp_path, "metric=acc")
     assert "config key `metric`: the task's evaluate() returns accuracy, loss; not 'acc'" in out
     assert trained_nothing(tmp_path, "tiny")
 
 
+@pytest.mark.slow
 def test_a_wrong_task_or_option_value_fails_before_any_train_job(tmp_path) -> None:
     for n, (override, said) in enumerate(
         [

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from helpers import NO_BASELINES, ok, snakemake
 
-from soma import evaluation
 from soma.model import export_best, read_metadata
 from soma.round import layout, meetings, status
+from soma.run import evaluation
 from soma.run.participation import evaluating, sampled
 from soma.run.simulate import simulate
 from soma.store import Store
@@ -98,6 +98,7 @@ def test_a_task_answering_evaluate_local_wrongly_is_refused_naming_the_client() 
         evaluation.local_metrics(Wrong(), {}, 2, 3)
 
 
+@pytest.mark.workflow
 def test_the_same_records_and_metrics_in_the_workflow_and_simulated(tmp_path) -> None:
     """One tiny control run (3 clients, 2 rounds, 2 evaluating a round) in the workflow with
     tracking on, and simulated: the same per-client and per-round records, byte for byte;
@@ -164,6 +165,7 @@ def test_the_same_records_and_metrics_in_the_workflow_and_simulated(tmp_path) ->
     )
 
 
+@pytest.mark.slow
 def test_soma_export_best_and_nothing_tracked_unless_asked(tmp_path) -> None:
     store = tmp_path / "store"
     simulate("soma.tasks.control", clients=2, rounds=2, task_options={"examples": 32},

@@ -127,6 +127,7 @@ def test_below_the_quorum_the_deadline_names_who_is_missing(tmp_path) -> None:
     assert not [n for n in store.bound() if n.endswith("/claimed")]
 
 
+@pytest.mark.slow
 def test_a_client_that_drops_out_is_not_waited_for_and_the_record_says_why(tmp_path) -> None:
     store = Store(tmp_path)
     meeting = Meeting("r", 0, 3, quorum=2)
@@ -224,6 +225,7 @@ def finish(processes: list) -> list[tuple[int, str, str]]:
     return [(p.wait(timeout=300), *p.communicate()) for p in processes]
 
 
+@pytest.mark.slow
 def test_soma_client_trains_only_the_sampled_clients_and_all_leave_with_the_same_weights(
     tmp_path,
 ) -> None:
@@ -243,6 +245,7 @@ def test_soma_client_trains_only_the_sampled_clients_and_all_leave_with_the_same
         assert record["expected"] == chosen
 
 
+@pytest.mark.slow
 def test_a_diverging_client_under_soma_client_is_refused_and_the_quorum_goes_on(tmp_path) -> None:
     task = ("--task", "diverging", "--option", "examples=32", "--option", "bad_client=1")
     flags = (*task, "--quorum", "2", "--deadline", "60")
@@ -259,6 +262,7 @@ def test_a_diverging_client_under_soma_client_is_refused_and_the_quorum_goes_on(
     assert len(finals) == 1, "everyone, the refused client too, leaves with the average"
 
 
+@pytest.mark.slow
 def test_without_a_quorum_a_diverging_client_stops_every_client_with_the_reason(tmp_path) -> None:
     task = ("--task", "diverging", "--option", "examples=32", "--option", "bad_client=1")
     started = time.monotonic()

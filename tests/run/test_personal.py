@@ -89,6 +89,7 @@ def test_a_personal_run_never_meets_a_shared_one() -> None:
     assert spec(personal=()).identity() == {"task": "told_task", "options": {}, "seed": 0}
 
 
+@pytest.mark.workflow
 def test_the_workflow_trains_the_same_bits_as_simulate(tmp_path) -> None:
     simulated = simulate("told_task", clients=2, rounds=2, personal=["out"], run="personal")
     workdir = tmp_path / "workflow"

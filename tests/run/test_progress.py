@@ -173,6 +173,7 @@ def test_many_rounds_get_few_integer_ticks() -> None:
     assert all(isinstance(t, int) for t in ticks) and ticks == sorted(ticks)
 
 
+@pytest.mark.workflow
 def test_the_plot_is_named_by_the_metric(tmp_path) -> None:
     """Another metric is another plot (results/<run>/<metric>.png), never a stale one."""
     plan = ok(snakemake(tmp_path, "-n", "--config", "metric=loss", config=[TINY, NO_BASELINES]))

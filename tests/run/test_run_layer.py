@@ -58,6 +58,7 @@ def test_a_value_typed_as_text_reads_as_yaml_with_json_numbers() -> None:
     assert value("a: b: c") == "a: b: c"  # not YAML: kept as text
 
 
+@pytest.mark.workflow
 def test_the_same_text_trains_the_same_bits_in_the_workflow_soma_client_and_simulate(
     tmp_path,
 ) -> None:
@@ -104,6 +105,7 @@ def test_the_same_text_trains_the_same_bits_in_the_workflow_soma_client_and_simu
     assert {json.loads(average.read_text())["weights"]} == by_client
 
 
+@pytest.mark.slow
 def test_the_library_simulates_the_same_bits_as_soma_simulate(tmp_path, monkeypatch) -> None:
     import soma as library
 
@@ -150,6 +152,7 @@ def test_a_client_that_cannot_take_part_leaves_saying_why_and_stops_a_round_that
     assert read_record(store, store.resolve(spared.client(1)))["dropped"] == "failed: it broke"
 
 
+@pytest.mark.slow
 def test_a_simulation_without_a_store_leaves_no_folder(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     done = soma("simulate", "--rounds", "1", "--clients", "2", cwd=tmp_path)

@@ -206,6 +206,7 @@ def test_the_secure_sum_is_the_weighted_sum_and_its_mean_is_fedavg_within_the_bo
     assert late[1] == total
 
 
+@pytest.mark.slow
 def test_a_client_that_drops_out_after_sharing_is_recovered_with_the_survivors(tmp_path) -> None:
     session = Session(PREFIX, tuple(range(N)), 3)
     keep: dict[int, Secrets] = {}
@@ -225,6 +226,7 @@ def test_a_client_that_drops_out_after_sharing_is_recovered_with_the_survivors(t
         assert set(revealed["s"]) == {"3", "4"} and set(revealed["b"]) == {"0", "1", "2"}
 
 
+@pytest.mark.slow
 def test_below_the_threshold_nothing_is_revealed_and_the_refusal_names_who_dropped(
     tmp_path,
 ) -> None:
@@ -245,6 +247,7 @@ def test_below_the_threshold_nothing_is_revealed_and_the_refusal_names_who_dropp
     assert store.resolve(f"{PREFIX}/sum") is None
 
 
+@pytest.mark.slow
 def test_too_few_revealed_shares_refuse_the_unmasking_naming_the_dropped_and_the_counts(
     tmp_path,
 ) -> None:
@@ -396,6 +399,7 @@ def assert_no_blob_gives_a_client_away(store: Store, clients: list[int]) -> int:
     return compared
 
 
+@pytest.mark.slow
 def test_no_blob_in_the_store_is_or_correlates_with_any_clients_export(tmp_path) -> None:
     session = Session(PREFIX, tuple(range(N)), 3)
     keep: dict[int, Secrets] = {}
@@ -433,6 +437,7 @@ def _needles(value: int, width: int) -> list[bytes]:
     return [format(value, "x").encode(), str(value).encode(), value.to_bytes(width, "big")]
 
 
+@pytest.mark.slow
 def test_no_share_or_secret_that_must_stay_secret_is_in_the_store_in_the_clear(tmp_path) -> None:
     """Of a contributor, only its self-mask seed may be rebuilt (its shares of b are revealed);
     of a dropped client, only its mask key. Their other halves' shares, the seeds and the
@@ -475,6 +480,7 @@ def test_no_share_or_secret_that_must_stay_secret_is_in_the_store_in_the_clear(t
         assert needle not in haystack, f"{what} is in the store in the clear"
 
 
+@pytest.mark.slow
 def test_a_late_masked_input_stays_hidden_by_its_self_mask_though_its_pairwise_masks_are_revealed(
     tmp_path,
 ) -> None:
@@ -663,6 +669,7 @@ def test_a_share_does_not_decrypt_for_another_slot_or_changed() -> None:
     assert crypto.open_(os.urandom(32), sealed, b"from 1 to 2") is None
 
 
+@pytest.mark.slow
 def test_soma_and_soma_secagg_import_without_cryptography(tmp_path) -> None:
     code = (
         "import sys\n"

@@ -81,6 +81,7 @@ def runs(secure_run) -> dict:
     return {**secure_run, "plain": plain}
 
 
+@pytest.mark.slow
 def test_the_secure_average_is_fedavg_within_the_quantization_bound(runs) -> None:
     base = runs["base"]
     for r in range(2):
@@ -134,6 +135,7 @@ def test_no_blob_in_a_secure_runs_store_is_or_correlates_with_a_clients_export(
     assert compared > 50, "the scan compared what it was meant to"
 
 
+@pytest.mark.slow
 def test_a_strategy_that_needs_every_update_is_refused_with_secure_aggregation(tmp_path) -> None:
     command = [sys.executable, "-m", "soma.cli", "client", "--store", str(tmp_path / "s")]
     command += ["--run", "r", "--rounds", "1", "--clients", "4", "--mine", "0"]
@@ -145,6 +147,7 @@ def test_a_strategy_that_needs_every_update_is_refused_with_secure_aggregation(t
     assert not (tmp_path / "s").exists()
 
 
+@pytest.mark.slow
 def test_a_client_that_drops_out_after_sharing_is_unmasked_without_it(tmp_path) -> None:
     task = ["--task", "diverging", "--option", "bad_client=1"]
     command = [sys.executable, str(HERE / "round_worker.py"), "client", "--store", str(tmp_path)]
@@ -181,6 +184,7 @@ def snakemake(workdir: Path, *config: str, umask: int = -1) -> None:
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
 
 
+@pytest.mark.workflow
 def test_the_workflow_under_secure_aggregation_trains_fedavg_within_the_bound(tmp_path) -> None:
     snakemake(tmp_path / "plain", "run=sec")
     # under umask 000: the secrets are 0700/0600 on purpose, the receipts as the umask says
@@ -236,6 +240,7 @@ def client_records(folder: Path) -> dict[str, bytes]:
     }
 
 
+@pytest.mark.workflow
 def test_a_secure_workflow_with_a_strategy_that_needs_every_update_stops_at_the_start(
     tmp_path,
 ) -> None:
@@ -271,6 +276,7 @@ def test_repair_rebuilds_a_secure_average_from_the_published_sum(secure_run) -> 
     assert victim.read_bytes() == original
 
 
+@pytest.mark.slow
 def test_distributed_dp_inside_the_secure_sum_is_the_plain_distributed_run(tmp_path) -> None:
     """Each client clips and adds its share of the noise before masking: the averager sees
     only the noisy sum, which is the plain distributed run's mean within the fixed point."""
@@ -290,6 +296,7 @@ def test_distributed_dp_inside_the_secure_sum_is_the_plain_distributed_run(tmp_p
     assert [s["round"] for s in spent] == [1, 2] and spent[1]["epsilon"] == math.inf
 
 
+@pytest.mark.slow
 def test_adaptive_clipping_is_refused_with_secure_aggregation(tmp_path) -> None:
     command = [sys.executable, "-m", "soma.cli", "client", "--store", str(tmp_path / "s")]
     command += ["--run", "r", "--rounds", "1", "--clients", "4", "--mine", "0"]

@@ -732,6 +732,7 @@ def run_worker(*args: str, **kwargs) -> subprocess.Popen:
     )
 
 
+@pytest.mark.slow
 def test_race_eight_processes_for_one_name_exactly_one_wins_and_is_written_down(
     store: Store,
 ) -> None:
@@ -778,6 +779,7 @@ def two_trainings(tmp_path_factory: pytest.TempPathFactory) -> tuple[Store, list
     return store, reports, folder
 
 
+@pytest.mark.slow
 def test_a_training_run_written_by_another_interpreter_reads_back_the_same(
     two_trainings: tuple[Store, list[dict], Path],
 ) -> None:
@@ -806,6 +808,7 @@ def test_two_processes_writing_the_same_weights_wrote_one_blob(
     assert temporaries(store) == []
 
 
+@pytest.mark.slow
 def test_a_writer_killed_mid_write_leaves_no_partial_file_under_a_final_name(
     store: Store,
 ) -> None:

@@ -513,6 +513,7 @@ def test_a_bad_option_is_refused_naming_it(options: dict, named: str) -> None:
         load_strategy("dp_fedavg", options)
 
 
+@pytest.mark.slow
 def test_soma_imports_without_the_accountant_and_dp_fedavg_says_what_to_install() -> None:
     script = """
 import sys
@@ -536,6 +537,7 @@ else:
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.slow
 def test_soma_status_shows_the_privacy_spent_per_round(tmp_path) -> None:
     import json
 
@@ -566,6 +568,7 @@ def test_soma_status_shows_the_privacy_spent_per_round(tmp_path) -> None:
     assert json.loads(as_json.stdout)[1]["privacy"] == spent[1]
 
 
+@pytest.mark.workflow
 def test_the_workflows_summary_has_the_epsilon_spent_per_round(tmp_path) -> None:
     from pathlib import Path
 

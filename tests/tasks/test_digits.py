@@ -223,6 +223,7 @@ def soma_simulate(*args: str) -> str:
     return rounds[-1]["weights"]
 
 
+@pytest.mark.slow
 def test_the_digits_federation_is_soma_simulate_bit_for_bit():
     task = digits.make(**SMALL)
     options = ["--option", "partition=labels_per_client", "--option", "labels_per_client=2"]

@@ -152,6 +152,7 @@ def client_store(tmp_path_factory) -> tuple[Path, list]:
     return store, soma_clients(store, "ctl")
 
 
+@pytest.mark.slow
 def test_soma_export_reads_a_store_soma_client_wrote(client_store, tmp_path) -> None:
     store, outputs = client_store
     rows = status(Store(store), "ctl")
@@ -169,6 +170,7 @@ def test_soma_export_reads_a_store_soma_client_wrote(client_store, tmp_path) -> 
     assert task.evaluate(dict(nodes)) == outputs[0][-1]["evaluation"]
 
 
+@pytest.mark.slow
 def test_what_export_cannot_do_is_refused_in_one_line_naming_the_culprit(
     client_store, tmp_path
 ) -> None:
@@ -190,6 +192,7 @@ def test_what_export_cannot_do_is_refused_in_one_line_naming_the_culprit(
     assert not out.exists() and os.listdir(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_a_round_with_two_averages_is_refused_listing_them_and_one_is_chosen_by_digest(
     tmp_path,
 ) -> None:
@@ -284,6 +287,7 @@ soma.model.save_model({"n": {"w": torch.ones(1000)}}, sys.argv[1], {"round": 1})
 """
 
 
+@pytest.mark.slow
 def test_a_writer_killed_mid_write_leaves_the_old_file_under_the_final_name(tmp_path) -> None:
     path = tmp_path / "model.safetensors"
     save_model(weights(), path, {"round": 0})

@@ -133,6 +133,7 @@ def rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f, delimiter="\t"))
 
 
+@pytest.mark.workflow
 def test_a_tiny_study_runs_in_one_dag_and_its_table_is_its_runs_over_seeds(tmp_path):
     study = {
         "task": "soma.tasks.control",

@@ -86,6 +86,7 @@ def test_receipts_are_deterministic_json_with_no_time_and_no_paths(finished) -> 
         assert not re.search(r"\d{4}-\d\d-\d\dT\d\d:", text), f"{name} has a timestamp"
 
 
+@pytest.mark.workflow
 def test_a_bad_config_is_refused_with_the_key_before_any_job_runs(tmp_path) -> None:
     for override, said in (
         ("rounds=0", "config key `rounds`: 0 is less than the minimum of 1"),
@@ -128,6 +129,7 @@ def test_a_results_folder_of_another_config_stops_before_any_job_naming_the_keys
     assert json.loads((workdir / "results/tiny/run.json").read_text()) == record
 
 
+@pytest.mark.workflow
 def test_a_dry_run_shows_the_dag_of_rounds(tmp_path) -> None:
     plan = ok(snakemake(tmp_path, "-n", "--config", "rounds=3"))
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", plan, flags=re.MULTILINE))
@@ -139,6 +141,7 @@ def test_a_dry_run_shows_the_dag_of_rounds(tmp_path) -> None:
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.workflow
 def test_a_thousand_rounds_build_their_dag(tmp_path) -> None:
     """A deep chain of rounds: each round's clients wait for the round before."""
     plan = ok(
@@ -199,6 +202,7 @@ def test_rerunning_a_round_that_reproduces_its_weights_leaves_later_rounds_alone
     assert "Nothing to be done" in ok(snakemake(workdir, "-n"))
 
 
+@pytest.mark.workflow
 def test_rerunning_a_round_that_would_change_its_weights_is_refused_naming_the_client(
     tmp_path,
 ) -> None:
@@ -224,6 +228,7 @@ def test_rerunning_a_round_that_would_change_its_weights_is_refused_naming_the_c
     assert receipts(tmp_path, "drift")["round/1/average.json"] == before["round/1/average.json"]
 
 
+@pytest.mark.workflow
 def test_a_killed_run_resumes_from_the_last_finished_round(tmp_path) -> None:
     command = snakemake_command(
         tmp_path, "--cores", "1", "--config", "rounds=4", config=[TINY, NO_BASELINES]
@@ -298,6 +303,7 @@ def test_a_report_with_the_plot_and_the_table(finished, tmp_path) -> None:
     assert '"summary.html"' in html and "data:text/html" in html
 
 
+@pytest.mark.workflow
 def test_lint_and_format_are_clean() -> None:
     lint = subprocess.run(
         [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "--lint"],
@@ -327,6 +333,7 @@ def test_lint_and_format_are_clean() -> None:
     assert ruff.returncode == 0, ruff.stdout
 
 
+@pytest.mark.workflow
 def test_a_task_of_your_own_from_the_readme(tmp_path) -> None:
     readme = (ROOT / "README.md").read_text()
     code = readme.split("```python\n# mytask.py", 1)[1].split("```", 1)[0]
@@ -363,6 +370,7 @@ def test_soma_client_and_the_workflow_train_the_same_bits(finished, tmp_path) ->
     assert by_clients == [{w} for w in averaged_weights(finished, "tiny")]
 
 
+@pytest.mark.workflow
 def test_scaffold_in_the_workflow_keeps_its_states_and_reruns_a_round_bit_for_bit(tmp_path) -> None:
     """SCAFFOLD has both states: the server's c (named by each average) and each client's c_i
     (named by its receipt); a forced rerun of round 0 continues from exactly the same ones,
@@ -392,6 +400,7 @@ def soma_status(store: Path, run: str) -> list[dict]:
     return status(Store(store), run)
 
 
+@pytest.mark.workflow
 def test_a_strategy_by_import_path_with_an_unknown_option_stops_at_the_start_job(tmp_path) -> None:
     result = snakemake(
         tmp_path,

@@ -11,6 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from helpers import NO_BASELINES, ROOT, TINY, ok, receipts, snakemake, snakemake_command
 
 from soma.round import status
@@ -21,6 +22,7 @@ FIXTURES = ROOT / "tests" / "fixtures"
 FIXTURE_ENV = dict(os.environ, PYTHONPATH=str(FIXTURES))
 
 
+@pytest.mark.workflow
 def test_a_dry_run_shows_only_the_sampled_clients_train(tmp_path) -> None:
     plan = ok(snakemake(tmp_path, "-n", "--config", "clients=10", "rounds=3", "participation=0.5"))
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", plan, flags=re.MULTILINE))
@@ -30,6 +32,7 @@ def test_a_dry_run_shows_only_the_sampled_clients_train(tmp_path) -> None:
         assert sorted({int(k) for k in planned}) == sampled(0, r, 10, 0.5)
 
 
+@pytest.mark.workflow
 def test_a_sampled_run_trains_the_same_bits_in_the_workflow_and_under_soma_client(
     tmp_path,
 ) -> None:
@@ -63,6 +66,7 @@ def diverging_config(tmp_path: Path) -> Path:
     return config
 
 
+@pytest.mark.workflow
 def test_a_diverging_client_drops_out_and_the_quorum_goes_on(tmp_path) -> None:
     config = [TINY, NO_BASELINES, diverging_config(tmp_path)]
     ok(snakemake(tmp_path, "--cores", "2", "--config", "quorum=2", config=config, env=FIXTURE_ENV))
@@ -84,6 +88,7 @@ def test_a_diverging_client_drops_out_and_the_quorum_goes_on(tmp_path) -> None:
     assert "Traceback" in client, "the drop-out's traceback is in its log"
 
 
+@pytest.mark.workflow
 def test_without_a_quorum_a_diverging_client_fails_its_job_naming_the_key(tmp_path) -> None:
     config = [TINY, NO_BASELINES, diverging_config(tmp_path)]
     result = snakemake(tmp_path, "--cores", "2", config=config, env=FIXTURE_ENV)
@@ -93,6 +98,7 @@ def test_without_a_quorum_a_diverging_client_fails_its_job_naming_the_key(tmp_pa
     assert not (tmp_path / "results" / "div" / "round" / "0" / "average.json").exists()
 
 
+@pytest.mark.workflow
 def test_a_killed_client_job_is_retried_and_drops_out_when_the_quorum_allows(tmp_path) -> None:
     """SIGKILL, as the OOM killer or a node failure would: no receipt, no record. Snakemake
     retries the job (--retries 1); the retry finds its earlier attempt gone without a trace,
