@@ -33,9 +33,9 @@ def _personal_sent() -> None:
 @mutant("train_told_nothing", caught_by=_KEPT)
 def _train_told_nothing() -> None:
     """A task's train() that takes `context=` is never told where it stands."""
-    import soma.tasks
+    import soma.tasks.protocol
 
-    _replace(soma.tasks, "takes_keyword", lambda function, name: False)
+    _replace(soma.tasks.protocol, "takes_keyword", lambda function, name: False)
 
 
 @mutant("task_not_found_in_the_working_folder", caught_by=[
