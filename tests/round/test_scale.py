@@ -10,8 +10,10 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import helpers
 import pytest
 import torch
+from helpers import NO_BASELINES, TINY, ok
 
 import soma
 from soma.round import Backoff, Meeting, RoundError, contribute, gather, holders, once, status, tree
@@ -241,18 +243,11 @@ def test_a_strategy_that_needs_every_update_is_refused_under_a_tree(tmp_path, st
 
 # --- the workflow: a batch of clients per job, the tree -------------------------------------------
 
-ROOT = HERE.parent
-TINY = HERE / "fixtures" / "tiny.yaml"
-NO_BASELINES = HERE / "fixtures" / "no-baselines.yaml"
-
 
 def snakemake(workdir: Path, *config: str, dry: bool = False) -> str:
-    command = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(workdir)]
-    command += ["-n"] if dry else ["--cores", "2"]
-    command += ["--configfile", str(TINY), str(NO_BASELINES), "--config", *config]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-    return done.stdout + done.stderr
+    """A run of tiny.yaml without baselines (helpers.snakemake), or its dry run; its output."""
+    args = ["-n"] if dry else ["--cores", "2"]
+    return ok(helpers.snakemake(workdir, *args, "--config", *config, config=(TINY, NO_BASELINES)))
 
 
 def averages(workdir: Path, run: str, rounds: int = 2) -> list[str]:
@@ -315,18 +310,10 @@ def test_a_thousand_clients_in_jobs_of_fifty_make_a_small_dag(tmp_path) -> None:
 
 @pytest.mark.workflow
 def test_a_tree_with_a_strategy_that_needs_every_update_stops_at_the_start_job(tmp_path) -> None:
-    command = [
-        sys.executable,
-        "-m",
-        "snakemake",
-        "-s",
-        str(ROOT / "Snakefile"),
-        "-d",
-        str(tmp_path),
-    ]
-    command += ["--cores", "1", "--configfile", str(TINY), str(NO_BASELINES)]
-    command += ["--config", "strategy=median", "tree={fan_in: 2}"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    config = ("strategy=median", "tree={fan_in: 2}")
+    done = helpers.snakemake(
+        tmp_path, "--cores", "1", "--config", *config, config=(TINY, NO_BASELINES)
+    )
     assert done.returncode != 0
     log = (tmp_path / "logs" / "tiny" / "start.log").read_text()
     assert "config keys `strategy`/`tree`: strategy 'median' needs every client's update" in log

@@ -15,7 +15,7 @@ import pytest
 import safetensors.torch
 import torch
 import yaml
-from helpers import TINY
+from helpers import TINY, refused, soma
 
 from soma.model import ModelError, load_model, read_metadata, save_model
 from soma.round import status
@@ -36,19 +36,6 @@ def same(a: dict, b: dict) -> bool:
 
 def flat(export: dict) -> dict[str, torch.Tensor]:
     return {f"{n}.{k}": t for n, keys in export.items() for k, t in keys.items()}
-
-
-def soma(*args: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "soma.cli", *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300)
-
-
-def refused(result: subprocess.CompletedProcess) -> str:
-    """The one `soma: ...` line a refusal prints (and no traceback)."""
-    assert result.returncode == 1, (result.stdout, result.stderr)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("soma: "), result.stderr
-    return lines[0]
 
 
 def export(store: Path, run: str, out: Path, *flags: str) -> subprocess.CompletedProcess:
