@@ -14,7 +14,8 @@ from mutants import _replace, mutant
     "claim_as_resolve_then_bind",
     caught_by=[
         "tests/store/test_store.py::test_race_eight_threads_for_one_name_exactly_one_wins_and_is_written_down",
-        "tests/store/test_store.py::test_race_eight_processes_for_one_name_exactly_one_wins_and_is_written_down",
+        "tests/contract/test_backend.py::"
+        "test_eight_processes_racing_for_one_name_exactly_one_wins_and_is_written_down[folder]",
     ],
 )
 def _claim_as_resolve_then_bind() -> None:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +28,6 @@ from soma.store.backend import BackendStore  # noqa: E402
 from soma.store.errors import BadStore, CorruptBlob, UnknownDigest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-WORKER = ROOT / "tests" / "store_worker.py"
 
 
 _PREFIXES = iter(range(10**6))
@@ -115,21 +112,6 @@ def test_a_blob_put_comes_back_verified_and_a_flipped_byte_is_refused(store: Bac
         store.get(digest)
 
 
-def test_values_keep_and_recall_and_a_flipped_tensor_byte_is_refused(store: BackendStore) -> None:
-    w = torch.arange(12.0).reshape(3, 4)
-    store.keep("run/round/0/average", {"export": {"w": w}, "size": 3})
-    back = store.recall("run/round/0/average")
-    assert torch.equal(back["export"]["w"], w) and back["size"] == 3
-    record = store.resolve("run/round/0/average")
-    (blob,) = [k[3:] for k, _, _ in store.backend.blobs() if k[3:] != record]
-    key = f"{store.backend.prefix}blobs/{blob[:2]}/{blob}"
-    body = bytearray(store.backend.client.get_object(Bucket=BUCKET, Key=key)["Body"].read())
-    body[-1] ^= 0x40
-    store.backend.client.put_object(Bucket=BUCKET, Key=key, Body=bytes(body))
-    with pytest.raises(CorruptBlob):
-        Store(store.directory).recall("run/round/0/average")  # a reader that never read it
-
-
 def test_a_large_blob_goes_up_in_parts_and_a_failed_upload_leaves_nothing_readable(
     store: BackendStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -174,44 +156,6 @@ def test_bind_resolve_list_and_forget(store: BackendStore) -> None:
     assert store.forget("run/round/0/client/1") and not store.forget("run/round/0/client/1")
     with pytest.raises(UnknownDigest):
         store.bind("x", "cd" * 32)
-
-
-def test_a_claim_takes_a_name_nobody_has_and_never_one_somebody_has(store: BackendStore) -> None:
-    a, b = store.put(b"a"), store.put(b"b")
-    assert store.claim("run/round/0/averaging", a)
-    assert not store.claim("run/round/0/averaging", b)
-    assert store.resolve("run/round/0/averaging") == a
-    with pytest.raises(UnknownDigest):
-        store.claim("run/round/1/averaging", "cd" * 32)
-
-
-def test_a_claim_race_of_eight_processes_on_s3_has_exactly_one_winner(
-    store: BackendStore,
-) -> None:
-    name = "run/round/0/averaging"
-    go_read, go_write = os.pipe()
-    racers = subprocess.Popen(
-        [sys.executable, str(WORKER), "race", store.backend.url, name, str(go_read), "8"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        pass_fds=(go_read,),
-    )
-    os.close(go_read)
-    try:
-        for _ in range(8):
-            ready = racers.stdout.readline()
-            assert ready == "ready\n", ready + racers.communicate(timeout=60)[1]
-    finally:
-        os.close(go_write)  # the start: every racer's read returns at once
-    out, err = racers.communicate(timeout=120)
-    assert racers.returncode == 0, err
-    reports = [json.loads(line) for line in out.splitlines()]
-    winners = [r for r in reports if r["won"]]
-    assert len(reports) == 8 and len({r["digest"] for r in reports}) == 8
-    assert len(winners) == 1, f"{len(winners)} of the 8 racers were told they had it"
-    assert store.resolve(name) == winners[0]["digest"], "the winner is not the one written down"
 
 
 # --- health ------------------------------------------------------------------------------
