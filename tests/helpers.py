@@ -75,28 +75,13 @@ def averagings_per_round(store: Path, run: str) -> dict[int, int]:
 
 
 def soma_clients(store: Path, run: str, *flags: str, clients: int = 2, rounds: int = 2) -> list:
-    """`soma client` for each client, as srun would start them (with the test's mutant, if
-    any: tests/round_worker.py); each one's per-round lines."""
-    command = [sys.executable, str(TESTS / "round_worker.py"), "client"]  # the test's mutant too
-    command += ["--store", str(store), "--run", run]
-    command += ["--rounds", str(rounds), "--clients", str(clients), "--task", "soma.tasks.digits"]
+    """`soma client` for each client of tiny.yaml's task, a process each (`soma_processes`);
+    each one's per-round lines."""
+    args = ["client", "--store", str(store), "--run", run, "--rounds", str(rounds)]
+    args += ["--clients", str(clients), "--task", "soma.tasks.digits"]
     for option in ("labels_per_client=5", "model=softmax", "epochs=1"):  # tiny.yaml's
-        command += ["--option", option]
-    processes = [
-        subprocess.Popen(
-            [*command, "--mine", str(k), *flags],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for k in range(clients)
-    ]
-    lines = []
-    for process in processes:
-        out, err = process.communicate(timeout=600)
-        assert process.returncode == 0, err
-        lines.append([json.loads(line) for line in out.splitlines() if '"round"' in line])
-    return lines
+        args += ["--option", option]
+    return soma_processes([*args, *flags], [str(k) for k in range(clients)])
 
 
 def averaged_weights(workdir: Path, run: str, rounds: int = 2) -> list[str]:
@@ -126,3 +111,34 @@ def refused(result: subprocess.CompletedProcess) -> str:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("soma: "), result.stderr
     return lines[0]
+
+
+def soma_processes(
+    args: list[str], groups: list[str], timeout: float = 600, *, every_line: bool = False
+) -> list[list[dict]]:
+    """`soma ARGS --mine GROUP` once per group, all at once (with the test's mutant, if any:
+    tests/round_worker.py), as srun starts its tasks; each process's JSON lines that say a
+    round (`every_line`: and its last, which says the run is done)."""
+    command = [sys.executable, str(TESTS / "round_worker.py"), *args]
+    running = [
+        subprocess.Popen(
+            [*command, "--mine", mine], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for mine in groups
+    ]
+    lines = []
+    for process in running:
+        out, err = process.communicate(timeout=timeout)
+        assert process.returncode == 0, err
+        said = [json.loads(line) for line in out.splitlines()]
+        lines.append(said if every_line else [line for line in said if "round" in line])
+    return lines
+
+
+def same_weights(a: dict, b: dict) -> bool:
+    """Two exports with the same nodes, keys and tensors, bit for bit."""
+    import torch
+
+    return a.keys() == b.keys() and all(
+        a[n].keys() == b[n].keys() and all(torch.equal(a[n][k], b[n][k]) for k in a[n]) for n in a
+    )

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import same_weights
 
 import soma
 from soma.round import (
@@ -46,12 +47,6 @@ def weights(seed: int) -> dict:
     }
 
 
-def same(a: dict, b: dict) -> bool:
-    return a.keys() == b.keys() and all(
-        a[n].keys() == b[n].keys() and all(torch.equal(a[n][k], b[n][k]) for k in a[n]) for n in a
-    )
-
-
 def averagings(store: Store, run: str) -> int:
     """How many averagings were computed, counted from the store's own records."""
     return len([n for n in store.bound(f"{run}/round/") if "/computed/" in n])
@@ -71,7 +66,7 @@ def test_the_only_client_of_a_round_averages_it_itself_and_publishes_it(tmp_path
     store = Store(tmp_path)
     mine = weights(1)
     mean = gather(store, mine, run="solo", round=0, clients=1, mine=0, deadline=5, backoff=QUICK)
-    assert same(mean, mine)
+    assert same_weights(mean, mine)
     assert store.resolve(M("solo", 0, 1).average) is not None
     assert store.resolve(averaging_place(store, M("solo", 0, 1)).claimed) is not None
     assert averagings(store, "solo") == 1
@@ -95,7 +90,7 @@ def test_a_client_that_arrives_after_the_average_finds_it_and_does_not_wait(tmp_
     started = time.monotonic()
     mean = gather(store, weights(0), run="r", round=0, clients=3, mine=0, deadline=0)
     assert time.monotonic() - started < 2
-    assert same(mean, weights_of_average(store, store.resolve(M("r", 0, 3).average)))
+    assert same_weights(mean, weights_of_average(store, store.resolve(M("r", 0, 3).average)))
 
 
 def test_two_runs_sharing_a_directory_are_two_runs_and_two_rounds_are_two_rounds(tmp_path) -> None:
@@ -103,7 +98,9 @@ def test_two_runs_sharing_a_directory_are_two_runs_and_two_rounds_are_two_rounds
     a = gather(store, weights(1), run="a", round=0, clients=1, mine=0, deadline=5)
     b = gather(store, weights(2), run="b", round=0, clients=1, mine=0, deadline=5)
     a1 = gather(store, weights(3), run="a", round=1, clients=1, mine=0, deadline=5)
-    assert same(a, weights(1)) and same(b, weights(2)) and same(a1, weights(3))
+    assert (
+        same_weights(a, weights(1)) and same_weights(b, weights(2)) and same_weights(a1, weights(3))
+    )
     assert averagings(store, "a") == 2 and averagings(store, "b") == 1
     # a round of run "a" with two clients is not completed by run "b"'s client 1
     contribute(store, M("b", 5, 2), weights(4), mine=1)
@@ -174,7 +171,7 @@ def test_the_size_travels_in_the_record_and_the_average_weighs_by_it(tmp_path) -
     assert store.recall(M("r", 0, 2).client(1))["size"] == 1
     digest = average_round(store, M("r", 0, 2), deadline=5, backoff=QUICK)
     record = store.recall_digest(digest)
-    assert same(
+    assert same_weights(
         weights_of_average(store, digest), soma.fedavg([weights(1), weights(2)], sizes=[10, 1])
     )
     assert [(i["client"], i["size"]) for i in record["inputs"]] == [(0, 10), (1, 1)]
@@ -200,7 +197,9 @@ def test_no_sizes_means_equal_weights(tmp_path) -> None:
     for k in range(3):
         contribute(store, M("r", 0, 3), weights(k), mine=k)
     digest = average_round(store, M("r", 0, 3), deadline=5)
-    assert same(weights_of_average(store, digest), soma.fedavg([weights(k) for k in range(3)]))
+    assert same_weights(
+        weights_of_average(store, digest), soma.fedavg([weights(k) for k in range(3)])
+    )
 
 
 def test_a_client_that_rewrites_its_export_after_the_average_changes_nothing_published(
@@ -213,7 +212,7 @@ def test_a_client_that_rewrites_its_export_after_the_average_changes_nothing_pub
     with pytest.raises(RoundError, match="client 1 already contributed"):  # claimed, not bound
         contribute(store, M("r", 0, 2), weights(99), mine=1)
     assert average_round(store, M("r", 0, 2), deadline=0) == digest
-    assert same(weights_of_average(store, digest), soma.fedavg([weights(0), weights(1)]))
+    assert same_weights(weights_of_average(store, digest), soma.fedavg([weights(0), weights(1)]))
 
 
 @pytest.mark.parametrize(
@@ -287,7 +286,7 @@ def test_four_processes_one_folder_two_rounds(tmp_path) -> None:
             [store.recall_digest(i["weights"]) for i in record["inputs"]],
             sizes=[i["size"] for i in record["inputs"]],
         )
-        assert same(store.recall_digest(record["weights"]), expected)
+        assert same_weights(store.recall_digest(record["weights"]), expected)
     evaluations = {json.dumps(ls[-1]["evaluation"]) for ls in lines}
     assert len(evaluations) == 1
     # and one of them logs each round's test metrics, as the workflow's evaluation does
@@ -415,7 +414,7 @@ def test_a_strategy_that_steps_from_the_start_needs_to_be_told_the_start(tmp_pat
     mean = gather(
         store, weights(0), run="r", round=0, clients=1, mine=0, strategy="fedadam", start=start
     )
-    assert not same(mean, weights(0)) and claims(store) != []
+    assert not same_weights(mean, weights(0)) and claims(store) != []
 
 
 # --- a round is remembered by what went into it ------------------------------------------------
@@ -499,11 +498,11 @@ def test_one_run_name_with_other_inputs_is_another_averaging_never_the_old_answe
     # the same name, another start: a second run, a second averaging, its own answer
     other = store.put_value(weights(50))
     second = gather(store, weights(2), run="same", round=0, clients=1, mine=0, start=other)
-    assert same(first, weights(1)) and same(second, weights(2))
+    assert same_weights(first, weights(1)) and same_weights(second, weights(2))
     # another client count, another strategy option: apart again
     config = {"seed": 3}
     third = gather(store, weights(3), run="same", round=0, clients=1, mine=0, config=config)
-    assert same(third, weights(3))
+    assert same_weights(third, weights(3))
     assert averagings(store, "same") == 3
     assert len(status(store, "same")) == 3, "three meetings of round 0"
 

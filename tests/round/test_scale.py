@@ -13,7 +13,7 @@ from pathlib import Path
 import helpers
 import pytest
 import torch
-from helpers import NO_BASELINES, TINY, ok
+from helpers import NO_BASELINES, TINY, ok, same_weights
 
 import soma
 from soma.round import Backoff, Meeting, RoundError, contribute, gather, holders, once, status, tree
@@ -32,32 +32,14 @@ def weights(seed: int) -> dict:
     }
 
 
-def same(a: dict, b: dict) -> bool:
-    return a.keys() == b.keys() and all(
-        a[n].keys() == b[n].keys() and all(torch.equal(a[n][k], b[n][k]) for k in a[n]) for n in a
-    )
-
-
 # --- several clients in one process --------------------------------------------------------
 
 
 def clients_of_processes(store: Path, groups: list[str], *flags: str, clients: int) -> list:
     """Run `soma client` once per group of clients (`--mine` text); every process's lines."""
-    command = [sys.executable, str(HERE / "round_worker.py"), "client", "--store", str(store)]
-    command += ["--run", "ctl", "--rounds", "3", "--clients", str(clients), "--deadline", "120"]
-    command += ["--option", "examples=32", *flags]
-    running = [
-        subprocess.Popen(
-            [*command, "--mine", mine], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        for mine in groups
-    ]
-    lines = []
-    for process in running:
-        out, err = process.communicate(timeout=300)
-        assert process.returncode == 0, err
-        lines.append([json.loads(line) for line in out.splitlines()])
-    return lines
+    args = ["client", "--store", str(store), "--run", "ctl", "--rounds", "3"]
+    args += ["--clients", str(clients), "--deadline", "120", "--option", "examples=32", *flags]
+    return helpers.soma_processes(args, groups, timeout=300, every_line=True)
 
 
 @pytest.mark.slow
@@ -141,7 +123,7 @@ def test_a_tree_of_one_node_is_fedavg_bit_for_bit(tmp_path) -> None:
     leaves = leaves_in(store, 5)
     root = tree.reduce(store, "t", leaves, 8)
     flat = soma.fedavg([weights(k) for k in range(5)], sizes=[1, 2, 3, 4, 5])
-    assert same(store.recall_digest(root.mean), flat) and root.weight == 15
+    assert same_weights(store.recall_digest(root.mean), flat) and root.weight == 15
 
 
 def test_a_deep_tree_is_the_weighted_mean_and_keeps_the_first_count(tmp_path) -> None:
@@ -220,7 +202,7 @@ def test_gather_through_a_tree_records_it_and_keys_the_meeting_by_its_fan_in(tmp
         t.start()
     for t in threads:
         t.join()
-    assert len(means) == 5 and all(same(means[k], means[0]) for k in means)
+    assert len(means) == 5 and all(same_weights(means[k], means[0]) for k in means)
     (row,) = status(store, "r")
     record = store.recall_digest(row["average"])
     assert record["tree"]["fan_in"] == 2 and record["tree"]["weight"] == 15

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import soma_clients as workflow_clients
+from helpers import soma_processes
 
 from soma.nodes import export, load
 from soma.round import status
@@ -29,21 +30,9 @@ OPTIONS = ["--option", "examples=32"]
 
 
 def soma_clients(store: Path, groups: list[str], *flags: str, rounds: int = 2) -> list[list[dict]]:
-    command = [sys.executable, str(HERE / "round_worker.py"), "client", "--store", str(store)]
-    command += ["--run", "sec", "--rounds", str(rounds), "--clients", "4", "--deadline", "120"]
-    command += [*OPTIONS, "--evaluate", "none", *flags]
-    running = [
-        subprocess.Popen(
-            [*command, "--mine", mine], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        for mine in groups
-    ]
-    lines = []
-    for process in running:
-        out, err = process.communicate(timeout=600)
-        assert process.returncode == 0, err
-        lines.append([json.loads(line) for line in out.splitlines() if '"round"' in line])
-    return lines
+    args = ["client", "--store", str(store), "--run", "sec", "--rounds", str(rounds)]
+    args += ["--clients", "4", "--deadline", "120", *OPTIONS, "--evaluate", "none", *flags]
+    return soma_processes(args, groups)
 
 
 def weights_of(store: Path, digest: str) -> dict:

@@ -15,7 +15,7 @@ import pytest
 import safetensors.torch
 import torch
 import yaml
-from helpers import TINY, refused, soma
+from helpers import TINY, refused, soma, soma_processes
 
 from soma.model import ModelError, load_model, read_metadata, save_model
 from soma.round import status
@@ -114,22 +114,11 @@ def test_soma_status_shows_each_rounds_evaluation_the_workflow_kept(workflow_run
 
 
 def soma_clients(store: Path, run: str, *flags: str, clients: int = 2, rounds: int = 2) -> list:
-    """`soma client` processes as srun would start them; each one's output lines."""
-    command = [sys.executable, "-m", "soma.cli", "client", "--store", str(store), "--run", run]
-    command += ["--rounds", str(rounds), "--clients", str(clients)]
-    command += ["--task", "soma.tasks.control", "--option", "examples=32", *flags]
-    processes = [
-        subprocess.Popen(
-            [*command, "--mine", str(k)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        for k in range(clients)
-    ]
-    outputs = []
-    for process in processes:
-        out, err = process.communicate(timeout=300)
-        assert process.returncode == 0, err
-        outputs.append([json.loads(line) for line in out.splitlines()])
-    return outputs
+    """`soma client` processes of the control task as srun would start them; their lines."""
+    args = ["client", "--store", str(store), "--run", run, "--rounds", str(rounds)]
+    args += ["--clients", str(clients), "--task", "soma.tasks.control", "--option", "examples=32"]
+    clients_ = [str(k) for k in range(clients)]
+    return soma_processes([*args, *flags], clients_, timeout=300, every_line=True)
 
 
 @pytest.fixture(scope="module")
