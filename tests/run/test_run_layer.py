@@ -152,6 +152,44 @@ def test_a_client_that_cannot_take_part_leaves_saying_why_and_stops_a_round_that
     assert read_record(store, store.resolve(spared.client(1)))["dropped"] == "failed: it broke"
 
 
+@pytest.mark.parametrize("secure", [None, 2], ids=["plain", "secure"])
+def test_the_store_s_damage_is_never_a_drop_out_in_either_step(tmp_path, secure) -> None:
+    """One drop-out rule (soma.run.step.failed) for the plain and the secure step: a start
+    missing from the store is the store's damage, raised naming what repairs it; a task
+    that fails is the client's drop-out."""
+    from soma.nodes import export
+    from soma.round import Meeting
+    from soma.run.step import Hosted, StoreDamaged, plain
+    from soma.run.step import secure as secure_step
+    from soma.store import Store
+    from soma.strategies import load_strategy
+    from soma.tasks import load_task
+
+    store, task = Store(tmp_path), load_task("soma.tasks.control", {"examples": 8})
+    step = plain if secure is None else secure_step
+    nodes, data = task.nodes(0), task.shard(0, 3)
+    hosted = Hosted(0, data, task.size(data))
+    config = {"task": "soma.tasks.control", "options": {"examples": 8}, "seed": 0}
+    lost = Meeting("r", 0, 3, start="ab" * 32, quorum=2, secure=secure, config=config)
+    with pytest.raises(StoreDamaged, match=r"client 0 cannot train .*soma repair"):
+        step(store, lost, task, load_strategy("fedavg"), nodes, hosted)
+    assert store.resolve(lost.client(0)) is None  # no drop-out recorded
+
+    class Broken:
+        def train(self, nodes, data, *, seed):
+            raise RuntimeError("it broke")
+
+    start = store.put_value(export(nodes))
+    there = Meeting("r", 1, 3, start=start, quorum=2, secure=secure, config=config)
+    if secure is not None:  # a secure client leaves by withdrawing from its session
+        from soma.secagg import advertise
+        from soma.secagg.round import session_of
+
+        advertise(store, session_of(there), 0)
+    done = step(store, there, Broken(), load_strategy("fedavg"), nodes, hosted)
+    assert done.dropped == "failed: RuntimeError: it broke"
+
+
 @pytest.mark.slow
 def test_a_simulation_without_a_store_leaves_no_folder(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("TMPDIR", str(tmp_path))
