@@ -17,7 +17,6 @@ from soma.round import (
 from soma.round.records import AverageRecord, read_average
 from soma.run.spec import RunSpec
 from soma.store import Store
-from soma.timing import LEASE
 from soma.workflow.common import LOG, meeting_of, spec_of
 from soma.workflow.receipts import clients_in, read_receipt, write_receipt
 
@@ -27,8 +26,9 @@ def average(
 ) -> None:
     """Average exactly the weights the client receipts name; once, whoever else tries."""
     tic = time.perf_counter()
+    spec = spec_of(config)
     store = RunSpec.config_store(config)
-    meeting = meeting_of(config, round, read_receipt(previous))
+    meeting = meeting_of(spec, round, read_receipt(previous))
     inputs = []
     for path in clients:
         for given in clients_in(read_receipt(path)):
@@ -36,7 +36,7 @@ def average(
                 inputs.append(
                     Input(given["client"], given["weights"], given["size"], given.get("extra"))
                 )
-    digest = averaged(store, meeting, config, inputs)
+    digest = averaged(store, meeting, spec, inputs)
     record = read_average(store, digest)
     inputs_said = [
         {"client": i["client"], "weights": i["weights"], "size": i["size"]} for i in record.inputs
@@ -45,15 +45,13 @@ def average(
     _log_average(meeting, record, digest, time.perf_counter() - tic)
 
 
-def averaged(
-    store: Store, meeting: Meeting, config: Mapping[str, Any], inputs: Sequence[Input]
-) -> str:
+def averaged(store: Store, meeting: Meeting, spec: RunSpec, inputs: Sequence[Input]) -> str:
     """The round's average record: of exactly the inputs this snakemake's receipts name; or,
     at a site (config `site`), whose receipts name only its own clients, of the whole round
     as the store has it, waited for with nobody in charge (soma.round.average_round: the
     quorum, `average_deadline`): whichever site finds it complete averages it, once."""
-    deadline, lease = config.get("average_deadline"), config.get("lease", LEASE)
-    if spec_of(config).site is None:
+    deadline, lease = spec.timing.average_deadline, spec.timing.lease
+    if spec.site is None:
         return average_inputs(store, meeting, inputs, deadline=deadline, lease=lease)
     return average_round(store, meeting, deadline=deadline, lease=lease)
 

@@ -11,7 +11,7 @@ from typing import Any
 from soma.run.spec import RunSpec
 from soma.tasks import Task
 from soma.training import trained_alone
-from soma.workflow.common import LOG, json_numbers, nodes_at, shown, task_of
+from soma.workflow.common import LOG, json_numbers, nodes_at, shown, spec_of, task_of
 from soma.workflow.receipts import read_receipt, write_receipt
 
 
@@ -68,7 +68,7 @@ def alone(config: Mapping[str, Any], client: int, started: str, receipt: str) ->
     Under secure aggregation its size and its training's metrics (loss, steps) are neither
     in the receipt nor in the log: they are what the secure sum hides of it; its test
     metrics, which the summary's alone columns need, are."""
-    task = task_of(config)
+    task = task_of(spec_of(config))
     if _no_test_set(config, task, receipt, client=client):
         return
     data = task.shard(client, config["clients"])
@@ -85,7 +85,7 @@ def alone(config: Mapping[str, Any], client: int, started: str, receipt: str) ->
 
 def centralized(config: Mapping[str, Any], started: str, receipt: str) -> None:
     """All the training data in one place, for as many rounds of local epochs."""
-    task = task_of(config)
+    task = task_of(spec_of(config))
     if _no_test_set(config, task, receipt):
         return
     everything = getattr(task, "everything", None)

@@ -39,7 +39,8 @@ def progress(message: str, *args: Any) -> None:
 
 
 def spec_of(config: Mapping[str, Any]) -> RunSpec:
-    """The run the config describes (soma.run.spec), as every job reads it."""
+    """The run the config describes (soma.run.spec), as every job reads it: once a job, and
+    handed on (its roster is read once, RunSpec.signing)."""
     return RunSpec.from_config(config)
 
 
@@ -48,21 +49,20 @@ def _importable_here() -> None:
     importable_here()
 
 
-def task_of(config: Mapping[str, Any]) -> Task:
-    """The configured task, with its options (read as `soma.run.options` reads text)."""
+def task_of(spec: RunSpec) -> Task:
+    """The run's task, with its options (read as `soma.run.options` reads text)."""
     _importable_here()
-    spec = spec_of(config)
     return load_task(spec.task, dict(spec.task_options))
 
 
-def strategy_of(config: Mapping[str, Any]) -> Strategy:
-    spec = spec_of(config)
+def strategy_of(spec: RunSpec) -> Strategy:
+    """The run's strategy, with its options."""
     return load_strategy(spec.strategy, dict(spec.strategy_options))
 
 
-def meeting_of(config: Mapping[str, Any], round: int, started: Mapping[str, Any]) -> Meeting:
+def meeting_of(spec: RunSpec, round: int, started: Mapping[str, Any]) -> Meeting:
     """Where round `round`'s clients meet: keyed by the receipt it started from and the run."""
-    return spec_of(config).meeting(round, started["weights"], started.get("state"))
+    return spec.meeting(round, started["weights"], started.get("state"))
 
 
 def json_numbers(metrics: Mapping[str, Any]) -> dict[str, Any]:

@@ -47,7 +47,8 @@ def evaluate(
     from soma.run.evaluation import has_central
 
     tic = time.perf_counter()
-    task = task_of(config)
+    spec = spec_of(config)
+    task = task_of(spec)
     store = RunSpec.config_store(config)
     average = read_receipt(averaged)
     weights = average["weights"]
@@ -55,13 +56,13 @@ def evaluate(
     metrics = checked_metrics(config, task.evaluate(nodes)) if has_central(task) else {}
     kept = keep_evaluation(store, config["run"], weights, metrics)
     evaluation = {"run": config["run"], "round": round, "weights": weights, "metrics": metrics}
-    privacy = privacy_spent(store, average, strategy_of(config))  # None: keeps no account
+    privacy = privacy_spent(store, average, strategy_of(spec))  # None: keeps no account
     if privacy is not None:
         evaluation["privacy"] = privacy
     if previous is not None:
-        evaluation.update(evaluate_federated(config, task, store, nodes, round, weights, previous))
+        federated = evaluate_federated(config, spec, task, store, nodes, round, weights, previous)
+        evaluation.update(federated)
     write_receipt(receipt, evaluation)
-    spec = spec_of(config)
     if spec.tracking is not None:
         from soma.tracking import track_round
 
@@ -89,6 +90,7 @@ def evaluate(
 
 def evaluate_federated(
     config: Mapping[str, Any],
+    spec: RunSpec,
     task: Task,
     store: Store,
     nodes: Any,
@@ -103,8 +105,7 @@ def evaluate_federated(
 
     if not has_local(task):
         return {}
-    spec = spec_of(config)
-    meeting = meeting_of(config, round, read_receipt(previous))
+    meeting = meeting_of(spec, round, read_receipt(previous))
     evaluators = spec.evaluating(round)
     if not evaluators:  # nobody evaluates (secure aggregation: RunSpec.evaluating)
         return {}

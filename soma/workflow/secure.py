@@ -31,7 +31,7 @@ from soma.run.step import Hosted
 from soma.secagg import round as secure_round
 from soma.store import Store
 from soma.workflow.averaging import average_receipt
-from soma.workflow.common import LOG, meeting_of, strategy_of, task_of
+from soma.workflow.common import LOG, meeting_of, spec_of, strategy_of, task_of
 from soma.workflow.receipts import read_receipt, write_receipt
 
 # Each phase waits for the ones before through the DAG; this is only how long a job waits
@@ -61,7 +61,7 @@ def keys(config: Mapping[str, Any], round: int, client: int, previous: str, rece
     client's own folder."""
     from soma.secagg import advertise
 
-    meeting = meeting_of(config, round, read_receipt(previous))
+    meeting = meeting_of(spec_of(config), round, read_receipt(previous))
     path = _secrets_path(config, meeting, client)
     private.own_folder(path.parent, client)  # refused (another user's) before any key is out
     secrets = advertise(RunSpec.config_store(config), secure_round.session_of(meeting), client)
@@ -74,7 +74,7 @@ def share(config: Mapping[str, Any], round: int, client: int, previous: str, rec
     """Phase 2: the client's secrets shared among the round's clients, each share encrypted."""
     from soma.secagg import share as share_secrets
 
-    meeting = meeting_of(config, round, read_receipt(previous))
+    meeting = meeting_of(spec_of(config), round, read_receipt(previous))
     secrets = _secrets(config, meeting, client)
     among = share_secrets(RunSpec.config_store(config), secrets.session, secrets, deadline=DEADLINE)
     private.keep(_secrets_path(config, meeting, client), client, secrets.private_record())
@@ -90,24 +90,25 @@ def train(config: Mapping[str, Any], round: int, client: int, previous: str, rec
     from soma.secagg import masked_input
 
     tic = time.perf_counter()
+    spec = spec_of(config)
     store = RunSpec.config_store(config)
     started = read_receipt(previous)
-    meeting = meeting_of(config, round, started)
+    meeting = meeting_of(spec, round, started)
     earlier = _masked_before(store, meeting, client)
     if earlier is not None:
         write_receipt(receipt, earlier)
         return
     secrets = _secrets(config, meeting, client)
-    task = task_of(config)
+    task = task_of(spec)
     try:
-        data = task.shard(client, config["clients"])
+        data = task.shard(client, spec.clients)
         hosted = Hosted(client, data, task.size(data))
     except Exception as error:  # its shard: it shared its keys, the others unmask without it
         done = step.failed(store, meeting, client, error)
     else:
-        nodes = task.nodes(config["seed"])
+        nodes = task.nodes(spec.seed)
         done = step.secure(
-            store, meeting, task, strategy_of(config), nodes, hosted, rounds=config["rounds"]
+            store, meeting, task, strategy_of(spec), nodes, hosted, rounds=spec.rounds
         )
     if done.dropped is not None:  # withdrawn, and the round goes on without it
         write_receipt(receipt, {**_receipt(meeting, client), "dropped": done.dropped})
@@ -161,7 +162,7 @@ def reveal(
     client's secrets of the round are deleted, their last use."""
     from soma.secagg import reveal as reveal_shares
 
-    meeting = meeting_of(config, round, read_receipt(previous))
+    meeting = meeting_of(spec_of(config), round, read_receipt(previous))
     path = _secrets_path(config, meeting, client)
     store = RunSpec.config_store(config)
     done = store.resolve(secure_round.session_of(meeting).name("reveal", client))
@@ -185,10 +186,16 @@ def average(
 ) -> None:
     """Phase 5: unmask the sum (once), step the strategy from the mean, publish the average."""
     tic = time.perf_counter()
+    spec = spec_of(config)
     store = RunSpec.config_store(config)
-    meeting = meeting_of(config, round, read_receipt(previous))
+    meeting = meeting_of(spec, round, read_receipt(previous))
     digest = secure_round.average_round(
-        store, meeting, strategy_of(config), took_part=True, deadline=DEADLINE
+        store,
+        meeting,
+        strategy_of(spec),
+        took_part=True,
+        deadline=DEADLINE,
+        lease=spec.timing.lease,
     )
     record = read_average(store, digest)
     if record.secure is None:

@@ -19,7 +19,15 @@ from soma.run.spec import RunSpec
 from soma.run.step import Hosted
 from soma.store import Store
 from soma.tasks import Task
-from soma.workflow.common import LOG, json_numbers, meeting_of, shown, strategy_of, task_of
+from soma.workflow.common import (
+    LOG,
+    json_numbers,
+    meeting_of,
+    shown,
+    spec_of,
+    strategy_of,
+    task_of,
+)
 from soma.workflow.receipts import clients_in, read_receipt, write_receipt
 
 
@@ -42,11 +50,12 @@ def train(
     process was killed or its Slurm job was cancelled): its receipt says why, and the round's
     average names it as left out. Otherwise the job fails, naming the client and the reason.
     """
-    task = task_of(config)
+    spec = spec_of(config)
+    task = task_of(spec)
     store = RunSpec.config_store(config)
     started = read_receipt(previous)
-    meeting = meeting_of(config, round, started)
-    written = _train_client(task, store, config, meeting, client, started, before)
+    meeting = meeting_of(spec, round, started)
+    written = _train_client(task, store, spec, meeting, client, started, before)
     write_receipt(receipt, _keeping_own(written, before))
 
 
@@ -62,17 +71,16 @@ def train_batch(
     """Clients `clients` of round `round` in one job (config `clients_per_job`), each as its
     own train job would: from the round's start, with its own seed and state. One receipt
     holds each client's receipt, the very one `train` writes for it, under "clients"."""
-    task = task_of(config)
+    spec = spec_of(config)
+    task = task_of(spec)
     store = RunSpec.config_store(config)
     started = read_receipt(previous)
-    meeting = meeting_of(config, round, started)
+    meeting = meeting_of(spec, round, started)
     for k in clients:
         meeting.check_client(k)
     each = []
     for k in clients:
-        written = _train_client(
-            task, store, config, meeting, k, started, before.get(k), batch=batch
-        )
+        written = _train_client(task, store, spec, meeting, k, started, before.get(k), batch=batch)
         each.append(_keeping_own(written, before.get(k)))
     write_receipt(receipt, {"run": meeting.run, "round": round, "batch": batch, "clients": each})
 
@@ -99,7 +107,7 @@ def _own_state(before: str | None, client: int) -> str | None:
 def _train_client(
     task: Task,
     store: Store,
-    config: Mapping[str, Any],
+    spec: RunSpec,
     meeting: Meeting,
     client: int,
     started: Mapping[str, Any],
@@ -116,15 +124,15 @@ def _train_client(
     try:
         try:
             own = _own_state(before, client)
-            data = task.shard(client, config["clients"])
+            data = task.shard(client, spec.clients)
             own = None if own is None else store.recall_digest(own)
             hosted = Hosted(client, data, task.size(data), own=own)
         except Exception as error:  # before training: its shard, or its own state
             done = step.failed(store, meeting, client, error)
         else:
-            nodes = task.nodes(config["seed"])
+            nodes = task.nodes(spec.seed)
             done = step.plain(
-                store, meeting, task, strategy_of(config), nodes, hosted, rounds=config["rounds"]
+                store, meeting, task, strategy_of(spec), nodes, hosted, rounds=spec.rounds
             )
     except step.StoreDamaged:  # after `soma repair`, a rerun of this job is not a retry
         store.forget(_started_name(meeting, client))

@@ -176,9 +176,9 @@ def test_a_rerun_train_job_writes_no_second_masked_input(tmp_path, monkeypatch) 
     assert json.loads(receipt.read_text())["earlier"] is True
     # client 1's earlier attempt claimed its masking and died before writing: it drops out
     from soma.secagg.round import session_of
-    from soma.workflow import meeting_of
+    from soma.workflow import meeting_of, spec_of
 
-    session = session_of(meeting_of(config, 0, json.loads(start.read_text())))
+    session = session_of(meeting_of(spec_of(config), 0, json.loads(start.read_text())))
     store.claim(session.name("masking", 1), store.put_value({"client": 1}))
     jobs.train(config, 0, 1, str(start), str(tmp_path / "results/client/1.json"))
     dropped = json.loads((tmp_path / "results/client/1.json").read_text())["dropped"]
