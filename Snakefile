@@ -7,9 +7,9 @@ import sys
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 
-from soma.run.configs import ConfigRefused, default_run, schema_refusal, typed
-from soma.run.spec import RunSpec
-from soma.run.study import study_of
+from soma.config.configs import ConfigRefused, default_run, schema_refusal, typed
+from soma.config.spec import RunSpec
+from soma.config.study import study_of
 
 min_version("8.0")
 
@@ -32,7 +32,7 @@ except WorkflowError as error:
         raise
     raise ConfigRefused(said) from None
 
-# A study (soma.run.study): one run per point of its grid, every point's config checked as
+# A study (soma.config.study): one run per point of its grid, every point's config checked as
 # a run's is; the runs are made in this one DAG by workflow/rules/study.smk.
 STUDY = study_of(config)
 if STUDY is not None:
@@ -47,7 +47,7 @@ if STUDY is not None:
 
 else:
     # What the schema cannot say and needs no torch, refused naming the config keys (the run
-    # layer's one pure check, soma.run.spec): the task's option names (when its module declares
+    # layer's one pure check, soma.config.spec): the task's option names (when its module declares
     # OPTIONS), a quorum the sample cannot meet, secure aggregation's threshold and what it
     # excludes. The rest (the task imports, its option values, its partition for this many
     # clients, the strategy fits, the metric) is checked by the `start` job, before any client

@@ -18,8 +18,8 @@ from typing import Any
 
 import soma
 from benchmarks.faulty import Attack, check_attack
+from soma.config.participation import ParticipationError, sampled
 from soma.nodes import export
-from soma.run.participation import ParticipationError, sampled
 from soma.tasks import digits
 from soma.training import training_seed
 

@@ -9,7 +9,7 @@ epochs, batch 16) and FedAvg, in three runs that differ only in who takes part:
 
 - full:          every client, every round (the workflow's default);
 - 50%:           `participation=0.5`: 5 of the 10 clients per round, drawn by
-                 `soma.run.participation.sampled(seed, round_index, 10, 0.5)`, the very draw the
+                 `soma.config.participation.sampled(seed, round_index, 10, 0.5)`, the very draw the
                  distributed run makes, so this is what a Slurm run with that setting learns;
 - drop one, q0.8: everyone sampled, but one client is killed every round (the one at
                  `round_index % 10`, `federation.drop_one_per_round`: its training raises

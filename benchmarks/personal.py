@@ -30,12 +30,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from soma.config.spec import RunSpec  # noqa: E402
 from soma.nodes import export, load  # noqa: E402
 from soma.round.once import read_record  # noqa: E402
+from soma.run import checked
 from soma.run.drive import drive  # noqa: E402
 from soma.run.personal import nodes_of_client  # noqa: E402
 from soma.run.simulate import store_at  # noqa: E402
-from soma.run.spec import RunSpec  # noqa: E402
 from soma.tasks.digits import DigitsTask  # noqa: E402
 from soma.training import trained_alone  # noqa: E402
 
@@ -89,7 +90,7 @@ def run(seed: int, rounds: int, clients: int, personal: tuple[str, ...]) -> dict
         mine=tuple(range(clients)),
         given="library",
     )
-    task, strategy = spec.checked()
+    task, strategy = checked.checked(spec)
     with store_at(None) as store:
         driven = drive(spec, store, task, strategy)
         weights = store.recall_digest(driven.weights)

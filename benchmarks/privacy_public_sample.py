@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from soma import privacy, simulate  # noqa: E402
-from soma.run.participation import sampled  # noqa: E402
+from soma.config.participation import sampled  # noqa: E402
 
 DELTA = 1e-5
 

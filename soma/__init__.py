@@ -1,6 +1,6 @@
 """soma: federated learning on Slurm, with a shared folder and no coordinator.
 
-The names below are imported when first used (PEP 562), so that `import soma.run.participation`
+The names below are imported when first used (PEP 562), so that `import soma.config.participation`
 (the Snakefile, at parse time) or `soma status` does not pay for importing torch.
 """
 

@@ -1,7 +1,7 @@
 """How two declared configs, or two meetings' settings, differ: key by key, nested maps
 dotted (`task_options.hidden`), and each value as a message shows it.
 
-Its own torch-free module because the workflow's parse-time check (soma.run.identity: a
+Its own torch-free module because the workflow's parse-time check (soma.config.identity: a
 results folder of another config) and the round (soma.round.apart: meetings of one round that
 differ) both say it, and the round must not import the run layer that drives it.
 """

@@ -24,8 +24,8 @@ import torch
 from torch import nn
 
 import soma
+from soma.config import configs
 from soma.errors import AggregationError, LoadError, SomaError
-from soma.run import configs
 from soma.store import Store, names
 from soma.store.errors import BadName, BadStore
 
@@ -81,10 +81,10 @@ CAUGHT_AS = {
     "soma.tasks.TaskError": (ValueError,),
     "soma.strategies.StrategyError": (ValueError,),
     "soma.training.TrainingError": (ValueError,),
-    "soma.run.participation.ParticipationError": (ValueError,),
+    "soma.config.participation.ParticipationError": (ValueError,),
     "soma.device.DeviceError": (ValueError,),
     "soma.model.ModelError": (ValueError,),
-    "soma.run.configs.ConfigRefused": (ValueError,),
+    "soma.config.configs.ConfigRefused": (ValueError,),
 }
 
 

@@ -10,8 +10,8 @@ from typing import Any
 from soma.cli.health import gc, keys, repair, verify
 from soma.cli.run import client
 from soma.cli.show import export, status
+from soma.config.spec import BadArgument
 from soma.files import DURABLE
-from soma.run.spec import BadArgument
 from soma.timing import DEADLINE, LEASE
 
 DESCRIPTION = (
@@ -33,8 +33,8 @@ def _count_or_fraction(text: str) -> int | float:
 
 
 def clients_of(text: str) -> list[int]:
-    """`3`, `0-4`, `0,2,5` or `0-4,8`: the clients one process hosts (soma.run.options)."""
-    from soma.run.options import clients_of as parsed
+    """`3`, `0-4`, `0,2,5` or `0-4,8`: the clients one process hosts (soma.config.options)."""
+    from soma.config.options import clients_of as parsed
 
     try:
         return parsed(text)
@@ -88,10 +88,10 @@ def _check_run(run: str) -> None:
 
 
 def _check_client(args: argparse.Namespace) -> None:
-    """The run's pure check (soma.run.spec: numbers, timing, sampling, secure aggregation,
+    """The run's pure check (soma.config.spec: numbers, timing, sampling, secure aggregation,
     tree, the task's option names); the task and the strategy are made and checked together
     by `client`, before it writes anything."""
-    from soma.run.spec import RunSpec
+    from soma.config.spec import RunSpec
 
     RunSpec.from_args(args).check()
 

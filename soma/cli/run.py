@@ -8,6 +8,8 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
+from soma.run import checked
+
 if TYPE_CHECKING:
     from soma.run.step import Hosted
 
@@ -22,16 +24,16 @@ def client(args: argparse.Namespace) -> int:
     and without --store a temporary store, removed at the end."""
     import torch
 
+    from soma.config.spec import RunSpec
     from soma.run.drive import drive
     from soma.run.evaluation import has_central
     from soma.run.simulate import store_at
-    from soma.run.spec import RunSpec
     from soma.tasks import importable_here
 
     torch.set_num_threads(args.threads)
     importable_here()  # `--task mytask` finds mytask.py here, as the workflow does
     spec = RunSpec.from_args(args)
-    task, strategy = spec.checked()
+    task, strategy = checked.checked(spec)
     with store_at(args.store, spec) as store:  # only once the run was checked whole
         driven = drive(spec, store, task, strategy, after=_printer(args, task))
         evaluation = task.evaluate(driven.nodes) if has_central(task) else None

@@ -7,8 +7,8 @@ import json
 from typing import Any
 
 from soma.cli.stores import existing_store
+from soma.config.spec import BadArgument
 from soma.round import holders
-from soma.run.spec import BadArgument
 
 
 def _metrics_text(metrics: Any) -> str:

@@ -33,7 +33,7 @@ class Meeting:
     task, the task's options, the seed). Two runs under one name that differ in any of them
     meet apart. A bare call with none of them meets by run, round, clients and strategy only.
 
-    `expected` is who takes part in the round (None: every client; see soma.run.participation),
+    `expected` is who takes part in the round (None: every client; see soma.config.participation),
     and `quorum` how many of them must come for it to be averaged without the rest (None:
     all of them). A client that fails or whose export is refused drops out, saying why.
     """

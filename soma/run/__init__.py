@@ -1,7 +1,7 @@
-"""The run layer: what a federated run is (`spec`), how a value typed as text reads
-(`options`), one client's part in a round (`step`), and the round loop (`drive`), shared by
-`soma client`, the workflow's jobs and `soma simulate`; and a baseline's training (`alone`).
+"""The run layer: how a run (soma.config describes it) is driven, the same in every mode.
 
-Importing this package (and `options`, `spec`) needs neither torch nor PyYAML: the
-Snakefile imports them at parse time.
+Its deep check (`checked`: the task and the strategy made and checked together), one
+client's part in a round and the one drop-out rule (`step`), the round loop (`drive`) shared
+by `soma client`, the workflow's jobs and `soma simulate` (`simulate`), who took part
+(`attendance`), personal nodes (`personal`) and federated evaluation (`evaluation`).
 """

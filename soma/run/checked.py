@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from soma.run.spec import RunSpec
+    from soma.config.spec import RunSpec
     from soma.strategies import Strategy
     from soma.tasks import Task
 

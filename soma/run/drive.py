@@ -10,9 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from soma.config.spec import RunSpec
 from soma.round import layout
 from soma.run import step
-from soma.run.spec import RunSpec
 from soma.run.step import Hosted
 from soma.store import Store
 from soma.timing import Timing
@@ -57,7 +57,7 @@ def drive(
     (soma.run.step), then leave with the round's average (whoever finds the round complete
     averages it), every wait as `spec.timing` says. `after(round, driven)` is called once a
     round is averaged, its weights loaded into `driven.nodes`. `task` and `strategy` are
-    `spec.checked()`'s."""
+    `soma.run.checked.checked(spec)`'s."""
     from soma.nodes import export, load
     from soma.round import announce, average_round
     from soma.round.once import read_record

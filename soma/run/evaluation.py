@@ -2,7 +2,7 @@
 
 In a real federation there is no central test set. A task that answers
 `evaluate_local(nodes, client, clients) -> (metrics, size)` (see soma.tasks) is asked, each
-round, by the clients that evaluate it (`soma.run.participation.evaluating`: the round's
+round, by the clients that evaluate it (`soma.config.participation.evaluating`: the round's
 training sample, or `evaluate_participation`), for the metrics of the round's average on their
 own held-out split. What is kept, in the store beside the round's meeting (names spelled in
 soma.round.layout), is the same in every mode, byte for byte (no host, no time in a record):

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from soma.config.options import typed
+from soma.config.spec import RunSpec
 from soma.files import DURABLE
+from soma.run import checked
 from soma.run.drive import Round, drive
-from soma.run.options import typed
-from soma.run.spec import RunSpec
 from soma.timing import DEADLINE, LEASE, Timing
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def simulate(
     after: Callable[[Round, Any], None] | None = None,
 ) -> Simulated:
     """Run `rounds` rounds of `clients` clients of `task` in this interpreter (see the
-    module). Options given as text read as everywhere else (soma.run.options); the run is
+    module). Options given as text read as everywhere else (soma.config.options); the run is
     checked whole (RunSpec.checked) before anything is written."""
     spec = RunSpec(
         run=run,
@@ -101,7 +102,7 @@ def simulate_spec(
     """`simulate` of a spec whose `mine` is every client."""
     from soma.run.evaluation import has_central
 
-    task, strategy = spec.checked()
+    task, strategy = checked.checked(spec)
     with store_at(store, spec) as kept:
         driven = drive(spec, kept, task, strategy, after=after)
         evaluation = task.evaluate(driven.nodes) if has_central(task) else None

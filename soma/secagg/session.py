@@ -177,7 +177,7 @@ class Secrets:
 
     def private_record(self) -> dict[str, Any]:
         """Everything private, as text, for a client whose phases run in separate processes
-        (the workflow's jobs): written by `soma.run.secrets.keep` to the client's own folder
+        (the workflow's jobs): written by `soma.config.secrets.keep` to the client's own folder
         (0700), never to the store. What is derived from it (the keys read, the AES keys) is
         derived again."""
         return {

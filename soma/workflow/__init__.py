@@ -59,7 +59,7 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["evaluate", "evaluate_federated"], "evaluating"),
     **dict.fromkeys(["alone", "centralized", "told_clients", "_baseline"], "baselines"),
     "best": "best_round",
-    "ConfigRefused": "common",  # soma.run.configs's, as the jobs raise it
+    "ConfigRefused": "common",  # soma.config.configs's, as the jobs raise it
 }
 
 __all__ = sorted(name for name in _EXPORTS if not name.startswith("_"))

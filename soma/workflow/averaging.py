@@ -8,6 +8,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from soma.config.spec import RunSpec
 from soma.round import (
     Input,
     Meeting,
@@ -15,7 +16,6 @@ from soma.round import (
     average_round,
 )
 from soma.round.records import AverageRecord, read_average
-from soma.run.spec import RunSpec
 from soma.store import Store
 from soma.workflow.common import LOG, meeting_of, spec_of
 from soma.workflow.receipts import clients_in, read_receipt, write_receipt

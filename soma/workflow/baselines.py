@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from soma.run.spec import RunSpec
+from soma.config.spec import RunSpec
 from soma.tasks import Task
 from soma.training import trained_alone
 from soma.workflow.common import LOG, json_numbers, nodes_at, shown, spec_of, task_of

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from soma.config.spec import RunSpec
 from soma.model import export_best
-from soma.run.spec import RunSpec
 from soma.workflow.common import LOG, shown_value
 from soma.workflow.receipts import read_receipt
 

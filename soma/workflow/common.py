@@ -18,10 +18,10 @@ from typing import Any
 
 import torch
 
+from soma.config.configs import ConfigRefused
+from soma.config.spec import RunSpec
 from soma.nodes import load
 from soma.round import Meeting, evaluation_name
-from soma.run.configs import ConfigRefused
-from soma.run.spec import RunSpec
 from soma.store import Store
 from soma.strategies import (
     Strategy,
@@ -39,7 +39,7 @@ def progress(message: str, *args: Any) -> None:
 
 
 def spec_of(config: Mapping[str, Any]) -> RunSpec:
-    """The run the config describes (soma.run.spec), as every job reads it: once a job, and
+    """The run the config describes (soma.config.spec), as every job reads it: once a job, and
     handed on (its roster is read once, RunSpec.signing)."""
     return RunSpec.from_config(config)
 
@@ -50,7 +50,7 @@ def _importable_here() -> None:
 
 
 def task_of(spec: RunSpec) -> Task:
-    """The run's task, with its options (read as `soma.run.options` reads text)."""
+    """The run's task, with its options (read as `soma.config.options` reads text)."""
     _importable_here()
     return load_task(spec.task, dict(spec.task_options))
 

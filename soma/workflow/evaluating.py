@@ -8,9 +8,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from soma.config.configs import ConfigRefused
+from soma.config.spec import RunSpec
 from soma.round import evaluation_name, privacy_spent
-from soma.run.configs import ConfigRefused
-from soma.run.spec import RunSpec
 from soma.store import Store
 from soma.tasks import Task
 from soma.workflow.common import (

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from soma.run.identity import RECORD
+from soma.config.identity import RECORD
 
 RESULTS = "results"  # in the workflow's folder, beside logs/
 
@@ -41,7 +41,7 @@ def start_path(run: str, *, results: str = RESULTS) -> str:
 
 
 def run_record_path(run: str, *, results: str = RESULTS) -> str:
-    """What the run is (soma.run.identity.RECORD), written by its start job."""
+    """What the run is (soma.config.identity.RECORD), written by its start job."""
     return f"{results_of(run, results=results)}/{RECORD}"
 
 

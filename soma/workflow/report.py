@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from soma.config.configs import ConfigRefused
 from soma.files import write_atomic
-from soma.run.configs import ConfigRefused
 from soma.run.evaluation import lower_is_better
 from soma.workflow.common import LOG, shown
 from soma.workflow.receipts import read_receipt

@@ -5,7 +5,7 @@ finished the phase before (the DAG is the barrier, so no job ever waits for one 
 not started): `keys` (advertise), `share`, `train` (train, then the masked input), `reveal`,
 and the round's `average` (unmask once, then the strategy's step from the mean). A client's
 private secrets (its two X25519 private keys, its self-mask seed, its own shares) are kept
-between its jobs in a folder of its own (soma.run.secrets: config
+between its jobs in a folder of its own (soma.config.secrets: config
 `secure_aggregation.secrets`, mode 0700, the file 0600), never in the store, and deleted by
 its reveal job: whoever reads that folder and the store can unmask that client's export.
 
@@ -22,11 +22,11 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from soma.config import secrets as private
+from soma.config.spec import RunSpec
 from soma.round import Meeting, read_record
 from soma.round.records import RecordError, SecureRecord, read_average
-from soma.run import secrets as private
 from soma.run import step
-from soma.run.spec import RunSpec
 from soma.run.step import Hosted
 from soma.secagg import round as secure_round
 from soma.store import Store

@@ -7,11 +7,12 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from soma.config import identity as runs
+from soma.config.spec import RunSpec
 from soma.nodes import export
 from soma.round import layout
-from soma.run import identity as runs
+from soma.run import checked
 from soma.run.personal import shared
-from soma.run.spec import RunSpec
 from soma.tasks import Task
 from soma.workflow.common import (
     LOG,
@@ -33,21 +34,21 @@ def start(config: Mapping[str, Any], receipt: str, run_record: str | None = None
 
 def start_group(runs: Sequence[tuple[Mapping[str, Any], str, str | None]]) -> None:
     """The run's starting weights, from the seed, kept in the store, and their evaluation;
-    and `run_record`, what the run is (`soma.run.identity.record`), where its receipts live.
+    and `run_record`, what the run is (`soma.config.identity.record`), where its receipts live.
 
     The first job of a run, so everything the Snakefile could not check without torch is
     checked here, before any client trains: the task imports and takes its options, the
     strategy (a built-in or an import path) takes its options and fits the task, the task can
-    serve this many clients (`check(clients)`): the run layer's `RunSpec.checked()`; and the
-    configured metric is one that `evaluate()` returns. Each refusal names the config key.
+    serve this many clients (`check(clients)`): the run layer's deep check (soma.run.checked);
+    and the configured metric is one that `evaluate()` returns. Each refusal names the config key.
     The evaluation of the starting weights is the summary's `start` row and the plot's first point.
     `runs` that share a start (a study's points with the same task, options and seed:
-    soma.run.study.start_groups) share one job: the weights are made and evaluated once.
+    soma.config.study.start_groups) share one job: the weights are made and evaluated once.
     """
     tic = time.perf_counter()
     _importable_here()
     specs = [spec_of(config) for config, _, _ in runs]
-    task = [spec.checked() for spec in specs][0][0]  # every run checked before any write
+    task = [checked.checked(spec) for spec in specs][0][0]  # every run checked before any write
     config = runs[0][0]
     nodes = task.nodes(config["seed"])
     exported = export(nodes)  # before evaluate(), which may move the nodes to a device
@@ -70,7 +71,7 @@ def _started(
 ) -> None:
     """A run's names bound to its starting weights, its record and its start receipt."""
     if spec.secure is not None:  # against whom it holds, when every job runs as this user
-        from soma.run.secrets import one_user_warning
+        from soma.config.secrets import one_user_warning
 
         LOG.warning(one_user_warning(spec.secrets, spec.run))
     store.claim(layout.starting(config["run"], weights), weights)  # never rebound by another

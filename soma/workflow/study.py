@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from soma.config.study import Study
 from soma.files import write_atomic
 from soma.run.evaluation import lower_is_better
-from soma.run.study import Study
 from soma.workflow.common import LOG
 from soma.workflow.receipts import RESULTS, evaluation_path, read_receipt, start_path
 from soma.workflow.report import START, _cell, _write_text, round_ticks, x_of

@@ -8,14 +8,14 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from soma.config.configs import ConfigRefused
+from soma.config.spec import RunSpec
 from soma.round import (
     Meeting,
     holders,
     read_record,
 )
 from soma.run import step
-from soma.run.configs import ConfigRefused
-from soma.run.spec import RunSpec
 from soma.run.step import Hosted
 from soma.store import Store
 from soma.tasks import Task

@@ -14,11 +14,11 @@ import torch
 pytest.importorskip("cryptography")
 
 from soma import health  # noqa: E402
+from soma.config.spec import RunSpec  # noqa: E402
 from soma.round import Meeting, average_round, contribute, drop  # noqa: E402
 from soma.round import signing as signatures  # noqa: E402
 from soma.round.signing import Signing, SigningError, make_keys, read_roster  # noqa: E402
 from soma.run.simulate import simulate  # noqa: E402
-from soma.run.spec import RunSpec  # noqa: E402
 from soma.secagg import phases  # noqa: E402
 from soma.secagg import roster as rosters  # noqa: E402
 from soma.secagg.consistency import SplitRoster, confirm  # noqa: E402
@@ -246,7 +246,7 @@ def _spec(folder: Path, **given) -> RunSpec:
 
 
 def test_a_roster_and_keys_that_cannot_sign_are_refused_by_their_option(tmp_path, keys):
-    from soma.run.spec import BadArgument as SigningError  # the refusal names the option
+    from soma.config.spec import BadArgument as SigningError  # the refusal names the option
 
     _spec(keys).check()
     with pytest.raises(SigningError, match=r"--roster: clients 3 of the run's 4"):

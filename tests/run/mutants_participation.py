@@ -1,11 +1,11 @@
-"""Broken variants of participation: sampling (soma.run.participation) and the quorum
+"""Broken variants of participation: sampling (soma.config.participation) and the quorum
 (soma.round); registered into tests/mutants.py's MUTANTS."""
 
 from __future__ import annotations
 
 from mutants import _replace, mutant
 
-# --- participation (soma/run/participation.py, the quorum in soma/round/roll.py) ------------------
+# --- participation (soma/config/participation.py, the quorum in soma/round/roll.py) ---
 
 
 @mutant(
@@ -25,10 +25,10 @@ def _round_ignores_the_quorum() -> None:
 )
 def _participation_ignores_sampling() -> None:
     """Everyone takes part in every round, whatever the participation says."""
-    import soma.run.participation
+    import soma.config.participation
 
     _replace(
-        soma.run.participation,
+        soma.config.participation,
         "sampled",
         lambda seed, round, clients, participation=None: list(range(clients)),
     )

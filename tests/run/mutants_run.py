@@ -14,7 +14,7 @@ from mutants import _replace, mutant
 )
 def _options_read_an_exponent_as_text() -> None:
     """YAML 1.1 alone: `1e-1` stays the text '1e-1' (what the workflow used to read)."""
-    import soma.run.options
+    import soma.config.options
 
     def value(text):
         import yaml
@@ -24,7 +24,7 @@ def _options_read_an_exponent_as_text() -> None:
         except yaml.YAMLError:
             return text
 
-    _replace(soma.run.options, "value", value)
+    _replace(soma.config.options, "value", value)
 
 
 @mutant(
@@ -33,9 +33,9 @@ def _options_read_an_exponent_as_text() -> None:
 )
 def _identity_digests_raw_option_text() -> None:
     """A run's declared options as typed: `lr: 1e-1` and `lr: 0.1` become two runs."""
-    import soma.run.identity
+    import soma.config.identity
 
-    real = soma.run.identity.declared
+    real = soma.config.identity.declared
 
     def declared(config):
         what = real(config)
@@ -44,7 +44,7 @@ def _identity_digests_raw_option_text() -> None:
         what["strategy_options"] = (config.get("strategy_options") or {}).get(strategy) or {}
         return what
 
-    _replace(soma.run.identity, "declared", declared)
+    _replace(soma.config.identity, "declared", declared)
 
 
 @mutant(

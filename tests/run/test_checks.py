@@ -168,10 +168,10 @@ def config(**changes) -> dict:
 
 
 def test_each_refusal_of_the_start_checks_names_its_key() -> None:
-    from soma.run.spec import RunSpec
+    from soma.config.spec import RunSpec
 
     def checked(**changes):
-        return RunSpec.from_config(config(**changes)).checked()
+        return checked.checked(RunSpec.from_config(config(**changes)))
 
     with pytest.raises(workflow.ConfigRefused, match=r"^config key `task`: "):
         checked(task="nosuch")

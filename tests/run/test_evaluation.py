@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from helpers import NO_BASELINES, ok, snakemake
 
+from soma.config.participation import evaluating, sampled
 from soma.model import export_best, read_metadata
 from soma.round import layout, meetings, status
 from soma.run import evaluation
-from soma.run.participation import evaluating, sampled
 from soma.run.simulate import simulate
 from soma.store import Store
 from soma.tasks import digits

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import soma
+from soma.config.participation import ParticipationError, policy, quorum_size, sample_size, sampled
 from soma.round import (
     Backoff,
     Meeting,
@@ -26,7 +27,6 @@ from soma.round import (
     status,
     weights_of_average,
 )
-from soma.run.participation import ParticipationError, policy, quorum_size, sample_size, sampled
 from soma.store import Store
 
 torch.set_num_threads(1)
@@ -57,7 +57,7 @@ def test_a_sample_is_drawn_from_the_seed_and_the_round_and_nothing_else() -> Non
     assert sampled(1, 0, 10, 0.5) != sampled(0, 0, 10, 0.5) or sampled(1, 1, 10, 0.5) != draws[1]
     # in a separate interpreter too: nothing depends on the process
     code = (
-        "from soma.run.participation import sampled; "
+        "from soma.config.participation import sampled; "
         "print([sampled(0, r, 10, 0.5) for r in range(20)])"
     )
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from soma.config.configs import ConfigRefused
+from soma.config.spec import BadArgument, RunSpec
 from soma.round.once import read_record
-from soma.run.configs import ConfigRefused
+from soma.run import checked
 from soma.run.simulate import simulate
-from soma.run.spec import BadArgument, RunSpec
 from soma.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,13 +76,13 @@ def spec(**fields) -> RunSpec:
 )
 def test_personal_is_refused_where_it_cannot_work_naming_the_culprit(fields, named) -> None:
     with pytest.raises(ConfigRefused, match="config key.*`personal`") as refused:
-        spec(**fields).checked()
+        checked.checked(spec(**fields))
     assert named in str(refused.value)
 
 
 def test_personal_on_the_command_line_is_refused_naming_the_option() -> None:
     with pytest.raises(BadArgument, match="--personal: node 'head'"):
-        spec(personal=("head",), given="args").checked()
+        checked.checked(spec(personal=("head",), given="args"))
 
 
 def test_a_personal_run_never_meets_a_shared_one() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from soma.run import options
+from soma.config import options
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -214,7 +214,7 @@ def test_help_shows_every_default() -> None:
 
 
 def test_the_same_options_typed_two_ways_are_one_run() -> None:
-    from soma.run.identity import declared, digest
+    from soma.config.identity import declared, digest
 
     def config(lr, halve):
         return {

@@ -16,7 +16,7 @@ _ROUND = _S + "test_a_secure_round_keeps_each_clients_secrets_0700_and_deletes_t
 )
 def _secrets_threshold_half_is_enough() -> None:
     """The run takes a threshold of half a round's clients (the hosting rule still holds)."""
-    from soma.run.spec import RunSpec
+    from soma.config.spec import RunSpec
 
     def check_threshold(self, sampled):
         hosted = len(self.mine or ())
@@ -32,7 +32,7 @@ def _secrets_threshold_half_is_enough() -> None:
 )
 def _secrets_one_process_hosts_the_threshold() -> None:
     """A process may host as many clients as the threshold (the majority rule still holds)."""
-    from soma.run.spec import RunSpec
+    from soma.config.spec import RunSpec
 
     def check_threshold(self, sampled):
         if 2 * self.secure <= sampled:
@@ -58,7 +58,7 @@ def _secrets_mask_twice() -> None:
 @mutant("secrets_folder_as_the_umask_says", caught_by=[_ROUND])
 def _secrets_folder_as_the_umask_says() -> None:
     """The client's folder is made as the umask says (0777 under umask 0), not 0700."""
-    import soma.run.secrets as private
+    import soma.config.secrets as private
 
     def own_folder(path, client):
         path.mkdir(parents=True, exist_ok=True)
@@ -72,7 +72,7 @@ def _secrets_file_as_the_umask_says() -> None:
     """The secrets file is written as the umask says (0666 under umask 0), not 0600."""
     import json
 
-    import soma.run.secrets as private
+    import soma.config.secrets as private
     from soma.files import write_atomic
 
     def keep(path, client, record):
@@ -85,6 +85,6 @@ def _secrets_file_as_the_umask_says() -> None:
 @mutant("secrets_never_deleted", caught_by=[_ROUND])
 def _secrets_never_deleted() -> None:
     """The reveal job leaves the client's secrets behind."""
-    import soma.run.secrets as private
+    import soma.config.secrets as private
 
     _replace(private, "forget", lambda path: None)

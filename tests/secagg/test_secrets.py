@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from soma.config.configs import ConfigRefused
+from soma.config.identity import declared
+from soma.config.spec import RunSpec
 from soma.errors import SomaError
-from soma.run.configs import ConfigRefused
-from soma.run.identity import declared
-from soma.run.spec import RunSpec
 from soma.secagg import SecAggError, Secrets, Session, advertise, masked_input, share
 from soma.store import Store
 
@@ -239,7 +239,7 @@ def test_a_secure_round_keeps_each_clients_secrets_0700_and_deletes_them_at_its_
 
 
 def test_a_folder_of_another_user_is_refused_naming_the_client(tmp_path) -> None:
-    from soma.run import secrets as private
+    from soma.config import secrets as private
 
     if os.geteuid() != 0:
         pytest.skip("needs root, to give a folder to another user")

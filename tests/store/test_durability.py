@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import soma.store.commit as store_module  # where the passes are made
-from soma.run import spec
+from soma.config import spec
 from soma.store import BadStore, Store, files
 
 HEX = re.compile(rb"[0-9a-f]{64}")
@@ -171,10 +171,13 @@ def test_soma_simulate_refuses_scratch_on_a_shared_store_naming_the_option(
 
 def test_the_run_layer_takes_the_durabilities_and_timing_from_modules_with_no_torch() -> None:
     """One spelling of the durabilities (soma.files) and of the timing defaults (soma.timing),
-    both torch-free, so that the Snakefile's parse-time imports need no second copy."""
+    both torch-free as soma.config is (the floor the Snakefile imports at parse time), so
+    that it needs no second copy."""
     code = (
         "import sys\n"
-        "import soma.files, soma.run.spec, soma.timing\n"
+        "import importlib, pkgutil, soma.config, soma.files, soma.timing\n"
+        "for m in pkgutil.iter_modules(soma.config.__path__):\n"
+        "    importlib.import_module('soma.config.' + m.name)\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from soma.config.secrets import FILE_MODE as PRIVATE
 from soma.files import write_atomic
-from soma.run.secrets import FILE_MODE as PRIVATE
 from soma.workflow import read_receipt, write_receipt
 
 HERE = Path(__file__).resolve().parents[1]

@@ -23,7 +23,7 @@ import torch
 
 import soma
 from soma import privacy
-from soma.run.participation import sampled
+from soma.config.participation import sampled
 from soma.strategies import StrategyError, Update, load_strategy
 
 torch.set_num_threads(1)

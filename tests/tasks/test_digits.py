@@ -16,11 +16,11 @@ import torch
 from torch import nn
 
 from soma import fedavg
+from soma.config.participation import ParticipationError, sampled
 from soma.errors import SomaError
 from soma.nodes import export, load
 from soma.partition import PartitionError
 from soma.round.once import RoundError
-from soma.run.participation import ParticipationError, sampled
 from soma.tasks import Task, TaskError, digits, load_task
 from soma.training import training_seed
 

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from soma import cli
-from soma.run.configs import ConfigRefused
-from soma.run.spec import RunSpec
+from soma.config.configs import ConfigRefused
+from soma.config.spec import RunSpec
+from soma.run import checked
 from soma.workflow import told_clients
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +29,7 @@ def test_a_one_example_shard_is_refused_naming_the_client_and_the_option() -> No
     options = {"partition": "dirichlet", "alpha": 0.05}
     spec = RunSpec(run="r", task="soma.tasks.digits", clients=300, rounds=1, task_options=options)
     with pytest.raises(ConfigRefused, match=r"client \d+ would hold 1 example.*min_size=2"):
-        spec.checked()
+        checked.checked(spec)
 
 
 def test_task_options_under_a_name_that_is_no_task_are_refused_not_ignored() -> None:

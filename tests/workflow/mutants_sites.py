@@ -15,7 +15,7 @@ def _a_site_averages_only_its_own_clients() -> None:
     import soma.workflow.averaging
     from soma.round import average_inputs
 
-    def averaged(store, meeting, config, inputs):
-        return average_inputs(store, meeting, inputs, deadline=config.get("average_deadline"))
+    def averaged(store, meeting, spec, inputs):
+        return average_inputs(store, meeting, inputs, deadline=spec.timing.average_deadline)
 
     _replace(soma.workflow.averaging, "averaged", averaged)

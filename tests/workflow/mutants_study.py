@@ -1,4 +1,4 @@
-"""Broken variants of studies (soma.run.study, soma.workflow.study), registered into
+"""Broken variants of studies (soma.config.study, soma.workflow.study), registered into
 tests/mutants.py's MUTANTS."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from mutants import _replace, mutant
 @mutant("study_start_per_point", caught_by=["tests/workflow/test_study.py", "-k", "start_alike"])
 def _study_start_per_point() -> None:
     """Every point of a study starts on its own: a start job per point, not per start."""
-    import soma.run.study
+    import soma.config.study
 
-    _replace(soma.run.study, "start_groups", lambda study: [[p] for p in study.points])
+    _replace(soma.config.study, "start_groups", lambda study: [[p] for p in study.points])
 
 
 @mutant(

@@ -17,10 +17,10 @@ pytest.importorskip("boto3", reason="boto3 (soma[s3]) is not installed")
 
 from s3_bucket import BUCKET  # noqa: E402
 
-from soma.run.configs import ConfigRefused  # noqa: E402
-from soma.run.identity import declared  # noqa: E402
+from soma.config.configs import ConfigRefused  # noqa: E402
+from soma.config.identity import declared  # noqa: E402
+from soma.config.spec import RunSpec  # noqa: E402
 from soma.run.simulate import simulate  # noqa: E402
-from soma.run.spec import RunSpec  # noqa: E402
 from soma.store import Store  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

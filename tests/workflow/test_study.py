@@ -1,4 +1,4 @@
-"""Studies (soma.run.study): a config's grid expands into one run per point, checked at parse
+"""Studies (soma.config.study): a config's grid expands into one run per point, checked at parse
 time; one tiny study run through Snakemake, its table checked against its runs' own."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 import yaml
 from helpers import ROOT, ok, snakemake
 
-from soma.run.configs import ConfigRefused, schema_refusal
-from soma.run.study import start_groups, study_of
+from soma.config.configs import ConfigRefused, schema_refusal
+from soma.config.study import start_groups, study_of
 
 STRATEGIES = ("fedavg", "fedadam")
 DEFAULTS = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())

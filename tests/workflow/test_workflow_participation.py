@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from helpers import NO_BASELINES, ROOT, TINY, ok, receipts, snakemake, snakemake_command
 
+from soma.config.participation import sampled
 from soma.round import status
-from soma.run.participation import sampled
 from soma.store import Store
 
 FIXTURES = ROOT / "tests" / "fixtures"

@@ -1,9 +1,9 @@
 import functools
 import json
 
-from soma.run.participation import last_sampled_before, sampled
-from soma.run.identity import check_recorded, declared
-from soma.run.spec import RunSpec
+from soma.config.participation import last_sampled_before, sampled
+from soma.config.identity import check_recorded, declared
+from soma.config.spec import RunSpec
 from soma.tasks import defines
 from soma.workflow import receipts
 

@@ -2,7 +2,7 @@
 # a job per client, each after the phase before is done for every client of the round (the
 # DAG is the barrier), then the round's average unmasks the sum. See soma/workflow/secure.py.
 # A client's secrets between its jobs are no output of them: they live in the client's own
-# folder (config `secure_aggregation.secrets`, soma.run.secrets), which the user running
+# folder (config `secure_aggregation.secrets`, soma.config.secrets), which the user running
 # Snakemake may not be able to read, and its reveal job deletes them.
 
 

@@ -1,4 +1,4 @@
-# A study (soma.run.study): one run per point of the config's `study:` grid, in this one DAG.
+# A study (soma.config.study): one run per point of the config's `study:` grid, in this one DAG.
 # Each point is this Snakefile again as a module with the point's config (its rules named
 # point<i>_<rule>), but for its `start`: the points that start from the same weights (the
 # same task, options and seed) share one start job. `results/<study>/summary.tsv` and
@@ -6,8 +6,8 @@
 import json
 import os
 
-from soma.run.identity import declared
-from soma.run.study import start_groups
+from soma.config.identity import declared
+from soma.config.study import start_groups
 from soma.workflow import receipts
 
 STUDY_RUNS = {point.run: point for point in STUDY.points}

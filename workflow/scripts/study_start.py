@@ -1,7 +1,7 @@
 """The starting weights of a study's points that start alike, made once (rule study_start_<g>)."""
 
 from soma import workflow
-from soma.run.study import study_of
+from soma.config.study import study_of
 
 sm = snakemake  # noqa: F821
 with workflow.logged(sm.log[0]):

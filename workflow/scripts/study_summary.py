@@ -1,7 +1,7 @@
 """A study's table and plot over its points and seeds (rule study_summary)."""
 
 from soma import workflow
-from soma.run.study import study_of
+from soma.config.study import study_of
 from soma.workflow import study
 
 sm = snakemake  # noqa: F821

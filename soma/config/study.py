@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from soma.run.configs import ConfigRefused, default_run
+from soma.config.configs import ConfigRefused, default_run
 
 # What a study's mapping holds besides its grid.
 SETTINGS = ("name", "target")
@@ -64,7 +64,7 @@ def _refused(message: str) -> ConfigRefused:
 
 def study_of(config: Mapping[str, Any]) -> Study | None:
     """The study the config describes, every point checked; None when it has no `study`."""
-    from soma.run.spec import RunSpec
+    from soma.config.spec import RunSpec
 
     grid = config.get("study")
     if grid is None:
@@ -139,7 +139,7 @@ def _target(target: Any) -> Mapping[str, Any] | None:
 def start_groups(study: Study) -> list[list[Point]]:
     """The points whose starting weights are the same (the same task, task options, seed,
     personal nodes, store and metric), in the order of their first point: one start job each."""
-    from soma.run.spec import RunSpec
+    from soma.config.spec import RunSpec
 
     groups: dict[str, list[Point]] = {}
     for point in study.points:

@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from soma.config.configs import ConfigRefused
 from soma.differences import differences, shown
-from soma.run.configs import ConfigRefused
 
 RECORD = "run.json"  # in results/<run>/, beside the receipts
 
@@ -42,9 +42,9 @@ def declared(config: Mapping[str, Any]) -> dict[str, Any]:
     here: `rounds` (more rounds extend a run), `clients_per_job` (the same bits, batched),
     `baselines`, `metric`, `threads` (what is reported beside it, and how fast), `site` and
     `sites` (which snakemake runs which clients' jobs: the sites meet in the same rounds). Options
-    are read by the one parser (soma.run.options), so `lr: 1e-1` and `lr: 0.1` are one run.
+    are read by the one parser (soma.config.options), so `lr: 1e-1` and `lr: 0.1` are one run.
     """
-    from soma.run.options import typed
+    from soma.config.options import typed
 
     task, strategy = config["task"], config.get("strategy", "fedavg")
     found = {

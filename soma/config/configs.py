@@ -4,7 +4,7 @@ Snakemake hands a nested value given on the command line (`--config 'baselines={
 false}'`) over as text at every leaf, and reads a top-level one as the first of an
 integer, a float, `True`/`False` or YAML that it parses as: `run=2024` arrives as 2024,
 `run=007` as 7, `run=nan` as a float NaN, `run=True` as a bool. Nested leaves are read back
-as the YAML scalar the user typed (`soma.run.options.scalar`, the one rule of every mode),
+as the YAML scalar the user typed (`soma.config.options.scalar`, the one rule of every mode),
 so that the schema judges what was meant; a name (`run`, `store`, ...) is always text, the
 very text typed after `key=` on the command line (from Snakemake's own record of it, which
 every job is given too), or else the value's own text (`run: 2024` in a config file is
@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from soma.config.options import scalar
 from soma.errors import SomaError
-from soma.run.options import scalar
 
 # Top-level keys that are names, whatever they look like.
 TEXT_KEYS = ("run", "store", "task", "metric", "strategy", "site")

@@ -48,7 +48,7 @@ class SecretsError(SomaError):
 
 def template_refusal(template: object) -> str | None:
     """Why `template` cannot be a client's secrets folder (None: it can). Pure, so that the
-    run's first check (soma.run.spec) refuses it before any job."""
+    run's first check (soma.config.spec) refuses it before any job."""
     if not isinstance(template, str) or not template.strip():
         return f"{template!r} is not a folder's path"
     try:

@@ -26,18 +26,16 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from soma.config.configs import ConfigRefused
+from soma.config.options import pairs, typed
 from soma.errors import SomaError
 from soma.files import DURABILITIES, DURABLE
-from soma.run.configs import ConfigRefused
-from soma.run.options import pairs, typed
 from soma.timing import DEADLINE, LEASE, Timing
 
 if TYPE_CHECKING:
     from soma.round import Meeting
     from soma.round.signing import Signing
     from soma.store import Store
-    from soma.strategies import Strategy
-    from soma.tasks import Task
 
 
 def tracking_folder(run: str) -> str:
@@ -132,7 +130,7 @@ class RunSpec:
     """What a run is: its task and strategy with their options, its clients and rounds, who
     takes part in a round and how many must come (`participation`, `quorum`), how a round is
     averaged (`tree`: a fan-in; `secure`: secure aggregation's threshold; `secrets`: the
-    workflow's template of each client's secrets folder, soma.run.secrets), its seed, and how
+    workflow's template of each client's secrets folder, soma.config.secrets), its seed, and how
     its clients are hosted (`per_job` clients a job or task; `mine`: this process's clients,
     None for the workflow, whose jobs each name theirs), and how its store makes writes
     durable (`durability`: "durable", or "scratch": no fsync, for a simulation on a scratch
@@ -151,7 +149,7 @@ class RunSpec:
     participation: int | float | None = None
     quorum: int | float | None = None
     secure: int | None = None
-    secrets: str | None = None  # secure aggregation's secrets folder (soma.run.secrets)
+    secrets: str | None = None  # secure aggregation's secrets folder (soma.config.secrets)
     tree: int | None = None
     per_job: int = 1
     mine: tuple[int, ...] | None = None
@@ -188,8 +186,8 @@ class RunSpec:
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> RunSpec:
-        """The workflow's config (after `soma.run.configs.typed`); options read as text are read
-        by `soma.run.options` (Snakemake hands nested `--config` values over as text)."""
+        """The workflow's config (after `soma.config.configs.typed`); options read as text are read
+        by `soma.config.options` (Snakemake hands nested `--config` values over as text)."""
         task = str(config["task"])
         strategy = str(config.get("strategy") or "fedavg")
         return cls(
@@ -223,7 +221,7 @@ class RunSpec:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RunSpec:
         """`soma client`'s (or `soma simulate`'s) arguments; `--option KEY=VALUE` read by
-        `soma.run.options`, as the workflow reads its options."""
+        `soma.config.options`, as the workflow reads its options."""
         mine = getattr(args, "mine", None)
         return cls(
             run=args.run,
@@ -256,8 +254,8 @@ class RunSpec:
     # --- what the run is, the same in every mode ------------------------------------------
 
     def identity(self) -> dict[str, Any]:
-        """The part of the run's identity that is not the strategy's (soma.run.identity)."""
-        from soma.run.identity import identity
+        """The part of the run's identity that is not the strategy's (soma.config.identity)."""
+        from soma.config.identity import identity
 
         found = identity(self.task, dict(self.task_options), self.seed)
         if self.personal:  # only when set: the meetings of every other run keep their keys
@@ -267,8 +265,8 @@ class RunSpec:
     def meeting(self, round: int, start: str | None, state: str | None) -> Meeting:
         """Where round `round`'s clients meet, from the weights (and the strategy state) it
         starts from: who is sampled and the quorum follow from the seed and the round."""
+        from soma.config.participation import policy
         from soma.round import Meeting
-        from soma.run.participation import policy
 
         expected, quorum = policy(self.seed, round, self.clients, self.participation, self.quorum)
         return Meeting(
@@ -302,7 +300,7 @@ class RunSpec:
         """Who evaluates round `round`'s average on their own data (soma.run.evaluation): nobody
         under secure aggregation, where a client's metrics and evaluation size would be in
         clear beside a sum that hides them (issue 19: nothing per client in clear)."""
-        from soma.run.participation import evaluating
+        from soma.config.participation import evaluating
 
         if self.secure is not None:
             return []
@@ -313,7 +311,7 @@ class RunSpec:
     def site_clients(self) -> dict[str, list[int]]:
         """Each site's clients (config `sites`), checked to cover every client exactly once;
         refused naming the key and the site or the client."""
-        from soma.run.options import clients_of
+        from soma.config.options import clients_of
 
         found: dict[str, list[int]] = {}
         whose: dict[int, str] = {}
@@ -398,7 +396,7 @@ class RunSpec:
 
     def check(self) -> RunSpec:
         """Every check that needs no torch and imports no task (see the module): the spec."""
-        from soma.run.participation import ParticipationError, quorum_size, sample_size
+        from soma.config.participation import ParticipationError, quorum_size, sample_size
 
         for name, least in (("rounds", 1), ("clients", 1), ("seed", 0), ("threads", 1)):
             self._at_least(name, least)
@@ -435,7 +433,7 @@ class RunSpec:
                 )
             self._check_threshold(sampled)
             if self.secrets is not None:
-                from soma.run.secrets import template_refusal
+                from soma.config.secrets import template_refusal
 
                 refusal = template_refusal(self.secrets)
                 if refusal is not None:
@@ -560,10 +558,3 @@ class RunSpec:
                 f"{self.named('task_options')} {', '.join(map(repr, unknown))}: not an option "
                 f"of task {self.task!r}, which takes {', '.join(declared)}"
             )
-
-    def checked(self) -> tuple[Task, Strategy]:
-        """`check()`, then the task and the strategy made and checked together
-        (soma.run.checked): what the `start` job and `soma client` do before they write."""
-        from soma.run.checked import checked
-
-        return checked(self)
