@@ -17,6 +17,7 @@ import pytest
 from helpers import NO_BASELINES, TINY, snakemake
 
 from soma import workflow
+from soma.run import checked
 from soma.tasks import (
     OptionsRefused,
     TaskError,
@@ -170,21 +171,21 @@ def config(**changes) -> dict:
 def test_each_refusal_of_the_start_checks_names_its_key() -> None:
     from soma.config.spec import RunSpec
 
-    def checked(**changes):
+    def deep(**changes):
         return checked.checked(RunSpec.from_config(config(**changes)))
 
     with pytest.raises(workflow.ConfigRefused, match=r"^config key `task`: "):
-        checked(task="nosuch")
+        deep(task="nosuch")
     with pytest.raises(workflow.ConfigRefused, match=r"^config key `task_options` "):
-        checked(task_options={"soma.tasks.digits": {"lr": -1}})
-    checked()
+        deep(task_options={"soma.tasks.digits": {"lr": -1}})
+    deep()
     with pytest.raises(workflow.ConfigRefused, match=r"^config keys `strategy`/`strategy_opt"):
-        checked(
+        deep(
             strategy="soma.strategies.fedadam",
             strategy_options={"soma.strategies.fedadam": {"bogus": 1}},
         )
     with pytest.raises(workflow.ConfigRefused, match=r"^config keys `clients`/`task_options`"):
-        checked(clients=1)
+        deep(clients=1)
     with pytest.raises(workflow.ConfigRefused, match=r"^config key `metric`: .* accuracy, loss"):
         workflow.checked_metrics(config(metric="f1"), {"accuracy": 0.5, "loss": 1.0})
     assert workflow.checked_metrics(config(), {"accuracy": float("nan")}) == {"accuracy": None}
