@@ -6,9 +6,10 @@ from __future__ import annotations
 from mutants import _replace, mutant
 
 _S3 = "tests/store/test_store_s3.py"
+_CONTRACT = "tests/contract/test_backend.py"  # what every backend owes, run on the bucket too
 
 
-@mutant("s3_claim_by_unconditional_put", caught_by=[_S3, "-k", "claim"])
+@mutant("s3_claim_by_unconditional_put", caught_by=[_CONTRACT, "-k", "claim and s3"])
 def _s3_claim_by_unconditional_put() -> None:
     """A claim that PUTs without If-None-Match: every claimer is told it won, and the last
     one's digest is what the name holds."""
@@ -24,7 +25,7 @@ def _s3_claim_by_unconditional_put() -> None:
     _replace(s3.S3Backend, "claim", claim)
 
 
-@mutant("s3_claim_by_resolve_then_put", caught_by=[_S3, "-k", "race_of_eight"])
+@mutant("s3_claim_by_resolve_then_put", caught_by=[_CONTRACT, "-k", "racing and s3"])
 def _s3_claim_by_resolve_then_put() -> None:
     """A claim that looks first and then PUTs: right alone, wrong in a race."""
     try:
