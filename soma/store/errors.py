@@ -84,3 +84,10 @@ class NoCodec(StoreError, TypeError):
 
 class NotText(StoreError, TypeError):
     """A map key that is not text; the message names the key and where its map sits."""
+
+
+class StoreUnavailable(StoreError, OSError):
+    """A request the store retried for its whole patience (soma.store.patience) still failed:
+    the store is unreachable, full or failing, which is not a client's failure (a client that
+    meets it fails; it never drops out). The message names the store, the request and the
+    last error."""
