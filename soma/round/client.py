@@ -55,6 +55,7 @@ def contribute(
     _check_finite(export, mine)
     if extra is not None:
         _check_finite(extra, mine)
+    _refuse_other_weights(store, meeting, mine, export, size, extra, own)
     weights = store.put_value(export)
     extra_digest = None if extra is None else store.put_value(extra)
     own_digest = None if own is None else store.put_value(own)
@@ -66,6 +67,68 @@ def contribute(
 
 class Contradicts(RoundError):
     """A client contributes to a round it already brought other weights to: the first stands."""
+
+
+def _earlier_record(store: Store, meeting: Meeting, mine: int) -> records.ClientRecord | None:
+    """The export client `mine` already brought to the round, if any (a drop-out, or a
+    record that cannot be read, is replaced: see `_claim_record`)."""
+    from soma.errors import SomaError
+
+    name = meeting.client(mine)
+    try:
+        there = store.resolve(name)
+        earlier = (
+            None if there is None else records.read_client(store, there, client=mine, name=name)
+        )
+    except (SomaError, OSError):
+        return None
+    return earlier if isinstance(earlier, records.ClientRecord) else None
+
+
+def _refuse_other_weights(
+    store: Store,
+    meeting: Meeting,
+    mine: int,
+    export: Export,
+    size: float | None,
+    extra: Export | None,
+    own: object,
+) -> None:
+    """A rerun that brings other weights than the client's record is refused before any of
+    them is written: under distributed DP a rerun draws fresh noise, and a second noisy
+    release of one clipped update in the store would be a release the accountant never
+    counted. Its digests are computed in memory (soma.store.pipeline.value_digest)."""
+    earlier = _earlier_record(store, meeting, mine)
+    if earlier is None:
+        return
+    from soma.store.pipeline import value_digest
+
+    brought = (
+        value_digest(export),
+        size,
+        None if extra is None else value_digest(extra),
+        None if own is None else value_digest(own),
+    )
+    _contradicts(meeting, mine, earlier, brought)
+
+
+def _contradicts(
+    meeting: Meeting,
+    mine: int,
+    earlier: records.ClientRecord,
+    brought: tuple[str, float | None, str | None, str | None],
+) -> None:
+    """Contradicts unless `brought` (weights, size, extra, own state) is what the client's
+    record `earlier` says it brought."""
+    if (earlier.weights, earlier.size, earlier.extra, earlier.own) == brought:
+        return
+    raise Contradicts(
+        f"client {mine} already contributed to {meeting.what} (record "
+        f"{meeting.client(mine)!r}: weights {earlier.weights}, size {earlier.size!r}); a second "
+        f"contribution with weights {brought[0]}, size {brought[1]!r} is refused and the first "
+        "stands: a rerun of a client must bring the same weights (the same seed), or name "
+        "another run"
+    )
 
 
 def _claim_record(store: Store, meeting: Meeting, record: records.ClientRecord) -> str:
@@ -91,14 +154,9 @@ def _claim_record(store: Store, meeting: Meeting, record: records.ClientRecord) 
     if not isinstance(earlier, records.ClientRecord):
         store.bind(name, digest)
         return digest
-    mine = (record.weights, record.size, record.extra, record.own)
-    if (earlier.weights, earlier.size, earlier.extra, earlier.own) != mine:
-        raise Contradicts(
-            f"client {record.client} already contributed to {meeting.what} (record {name!r}: "
-            f"weights {earlier.weights}, size {earlier.size!r}); a second contribution with "
-            f"weights {record.weights}, size {record.size!r} is refused and the first stands: "
-            "a rerun of a client must bring the same weights (the same seed), or name another run"
-        )
+    _contradicts(
+        meeting, record.client, earlier, (record.weights, record.size, record.extra, record.own)
+    )
     assert there is not None
     return there
 

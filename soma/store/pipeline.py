@@ -24,7 +24,7 @@ from typing import BinaryIO
 import torch
 
 from soma.files import write_all
-from soma.store import tensorfile
+from soma.store import codecs, tensorfile
 from soma.store.errors import BadDigest
 
 _HEX = frozenset("0123456789abcdef")
@@ -190,6 +190,21 @@ def _hash_plan(plan: tensorfile.TensorPlan) -> str:
     for chunk in plan.chunks():
         h.update(chunk)
     return h.hexdigest()
+
+
+def value_digest(value: object) -> str:
+    """The digest `put_value(value)` would return, computed without writing a byte: so that
+    a caller can learn that a value would be refused (a rerun bringing other weights to a
+    claimed record) before anything of it reaches the store."""
+    encoded = codecs.encode(value)
+    plans = [tensorfile.plan(tensors) for _, tensors in encoded.maps]
+    if encoded.loose:
+        plans.append(tensorfile.plan(encoded.loose_map()))
+    digests = [_hash_plan(plan) for plan in plans]
+    for (ref, _), digest in zip(encoded.maps, digests, strict=False):
+        ref["$tensors"] = digest
+    loose = digests[-1] if encoded.loose else None
+    return hashlib.sha256(codecs.record_bytes(encoded.tree, loose)).hexdigest()
 
 
 def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
