@@ -8,7 +8,7 @@ from mutants import _replace, mutant
 
 @mutant(
     "rerun_release_written_before_its_refusal",
-    caught_by=["tests/round/test_client.py -k fresh_noise"],
+    caught_by=["tests/round/test_client.py", "-k", "fresh_noise"],
 )
 def _rerun_release_written_before_its_refusal() -> None:
     """The old order: a rerun's weights are put, and only the claim refuses them, so a second
