@@ -19,7 +19,7 @@ from soma.round import once, records, roll, signed, tree
 from soma.round import signing as signatures
 from soma.round.apart import _Elsewhere
 from soma.round.checks import check_inputs
-from soma.round.client import contribute
+from soma.round.client import check_faults, contribute
 from soma.round.meeting import Input, Meeting
 from soma.round.once import POLL, Backoff, Place, RoundIncomplete
 from soma.round.roll import _left_out_text, arrivals, present
@@ -175,7 +175,9 @@ def average_round(
         here = present(store, meeting)
         accounted = roll._complete(here, len(meeting.members))
         if not accounted:
-            elsewhere.check([k for k in meeting.members if k not in here])
+            missing = [k for k in meeting.members if k not in here]
+            elsewhere.check(missing)
+            check_faults(store, meeting, missing)
         if not (accounted or past):
             return None
         came, dropped = arrivals(store, meeting, here)

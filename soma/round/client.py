@@ -7,15 +7,18 @@ Kept apart from the roll (who came), which only reads what these write.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from soma.nodes import Export
-from soma.round import holders, records
+from soma.round import holders, layout, records
 from soma.round import signing as signatures
 from soma.round.checks import Refused, _check_finite, _check_size
 from soma.round.meeting import Meeting
 from soma.round.once import RoundError
 from soma.store import Store
+
+LOG = logging.getLogger("soma.client")
 
 
 def announce(store: Store, meeting: Meeting) -> None:
@@ -178,3 +181,45 @@ def dropout_reason(error: BaseException) -> str:
     the average) or failed (its task raised)."""
     kind = "refused" if isinstance(error, Refused) else "failed"
     return f"{kind}: {type(error).__name__}: {error}"
+
+
+class StoreFailedPeer(RoundError):
+    """A peer's part in the round failed on the store's fault (its note says so): the round
+    is not averaged around a broken store, so every waiting process stops, naming it."""
+
+
+def note_fault(store: Store, meeting: Meeting, client: int, why: str) -> None:
+    """Leave a note that the store failed client `client`'s part, if the store still takes
+    one: its peers then stop at once (`check_faults`) instead of averaging without it at the
+    deadline. Best effort: where the store takes nothing more, the peers wait for the client
+    as for one that never came."""
+    note = {"client": client, "fault": str(why), "by": holders.me()}
+    name = layout.fault(meeting.prefix, client, meeting.clients)
+    try:
+        signatures.keep(store, meeting.signing, note, name=name, by=client)
+    except Exception as error:  # the store is what failed: the note cannot be written
+        LOG.warning("client %d: no fault note in %s either: %s", client, meeting.what, error)
+
+
+def check_faults(store: Store, meeting: Meeting, missing: list[int]) -> None:
+    """StoreFailedPeer naming the first of the `missing` clients whose note says the store
+    failed its part (a note signed by that client, where the run is signed)."""
+    from soma.round.signed import check_signed
+
+    noted = set(store.bound(layout.faults(meeting.prefix)))  # one listing a poll, not one a client
+    for k in missing:
+        name = layout.fault(meeting.prefix, k, meeting.clients)
+        digest = store.resolve(name) if name in noted else None
+        if digest is None:
+            continue
+        try:
+            check_signed(store, meeting, digest, name=name, writer=k, what=f"{k}'s fault note")
+            note = store.recall_digest(digest)
+            why = note["fault"]
+        except Exception as error:  # forged or unreadable: nobody's word, so nothing stops
+            LOG.warning("%s: client %d's fault note is ignored: %s", meeting.what, k, error)
+            continue
+        raise StoreFailedPeer(
+            f"{meeting.what} stops: the store failed client {k}'s part ({why}); the round is "
+            "not averaged around a broken store: once the store works, run again"
+        )

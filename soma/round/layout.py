@@ -135,6 +135,17 @@ def started(meeting: str, k: int, clients: int) -> str:
     return _member(meeting, "started", k, clients)
 
 
+def fault(meeting: str, k: int, clients: int) -> str:
+    """Client k's note that the store failed its part (soma.run.step): fanned out as its
+    record, so that its peers stop at once instead of averaging around a broken store."""
+    return _member(meeting, "fault", k, clients)
+
+
+def faults(meeting: str) -> str:
+    """The prefix of the meeting's fault notes."""
+    return f"{meeting}/fault/"
+
+
 def started_spellings(meeting: str, k: int) -> list[str]:
     """Where client k's started marker may be when the meeting's client count is unknown:
     client 1000 and above exist only in a fanned-out meeting; below, either."""

@@ -8,26 +8,58 @@ Used by `soma client` and `soma simulate` (through soma.run.drive), the workflow
 secure aggregation its withdrawal), so that its peers learn it at once instead of waiting out
 their deadline. When the round can go on without it (`goes_on_without_some`), the process
 goes on; otherwise it raises `CannotTakePart`, naming the client and the reason.
+
+Who failed is decided by what failed (`failed`): only the task's own code (its shard, its
+training: run inside `task_code`) makes a client drop out. An error of the store (any
+`StoreError`, an OS error met while reading or writing it, which the store has already
+retried for its patience: soma.store.patience) is not the client's: it raises `StoreFault`,
+so the process fails naming the store and the error, and no drop-out is recorded; a quorum
+then never averages around a broken store. Before it raises, the client leaves a fault note
+(soma.round.client.note_fault) if the store still takes one, which stops its peers at once.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from soma.nodes import Export, export, load
 from soma.round import Contradicts, Contribution, Meeting, contribute, drop, dropout_reason
+from soma.round.client import note_fault
 from soma.round.once import RoundError
 from soma.run.evaluation import keep_training
 from soma.run.personal import load_round, own_state, shared
 from soma.store import Store
+from soma.store.errors import CorruptBlob, StoreError, UnknownDigest
 from soma.strategies import Strategy, train_locally
 from soma.tasks import Context
 from soma.training import training_seed
 
 LOG = logging.getLogger("soma.client")
+
+
+class TaskFailed(RoundError):
+    """The task's own code raised (`error`): the client's failure, so it drops out."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.error = error
+
+
+@contextmanager
+def task_code() -> Iterator[None]:
+    """Whatever the code inside raises is the task's (its shard, its training), even an
+    OSError: its own data file missing is the client's failure, not the store's."""
+    try:
+        yield
+    except TaskFailed:
+        raise
+    except Exception as error:
+        raise TaskFailed(error) from error
 
 
 class CannotTakePart(RoundError):
@@ -88,9 +120,10 @@ def _train(
     state = None if meeting.state is None else store.recall_digest(meeting.state)
     seed = training_seed(seed, meeting.round, hosted.index)
     context = context_of(meeting, hosted.index, rounds)
-    return train_locally(
-        strategy, task, nodes, hosted.data, seed=seed, state=state, mine=mine, context=context
-    )
+    with task_code():
+        return train_locally(
+            strategy, task, nodes, hosted.data, seed=seed, state=state, mine=mine, context=context
+        )
 
 
 def personal_of(meeting: Meeting) -> tuple[str, ...]:
@@ -151,35 +184,50 @@ def secure(
     return Outcome(hosted.index, metrics=metrics, trained=(trained, weight))
 
 
-class StoreDamaged(RoundError):
+class StoreFault(RoundError):
+    """The store failed a client's part in a round (unreachable past its patience, full,
+    failing, damaged): not the client's failure, so it does not drop out, it fails, naming the
+    client, the round, the store and the error."""
+
+
+class StoreDamaged(StoreFault):
     """What a round starts from (its start, the strategy's state, a client's own state) is
     missing or corrupt in the store: the store's damage, not the client's failure, so the
     client does not drop out (a drop-out would stand after `soma repair`); it fails."""
 
 
-def store_damage(error: BaseException, meeting: Meeting, client: int) -> StoreDamaged | None:
-    """The refusal to drop out when `error` is the store's damage (a blob missing or
-    corrupt), naming the client, the round and what repairs it; None for any other error."""
-    from soma.store.errors import CorruptBlob, UnknownDigest
-
-    if not isinstance(error, (UnknownDigest, CorruptBlob)):
+def store_fault(
+    store: Store, error: BaseException, meeting: Meeting, client: int
+) -> StoreFault | None:
+    """The refusal to drop out when `error` is the store's (see the module), naming the
+    client, the round, the store and what to do; None when it is the client's own."""
+    if isinstance(error, TaskFailed) or not isinstance(error, (StoreError, OSError)):
         return None
-    return StoreDamaged(
-        f"client {client} cannot train in {meeting.what}: the store is damaged "
+    if isinstance(error, (UnknownDigest, CorruptBlob)):
+        return StoreDamaged(
+            f"client {client} cannot train in {meeting.what}: the store is damaged "
+            f"({type(error).__name__}: {error}); that is not the client's failure, so it does "
+            "not drop out: run `soma verify` and `soma repair` on the store, then run again"
+        )
+    return StoreFault(
+        f"client {client} cannot take part in {meeting.what}: the store {store} failed "
         f"({type(error).__name__}: {error}); that is not the client's failure, so it does not "
-        "drop out: run `soma verify` and `soma repair` on the store, then run again"
+        "drop out (its peers would average without it): once the store works, run again"
     )
 
 
 def failed(store: Store, meeting: Meeting, client: int, error: BaseException) -> Outcome:
     """The one rule for a client whose part in a round failed with `error` (being handled),
-    in every mode: the store's damage is raised (`store_damage`: a drop-out would stand after
-    `soma repair`); anything else is the client's drop-out (`leave`), its traceback logged."""
-    damage = store_damage(error, meeting, client)
-    if damage is not None:
-        raise damage from error
+    in every mode: the store's fault is raised (`store_fault`), after a fault note that stops
+    the client's peers if the store still takes one; anything else is the client's drop-out
+    (`leave`), its traceback logged."""
+    fault = store_fault(store, error, meeting, client)
+    if fault is not None:
+        note_fault(store, meeting, client, str(fault))
+        raise fault from error
     log_traceback(meeting, client)
-    return leave(store, meeting, client, dropout_reason(error))
+    own = error.error if isinstance(error, TaskFailed) else error
+    return leave(store, meeting, client, dropout_reason(own))
 
 
 def log_traceback(meeting: Meeting, client: int) -> None:

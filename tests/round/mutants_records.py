@@ -76,7 +76,7 @@ def _store_damage_drops_out() -> None:
     drop-out stands after `soma repair`."""
     import soma.run.step
 
-    _replace(soma.run.step, "store_damage", lambda error, meeting, client: None)
+    _replace(soma.run.step, "store_fault", lambda store, error, meeting, client: None)
 
 
 @mutant("secure_sum_trusted", caught_by=[_RECORDS, "-k", "secure_sum"])
