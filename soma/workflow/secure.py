@@ -101,8 +101,9 @@ def train(config: Mapping[str, Any], round: int, client: int, previous: str, rec
     secrets = _secrets(config, meeting, client)
     task = task_of(spec)
     try:
-        data = task.shard(client, spec.clients)
-        hosted = Hosted(client, data, task.size(data))
+        with step.task_code():
+            data = task.shard(client, spec.clients)
+            hosted = Hosted(client, data, task.size(data))
     except Exception as error:  # its shard: it shared its keys, the others unmask without it
         done = step.failed(store, meeting, client, error)
     else:

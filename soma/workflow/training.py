@@ -13,6 +13,7 @@ from soma.config.spec import RunSpec
 from soma.round import (
     Meeting,
     holders,
+    layout,
     read_record,
 )
 from soma.run import step
@@ -124,9 +125,11 @@ def _train_client(
     try:
         try:
             own = _own_state(before, client)
-            data = task.shard(client, spec.clients)
+            with step.task_code():
+                data = task.shard(client, spec.clients)
+                size = task.size(data)
             own = None if own is None else store.recall_digest(own)
-            hosted = Hosted(client, data, task.size(data), own=own)
+            hosted = Hosted(client, data, size, own=own)
         except Exception as error:  # before training: its shard, or its own state
             done = step.failed(store, meeting, client, error)
         else:
@@ -134,8 +137,8 @@ def _train_client(
             done = step.plain(
                 store, meeting, task, strategy_of(spec), nodes, hosted, rounds=spec.rounds
             )
-    except step.StoreDamaged:  # after `soma repair`, a rerun of this job is not a retry
-        store.forget(_started_name(meeting, client))
+    except step.StoreFault:  # once the store works, a rerun of this job is not a retry
+        _forget_started(store, meeting, client)
         raise
     if done.dropped is not None:
         return _dropped(meeting, client, done.dropped)
@@ -154,6 +157,16 @@ def _train_client(
     }
     _log_training(meeting, written, time.perf_counter() - tic)
     return written
+
+
+def _forget_started(store: Store, meeting: Meeting, client: int) -> None:
+    """The job's started marker forgotten, so that its rerun is not taken for the retry of a
+    job that died (a drop-out); where the failing store will not even forget it, the rerun
+    finds the fault note beside it instead (`_previous_attempt_died`)."""
+    try:
+        store.forget(_started_name(meeting, client))
+    except Exception as error:  # the store is what failed
+        LOG.warning("%s, client %d: its started marker stays: %s", meeting.what, client, error)
 
 
 def _log_training(meeting: Meeting, written: Mapping[str, Any], seconds: float) -> None:
@@ -193,6 +206,8 @@ def _previous_attempt_died(
     store.bind(name, store.put_value(holders.me(role="training", client=client, **mine)))
     if earlier is None or store.resolve(meeting.client(client)) is not None:
         return None
+    if store.resolve(layout.fault(meeting.prefix, client, meeting.clients)) is not None:
+        return None  # it failed on the store's fault, and said so: this is its rerun
     holder = read_record(store, earlier)
     if not holders.gone(holder):
         return None
