@@ -11,6 +11,7 @@ live beside it: no-follow opens (soma.store.safe_open), the hash-and-write pipel
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import os
 import secrets
@@ -19,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import torch
 
@@ -40,9 +41,11 @@ from soma.store.errors import (
     CorruptBlob,
     CorruptName,
     NameConflict,
+    StoreError,
     UnknownDigest,
 )
 from soma.store.names import check_name, split_prefix
+from soma.store.patience import Patience
 from soma.store.pipeline import (
     _BAD,
     _LOCAL_FILESYSTEMS,
@@ -67,6 +70,43 @@ from soma.store.safe_open import (
 )
 from soma.store.values import Values
 
+# What a file system says while it recovers (an NFS server restarting or failing over, a
+# handle gone stale, a lock or a device busy): retried within the store's patience
+# (soma.store.patience). A full disk or quota (ENOSPC, EDQUOT) is not: it is an operator's to
+# free, and a client that met it fails at once, naming the store; nor is anything that says
+# what is there (ENOENT, EEXIST) or what may not be done (EACCES, EROFS).
+TRANSIENT_ERRNOS = frozenset(
+    {errno.ESTALE, errno.EIO, errno.EAGAIN, errno.ETIMEDOUT, errno.EBUSY, errno.ENOLCK}
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def transient(error: BaseException) -> bool:
+    """Whether the folder's `error` may pass if the request is made again."""
+    return (
+        isinstance(error, OSError)
+        and not isinstance(error, StoreError)
+        and error.errno in TRANSIENT_ERRNOS
+    )
+
+
+def _patiently(method: F) -> F:
+    """`method`, retried within the store's patience while the folder fails transiently: every
+    operation wrapped so is idempotent (a put of bytes already there, a bind of the same
+    digest, a read), so doing it again is safe whatever the failed attempt left."""
+
+    @functools.wraps(method)
+    def retried(self: FolderStore, *args: Any, **kwargs: Any) -> Any:
+        shown = ", ".join(repr(a)[:80] for a in args if not isinstance(a, (bytes, memoryview)))
+        return self.patience.retrying(
+            lambda: method(self, *args, **kwargs),
+            transient=transient,
+            what=lambda: f"{method.__name__}({shown}) in {self!r}",
+        )
+
+    return retried  # type: ignore[return-value]
+
 
 class FolderStore(Pipeline, GroupCommit, Values):
     """The store in a folder; opened as `soma.store.Store(directory, ...)`, whose docs say
@@ -89,6 +129,7 @@ class FolderStore(Pipeline, GroupCommit, Values):
         self._tmp = self.directory / "tmp"
         self._attic = self.directory / "attic"  # made by the first gc that needs it
         self.verify_existing = verify_existing
+        self.patience = Patience.from_environment()  # how long a failing folder is retried
         for folder in (self.directory, self._blobs, self._names, self._tmp):
             folder.mkdir(parents=True, exist_ok=True)
         self._host = "".join(c if c.isalnum() or c in "-_" else "_" for c in os.uname().nodename)
@@ -173,6 +214,26 @@ class FolderStore(Pipeline, GroupCommit, Values):
         self._sync()
 
     def claim(self, name: str, digest: str, *, at_commit: bool = False) -> bool:
+        """Point `name` at `digest` if nobody has it: True if this call took it, else False
+        (see `_claim_once`). Retried within the store's patience when the file system fails
+        for a while; an attempt after one that failed midway, which finds the name holding
+        `digest`, took it (the failed attempt linked it before failing: its fsync, say). A
+        claimer of the same name with the same digest would be told the same, and nothing
+        soma claims twice with one digest hangs on which of them it was: a client's record
+        is compared by content, an averaging's holder is unique."""
+        retried = False
+
+        def attempt() -> bool:
+            nonlocal retried
+            again, retried = retried, True
+            won = self._claim_once(name, digest, at_commit=at_commit)
+            return won or (again and self.resolve(name) == digest)
+
+        return self.patience.retrying(
+            attempt, transient=transient, what=lambda: f"claim of {name!r} in {self!r}"
+        )
+
+    def _claim_once(self, name: str, digest: str, *, at_commit: bool = False) -> bool:
         """Point `name` at `digest` if nobody has it: True if this call took it, else False.
 
         link(2) of a temporary onto the name, never rename and never resolve-then-bind;
@@ -325,6 +386,23 @@ class FolderStore(Pipeline, GroupCommit, Values):
         path, f = self._open_blob(digest)
         with f:
             return tensorfile.describe(f, str(path))
+
+    # Every request the rest of soma makes, retried within the store's patience (`claim`
+    # above has its own: see there). Nested ones (put_value's puts) retry innermost first;
+    # one that ran out raises StoreUnavailable, which nothing retries again.
+    put = _patiently(put)
+    get = _patiently(get)
+    has = _patiently(has)
+    bind = _patiently(bind)
+    forget = _patiently(forget)
+    resolve = _patiently(resolve)
+    bound = _patiently(bound)
+    entries = _patiently(entries)
+    get_tensors = _patiently(get_tensors)
+    describe = _patiently(describe)
+    put_value = _patiently(Values.put_value)
+    put_tensors = _patiently(Values.put_tensors)
+    recall_digest = _patiently(Values.recall_digest)
 
     # --- housekeeping ----------------------------------------------------------------
 
