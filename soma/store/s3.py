@@ -49,25 +49,62 @@ Layout, as on a folder (soma.store): `<prefix>/blobs/ab/<digest>` holds a blob's
   from its upload; the grace is its margin).
 - A server that ignores `If-None-Match` or `If-Match` (some S3-compatible ones do, silently)
   would let every claimer win: before its first claim or swap, a store creates a probe key
-  twice under `<prefix>probe/`, then puts it with a wrong `If-Match`, and refuses the bucket
-  (BadStore) unless the second create and that put are refused.
+  (a fresh random one) twice under `<prefix>probe/`, then puts it with a wrong `If-Match`,
+  and refuses the bucket (BadStore) unless the second create and that put are refused. A
+  first create refused is no verdict: nobody else knows that key, so it was this store's own
+  create repeated after its answer was lost; it probes again with a new key (`PROBES` times).
+- Every request rides through transient faults (a 503 SlowDown storm, a server restarting,
+  a proxy's 5xx, a connection refused or cut): it is repeated with the store's patience
+  (soma.store.patience: SOMA_STORE_PATIENCE, 120 s by default), then StoreUnavailable names
+  it. boto3's own retries are off (one attempt each), so that soma knows when a request was
+  repeated, and its timeouts are at most the patience (at least `TIMEOUT_FLOOR`), so that a
+  server that stopped answering is given up on about when the patience says. Retrying is
+  safe: every request is idempotent or conditional. A conditional PUT (claim, swap) repeated
+  after a transient failure and then refused (412) may have been written by its own first
+  attempt, whose answer was lost: the key is read back, and it was this call's when it holds
+  exactly the body this call sent and the random token it sent with it (user metadata
+  `x-amz-meta-soma-put`): claim True, swap its ETag; else somebody else's. The token tells
+  apart two claimers of one digest (several processes claim one name with one digest, e.g.
+  a run's starting weights, and a process may claim a name twice): by body alone both could
+  be told they won. A first attempt's 412 is a plain loss, as always. A blob's create needs
+  no read-back: any bytes under its digest are as good.
+- A blob read yields at most the object's Content-Length (the server's answer; a body that
+  ends short is refused naming the key), and when the caller knows the blob's size
+  (`read_blob(limit=...)`) a larger Content-Length is refused (BadBlob) before any of the body
+  is read. A read cut midway resumes where it stopped (a ranged GET, If-Match the ETag: the
+  rest of the same object or a refusal).
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from email.utils import parsedate_to_datetime
+from functools import partial
+from typing import Any, TypeVar
 
-from soma.store.errors import BadStore, StoreError
+from soma.store.errors import BadBlob, BadStore, StoreError, StoreUnavailable
+from soma.store.patience import Patience
 from soma.store.pipeline import REFRESH_AFTER
 
 try:
     import boto3
-    from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.config import Config
+    from botocore.exceptions import (
+        BotoCoreError,
+        ClientError,
+        ConnectionError,
+        HTTPClientError,
+        IncompleteReadError,
+        SSLError,
+    )
 except ImportError as _absent:  # an optional extra: the scheme says what to install
     raise ImportError("boto3 is needed for s3:// stores", name="boto3") from _absent
+
+T = TypeVar("T")
+LOG = logging.getLogger("soma.store")
 
 MULTIPART_FROM = 64 << 20  # a blob this large goes up in parts (S3's single PUT is <= 5 GB)
 PART = 16 << 20  # each part but the last (S3: at least 5 MB, at most 10,000 parts)
@@ -81,10 +118,30 @@ _CONFLICT_RETRIES = 50
 # then longer than any such span plus the refresh's own REFRESH_AFTER (see the module docs).
 WINDOW = REFRESH_AFTER - 2.0
 COPY_LIMIT = 5 << 30  # CopyObject's largest object
-
+PROBES = 5  # fresh keys the probe tries before a server that refuses every create is an error
+# boto3's connect and read timeouts: the patience, within [TIMEOUT_FLOOR, TIMEOUT_CAP] s (the
+# cap is botocore's default; the floor leaves a slow but live server time to answer)
+TIMEOUT_FLOOR = 5.0
+TIMEOUT_CAP = 60.0
+_TOKEN = "soma-put"  # user metadata of a claim or swap: which call wrote it (see the docs)
+_PROBE_TAG = '"00000000000000000000000000000000"'  # an ETag no key has
 
 # what a request can raise: the server's answer, or no answer (no endpoint, no credentials)
 _ERRORS = (ClientError, BotoCoreError)
+# the server's answers that may pass when asked again: throttled, overloaded, restarting
+_TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
+_TRANSIENT_CODES = frozenset(
+    {
+        "SlowDown",
+        "RequestTimeout",
+        "Throttling",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "TooManyRequests",
+        "InternalError",
+        "ServiceUnavailable",
+    }
+)
 
 
 def _code(error: Exception) -> str:
@@ -93,6 +150,17 @@ def _code(error: Exception) -> str:
 
 def _status(error: Exception) -> int:
     return int(getattr(error, "response", {}).get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+
+
+def _transient(error: BaseException) -> bool:
+    """Whether asking again may succeed: a 5xx (not 501, 505: what the server cannot do), 429
+    or a throttling code; or no answer at all (connection refused, cut, timed out: the
+    botocore HTTP errors, SSL's certificate refusals excepted). Never a credentials or
+    parameter error: nothing changes those but the caller."""
+    if isinstance(error, ClientError):
+        return _status(error) in _TRANSIENT_STATUS or _code(error) in _TRANSIENT_CODES
+    connection = isinstance(error, (ConnectionError, HTTPClientError, IncompleteReadError))
+    return connection and not isinstance(error, SSLError)
 
 
 def _lost(error: Exception) -> bool:
@@ -114,6 +182,18 @@ def _date(response: dict) -> float:
     return parsedate_to_datetime(response["ResponseMetadata"]["HTTPHeaders"]["date"]).timestamp()
 
 
+def _client(patience: Patience) -> Any:
+    """A boto3 S3 client that tries each request once (soma repeats it: see the docs), and
+    waits for a connection or an answer about as long as the patience."""
+    wait = min(TIMEOUT_CAP, max(TIMEOUT_FLOOR, patience.seconds))
+    config = Config(
+        retries={"total_max_attempts": 1, "mode": "standard"},  # 1: the first attempt only
+        connect_timeout=wait,
+        read_timeout=wait,
+    )
+    return boto3.client("s3", config=config)
+
+
 class S3Backend:
     """A soma.store.backend.Backend on an S3 bucket (see the module docs)."""
 
@@ -125,7 +205,8 @@ class S3Backend:
         self.url = url
         self.bucket = bucket
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
-        self.client = boto3.client("s3")
+        self.patience = Patience.from_environment()
+        self.client = _client(self.patience)
         self._conditional_checked = False
 
     def __repr__(self) -> str:
@@ -146,6 +227,53 @@ class S3Backend:
     def _failed(self, what: str, key: str, error: Exception) -> StoreError:
         return StoreError(f"{what} s3://{self.bucket}/{key} failed: {error}")
 
+    # --- requests: each one rides through transient faults (see the docs) ----------------
+
+    def _request(
+        self,
+        operation: str,
+        key: str,
+        call: Callable[[], T],
+        failures: list[BaseException] | None = None,
+    ) -> T:
+        """`call()`, one S3 request, repeated while it fails transiently for up to the store's
+        patience, then StoreUnavailable naming it; any other error as raised. `failures`
+        collects the transient ones (a conditional PUT's answer may have been lost)."""
+
+        def transient(error: BaseException) -> bool:
+            if not _transient(error):
+                return False
+            if failures is not None:
+                failures.append(error)
+            return True
+
+        return self.patience.retrying(
+            call, transient=transient, what=lambda: f"{operation} of s3://{self.bucket}/{key}"
+        )
+
+    def _do(self, operation: str, key: str, method: Callable[..., dict], **params: Any) -> dict:
+        """`method(Bucket=..., **params)` through `_request`; StoreError naming it when the
+        server refuses."""
+        try:
+            return self._request(operation, key, partial(method, Bucket=self.bucket, **params))
+        except _ERRORS as error:
+            raise self._failed(operation, key, error) from None
+
+    def _do_if_there(
+        self, operation: str, key: str, method: Callable[..., dict], **params: Any
+    ) -> dict | None:
+        """`_do`, but None when the key (or upload) is not there."""
+        try:
+            return self._request(operation, key, partial(method, Bucket=self.bucket, **params))
+        except _ERRORS as error:
+            if _missing(error):
+                return None
+            raise self._failed(operation, key, error) from None
+
+    def _delete(self, key: str, **condition: str) -> None:
+        """DELETE `key` (idempotent: repeated freely)."""
+        self._do("DELETE", key, self.client.delete_object, Key=key, **condition)
+
     # --- blobs -----------------------------------------------------------------------
 
     def has_blob(self, digest: str) -> bool:
@@ -156,12 +284,7 @@ class S3Backend:
 
     def _head(self, key: str) -> dict | None:
         """The HEAD of `key`, or None when it is not there."""
-        try:
-            return self.client.head_object(Bucket=self.bucket, Key=key)
-        except _ERRORS as error:
-            if _missing(error):
-                return None
-            raise self._failed("HEAD", key, error) from None
+        return self._do_if_there("HEAD", key, self.client.head_object, Key=key)
 
     def _kept(self, digest: str) -> bool:
         """Whether blob `digest` is there to stay: a blob older than REFRESH_AFTER (by the
@@ -177,21 +300,21 @@ class S3Backend:
             return True  # not refreshed: see the module docs
         for _ in range(3):
             token = secrets.token_hex(8)
-            try:
-                marked = self.client.put_object(
-                    Bucket=self.bucket, Key=self._marker_key(digest), Body=token.encode()
-                )
-                copied = self.client.copy_object(
-                    Bucket=self.bucket,
-                    Key=key,
-                    CopySource={"Bucket": self.bucket, "Key": key},
-                    MetadataDirective="REPLACE",
-                    Metadata={"refreshed": token},
-                )
-            except _ERRORS as error:
-                if _missing(error):
-                    return False
-                raise self._failed("refresh of", key, error) from None
+            marker = self._marker_key(digest)
+            marked = self._do(
+                "PUT", marker, self.client.put_object, Key=marker, Body=token.encode()
+            )
+            copied = self._do_if_there(
+                "refresh (copy onto itself) of",
+                key,
+                self.client.copy_object,
+                Key=key,
+                CopySource={"Bucket": self.bucket, "Key": key},
+                MetadataDirective="REPLACE",
+                Metadata={"refreshed": token},
+            )
+            if copied is None:
+                return False
             if _date(copied) - _date(marked) <= WINDOW:
                 return True
         raise StoreError(
@@ -208,7 +331,7 @@ class S3Backend:
         if not replace and size < ASK_FIRST_FROM:  # one request: created, or there already
             body = b"".join(bytes(c) for c in chunks)
             for _ in range(3):
-                if self._create(key, body) or self._kept(digest):  # there: refreshed if old
+                if self._create_blob(key, body) or self._kept(digest):  # there: refreshed if old
                     return
             raise StoreError(f"PUT of s3://{self.bucket}/{key}: there and gone three times")
         if not replace and self._kept(digest):
@@ -218,44 +341,140 @@ class S3Backend:
         elif replace:
             self._put(key, b"".join(bytes(c) for c in chunks))
         else:
-            self._create(key, b"".join(bytes(c) for c in chunks))  # lost: the same bytes
+            self._create_blob(key, b"".join(bytes(c) for c in chunks))  # lost: the same bytes
+
+    def _create_blob(self, key: str, body: bytes) -> bool:
+        """Create-if-absent (If-None-Match: *); False when there. No read-back after a lost
+        answer (see the docs): whoever's bytes are under a digest, they are these."""
+        return self._put_conditionally(key, body, {"IfNoneMatch": "*"})[0] is not None
 
     def _put_in_parts(self, key: str, chunks: Iterable[memoryview], replace: bool) -> None:
-        upload = self.client.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"]
+        upload = self._do("multipart PUT", key, self.client.create_multipart_upload, Key=key)
+        upload_id = upload["UploadId"]
         parts: list[dict[str, object]] = []
+        failures: list[BaseException] = []
         try:
             for number, body in enumerate(_regroup(chunks, PART), start=1):
-                etag = self.client.upload_part(
-                    Bucket=self.bucket, Key=key, UploadId=upload, PartNumber=number, Body=body
+                etag = self._request(
+                    "PUT of a part of",
+                    key,
+                    partial(
+                        self.client.upload_part,
+                        Bucket=self.bucket,
+                        Key=key,
+                        UploadId=upload_id,
+                        PartNumber=number,
+                        Body=body,
+                    ),
                 )["ETag"]
                 parts.append({"ETag": etag, "PartNumber": number})
             condition = {} if replace else {"IfNoneMatch": "*"}
-            self.client.complete_multipart_upload(
-                Bucket=self.bucket,
-                Key=key,
-                UploadId=upload,
-                MultipartUpload={"Parts": parts},
-                **condition,
+            self._request(
+                "multipart PUT",
+                key,
+                partial(
+                    self.client.complete_multipart_upload,
+                    Bucket=self.bucket,
+                    Key=key,
+                    UploadId=upload_id,
+                    MultipartUpload={"Parts": parts},
+                    **condition,
+                ),
+                failures,
             )
         except _ERRORS as error:
-            self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload)
-            if not (_lost(error) or _busy(error)):
-                raise self._failed("multipart PUT", key, error) from None
+            self._abort(key, upload_id)
+            if _lost(error) or _busy(error):
+                return
+            if failures and _missing(error) and self._head(key) is not None:
+                return  # completed by an attempt whose answer was lost: the upload is gone
+            raise self._failed("multipart PUT", key, error) from None
+        except StoreUnavailable:
+            self._abort(key, upload_id, patient=False)  # the server is out: gc aborts it
+            raise
         except BaseException:
-            self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload)
+            self._abort(key, upload_id)
             raise
 
-    def read_blob(self, digest: str) -> Iterator[bytes] | None:
-        """The blob's bytes in chunks, or None when it is not there (not yet verified)."""
+    def _abort(self, key: str, upload_id: str, patient: bool = True) -> None:
+        """Abort a failed multipart upload (`patient`: retried), best effort: one left over
+        is a killed writer's to gc (see the docs), and the failure that led here is what
+        the caller is told."""
+        call = partial(
+            self.client.abort_multipart_upload, Bucket=self.bucket, Key=key, UploadId=upload_id
+        )
+        try:
+            self._request("abort of upload", key, call) if patient else call()
+        except (*_ERRORS, StoreUnavailable) as error:
+            if not _missing(error):
+                LOG.warning("abort of upload s3://%s/%s failed: %s", self.bucket, key, error)
+
+    def read_blob(self, digest: str, *, limit: int | None = None) -> Iterator[bytes] | None:
+        """The blob's bytes in chunks, or None when it is not there (not yet verified).
+
+        Never more than its Content-Length; a body that ends short is refused naming the key.
+        `limit`: the most bytes the caller will take (the blob's size, when it knows it): a
+        larger Content-Length is refused (BadBlob) before any of the body is read."""
         for key in (self._blob_key(digest), self._attic_key(digest)):  # see the docs
-            try:
-                body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"]
-            except _ERRORS as error:
-                if _missing(error):
-                    continue
-                raise self._failed("GET", key, error) from None
-            return body.iter_chunks(READ_CHUNK)
+            got = self._do_if_there("GET", key, self.client.get_object, Key=key)
+            if got is None:
+                continue
+            size = int(got["ContentLength"])
+            if limit is not None and size > limit:
+                got["Body"].close()
+                raise BadBlob(
+                    f"blob s3://{self.bucket}/{key} is {size} bytes by the server's "
+                    f"Content-Length, more than the {limit} expected: not read"
+                )
+            return self._body(key, got, size)
         return None
+
+    def _body(self, key: str, got: dict, size: int) -> Iterator[bytes]:
+        """The `size` bytes of GET answer `got`'s body, never more, each chunk read through
+        `_request`: a read cut midway is resumed from where it stopped (`_rest`)."""
+        etag, done, body = str(got["ETag"]), 0, got["Body"]
+
+        def next_chunk() -> bytes:
+            nonlocal body
+            if body is None:
+                body = self._rest(key, etag, done, size)
+            try:
+                return body.read(min(READ_CHUNK, size - done))
+            except BaseException:
+                body.close()
+                body = None
+                raise
+
+        try:
+            while done < size:
+                try:
+                    chunk = self._request("GET", key, next_chunk)
+                except _ERRORS as error:
+                    raise self._failed("GET", key, error) from None
+                if not chunk:
+                    raise StoreError(
+                        f"GET s3://{self.bucket}/{key}: its body ended after {done} of the "
+                        f"{size} bytes of its Content-Length"
+                    )
+                done += len(chunk)
+                yield chunk
+        finally:
+            if body is not None:
+                body.close()
+
+    def _rest(self, key: str, etag: str, done: int, size: int) -> Any:
+        """The body of `key` from byte `done` on, if it is still the object being read
+        (If-Match its ETag: a 412 is a refusal) and as long as the first answer said."""
+        got = self.client.get_object(
+            Bucket=self.bucket, Key=key, Range=f"bytes={done}-", IfMatch=etag
+        )
+        if int(got["ContentLength"]) != size - done:
+            got["Body"].close()
+            raise StoreError(
+                f"GET s3://{self.bucket}/{key}: resumed at byte {done}, the server offers "
+                f"{got['ContentLength']} more bytes where its Content-Length said {size - done}"
+            )
+        return got["Body"]
 
     def blobs(self) -> Iterator[tuple[str, int, float]]:
         """Every key under blobs/ (a digest, unless somebody else wrote it), its size and
@@ -267,14 +486,11 @@ class S3Backend:
     def delete_blob(self, digest: str) -> int | None:
         """Delete blob `digest`; its size, or None when it was not there."""
         key = self._blob_key(digest)
-        try:
-            size = int(self.client.head_object(Bucket=self.bucket, Key=key)["ContentLength"])
-        except _ERRORS as error:
-            if _missing(error):
-                return None
-            raise self._failed("HEAD", key, error) from None
-        self.client.delete_object(Bucket=self.bucket, Key=key)
-        return size
+        head = self._head(key)
+        if head is None:
+            return None
+        self._delete(key)
+        return int(head["ContentLength"])
 
     # --- names -----------------------------------------------------------------------
 
@@ -283,16 +499,17 @@ class S3Backend:
         self._put(self._name_key(name), f"{digest}\n".encode())
 
     def _put(self, key: str, body: bytes) -> None:
-        try:
-            self.client.put_object(Bucket=self.bucket, Key=key, Body=body)
-        except _ERRORS as error:
-            raise self._failed("PUT", key, error) from None
+        self._do("PUT", key, self.client.put_object, Key=key, Body=body)
 
     def claim(self, name: str, digest: str) -> bool:
-        """PUT with If-None-Match: *: True when it created the name, False on 412."""
+        """PUT with If-None-Match: *: True when it created the name, False on 412 (after a
+        lost answer: unless the name holds what this call sent, see the docs)."""
         if not self._conditional_checked:
             self._check_conditional()
-        return self._create(self._name_key(name), f"{digest}\n".encode())
+        return (
+            self._put_when(self._name_key(name), f"{digest}\n".encode(), IfNoneMatch="*")
+            is not None
+        )
 
     def swap(self, name: str, tag: str | None, digest: str) -> str | None:
         """PUT with If-Match: <tag> (If-None-Match: * for None): the new ETag, None on 412."""
@@ -303,63 +520,118 @@ class S3Backend:
 
     def resolve_tagged(self, name: str) -> tuple[bytes, str] | None:
         """What the name holds and its ETag, or None."""
-        key = self._name_key(name)
-        try:
+        found = self._small(self._name_key(name))
+        return None if found is None else (found[0], found[1])
+
+    def _small(self, key: str) -> tuple[bytes, str, dict[str, str]] | None:
+        """The first 128 bytes of `key`, its ETag and user metadata (read within the
+        retried request), or None when it is not there."""
+
+        def get() -> tuple[bytes, str, dict[str, str]]:
             got = self.client.get_object(Bucket=self.bucket, Key=key, Range="bytes=0-127")
+            try:
+                return got["Body"].read(), str(got["ETag"]), dict(got.get("Metadata", {}))
+            finally:
+                got["Body"].close()
+
+        try:
+            return self._request("GET", key, get)
         except _ERRORS as error:
             if _missing(error):
                 return None
             raise self._failed("GET", key, error) from None
-        return got["Body"].read(), str(got["ETag"])
 
     def _check_conditional(self) -> None:
         """BadStore unless the server refuses a second create of one key, and a PUT whose
-        If-Match names an ETag the key does not have (see the docs)."""
-        key = f"{self.prefix}probe/{secrets.token_hex(8)}"
-        try:
-            first, second = self._create(key, b"1"), self._create(key, b"2")
-            stale = self._put_when(key, b"3", IfMatch='"00000000000000000000000000000000"')
-        finally:
-            self.client.delete_object(Bucket=self.bucket, Key=key)
-        if not first or second or stale is not None:
-            header = "If-Match" if first and not second else "If-None-Match"
+        If-Match names an ETag the key does not have (see the docs). A first create refused
+        is a lost answer, not a verdict: a new key is probed."""
+        for _ in range(PROBES):
+            key = f"{self.prefix}probe/{secrets.token_hex(8)}"
+            try:
+                ignored = self._probe(key)
+            finally:
+                self._delete(key)
+            if ignored is not None:
+                break
+        else:
+            raise StoreError(
+                f"the S3 server of {self.url} refused {PROBES} times to create a fresh random "
+                f"key under s3://{self.bucket}/{self.prefix}probe/ (412 to If-None-Match: *, "
+                "repeated after a transient failure each time): its answers are being lost"
+            )
+        if ignored:
             raise BadStore(
-                f"the S3 server of {self.url} ignores {header} (a conditional write of "
+                f"the S3 server of {self.url} ignores {ignored} (a conditional write of "
                 f"s3://{self.bucket}/{key} was not refused): claims and leases there would not "
                 "be exclusive; use a server that supports conditional writes"
             )
         self._conditional_checked = True
 
-    def _create(self, key: str, body: bytes) -> bool:
-        """Create-if-absent: PUT with If-None-Match: *; False on 412."""
-        return self._put_when(key, body, IfNoneMatch="*") is not None
+    def _probe(self, key: str) -> str | None:
+        """The condition the server ignores on fresh key `key` ("" when neither), or None
+        when its first create was refused (an answer lost: see the docs)."""
+        if self._put_conditionally(key, b"1", {"IfNoneMatch": "*"})[0] is None:
+            return None
+        if self._put_conditionally(key, b"2", {"IfNoneMatch": "*"})[0] is not None:
+            return "If-None-Match"
+        if self._put_conditionally(key, b"3", {"IfMatch": _PROBE_TAG})[0] is not None:
+            return "If-Match"
+        return ""
 
     def _put_when(self, key: str, body: bytes, **condition: str) -> str | None:
-        """A conditional PUT (If-None-Match or If-Match): the new ETag, or None when the
-        condition failed (412, or If-Match of a key not there); 409 retried."""
+        """A name's conditional PUT (If-None-Match or If-Match): the new ETag, or None when
+        the condition failed; refused after a repeat, whatever `_ours` finds (see the docs)."""
+        token = secrets.token_hex(16)
+        tag, repeated = self._put_conditionally(key, body, condition, {_TOKEN: token})
+        if tag is None and repeated:
+            return self._ours(key, body, token)
+        return tag
+
+    def _ours(self, key: str, body: bytes, token: str) -> str | None:
+        """After a conditional PUT repeated and then refused: `key`'s ETag if it holds this
+        call's body and token (its first attempt wrote it, the answer was lost), else None."""
+        found = self._small(key)
+        if found is None:
+            return None
+        data, etag, metadata = found
+        return etag if data == body and metadata.get(_TOKEN) == token else None
+
+    def _put_conditionally(
+        self,
+        key: str,
+        body: bytes,
+        condition: dict[str, str],
+        metadata: dict[str, str] | None = None,
+    ) -> tuple[str | None, bool]:
+        """A conditional PUT: the new ETag, or None when the condition failed (412, or
+        If-Match of a key not there); and whether an attempt failed transiently (then a
+        412 may be this call's own write). 409 retried."""
+        failures: list[BaseException] = []
+        put = partial(
+            self.client.put_object,
+            Bucket=self.bucket,
+            Key=key,
+            Body=body,
+            **condition,
+            **({"Metadata": metadata} if metadata else {}),
+        )
         for attempt in range(_CONFLICT_RETRIES):
             try:
-                put = self.client.put_object(Bucket=self.bucket, Key=key, Body=body, **condition)
-                return str(put["ETag"])
+                return str(self._request("conditional PUT", key, put, failures)["ETag"]), bool(
+                    failures
+                )
             except _ERRORS as error:
                 if _lost(error) or ("IfMatch" in condition and _missing(error)):
-                    return None
+                    return None, bool(failures)
                 if not _busy(error) or attempt == _CONFLICT_RETRIES - 1:
                     raise self._failed("conditional PUT", key, error) from None
                 time.sleep(0.01 * (attempt + 1))
-        return None  # not reached
+        return None, bool(failures)  # not reached
 
     def resolve(self, name: str) -> bytes | None:
         """What the name holds (at most 128 bytes read), or None."""
-        key = self._name_key(name)
-        try:
-            return self.client.get_object(Bucket=self.bucket, Key=key, Range="bytes=0-127")[
-                "Body"
-            ].read()
-        except _ERRORS as error:
-            if _missing(error):
-                return None
-            raise self._failed("GET", key, error) from None
+        found = self._small(self._name_key(name))
+        return None if found is None else found[0]
 
     def names(self, prefix: str) -> Iterator[str]:
         """Every name starting with `prefix` (one LIST per 1000)."""
@@ -370,7 +642,7 @@ class S3Backend:
     def delete_name(self, name: str) -> bool:
         if self.resolve(name) is None:
             return False
-        self.client.delete_object(Bucket=self.bucket, Key=self._name_key(name))
+        self._delete(self._name_key(name))
         return True
 
     def _keys(self, prefix: str) -> Iterator[str]:
@@ -378,21 +650,20 @@ class S3Backend:
             yield item["Key"]
 
     def _listed(self, prefix: str) -> Iterator[dict]:
-        pages = self.client.get_paginator("list_objects_v2")
-        try:
-            for page in pages.paginate(Bucket=self.bucket, Prefix=prefix):
-                yield from page.get("Contents", [])
-        except _ERRORS as error:
-            raise self._failed("LIST", prefix, error) from None
+        """Every object under `prefix`, a LIST per 1000 (each retried on its own)."""
+        after: dict[str, str] = {}
+        while True:
+            page = self._do("LIST", prefix, self.client.list_objects_v2, Prefix=prefix, **after)
+            yield from page.get("Contents", [])
+            if not page.get("IsTruncated"):
+                return
+            after = {"ContinuationToken": page["NextContinuationToken"]}
 
     # --- gc (soma.health): by the server's clock, beside live writers (see the docs) --------
 
     def now(self) -> float:
         """The server's time (the Date of one HEAD of the bucket), for gc's cutoff."""
-        try:
-            return _date(self.client.head_bucket(Bucket=self.bucket))
-        except _ERRORS as error:
-            raise self._failed("HEAD", "", error) from None
+        return _date(self._do("HEAD", "", self.client.head_bucket))
 
     def collect_blob(self, digest: str, cutoff: float) -> int | None:
         """Remove blob `digest` unless a put refreshed it after `cutoff` (server time),
@@ -403,36 +674,35 @@ class S3Backend:
         if head is None or head["LastModified"].timestamp() >= cutoff:
             return None
         source = {"Bucket": self.bucket, "Key": key}
-        try:
-            self.client.copy_object(Bucket=self.bucket, Key=attic, CopySource=source)
-        except _ERRORS as error:
-            if _missing(error):
-                return None
-            raise self._failed("copy to the attic of", key, error) from None
-        self.client.delete_object(Bucket=self.bucket, Key=key)
+        copy = self.client.copy_object
+        if (
+            self._do_if_there("copy to the attic of", key, copy, Key=attic, CopySource=source)
+            is None
+        ):
+            return None
+        self._delete(key)
         marker = self._head(self._marker_key(digest))
         looked = _date(marker) if marker is not None else self.now()
         refreshed = marker is not None and marker["LastModified"].timestamp() >= cutoff
         if refreshed or looked - _date(head) > WINDOW:  # a put may believe it is there
             self._back(digest)
             return None
-        self.client.delete_object(Bucket=self.bucket, Key=attic)
+        self._delete(attic)
         return int(head["ContentLength"])
 
     def _back(self, digest: str) -> None:
         """Copy blob `digest` back from the attic, then drop the attic's copy."""
         attic = self._attic_key(digest)
-        try:
-            self.client.copy_object(
-                Bucket=self.bucket,
-                Key=self._blob_key(digest),
-                CopySource={"Bucket": self.bucket, "Key": attic},
-            )
-        except _ERRORS as error:
-            if _missing(error):
-                return  # another gc put it back (settle_attic) this instant
-            raise self._failed("copy back from the attic of", attic, error) from None
-        self.client.delete_object(Bucket=self.bucket, Key=attic)
+        copied = self._do_if_there(
+            "copy back from the attic of",
+            attic,
+            self.client.copy_object,
+            Key=self._blob_key(digest),
+            CopySource={"Bucket": self.bucket, "Key": attic},
+        )
+        if copied is None:
+            return  # another gc put it back (settle_attic) this instant
+        self._delete(attic)
 
     def settle_attic(self) -> int:
         """Put back every blob a killed gc left in the attic (it is judged again at the
@@ -445,7 +715,7 @@ class S3Backend:
                 self._back(digest)
                 done += 1
             else:
-                self.client.delete_object(Bucket=self.bucket, Key=item["Key"])
+                self._delete(item["Key"])
         return done
 
     def forget_markers(self, cutoff: float) -> None:
@@ -453,51 +723,62 @@ class S3Backend:
         since the listing stays)."""
         for item in self._listed(f"{self.prefix}refreshed/"):
             if item["LastModified"].timestamp() < cutoff:
+                key = item["Key"]
+                delete = partial(
+                    self.client.delete_object, Bucket=self.bucket, Key=key, IfMatch=item["ETag"]
+                )
                 try:
-                    self.client.delete_object(
-                        Bucket=self.bucket, Key=item["Key"], IfMatch=item["ETag"]
-                    )
+                    self._request("DELETE", key, delete)
                 except _ERRORS as error:
                     if not (_lost(error) or _missing(error)):
-                        raise self._failed("DELETE", item["Key"], error) from None
+                        raise self._failed("DELETE", key, error) from None
+
+    def _uploads(self) -> list[dict]:
+        """The multipart uploads under the prefix, a LIST per 1000 (each retried)."""
+        uploads: list[dict] = []
+        after: dict[str, str] = {}
+        while True:
+            page = self._do(
+                "LIST uploads",
+                self.prefix,
+                self.client.list_multipart_uploads,
+                Prefix=self.prefix,
+                **after,
+            )
+            uploads += page.get("Uploads", [])
+            if not page.get("IsTruncated"):
+                return uploads
+            after = {
+                "KeyMarker": page["NextKeyMarker"],
+                "UploadIdMarker": page["NextUploadIdMarker"],
+            }
 
     def abandoned_uploads(self, cutoff: float, dry_run: bool = False) -> tuple[int, int]:
         """Abort the multipart uploads under the prefix not written since `cutoff` (their
         last part, or their start; server time: killed writers'); how many were (`dry_run`:
         would be) aborted, and how many are kept (maybe live)."""
         aborted = kept = 0
-        pages = self.client.get_paginator("list_multipart_uploads")
-        try:
-            uploads = [
-                u
-                for page in pages.paginate(Bucket=self.bucket, Prefix=self.prefix)
-                for u in page.get("Uploads", [])
-            ]
-        except _ERRORS as error:
-            raise self._failed("LIST uploads", self.prefix, error) from None
-        for upload in uploads:
+        for upload in self._uploads():
             key, upload_id = upload["Key"], upload["UploadId"]
-            try:  # its last part is when it was last written (no part: when it began)
-                parts = self.client.list_parts(Bucket=self.bucket, Key=key, UploadId=upload_id).get(
-                    "Parts", []
-                )
-            except _ERRORS as error:
-                if _missing(error):
-                    continue  # completed or aborted meanwhile
-                raise self._failed("LIST parts", key, error) from None
-            times = [p["LastModified"].timestamp() for p in parts]
+            # its last part is when it was last written (no part: when it began)
+            listed = self._do_if_there(
+                "LIST parts", key, self.client.list_parts, Key=key, UploadId=upload_id
+            )
+            if listed is None:
+                continue  # completed or aborted meanwhile
+            times = [p["LastModified"].timestamp() for p in listed.get("Parts", [])]
             touched = max(times) if times else upload["Initiated"].timestamp()
             if touched >= cutoff:
                 kept += 1
                 continue
             if not dry_run:
-                try:
-                    self.client.abort_multipart_upload(
-                        Bucket=self.bucket, Key=key, UploadId=upload_id
-                    )
-                except _ERRORS as error:
-                    if not _missing(error):
-                        raise self._failed("abort of upload", key, error) from None
+                self._do_if_there(
+                    "abort of upload",
+                    key,
+                    self.client.abort_multipart_upload,
+                    Key=key,
+                    UploadId=upload_id,
+                )
             aborted += 1
         return aborted, kept
 
