@@ -24,7 +24,12 @@ What a backend must guarantee (a third one implements exactly this):
   was already there; nothing partial is ever readable under the digest, whatever kills the
   writer. `replace`: what is there is corrupt, and these bytes (which hash to the digest)
   go over it whole.
-- `read_blob(digest)`: its bytes as chunks, or None when it is not there (verified above).
+- `read_blob(digest, limit=None)`: its bytes as chunks, or None when it is not there
+  (verified above). With `limit` (the store passes one only when it has one, as a keyword):
+  the caller refuses a blob longer than `limit` bytes, so the backend must not fetch or hand
+  out more than `limit + 1` of them (S3: a ranged GET of bytes 0..limit); the extra byte is
+  how the store sees that there was more. The store stops taking chunks as soon as it has
+  seen enough (see "Bounded reads"); closing the iterator (if it has `close`) is the sign.
 - `bind(name, digest)`: the name points at the digest, replacing, atomically.
 - `claim(name, digest)`: create-if-absent: among any number of concurrent claims of one
   name, exactly one returns True and the name then holds that claim's digest.
@@ -53,6 +58,30 @@ Slurm job (soma.round.holders). A store with `swap` is one where nobody can prov
 bucket shared across sites): a claim there comes with a lease its holder renews by
 compare-and-swap (soma.round.lease).
 
+Bounded reads. A blob read from a backend is received into memory, hashed as it arrives,
+and refused (`OversizedBlob`, both a `CorruptBlob` and a `BadBlob`: which one is not known
+without the rest) the moment more bytes arrive than the blob can have. Where that bound
+comes from, and where there is none:
+
+- a blob this store put in this process (its size is remembered with it; `JUST_PUT`'s table):
+  its exact size, and one preallocated buffer of it; a put's check of what is there
+  (`verify_existing`) knows the size it is about to put;
+- a tensor blob (`get_tensors`): its own header, once the first 8 + header-length bytes
+  have arrived (the length is refused past tensorfile.MAX_HEADER before the header is
+  read), states the file's exact length; the rest is read into one preallocated buffer of
+  that length, which the tensors then share. The header is not yet verified, so the bound
+  is what it declares: a substituted body whose own forged header declares a large size
+  costs up to that size (received, then refused by the hash). A header that cannot be
+  parsed states no length: the rest is then hashed as it arrives and not kept (memory
+  bounded, bytes not), so that the refusal is the right one (`CorruptBlob` if the bytes are
+  not the blob's, else `BadBlob`); so too where the declared length cannot be allocated
+  (`MemoryError` if the bytes are the blob's);
+- a record (`recall`): codecs.MAX_RECORD (64 MB), passed down to `read_blob` as `limit`;
+- `describe`: only the header's bytes are taken (at most 8 + tensorfile.MAX_HEADER);
+- no bound: `get` of a blob this process did not put (any bytes may be kept, so any size
+  may be right; received once into a list of chunks, joined once) and `_open_blob` (soma.
+  health hashes every byte of what it opens, into a temporary file, not memory).
+
 Backends are found by URL scheme in one place, `BACKENDS` (`s3://` is soma.store.s3).
 """
 
@@ -71,7 +100,15 @@ import torch
 
 from soma.files import DURABLE
 from soma.store import tensorfile
-from soma.store.errors import BadDigest, BadStore, CorruptBlob, CorruptName, UnknownDigest
+from soma.store.errors import (
+    BadBlob,
+    BadDigest,
+    BadStore,
+    CorruptBlob,
+    CorruptName,
+    OversizedBlob,
+    UnknownDigest,
+)
 from soma.store.names import check_name
 from soma.store.pipeline import check_digest
 from soma.store.values import Values
@@ -106,6 +143,12 @@ class _Recent:
             found = self._kept.get(digest)
             return None if found is None else found[1]
 
+    def wants(self, digest: str, size: int) -> bool:
+        """Whether `add` would keep a blob of `size` bytes (before making its copy)."""
+        with self._lock:
+            self._expire()
+            return digest not in self._kept and self._bytes + size <= RECENT_BYTES
+
     def add(self, digest: str, data: bytes) -> None:
         with self._lock:
             self._expire()
@@ -135,7 +178,7 @@ class Backend(Protocol):
 
     def has_blob(self, digest: str) -> bool: ...
 
-    def read_blob(self, digest: str) -> Iterator[bytes] | None: ...
+    def read_blob(self, digest: str, limit: int | None = None) -> Iterator[bytes] | None: ...
 
     def bind(self, name: str, digest: str) -> None: ...
 
@@ -198,6 +241,77 @@ def open_backend(url: str) -> Backend:
     return backend_class(url)
 
 
+class _Body:
+    """A blob's bytes as a backend hands them out: hashed as they are taken, counted, and
+    never pulled from the backend further than asked (one chunk at most past it)."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks = iter(chunks)
+        self._held = memoryview(b"")
+        self.hash = hashlib.sha256()
+        self.taken = 0
+
+    def _hold(self) -> bool:
+        """A chunk not yet taken is held; False at the end of the body."""
+        while not self._held:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                return False
+            self._held = memoryview(chunk).cast("B")
+        return True
+
+    def into(self, view: memoryview) -> int:
+        """Fill `view` with the next bytes, hashing them; how many (fewer: the body ended)."""
+        done = 0
+        while done < len(view) and self._hold():
+            n = min(len(view) - done, len(self._held))
+            view[done : done + n] = self._held[:n]
+            self.hash.update(self._held[:n])
+            self._held = self._held[n:]
+            done += n
+        self.taken += done
+        return done
+
+    def take(self, n: int) -> bytes:
+        """The next `n` bytes, hashed (fewer: the body ended)."""
+        buffer = bytearray(n)
+        return bytes(buffer[: self.into(memoryview(buffer))])
+
+    def parts(self, bound: int | None) -> list[bytes] | None:
+        """The rest as it came, hashed; None as soon as more than `bound` bytes would
+        have been taken in all (the rest is not pulled)."""
+        parts = []
+        while self._hold():
+            if bound is not None and self.taken + len(self._held) > bound:
+                return None
+            part = bytes(self._held)
+            self.hash.update(part)
+            self.taken += len(part)
+            self._held = memoryview(b"")
+            parts.append(part)
+        return parts
+
+    def skim(self, bound: int | None) -> bool:
+        """Hash the rest without keeping it; False as soon as more than `bound` bytes would
+        have been taken in all."""
+        while self._hold():
+            if bound is not None and self.taken + len(self._held) > bound:
+                return False
+            self.hash.update(self._held)
+            self.taken += len(self._held)
+            self._held = memoryview(b"")
+        return True
+
+    def ended(self) -> bool:
+        return not self._hold()
+
+    def close(self) -> None:
+        """Tell the backend no more is wanted (a generator's close, a response's)."""
+        close = getattr(self._chunks, "close", None)
+        if close is not None:
+            close()
+
+
 class BackendStore(Values):
     """The store's public API on a `Backend` (see the module docs): what `Store(url)` is for
     a URL that is not a folder. Values (keep/recall) are the folder store's own code."""
@@ -215,7 +329,7 @@ class BackendStore(Values):
         self.directory = backend.url  # where the store is, for messages
         self.durability = durability  # moot: a backend's write is durable when it returns
         self.verify_existing = verify_existing
-        self._just_put: dict[str, float] = {}  # digest -> when this store last put it
+        self._just_put: dict[str, tuple[float, int]] = {}  # digest -> when put, its size
         self._recent = _Recent()
 
     def __repr__(self) -> str:
@@ -232,43 +346,85 @@ class BackendStore(Values):
 
     def _put_blob(self, digest: str, chunks: Iterable[memoryview], size: int) -> None:
         """Blob `digest` there, and known to be for the next JUST_PUT seconds."""
-        self.backend.put_blob(digest, chunks, size, self._bad(digest))
+        self.backend.put_blob(digest, chunks, size, self._bad(digest, size))
         now = time.monotonic()
         if len(self._just_put) > 1024:  # a long-lived process: only the recent ones count
-            self._just_put = {d: t for d, t in self._just_put.items() if now - t < JUST_PUT}
-        self._just_put[digest] = now
+            self._just_put = {
+                d: (t, n) for d, (t, n) in self._just_put.items() if now - t < JUST_PUT
+            }
+        self._just_put[digest] = (now, size)
 
-    def _bad(self, digest: str) -> bool:
-        """With `verify_existing` (what `soma repair` uses): whether blob `digest` is there
-        with the wrong bytes, so that a put replaces it."""
+    def _bad(self, digest: str, size: int) -> bool:
+        """With `verify_existing` (what `soma repair` uses): whether blob `digest`, which is
+        `size` bytes, is there with the wrong bytes, so that a put replaces it."""
         if not self.verify_existing:
             return False
         try:
-            self._read(digest, fetch=True)  # what the bucket holds now
+            self._read(digest, fetch=True, size=size)  # what the bucket holds now
         except (UnknownDigest, CorruptBlob):
             return self.has(digest)
         return False
 
     def get(self, digest: str) -> bytes:
         """The bytes of blob `digest`, verified against it."""
-        return bytes(self._read(digest))
+        return self._read(digest)
 
-    def _read(self, digest: str, *, fetch: bool = False) -> bytearray:
-        """Blob `digest` verified: read here recently, or (`fetch`: always) fetched whole and
-        hashed as it arrives; else UnknownDigest or CorruptBlob naming it."""
-        recent = None if fetch else self._recent.get(check_digest(digest))
-        if recent is not None:
-            return bytearray(recent)  # a copy: what is kept is never handed out
-        chunks = self.backend.read_blob(check_digest(digest))
+    def _get_at_most(self, digest: str, limit: int) -> bytes:
+        """The bytes of blob `digest`, verified; refused as soon as more than `limit` arrive."""
+        return self._read(digest, limit=limit)
+
+    def _chunks(self, digest: str, limit: int | None) -> _Body:
+        """Blob `digest`'s bytes as the backend hands them out (`limit` passed down when
+        there is one), or UnknownDigest."""
+        check_digest(digest)
+        if limit is None:
+            chunks = self.backend.read_blob(digest)
+        else:
+            chunks = self.backend.read_blob(digest, limit=limit)
         if chunks is None:
             raise UnknownDigest(f"no blob {digest} in {self}")
-        h, data = hashlib.sha256(), bytearray()
-        for chunk in chunks:
-            h.update(chunk)
-            data += chunk
-        if h.hexdigest() != digest:
-            raise CorruptBlob(self.blob_path(digest), digest, h.hexdigest())
-        self._recent.add(digest, bytes(data))
+        return _Body(chunks)
+
+    def _size_put(self, digest: str) -> int | None:
+        """The size of blob `digest` if this store put it in this process (exact: its bytes
+        hash to the digest), else None."""
+        found = self._just_put.get(digest)
+        return None if found is None else found[1]
+
+    def _verified(self, digest: str, body: _Body) -> None:
+        """CorruptBlob naming the blob unless what was taken of `body` hashes to `digest`."""
+        actual = body.hash.hexdigest()
+        if actual != digest:
+            raise CorruptBlob(self.blob_path(digest), digest, actual)
+
+    def _read(
+        self, digest: str, *, fetch: bool = False, size: int | None = None, limit: int | None = None
+    ) -> bytes:
+        """Blob `digest` verified: read here recently, or (`fetch`: always) fetched, hashed as
+        it arrives and refused (`OversizedBlob`) as soon as it passes its known `size` (this
+        process put it, or the caller knows it) or the caller's `limit`; else UnknownDigest
+        or CorruptBlob naming it. Bytes, which are never changed, so the kept copy is shared."""
+        recent = None if fetch else self._recent.get(check_digest(digest))
+        if recent is not None:
+            return recent
+        exact = size if size is not None else self._size_put(digest)
+        bound = exact if exact is not None else limit
+        body = self._chunks(digest, bound)
+        try:
+            parts = body.parts(bound)
+        finally:
+            body.close()
+        if parts is None:
+            assert bound is not None
+            why = (
+                f"it is {bound} bytes as this process put it"
+                if exact is not None
+                else f"no more is allowed here (a record is at most {bound})"
+            )
+            raise OversizedBlob(str(self.blob_path(digest)), digest, bound, why)
+        self._verified(digest, body)
+        data = b"".join(parts)
+        self._recent.add(digest, data)
         return data
 
     def has(self, digest: str) -> bool:
@@ -296,10 +452,17 @@ class BackendStore(Values):
         return self.blob_path(digest), f
 
     def describe(self, digest: str) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
-        """Each tensor's dtype and shape in tensor blob `digest`, from its header alone."""
-        where, f = self._open_blob(digest)
-        with f:
-            return tensorfile.describe(f, where)
+        """Each tensor's dtype and shape in tensor blob `digest`, from its header alone
+        (nothing verified: whatever reads the data verifies it): only the header's bytes
+        are taken, so the data's length is checked by that read, not here."""
+        where = self.blob_path(digest)
+        body = self._chunks(digest, None)
+        try:
+            head = body.take(8)
+            head += body.take(tensorfile.header_length(head, where))
+        finally:
+            body.close()
+        return tensorfile.describe_head(head, where)
 
     # --- names -----------------------------------------------------------------------
 
@@ -371,12 +534,59 @@ class BackendStore(Values):
     def get_tensors(self, digest: str, *, lazy: bool = False) -> dict[str, torch.Tensor]:
         """The tensors of safetensors blob `digest`, verified, then checked before use
         (`lazy` is the same as eager here: the bytes are fetched whole)."""
-        data = self._read(digest)
-        empty = torch.empty(0, dtype=torch.uint8)
-        base = torch.frombuffer(data, dtype=torch.uint8) if data else empty
+        base = self._read_tensor_file(digest)
         where = self.blob_path(digest)
         entries = tensorfile.read_header(memoryview(base.numpy()), where)
         return tensorfile.tensors_from(base, entries, where)
+
+    def _read_tensor_file(self, digest: str) -> torch.Tensor:
+        """Tensor blob `digest` verified, as one uint8 tensor of its own (the tensors made of
+        it share it): read here recently (copied), or received into one buffer of the size
+        known for it (this process put it, or its header declares it) and refused as soon as
+        more arrives (see "Bounded reads" in the module docs)."""
+        recent = self._recent.get(check_digest(digest))
+        if recent is not None:
+            base = torch.empty(len(recent), dtype=torch.uint8)
+            memoryview(base.numpy())[:] = recent
+            return base
+        exact = self._size_put(digest)
+        body = self._chunks(digest, exact)
+        try:
+            base = self._receive_tensor_file(digest, body, exact)
+        finally:
+            body.close()
+        view = memoryview(base.numpy())
+        if self._recent.wants(digest, len(view)):
+            self._recent.add(digest, bytes(view))
+        return base
+
+    def _receive_tensor_file(self, digest: str, body: _Body, exact: int | None) -> torch.Tensor:
+        """The bytes of tensor blob `digest` from `body`, verified (see `_read_tensor_file`)."""
+        where = str(self.blob_path(digest))
+        head, why = b"", f"it is {exact} bytes as this process put it"
+        if exact is None:
+            head = body.take(8)
+            try:
+                head += body.take(tensorfile.header_length(head, where))
+                exact = tensorfile.declared_size(head, where)
+                why = f"its safetensors header (not yet verified) declares {exact}"
+            except BadBlob as refusal:  # no length stated: hash the rest, keep none of it
+                body.skim(None)
+                self._verified(digest, body)
+                raise refusal from None
+        base = _buffer(exact)
+        if base is None:  # the length cannot be held here: the blob's own, or a lie?
+            if not body.skim(exact):
+                raise OversizedBlob(where, digest, exact, why)
+            self._verified(digest, body)
+            raise MemoryError(f"blob {where} is {exact} bytes, more than this process can hold")
+        view = memoryview(base.numpy())
+        view[: len(head)] = head
+        got = len(head) + body.into(view[len(head) :])
+        if got == exact and not body.ended():
+            raise OversizedBlob(where, digest, exact, why)
+        self._verified(digest, body)
+        return base[:got]
 
     def _put_plan(self, plan: tensorfile.TensorPlan) -> str:
         """Hash first, then send (a blob already there is not sent)."""
@@ -397,7 +607,15 @@ class BackendStore(Values):
         """Refuse a digest the store does not have; one put here in the last JUST_PUT seconds
         it has without asking (new or refreshed then: younger than any gc's floor)."""
         put = self._just_put.get(digest)
-        if put is not None and time.monotonic() - put < JUST_PUT:
+        if put is not None and time.monotonic() - put[0] < JUST_PUT:
             return
         if not self.has(digest):
             raise UnknownDigest(f"{context}no blob {digest} in {self}")
+
+
+def _buffer(size: int) -> torch.Tensor | None:
+    """An uninitialised uint8 tensor of `size` bytes, or None when it cannot be allocated."""
+    try:
+        return torch.empty(size, dtype=torch.uint8)
+    except (RuntimeError, MemoryError, OverflowError, TypeError, ValueError):
+        return None

@@ -62,6 +62,11 @@ from soma.store import tensorfile
 from soma.store.errors import BadBlob, NoCodec, NotText
 
 RECORD_VERSION = 1
+# A record blob's largest size, refused when written and before it is parsed when read (a
+# backend stops reading there, soma.store.backend). Records are a few hundred bytes (an
+# export of 10^4 nodes, a digest each, is ~1 MB); bulk data is kept as tensors. The same
+# 64 MB as soma.health's RECORD_LIMIT, past which health reads a blob as a record no more.
+MAX_RECORD = 64 << 20
 TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
 _BUILTIN = (dict, list, tuple, str, int, float, bool, type(None), *TENSOR_TYPES)
 
@@ -155,7 +160,17 @@ def check_tensor_map(tensors: object, where: str) -> dict[str, torch.Tensor]:
             raise NoCodec(f"{_key_path(where, key)} is {problem}")
     if "__metadata__" in tensors:
         raise NotText(f"key '__metadata__' in {where} is reserved by safetensors")
+    _check_count(len(tensors), where)
     return tensors
+
+
+def _check_count(count: int, where: str) -> None:
+    """Refuse writing a tensor file no reader would read back (tensorfile.MAX_TENSORS)."""
+    if count > tensorfile.MAX_TENSORS:
+        raise NoCodec(
+            f"{where} holds {count} tensors, more than the {tensorfile.MAX_TENSORS} one "
+            "tensor file may hold; split it into several maps"
+        )
 
 
 @dataclass
@@ -175,6 +190,7 @@ def encode(value: object) -> Encoded:
     """Take `value` apart, checking all of it before anything is written."""
     out = Encoded(None)
     out.tree = _encode(value, "value", out, set())
+    _check_count(len(out.loose), "the loose tensors of value (not in a map of tensors)")
     return out
 
 
@@ -246,17 +262,34 @@ def canonical_json(obj: object) -> bytes:
 
 
 def record_bytes(tree: object, loose_digest: str | None) -> bytes:
+    """The record blob of `tree`; `NoCodec` past MAX_RECORD, which no reader would read."""
     record: dict[str, object] = {"soma": RECORD_VERSION, "value": tree}
     if loose_digest is not None:
         record["tensors"] = loose_digest
-    return canonical_json(record)
+    data = canonical_json(record)
+    if len(data) > MAX_RECORD:
+        raise NoCodec(
+            f"value is {len(data)} bytes as JSON, more than the {MAX_RECORD} a record may be; "
+            "keep bulk data as tensors"
+        )
+    return data
 
 
 def parse_record(data: bytes, where: str) -> tuple[object, str | None]:
-    """The tree and loose-tensor digest of a record blob, or `BadBlob`."""
+    """The tree and loose-tensor digest of a record blob, or `BadBlob` naming it."""
+    if len(data) > MAX_RECORD:
+        raise BadBlob(
+            f"blob {where} is not a soma record: it is {len(data)} bytes, more than the "
+            f"{MAX_RECORD} a record may be"
+        )
     try:
         record = json.loads(data.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError, RecursionError):
+    except RecursionError:
+        raise BadBlob(
+            f"blob {where} is not a soma record: it is nested deeper than this interpreter "
+            "can parse"
+        ) from None
+    except (ValueError, UnicodeDecodeError):
         record = None
     if not isinstance(record, dict) or record.get("soma") != RECORD_VERSION:
         raise BadBlob(f"blob {where} is not a value kept by Store.keep (not a soma record)")

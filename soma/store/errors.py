@@ -91,3 +91,20 @@ class StoreUnavailable(StoreError, OSError):
     the store is unreachable, full or failing, which is not a client's failure (a client that
     meets it fails; it never drops out). The message names the store, the request and the
     last error."""
+
+
+class OversizedBlob(CorruptBlob, BadBlob):
+    """More bytes arrived for a blob than it can have (the size this process wrote it with,
+    what its own safetensors header declares, or a record's cap), so the read stopped there,
+    before the rest could be hashed: the bytes are not the blob's (`CorruptBlob`) or the blob
+    is not what it is read as (`BadBlob`), and which one is not known. The message names the
+    blob and the bound (`limit`)."""
+
+    def __init__(self, path: str, expected: str, limit: int, why: str) -> None:
+        self.path, self.expected, self.actual, self.limit = path, expected, "", limit
+        StoreError.__init__(
+            self,
+            f"blob {path} (sha256 {expected}): more than {limit} bytes arrived, but {why}; "
+            "refused without reading on: its bytes are not the blob's (run `soma verify`, "
+            "which says so) or it is not what it was read as",
+        )

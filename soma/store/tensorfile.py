@@ -10,17 +10,23 @@ Writing never builds the file in memory: `TensorPlan.chunks()` yields the header
 then each tensor's own memory, a chunk at a time (a tensor that is not already a
 contiguous CPU tensor is copied, one at a time).
 
-Reading (`read_header`, `tensors_from`) checks everything before touching a tensor: the
-header length fits the file, the header is a JSON object without duplicate keys, every
-dtype is known, every shape is a list of non-negative integers, every tensor's byte range
-is exactly its shape times its itemsize, and the ranges tile the data with no gap and no
-overlap. Anything else is `BadBlob` naming the blob — never an out-of-bounds read.
+Reading (`read_header`, `tensors_from`; `describe` from the header alone) checks everything
+before touching a tensor, with exact Python integers: the header length fits the file and a
+cap, the header's size is counted before it is parsed (objects, commas: see the caps below),
+it is a JSON object without duplicate keys, every dtype is known, every shape is a list of
+at most MAX_DIMS non-negative integers that torch can index, every tensor's byte range is
+exactly its shape times its itemsize, and the ranges tile the data with no gap and no
+overlap. Anything else, and whatever torch or the JSON parser still refuses, is `BadBlob`
+naming the blob (and the tensor's key) — never an out-of-bounds read, a torch error or a
+RecursionError. `declared_size` is the file's length as its header states it, which lets a
+reader (soma.store.backend) stop reading there.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 import sys
 from collections.abc import Iterator, Mapping
@@ -71,6 +77,8 @@ def tensor_problem(tensor: torch.Tensor) -> str | None:
         return f"a {tensor.dtype} tensor; safetensors has no dtype for it"
     if tensor.is_quantized or tensor.device.type == "meta":
         return "a quantized or meta tensor, which has no plain bytes to keep"
+    if tensor.dim() > MAX_DIMS:
+        return f"a tensor of {tensor.dim()} dimensions; a file read back allows {MAX_DIMS}"
     return None
 
 
@@ -128,6 +136,32 @@ def plan(tensors: Mapping[str, torch.Tensor]) -> TensorPlan:
     )
 
 
+# --- reading: every number checked before torch sees one ----------------------------------
+#
+# Caps a real model never reaches, each checked before the work it bounds is done:
+#
+# - MAX_HEADER (above): the header's length, from the first 8 bytes, before it is read;
+# - MAX_TENSORS: tensors one file may describe. A 1,000-layer LLM has ~10^4 tensors, and a
+#   blob here is one node of an export (or a record's loose tensors), so 10^5 is ten times
+#   the largest model whole. Counted as the header's `{` before it is parsed: each tensor is
+#   described by an object, so the count over-counts only by braces inside keys. Reading a
+#   file of 10^5 tensors costs ~3 s of CPU (one view each); 10^6 was 77-100 s and +640 MB;
+# - MAX_DIMS: dimensions of one tensor; NumPy's own limit (NPY_MAXDIMS in NumPy 2), so no
+#   safetensors file NumPy can write has more. Real tensors have up to ~8;
+# - COMMAS_PER_OBJECT: with the objects counted, the header's commas (every element of every
+#   list and object but the first) are at most MAX_DIMS + 4 per object: a tensor's entry has
+#   its separator, two between its three fields, one in its offsets and one per dimension
+#   past the first. So what json.loads builds is proportional to the tensors described, never
+#   to a long list hidden in a short header (a `[0,0,...]` of 100 MB would be 400 MB parsed);
+# - INDEXABLE: torch's sizes, strides and byte counts are int64, so every tensor's shape,
+#   with its zero dimensions counted as 1 (what its strides are made of) and times its
+#   itemsize, stays below 2**63: `[0, 2**62, 2**62]` holds no byte yet overflows torch.
+MAX_TENSORS = 100_000
+MAX_DIMS = 64
+COMMAS_PER_OBJECT = MAX_DIMS + 4
+INDEXABLE = 1 << 63
+
+
 @dataclass(frozen=True)
 class Entry:
     key: str
@@ -146,93 +180,203 @@ def _no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
     return out
 
 
-def read_header(buffer: memoryview, where: str) -> list[Entry]:
-    """Parse and check the header of the safetensors file in `buffer` (the whole file)."""
-    size = len(buffer)
+def _bad(where: str, why: str) -> BadBlob:
+    return BadBlob(f"blob {where} is not a valid safetensors file: {why}")
 
-    def bad(why: str) -> BadBlob:
-        return BadBlob(f"blob {where} is not a valid safetensors file: {why}")
 
-    if size < 8:
-        raise bad(f"it is {size} bytes, shorter than the 8-byte header length")
-    (length,) = struct.unpack("<Q", buffer[:8])
-    if length > size - 8:
-        raise bad(f"its header claims {length} bytes but only {size - 8} follow (truncated?)")
+def header_length(head: bytes | memoryview, where: str) -> int:
+    """The header length a file's first 8 bytes state, refused past MAX_HEADER: known before
+    anything more is read, so that a lying length costs nothing."""
+    if len(head) < 8:
+        raise _bad(where, f"it is {len(head)} bytes, shorter than the 8-byte header length")
+    (length,) = struct.unpack("<Q", head[:8])
     if length > MAX_HEADER:
-        raise bad(f"its header claims {length} bytes, more than the {MAX_HEADER} allowed")
+        raise _bad(where, f"its header claims {length} bytes, more than the {MAX_HEADER} allowed")
+    return length
+
+
+def parse_header(raw: bytes | memoryview, where: str) -> dict[str, object]:
+    """The header's JSON object, its objects and commas counted before it is parsed (see
+    MAX_TENSORS, COMMAS_PER_OBJECT): a header describing a million tensors is refused in the
+    time of two byte counts, never parsed."""
+    raw = bytes(raw)
+    objects = raw.count(b"{")
+    if objects > MAX_TENSORS + 2:  # the header itself and its __metadata__
+        raise _bad(
+            where,
+            f"its header holds up to {objects} JSON objects, one per tensor, more than the "
+            f"{MAX_TENSORS} tensors a file may describe",
+        )
+    commas = raw.count(b",")
+    if commas > max(objects, 1) * COMMAS_PER_OBJECT:
+        raise _bad(
+            where,
+            f"its header has {commas} commas for {objects} objects, more than the "
+            f"{COMMAS_PER_OBJECT} per object that {MAX_DIMS} dimensions need",
+        )
     try:
-        header = json.loads(bytes(buffer[8 : 8 + length]), object_pairs_hook=_no_duplicates)
+        header = json.loads(raw, object_pairs_hook=_no_duplicates)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise bad(f"its header is not JSON ({type(exc).__name__}: {exc})") from None
+        raise _bad(where, f"its header is not JSON ({type(exc).__name__}: {exc})") from None
     if not isinstance(header, dict):
-        raise bad(f"its header is a JSON {type(header).__name__}, not an object")
-    start = 8 + length
+        raise _bad(where, f"its header is a JSON {type(header).__name__}, not an object")
+    return header
+
+
+def check_entry(key: str, info: object) -> tuple[torch.dtype, tuple[int, ...], int, int]:
+    """A tensor's dtype, shape and data offsets (relative to the data), checked with exact
+    integers before torch sees any of them; ValueError saying why not (the caller names the
+    blob). Pure: no I/O, no torch call but the dtype's itemsize."""
+    if not isinstance(info, dict) or set(info) != {"dtype", "shape", "data_offsets"}:
+        raise ValueError(f"tensor {key!r} is not described by exactly dtype, shape, data_offsets")
+    dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
+    if not isinstance(dtype, str) or dtype not in DTYPES:
+        raise ValueError(f"tensor {key!r} has an unknown dtype {dtype!r}")
+    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+        raise ValueError(f"tensor {key!r} has shape {shape!r}, not a list of non-negative integers")
+    if len(shape) > MAX_DIMS:
+        raise ValueError(f"tensor {key!r} has {len(shape)} dimensions, more than {MAX_DIMS}")
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(type(o) is int for o in offsets)
+        or not 0 <= offsets[0] <= offsets[1]
+    ):
+        raise ValueError(f"tensor {key!r} has data_offsets {offsets!r}, not [begin, end]")
+    itemsize = DTYPES[dtype].itemsize
+    expected = math.prod(shape) * itemsize
+    if offsets[1] - offsets[0] != expected:
+        raise ValueError(
+            f"tensor {key!r} is {dtype} {shape} ({expected} bytes) but its data_offsets "
+            f"{offsets} span {offsets[1] - offsets[0]} bytes"
+        )
+    if math.prod(max(d, 1) for d in shape) * itemsize >= INDEXABLE:
+        raise ValueError(
+            f"tensor {key!r} is {dtype} {shape}: its strides and sizes pass 2**63 bytes, "
+            "more than a tensor can index"
+        )
+    return DTYPES[dtype], tuple(shape), offsets[0], offsets[1]
+
+
+def check_layout(header: dict[str, object], start: int, size: int | None) -> list[Entry]:
+    """The tensors `header` describes, at absolute offsets from `start` (where its data
+    begins), their ranges tiling the data with no gap and no overlap, and ending at `size`
+    (the file's length; None: not known, as for a header read alone). ValueError saying
+    why not. Pure."""
     entries = []
     for key, info in header.items():
         if key == "__metadata__":
             if not isinstance(info, dict) or not all(isinstance(v, str) for v in info.values()):
-                raise bad("its __metadata__ is not a map of text to text")
+                raise ValueError("its __metadata__ is not a map of text to text")
             continue
-        if not isinstance(info, dict) or set(info) != {"dtype", "shape", "data_offsets"}:
-            raise bad(f"tensor {key!r} is not described by exactly dtype, shape, data_offsets")
-        dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
-        if not isinstance(dtype, str) or dtype not in DTYPES:
-            raise bad(f"tensor {key!r} has an unknown dtype {dtype!r}")
-        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
-            raise bad(f"tensor {key!r} has shape {shape!r}, not a list of non-negative integers")
-        if (
-            not isinstance(offsets, list)
-            or len(offsets) != 2
-            or not all(type(o) is int for o in offsets)
-            or not 0 <= offsets[0] <= offsets[1]
-        ):
-            raise bad(f"tensor {key!r} has data_offsets {offsets!r}, not [begin, end]")
-        torch_dtype = DTYPES[dtype]
-        expected = math.prod(shape) * torch_dtype.itemsize
-        if offsets[1] - offsets[0] != expected:
-            raise bad(
-                f"tensor {key!r} is {dtype} {shape} ({expected} bytes) but its data_offsets "
-                f"{offsets} span {offsets[1] - offsets[0]} bytes"
-            )
-        entries.append(
-            Entry(key, torch_dtype, tuple(shape), start + offsets[0], start + offsets[1])
-        )
+        dtype, shape, begin, end = check_entry(key, info)
+        entries.append(Entry(key, dtype, shape, start + begin, start + end))
     position = start
     for entry in sorted(entries, key=lambda e: (e.begin, e.end)):
         if entry.begin != position:
             why = "overlaps the one before" if entry.begin < position else "leaves a gap before it"
-            raise bad(f"tensor {entry.key!r} {why} (at byte {entry.begin - start} of the data)")
-        position = entry.end
-    if position != size:
-        if position > size:
-            raise bad(
-                f"its tensors need {position - start} bytes of data but the file has "
-                f"{size - start} (truncated, or offsets past the end)"
+            raise ValueError(
+                f"tensor {entry.key!r} {why} (at byte {entry.begin - start} of the data)"
             )
-        raise bad(f"{size - position} bytes after its last tensor belong to no tensor")
+        position = entry.end
+    if size is not None and position > size:
+        raise ValueError(
+            f"its tensors need {position - start} bytes of data but the file has "
+            f"{size - start} (truncated, or offsets past the end)"
+        )
+    if size is not None and position < size:
+        raise ValueError(f"{size - position} bytes after its last tensor belong to no tensor")
     return entries
+
+
+def layout(head: bytes | memoryview, where: str, size: int | None) -> list[Entry]:
+    """The checked tensors of the file whose first 8 + header-length bytes are `head` and
+    whose length is `size` (None: not known); `BadBlob` naming the blob, and the tensor."""
+    length = header_length(head, where)
+    if len(head) < 8 + length:
+        raise _bad(
+            where, f"its header claims {length} bytes but only {len(head) - 8} follow (truncated?)"
+        )
+    header = parse_header(head[8 : 8 + length], where)
+    try:
+        return check_layout(header, 8 + length, size)
+    except ValueError as exc:
+        raise _bad(where, str(exc)) from None
+
+
+def declared_size(head: bytes | memoryview, where: str) -> int:
+    """The file's whole length as the header in `head` (its first 8 + header-length bytes)
+    declares it, every tensor checked: what a read may stop at (`BadBlob` if it lies)."""
+    length = header_length(head, where)
+    entries = layout(head, where, None)
+    return max((e.end for e in entries), default=8 + length)
+
+
+def read_header(buffer: memoryview, where: str) -> list[Entry]:
+    """Parse and check the header of the safetensors file in `buffer` (the whole file)."""
+    size = len(buffer)
+    if size < 8:
+        raise _bad(where, f"it is {size} bytes, shorter than the 8-byte header length")
+    (length,) = struct.unpack("<Q", buffer[:8])
+    if length > size - 8:
+        raise _bad(
+            where, f"its header claims {length} bytes but only {size - 8} follow (truncated?)"
+        )
+    return layout(buffer[: 8 + min(length, MAX_HEADER)], where, size)
+
+
+def _tensor_at(base: torch.Tensor, e: Entry, where: str) -> torch.Tensor:
+    if e.begin == e.end:
+        return torch.empty(e.shape, dtype=e.dtype)
+    raw = base[e.begin : e.end]
+    if e.dtype == torch.bool and bool((raw > 1).any()):
+        raise BadBlob(f"blob {where}: bool tensor {e.key!r} holds bytes other than 0 and 1")
+    if e.begin % e.dtype.itemsize:
+        raw = raw.clone()
+    return raw.view(e.dtype).reshape(e.shape)
 
 
 def tensors_from(base: torch.Tensor, entries: list[Entry], where: str) -> dict[str, torch.Tensor]:
     """Tensors viewing `base` (the whole file as one uint8 tensor) at the checked `entries`.
 
     Views share `base`'s memory (and keep it alive); one whose offset is not a multiple
-    of its itemsize — never one this module wrote — is copied to be aligned.
+    of its itemsize — never one this module wrote — is copied to be aligned. Whatever torch
+    still refuses is `BadBlob` naming the blob and the tensor, never torch's own error.
     """
     if sys.byteorder != "little":  # pragma: no cover - no big-endian machines here
         raise BadBlob(f"blob {where}: reading safetensors on a big-endian machine is not done")
     out: dict[str, torch.Tensor] = {}
     for e in entries:
-        if e.begin == e.end:
-            out[e.key] = torch.empty(e.shape, dtype=e.dtype)
-            continue
-        raw = base[e.begin : e.end]
-        if e.dtype == torch.bool and bool((raw > 1).any()):
-            raise BadBlob(f"blob {where}: bool tensor {e.key!r} holds bytes other than 0 and 1")
-        if e.begin % e.dtype.itemsize:
-            raw = raw.clone()
-        out[e.key] = raw.view(e.dtype).reshape(e.shape)
+        try:
+            out[e.key] = _tensor_at(base, e, where)
+        except BadBlob:
+            raise
+        except (RuntimeError, TypeError, ValueError, OverflowError, IndexError) as exc:
+            raise BadBlob(
+                f"blob {where}: tensor {e.key!r} ({e.dtype} {list(e.shape)}) cannot be made: "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
     return out
+
+
+def _read_exactly(f: BinaryIO, n: int) -> bytes:
+    """Up to `n` bytes of `f` (fewer only at its end), however the reads split."""
+    parts, got = [], 0
+    while got < n:
+        part = f.read(n - got)
+        if not part:
+            break
+        parts.append(part)
+        got += len(part)
+    return b"".join(parts)
+
+
+def describe_head(
+    head: bytes | memoryview, where: str, size: int | None = None
+) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+    """Each tensor's dtype and shape from a file's first 8 + header-length bytes, every
+    tensor checked as a read checks it, and against the file's length `size` when known."""
+    return {e.key: (e.dtype, e.shape) for e in layout(head, where, size)}
 
 
 def describe(f: BinaryIO, where: str) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
@@ -240,21 +384,11 @@ def describe(f: BinaryIO, where: str) -> dict[str, tuple[torch.dtype, tuple[int,
     of blob `where` open as `f` (`Store.describe` opens it as every read: never via a link).
 
     For checking that several exports are the same network before anything is claimed or
-    computed: cheap on a shared folder, and whatever later reads the data verifies it.
+    computed: cheap on a shared folder, and whatever later reads the data verifies it. The
+    header is checked as a read checks it, against the file's length, so that a shape
+    (2**40 elements) the file cannot hold is refused here and never planned for.
     """
-    head = f.read(8)
-    if len(head) < 8:
-        raise BadBlob(f"blob {where} is not a valid safetensors file: shorter than 8 bytes")
-    (length,) = struct.unpack("<Q", head)
-    if length > MAX_HEADER:
-        raise BadBlob(f"blob {where}: its header claims {length} bytes, more than allowed")
-    raw = f.read(length)
-    try:
-        header = json.loads(raw)
-        out = {}
-        for key, info in header.items():
-            if key != "__metadata__":
-                out[key] = (DTYPES[info["dtype"]], tuple(int(d) for d in info["shape"]))
-        return out
-    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
-        raise BadBlob(f"blob {where} is not a valid safetensors file: {exc}") from None
+    head = _read_exactly(f, 8)
+    length = header_length(head, where)
+    head += _read_exactly(f, length)
+    return describe_head(head, where, os.fstat(f.fileno()).st_size)

@@ -65,8 +65,13 @@ class Values:
     def recall_digest(self, digest: str, *, lazy: bool = False) -> object:
         """The value whose record is blob `digest`."""
         where = str(self.blob_path(digest))
-        tree, loose_digest = codecs.parse_record(self.get(digest), where)
-        wanted = list(dict.fromkeys(codecs.references(tree)))
+        tree, loose_digest = codecs.parse_record(
+            self._get_at_most(digest, codecs.MAX_RECORD), where
+        )
+        try:
+            wanted = list(dict.fromkeys(codecs.references(tree)))
+        except RecursionError:
+            raise BadBlob(f"blob {where} is nested deeper than this interpreter can walk") from None
         for d in wanted + ([loose_digest] if loose_digest else []):
             try:
                 check_digest(d)
@@ -87,6 +92,17 @@ class Values:
             return loose[0]
 
         return codecs.decode(tree, where, tensors, loose_tensors)
+
+    def _get_at_most(self, digest: str, limit: int) -> bytes:
+        """The bytes of blob `digest`, verified, refused past `limit` (a record's cap).
+
+        Here read whole and then measured (a folder's file is what it is); a backend's store
+        stops reading at the limit instead (soma.store.backend)."""
+        data = self.get(digest)
+        if len(data) > limit:
+            where = self.blob_path(digest)
+            raise BadBlob(f"blob {where} is {len(data)} bytes, more than the {limit} allowed here")
+        return data
 
     def put_tensors(self, tensors: dict[str, torch.Tensor]) -> str:
         """Keep one map of text to tensors as one safetensors blob; its digest."""
