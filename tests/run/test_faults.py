@@ -31,7 +31,7 @@ def clients(store: Path, *, plant: str | None = None, faulty: int = 3) -> list:
     stdout and stderr."""
     args = ["client", "--store", str(store), "--run", "f", "--rounds", "2"]
     args += ["--clients", str(CLIENTS), "--task", "soma.tasks.digits", "--quorum", "3"]
-    args += ["--strategy", "fedadam", "--deadline", "120"]
+    args += ["--strategy", "fedadam", "--deadline", "60"]
     for option in ("labels_per_client=5", "model=softmax", "epochs=1"):
         args += ["--option", option]
     running = []

@@ -1,0 +1,32 @@
+"""Broken variants of the rule that a store's fault is never a client's drop-out
+(soma.run.step, soma.round.client); registered into tests/mutants.py's MUTANTS."""
+
+from __future__ import annotations
+
+from mutants import _replace, mutant
+
+_FAULTS = "tests/run/test_faults.py"
+
+
+@mutant("store_error_drops_out", caught_by=[_FAULTS, "-k", "full_disk"])
+def _store_error_drops_out() -> None:
+    """As before issue 31: an error of the store while a client contributes is its drop-out
+    (only a missing or corrupt blob is the store's), and a quorum averages without it."""
+    import soma.run.step as step
+
+    real = step.store_fault
+
+    def store_fault(store, error, meeting, client):
+        fault = real(store, error, meeting, client)
+        return fault if isinstance(fault, step.StoreDamaged) else None
+
+    _replace(step, "store_fault", store_fault)
+
+
+@mutant("fault_note_ignored", caught_by=[_FAULTS, "-k", "full_disk"])
+def _fault_note_ignored() -> None:
+    """Peers never read a failed client's fault note: they wait out their deadline and then
+    average around the broken store with their quorum."""
+    import soma.round.average
+
+    _replace(soma.round.average, "check_faults", lambda store, meeting, missing: None)
