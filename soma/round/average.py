@@ -12,17 +12,18 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from soma.nodes import Export
-from soma.round import once, records, roll, signed, tree
+from soma.round import checks, once, records, roll, signed, tree
 from soma.round import signing as signatures
 from soma.round.apart import _Elsewhere
-from soma.round.checks import check_inputs
-from soma.round.client import check_faults, contribute
+from soma.round.checks import Decision, decide
+from soma.round.client import contribute
 from soma.round.meeting import Input, Meeting
 from soma.round.once import POLL, Backoff, Place, RoundIncomplete
-from soma.round.roll import _left_out_text, arrivals, present
+from soma.round.roll import _left_out_text, present
 from soma.store import Store, codecs
 from soma.strategies import Strategy, Update, at_round, uniform
 from soma.timing import DEADLINE, LEASE
@@ -48,9 +49,15 @@ def _updates(store: Store, inputs: Sequence[Input]) -> Iterator[Update]:
 
 
 def _average(
-    store: Store, meeting: Meeting, strategy: Strategy, inputs: list[Input], me: dict[str, Any]
+    store: Store,
+    meeting: Meeting,
+    strategy: Strategy,
+    inputs: list[Input],
+    me: dict[str, Any],
+    refused: Mapping[int, str],
 ) -> str:
-    """The strategy's arithmetic over the inputs, and the record that says what went in."""
+    """The strategy's arithmetic over the inputs, and the record that says what went in
+    (and who was left out: `refused`, the clients whose inputs were refused, and why)."""
     previous = None if meeting.start is None else store.recall_digest(meeting.start, lazy=True)
     state = None if meeting.state is None else store.recall_digest(meeting.state)
     root = _tree_root(store, meeting, inputs, me)
@@ -62,17 +69,9 @@ def _average(
     else:
         mean = store.recall_digest(root.mean, lazy=True)
         weights, new_state = strategy.from_mean(previous, mean, state, clients=meeting.clients)
-    came = {i.client for i in inputs}
-    here = present(store, meeting)
-    dropped = arrivals(store, meeting, here)[1]
-    left_out = {
-        k: dropped.get(k) or ("came after the round was averaged" if k in here else "never came")
-        for k in meeting.members
-        if k not in came
-    }
     record = records.average_record(
         meeting,
-        left_out=left_out,
+        left_out=_left_out(store, meeting, inputs, refused),
         inputs=[
             records.input_entry(i.client, i.weights, i.size, i.extra, i.record) for i in inputs
         ],
@@ -85,6 +84,33 @@ def _average(
     )
     signer = signed.averager(meeting)
     return signatures.put(store, meeting.signing, record.value(), name=meeting.average, by=signer)
+
+
+def _left_out(
+    store: Store, meeting: Meeting, inputs: Sequence[Input], refused: Mapping[int, str]
+) -> dict[int, str]:
+    """Why each member not among the inputs was left out: its input refused, its drop-out's
+    reason, or it came too late or never came."""
+    came = {i.client for i in inputs}
+    here = present(store, meeting)
+    dropped = roll.roll_call(store, meeting, here)[1]
+    late = "came after the round was averaged"
+    return {
+        k: records.refused(refused[k])
+        if k in refused
+        else dropped.get(k) or (late if k in here else "never came")
+        for k in meeting.members
+        if k not in came
+    }
+
+
+@dataclass(frozen=True)
+class Ready:
+    """A round's inputs once they are there, and the clients whose records could not be
+    taken, and why: what the checks decide on (compared between polls, so plain values)."""
+
+    came: tuple[Input, ...]
+    unreadable: tuple[tuple[int, str], ...] = ()
 
 
 def _uses_tree(meeting: Meeting, inputs: Sequence[Input]) -> bool:
@@ -104,13 +130,15 @@ def _tree_root(
 
 
 class _Averaging:
-    """One round's averaging as `soma.round.once` asks about it."""
+    """One round's averaging as `soma.round.once` asks about it: what `ready` hands it is
+    checked once (`check`: the clients whose inputs are refused decided, alike in every
+    process), and its place, its tree and its average are those of the accepted inputs."""
 
     def __init__(
         self,
         store: Store,
         meeting: Meeting,
-        ready: Callable[[bool], list[Input] | None],
+        ready: Callable[[bool], Ready | None],
         missing: Callable[[], tuple[list[int], str]],
         *,
         late: bool,
@@ -118,25 +146,41 @@ class _Averaging:
         self.store, self.meeting, self.what = store, meeting, meeting.what
         self.ready, self.missing, self.late = ready, missing, late
         self.strategy = meeting.strategy_object()
+        self._decided: tuple[Ready, Decision] | None = None
 
     def done(self) -> str | None:
         # whoever arrives late leaves with the meeting's average, whatever it was made of
         return self.store.resolve(self.meeting.average) if self.late else None
 
-    def check(self, inputs: list[Input]) -> None:
-        check_inputs(self.store, self.meeting, self.strategy, inputs)
-        signed.check_signed_inputs(self.store, self.meeting, inputs)
+    def check(self, inputs: Ready) -> None:
+        self._decided = (inputs, self._decide(inputs))
+
+    def _decide(self, inputs: Ready) -> Decision:
+        unreadable = dict(inputs.unreadable)
+        decision = decide(self.store, self.meeting, self.strategy, list(inputs.came), unreadable)
         signed.averager(self.meeting)  # a roster member's key to sign the average with, or refused
+        return decision
 
-    def place(self, inputs: list[Input]) -> Place:
-        return Place(self.meeting.averaging(inputs_key(self.meeting.key, inputs)))
+    def decision(self, inputs: Ready) -> Decision:
+        """What `check` decided on these inputs (decided again if it was on others)."""
+        if self._decided is None or self._decided[0] != inputs:
+            self.check(inputs)
+        assert self._decided is not None
+        return self._decided[1]
 
-    def share(self, inputs: list[Input], me: dict[str, Any]) -> None:
+    def place(self, inputs: Ready) -> Place:
+        accepted = self.decision(inputs).accepted
+        return Place(self.meeting.averaging(inputs_key(self.meeting.key, accepted)))
+
+    def share(self, inputs: Ready, me: dict[str, Any]) -> None:
         """Work any process may do before the claim: the tree's nodes, spread among all."""
-        _tree_root(self.store, self.meeting, inputs, me)
+        _tree_root(self.store, self.meeting, self.decision(inputs).accepted, me)
 
-    def compute(self, inputs: list[Input], me: dict[str, Any]) -> str:
-        return _average(self.store, self.meeting, self.strategy, inputs, me)
+    def compute(self, inputs: Ready, me: dict[str, Any]) -> str:
+        decided = self.decision(inputs)
+        return _average(
+            self.store, self.meeting, self.strategy, decided.accepted, me, decided.refused
+        )
 
     def settle(self, published: str) -> str:
         """The first averaging published becomes the meeting's average (claimed: once)."""
@@ -169,34 +213,40 @@ def average_round(
 
     elsewhere = _Elsewhere(store, meeting)
 
-    def ready(past: bool) -> list[Input] | None:
+    def ready(past: bool) -> Ready | None:
         """Everyone accounted for; or, past the deadline, at least the quorum came. A client
-        waited for that joined another meeting of the round is said at once (MeetingsDiffer)."""
+        waited for that joined another meeting of the round is said at once (MeetingsDiffer).
+        A record that cannot be taken stops the round where all must come; under a quorum it
+        is its client's input refused (decided in `check`, with the others')."""
         here = present(store, meeting)
         accounted = roll._complete(here, len(meeting.members))
         if not accounted:
-            missing = [k for k in meeting.members if k not in here]
-            elsewhere.check(missing)
-            check_faults(store, meeting, missing)
+            elsewhere.check([k for k in meeting.members if k not in here])
         if not (accounted or past):
             return None
-        came, dropped = arrivals(store, meeting, here)
+        came, dropped, unreadable = roll.roll_call(store, meeting, here)
+        if unreadable and not checks.leaves_refused_out(meeting):
+            raise unreadable[min(unreadable)]  # all must come: a record refused stops the round
+        refused = {k: checks.reason(meeting, k, e) for k, e in sorted(unreadable.items())}
         if roll._enough(came, meeting.needed):
-            return came
-        if accounted and dropped:  # nobody else is coming: say so now, not at the deadline
+            return Ready(tuple(came), tuple(refused.items()))
+        if accounted and (dropped or refused):  # nobody else is coming: say so now
+            left = {**dropped, **{k: records.refused(why) for k, why in refused.items()}}
             raise RoundIncomplete(
                 f"{meeting.what}: {len(came)} of {len(meeting.members)} clients came, fewer than "
-                f"the quorum of {meeting.needed}: {_left_out_text(dropped)}",
-                sorted(dropped),
+                f"the quorum of {meeting.needed}: {_left_out_text(left)}",
+                sorted(left),
             )
         return None
 
     def missing() -> tuple[list[int], str]:
         here = present(store, meeting)
-        came, dropped = arrivals(store, meeting, here)
+        came, dropped, unreadable = roll.roll_call(store, meeting, here)
+        refused = {k: records.refused(checks.reason(meeting, k, e)) for k, e in unreadable.items()}
+        left = {**dropped, **refused}
         never = [k for k in meeting.members if k not in here]
         detail = f" (quorum {meeting.needed} of {len(meeting.members)}, {len(came)} came"
-        detail += f"; {_left_out_text(dropped)})" if dropped else ")"
+        detail += f"; {_left_out_text(left)})" if left else ")"
         return never, detail
 
     work = _Averaging(store, meeting, ready, missing, late=True)
@@ -225,7 +275,8 @@ def average_inputs(
     inputs = sorted(inputs, key=lambda i: i.client)
     for i in inputs:
         meeting.check_client(i.client)
-    work = _Averaging(store, meeting, lambda past: list(inputs), lambda: ([], ""), late=False)
+    given = Ready(tuple(inputs))
+    work = _Averaging(store, meeting, lambda past: given, lambda: ([], ""), late=False)
     digest = once.once(
         store, work, deadline=deadline, backoff=backoff, lease=lease, signing=meeting.signing
     )

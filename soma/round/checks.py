@@ -3,20 +3,27 @@ the average (a NaN, an infinity), sizes that do not add up, two different networ
 strategy the meeting cannot run; a refusal names the client, and its record, to blame.
 
 Kept apart so that `contribute` and every process that may average refuse the same things
-with the same words.
+with the same words. A refusal is about one client's input (`refuse_input`: its record, its
+weights, their values and shapes, its size, its signature) or about the round as a whole
+(`check_round`: the start or state missing, sizes adding to nothing, the strategy, the
+tree). Under a quorum an input refused is left out, by every process alike (the refusals are
+a function of the store alone), and the round goes on if the quorum is still there
+(`decide`); without one, the first refusal stops the round, as it always did.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from soma.arithmetic import Signature, first_difference
+from soma.errors import SomaError
 from soma.nodes import Export
-from soma.round import roll
+from soma.round import records, roll, signed
 from soma.round.meeting import Input, Meeting
 from soma.round.once import RoundError, RoundIncomplete
-from soma.round.roll import _left_out_text, arrivals, present
+from soma.round.roll import _left_out_text, present
 from soma.store import Store, codecs
 from soma.strategies import (
     Arrival,
@@ -84,6 +91,13 @@ def signature(store: Store, digest: str) -> Signature:
     return out
 
 
+def _transient(error: BaseException) -> bool:
+    """A store that did not answer says nothing about the client: never a refusal."""
+    from soma.store.errors import StoreUnavailable
+
+    return isinstance(error, StoreUnavailable)
+
+
 def check_input(store: Store, meeting: Meeting, given: Input) -> Signature:
     """A client's weights (and extra) as the averaging will read them: its record says an
     export, every tensor file's header is sound (offsets, sizes) and every value finite;
@@ -101,6 +115,8 @@ def check_input(store: Store, meeting: Meeting, given: Input) -> Signature:
         try:
             value = store.recall_digest(digest, lazy=True)
         except (StoreError, OSError) as error:
+            if _transient(error):
+                raise
             raise Refused(
                 f"{whose} cannot be read, refused before anything is claimed: "
                 f"{type(error).__name__}: {error}"
@@ -117,72 +133,112 @@ def check_input(store: Store, meeting: Meeting, given: Input) -> Signature:
     return found
 
 
-def _check_sizes(inputs: Sequence[Input], where: str) -> None:
-    """All of a round's clients say a size, or none does; and they weigh something in all."""
-    said = [i.client for i in inputs if i.size is not None]
-    if said and len(said) != len(inputs):
-        silent = [i.client for i in inputs if i.size is None]
-        raise RoundError(
-            f"{where}: clients {said} said a size and clients {silent} did not; "
-            "all of a round's clients say a size, or none does"
-        )
-    for i in inputs:
-        _check_size(i.size, i.client)
+# --- one client's input --------------------------------------------------------------------
+
+
+def refuse_input(
+    store: Store, meeting: Meeting, given: Input, start: Signature | None
+) -> Signature:
+    """Everything about one client's input alone, refused naming the client (a RoundError,
+    a RecordError, a SigningError...): its weights in the store and sound, its size, its
+    network the round's start's (when there is one), its signed record. Its signature."""
+    where = f"{meeting.what}: client {given.client}"
+    for digest, what in [(given.weights, "weights"), (given.extra, "extra")]:
+        if digest is not None and not store.has(digest):
+            raise RoundError(f"{where}'s {what} {digest} are not in the store")
+    try:
+        _check_size(given.size, given.client)
+    except RoundError as error:
+        raise RoundError(f"{meeting.what}: {error}") from None
+    theirs = check_input(store, meeting, given)
+    if start is not None:
+        problem = first_difference(start, theirs, "the round's start", f"client {given.client}")
+        if problem:
+            raise RoundError(f"{meeting.what}: two different networks: {problem}")
+    signed.check_signed_inputs(store, meeting, [given])
+    return theirs
+
+
+def reason(meeting: Meeting, client: int, error: BaseException) -> str:
+    """Why a client's input is refused, naming the run, the round and the client's record."""
+    text = str(error)
+    if not text.startswith(meeting.what):
+        text = f"{meeting.what}: {text}"
+    name = meeting.client(client)
+    return text if name in text else f"{text} (client {client}'s record {name!r})"
+
+
+def _odd_ones(values: Mapping[int, Hashable]) -> tuple[int, set[int]]:
+    """The clients whose value is not the one most of them hold (ties: the lowest-numbered
+    client's), and the lowest client that holds it: who to refuse when clients disagree
+    with nothing (no start) to tell which is right."""
+    counts: dict[Hashable, list[int]] = {}
+    for k in sorted(values):
+        counts.setdefault(values[k], []).append(k)
+    held = max(counts.values(), key=lambda ks: (len(ks), -ks[0]))
+    return held[0], {k for k in values if k not in held}
+
+
+def _shape_key(found: Signature) -> str:
+    return repr(sorted((n, sorted((k, tuple(s), str(d)) for k, (s, d) in keys.items()))
+                       for n, keys in found.items()))  # fmt: skip
+
+
+def _disagreeing(
+    meeting: Meeting, inputs: Sequence[Input], found: Mapping[int, Signature], *, start: bool
+) -> dict[int, RoundError]:
+    """Among inputs each sound on its own: without a start, those whose network is not
+    most clients'; those that say a size where most do not, or the other way round."""
+    out: dict[int, RoundError] = {}
+    if not start and found:
+        model, odd = _odd_ones({k: _shape_key(s) for k, s in found.items()})
+        for k in sorted(odd):
+            problem = first_difference(found[model], found[k], f"client {model}", f"client {k}")
+            out[k] = RoundError(f"{meeting.what}: two different networks: {problem}")
+    said = {i.client: i.size is not None for i in inputs if i.client not in out}
     if said:
-        try:
-            total = math.fsum(float(i.size) for i in inputs)
-        except OverflowError:
-            total = math.inf
-        if not math.isfinite(total) or total == 0:
-            raise RoundError(
-                f"{where}: the clients' sizes add up to {total!r}; "
-                "they must add up to a finite number above zero"
+        _, odd = _odd_ones(said)
+        sizes = sorted(k for k, says in said.items() if says)
+        silent = sorted(k for k, says in said.items() if not says)
+        for k in sorted(odd):
+            out[k] = RoundError(
+                f"{meeting.what}: clients {sizes} said a size and clients {silent} did not "
+                f"(client {k} is refused, as fewer did what it did); all of a round's clients "
+                "say a size, or none does"
             )
+    return out
 
 
-def check_inputs(
-    store: Store, meeting: Meeting, strategy: Strategy, inputs: Sequence[Input]
-) -> None:
-    """Everything that can be refused about a round, refused before anything is claimed."""
-    where = meeting.what
-    for i in inputs:
-        meeting.check_client(i.client)
-    if not inputs or not roll._enough(inputs, meeting.needed):
-        came = {i.client for i in inputs}
-        dropped = arrivals(store, meeting, present(store, meeting))[1]
-        left_out = {k: dropped.get(k, "never came") for k in meeting.members if k not in came}
-        raise RoundIncomplete(
-            f"{where}: {len(inputs)} of {len(meeting.members)} clients came, fewer than the "
-            f"quorum of {meeting.needed}: {_left_out_text(left_out)}",
-            sorted(left_out),
+# --- the round as a whole ------------------------------------------------------------------
+
+
+def _check_total(inputs: Sequence[Input], where: str) -> None:
+    """Clients that said sizes weigh something in all."""
+    if not inputs or inputs[0].size is None:
+        return
+    try:
+        total = math.fsum(float(i.size) for i in inputs)
+    except OverflowError:
+        total = math.inf
+    if not math.isfinite(total) or total == 0:
+        raise RoundError(
+            f"{where}: the clients' sizes add up to {total!r}; "
+            "they must add up to a finite number above zero"
         )
-    _check_sizes(inputs, where)
+
+
+def _check_stored(store: Store, meeting: Meeting) -> None:
     for digest, what in [(meeting.start, "the round's start"), (meeting.state, "its state")]:
         if digest is not None and not store.has(digest):
-            raise RoundError(f"{where}: {what} {digest} is not in the store")
-    first: tuple[int, Signature] | None = None
-    for i in inputs:
-        for digest, what in [(i.weights, "weights"), (i.extra, "extra")]:
-            if digest is not None and not store.has(digest):
-                raise RoundError(
-                    f"{where}: client {i.client}'s {what} {digest} are not in the store"
-                )
-        theirs = check_input(store, meeting, i)
-        if first is None:
-            first = (i.client, theirs)
-            if meeting.start is not None:
-                problem = first_difference(
-                    signature(store, meeting.start),
-                    theirs,
-                    "the round's start",
-                    f"client {i.client}",
-                )
-                if problem:
-                    raise RoundError(f"{where}: two different networks: {problem}")
-            continue
-        problem = first_difference(first[1], theirs, f"client {first[0]}", f"client {i.client}")
-        if problem:
-            raise RoundError(f"{where}: two different networks: {problem}")
+            raise RoundError(f"{meeting.what}: {what} {digest} is not in the store")
+
+
+def check_round(
+    store: Store, meeting: Meeting, strategy: Strategy, inputs: Sequence[Input]
+) -> None:
+    """What is refused about the round as a whole, over the inputs it will average."""
+    where = meeting.what
+    _check_total(inputs, where)
     if meeting.start is None and needs_previous(strategy):
         raise RoundError(
             f"{where}: strategy {meeting.strategy!r} steps from the weights the round started "
@@ -197,6 +253,91 @@ def check_inputs(
         lambda: None if meeting.state is None else store.recall_digest(meeting.state),
         clients=meeting.clients,
     )
+
+
+# --- deciding ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a round averages: the inputs accepted, and each refused client's reason."""
+
+    accepted: list[Input]
+    refused: dict[int, str] = field(default_factory=dict)
+
+
+def leaves_refused_out(meeting: Meeting) -> bool:
+    """A refused input is left out only where the round may go on without somebody (a
+    quorum below its members); where all must come, a refusal stops the round."""
+    return meeting.may_go_on_without_some
+
+
+def _refusals(store: Store, meeting: Meeting, inputs: Sequence[Input]) -> dict[int, BaseException]:
+    """Each client whose input is refused, and why, in client order: the same for every
+    process that reads the same store."""
+    start = None if meeting.start is None else signature(store, meeting.start)
+    errors: dict[int, BaseException] = {}
+    found: dict[int, Signature] = {}
+    for i in sorted(inputs, key=lambda i: i.client):
+        try:
+            found[i.client] = refuse_input(store, meeting, i, start)
+        except SomaError as error:
+            if _transient(error):
+                raise
+            errors[i.client] = error
+    sound = [i for i in inputs if i.client not in errors]
+    errors.update(_disagreeing(meeting, sound, found, start=start is not None))
+    return dict(sorted(errors.items()))
+
+
+def decide(
+    store: Store,
+    meeting: Meeting,
+    strategy: Strategy,
+    inputs: Sequence[Input],
+    unreadable: Mapping[int, str] | None = None,
+) -> Decision:
+    """Everything that can be refused about a round, refused before anything is claimed;
+    under a quorum, refused inputs left out (`unreadable`: clients whose records could not
+    be read, and why) and the rest averaged if they are still the quorum."""
+    for i in inputs:
+        meeting.check_client(i.client)
+    _check_stored(store, meeting)
+    errors = _refusals(store, meeting, inputs) if inputs else {}
+    if errors and not leaves_refused_out(meeting):
+        raise next(iter(errors.values()))
+    refused = {**(unreadable or {}), **{k: reason(meeting, k, e) for k, e in errors.items()}}
+    accepted = [i for i in inputs if i.client not in refused]
+    if not accepted or not roll._enough(accepted, meeting.needed):
+        _raise_below_quorum(store, meeting, accepted, refused)
+    check_round(store, meeting, strategy, accepted)
+    return Decision(accepted, dict(sorted(refused.items())))
+
+
+def _raise_below_quorum(
+    store: Store, meeting: Meeting, accepted: Sequence[Input], refused: Mapping[int, str]
+) -> None:
+    came = {i.client for i in accepted}
+    dropped = roll.roll_call(store, meeting, present(store, meeting))[1]
+    left_out = {
+        k: records.refused(refused[k]) if k in refused else dropped.get(k, "never came")
+        for k in meeting.members
+        if k not in came
+    }
+    refusing = f", {len(refused)} refused" if refused else ""
+    raise RoundIncomplete(
+        f"{meeting.what}: {len(accepted)} of {len(meeting.members)} clients came{refusing}, "
+        f"fewer than the quorum of {meeting.needed}: {_left_out_text(left_out)}",
+        sorted(left_out),
+    )
+
+
+def check_inputs(
+    store: Store, meeting: Meeting, strategy: Strategy, inputs: Sequence[Input]
+) -> None:
+    """Everything that can be refused about a round, refused before anything is claimed
+    (under a quorum, refused inputs are left out: see `decide`)."""
+    decide(store, meeting, strategy, inputs)
 
 
 def tree_refusal(strategy: str) -> str:

@@ -13,6 +13,14 @@ client, the name, the record), never a bare KeyError.
     average record    {"run", "round", "meeting", "clients", "strategy", "options", "start",
                        "state_before", "expected", "quorum", "left_out", "inputs", "weights",
                        "state", "averaged_by", "tree"?, "secure"?}
+
+An average's `left_out` is `[{"client", "why"}]`, one entry a member that is not among its
+inputs: a drop-out's own reason (`failed: ...`, `refused: ...` when its export was refused
+as it was contributed, `died: ...`), `never came`, `came after the round was averaged`, or,
+for a client whose input the averaging itself refused under a quorum (a record written by
+anything but `contribute`: unreadable, NaN, another network...), `input refused: <why>`
+(`refused`, `is_refused`). Refusals are told apart by that prefix alone, so an average with
+none is the same record, byte for byte, as it always was.
 """
 
 from __future__ import annotations
@@ -126,6 +134,18 @@ def read_client(store: Store, digest: str, *, client: int, name: str) -> AnyClie
 
 
 # --- average records ------------------------------------------------------------------------
+
+REFUSED = "input refused"  # the prefix of a left-out reason that is a refusal, not a drop-out
+
+
+def refused(why: str) -> str:
+    """The left-out reason of a client whose input the averaging refused."""
+    return f"{REFUSED}: {why}"
+
+
+def is_refused(why: object) -> bool:
+    """Whether a left-out reason is a refusal of the client's input (not a drop-out)."""
+    return isinstance(why, str) and why.startswith(f"{REFUSED}: ")
 
 
 def input_entry(

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from soma.errors import SomaError
 from soma.round import layout, records
 from soma.round.meeting import Input, Meeting
 from soma.round.signed import check_signed
 from soma.store import Store
+from soma.store.errors import StoreUnavailable
 
 
 def present(store: Store, meeting: Meeting) -> list[int]:
@@ -28,23 +30,51 @@ def present(store: Store, meeting: Meeting) -> list[int]:
     return sorted(found)
 
 
-def arrivals(store: Store, meeting: Meeting, here: list[int]) -> tuple[list[Input], dict[int, str]]:
-    """What each present member brought: its part in the average, or why it dropped out."""
-    inputs, dropped = [], {}
+def roll_call(
+    store: Store, meeting: Meeting, here: list[int]
+) -> tuple[list[Input], dict[int, str], dict[int, SomaError]]:
+    """What each present member brought: its part in the average, or why it dropped out,
+    or why its record cannot be taken (unreadable, malformed, not signed by it: a refusal
+    of that client alone, which the caller may leave out under a quorum)."""
+    inputs, dropped, unreadable = [], {}, {}
     for k in here:
-        name = meeting.client(k)
-        digest = store.resolve(name)
-        check_signed(store, meeting, digest, name=name, writer=k, what=f"client {k}'s record")
-        record = records.read_client(store, digest, client=k, name=name)
-        if isinstance(record, records.DropRecord):
-            dropped[k] = record.dropped
-        elif isinstance(record, records.ClientRecord):
-            inputs.append(Input(k, record.weights, record.size, record.extra, digest))
-        else:
-            raise records.RecordError(
-                f"{meeting.what}: client {k}'s record {name!r} is a secure round's, in a round "
-                "in the clear"
-            )
+        try:
+            found = _arrival(store, meeting, k)
+        except SomaError as error:
+            if isinstance(error, StoreUnavailable):
+                raise  # the store did not answer: nothing said about the client
+            unreadable[k] = error
+            continue
+        if isinstance(found, Input):
+            inputs.append(found)
+        elif found is not None:
+            dropped[k] = found
+    return inputs, dropped, unreadable
+
+
+def _arrival(store: Store, meeting: Meeting, k: int) -> Input | str | None:
+    """Client k's part (an Input), its drop-out's reason, or None if its record is gone."""
+    name = meeting.client(k)
+    digest = store.resolve(name)
+    if digest is None:
+        return None
+    check_signed(store, meeting, digest, name=name, writer=k, what=f"client {k}'s record")
+    record = records.read_client(store, digest, client=k, name=name)
+    if isinstance(record, records.DropRecord):
+        return record.dropped
+    if isinstance(record, records.ClientRecord):
+        return Input(k, record.weights, record.size, record.extra, digest)
+    raise records.RecordError(
+        f"{meeting.what}: client {k}'s record {name!r} is a secure round's, in a round in the clear"
+    )
+
+
+def arrivals(store: Store, meeting: Meeting, here: list[int]) -> tuple[list[Input], dict[int, str]]:
+    """What each present member brought: its part in the average, or why it dropped out; a
+    record that cannot be taken is refused (the lowest-numbered client's)."""
+    inputs, dropped, unreadable = roll_call(store, meeting, here)
+    if unreadable:
+        raise unreadable[min(unreadable)]
     return inputs, dropped
 
 

@@ -37,17 +37,18 @@ def _gather0(store: Store, **kw) -> dict:
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("quorum", [None, 1])
 def test_a_hand_written_record_with_nan_is_refused_before_the_claim_naming_the_client(
-    tmp_path, quorum
+    tmp_path,
 ) -> None:
+    """Where all must come, the refusal stops the round (under a quorum it is left out:
+    tests/round/test_refused_inputs.py)."""
     store = Store(tmp_path)
-    meeting = Meeting("r", 0, 2, quorum=quorum)
+    meeting = Meeting("r", 0, 2)
     bad = _export(1.0)
     bad["fc"]["w"][0, 1] = float("nan")
     store.keep(meeting.client(1), _client_record(store, store.put_value(bad)))
     with pytest.raises(RoundError, match=r"client 1's weights .* NaN or infinite"):
-        _gather0(store, quorum=quorum)
+        _gather0(store)
     assert _claimed(store) == []
 
 
