@@ -20,7 +20,7 @@ from soma.round import checks, once, records, roll, signed, tree
 from soma.round import signing as signatures
 from soma.round.apart import _Elsewhere
 from soma.round.checks import Decision, decide
-from soma.round.client import contribute
+from soma.round.client import check_faults, contribute
 from soma.round.meeting import Input, Meeting
 from soma.round.once import POLL, Backoff, Place, RoundIncomplete
 from soma.round.roll import _left_out_text, present
@@ -221,7 +221,9 @@ def average_round(
         here = present(store, meeting)
         accounted = roll._complete(here, len(meeting.members))
         if not accounted:
-            elsewhere.check([k for k in meeting.members if k not in here])
+            missing = [k for k in meeting.members if k not in here]
+            elsewhere.check(missing)
+            check_faults(store, meeting, missing)
         if not (accounted or past):
             return None
         came, dropped, unreadable = roll.roll_call(store, meeting, here)
