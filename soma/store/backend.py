@@ -247,6 +247,7 @@ class _Body:
 
     def __init__(self, chunks: Iterable[bytes]) -> None:
         self._chunks = iter(chunks)
+        self._chunk: bytes | bytearray | memoryview = b""  # the one `_held` is the rest of
         self._held = memoryview(b"")
         self.hash = hashlib.sha256()
         self.taken = 0
@@ -257,7 +258,7 @@ class _Body:
             chunk = next(self._chunks, None)
             if chunk is None:
                 return False
-            self._held = memoryview(chunk).cast("B")
+            self._chunk, self._held = chunk, memoryview(chunk).cast("B")
         return True
 
     def into(self, view: memoryview) -> int:
@@ -272,10 +273,12 @@ class _Body:
         self.taken += done
         return done
 
-    def take(self, n: int) -> bytes:
+    def take(self, n: int) -> bytearray:
         """The next `n` bytes, hashed (fewer: the body ended)."""
         buffer = bytearray(n)
-        return bytes(buffer[: self.into(memoryview(buffer))])
+        got = self.into(memoryview(buffer))
+        del buffer[got:]
+        return buffer
 
     def parts(self, bound: int | None) -> list[bytes] | None:
         """The rest as it came, hashed; None as soon as more than `bound` bytes would
@@ -284,7 +287,8 @@ class _Body:
         while self._hold():
             if bound is not None and self.taken + len(self._held) > bound:
                 return None
-            part = bytes(self._held)
+            whole = type(self._chunk) is bytes and len(self._chunk) == len(self._held)
+            part = self._chunk if whole else bytes(self._held)  # no copy of a whole chunk
             self.hash.update(part)
             self.taken += len(part)
             self._held = memoryview(b"")
@@ -458,11 +462,11 @@ class BackendStore(Values):
         where = self.blob_path(digest)
         body = self._chunks(digest, None)
         try:
-            head = body.take(8)
-            head += body.take(tensorfile.header_length(head, where))
+            length = tensorfile.header_length(body.take(8), where)
+            raw = body.take(length)
         finally:
             body.close()
-        return tensorfile.describe_head(head, where)
+        return tensorfile.describe_header(length, raw, where)
 
     # --- names -----------------------------------------------------------------------
 
@@ -563,12 +567,13 @@ class BackendStore(Values):
     def _receive_tensor_file(self, digest: str, body: _Body, exact: int | None) -> torch.Tensor:
         """The bytes of tensor blob `digest` from `body`, verified (see `_read_tensor_file`)."""
         where = str(self.blob_path(digest))
-        head, why = b"", f"it is {exact} bytes as this process put it"
+        head, raw, why = bytearray(), bytearray(), f"it is {exact} bytes as this process put it"
         if exact is None:
             head = body.take(8)
             try:
-                head += body.take(tensorfile.header_length(head, where))
-                exact = tensorfile.declared_size(head, where)
+                length = tensorfile.header_length(head, where)
+                raw = body.take(length)
+                exact = tensorfile.declared_size(length, raw, where)
                 why = f"its safetensors header (not yet verified) declares {exact}"
             except BadBlob as refusal:  # no length stated: hash the rest, keep none of it
                 body.skim(None)
@@ -579,10 +584,17 @@ class BackendStore(Values):
             if not body.skim(exact):
                 raise OversizedBlob(where, digest, exact, why)
             self._verified(digest, body)
+            if body.taken < exact:  # verified: the header lies
+                raise BadBlob(
+                    f"blob {where} is not a valid safetensors file: its header declares "
+                    f"{exact} bytes but it has {body.taken} (offsets past the end)"
+                )
             raise MemoryError(f"blob {where} is {exact} bytes, more than this process can hold")
         view = memoryview(base.numpy())
+        taken = len(head) + len(raw)
         view[: len(head)] = head
-        got = len(head) + body.into(view[len(head) :])
+        view[len(head) : taken] = raw
+        got = taken + body.into(view[taken:])
         if got == exact and not body.ended():
             raise OversizedBlob(where, digest, exact, why)
         self._verified(digest, body)

@@ -195,17 +195,16 @@ def header_length(head: bytes | memoryview, where: str) -> int:
     return length
 
 
-def parse_header(raw: bytes | memoryview, where: str) -> dict[str, object]:
+def parse_header(raw: bytes | bytearray, where: str) -> dict[str, object]:
     """The header's JSON object, its objects and commas counted before it is parsed (see
     MAX_TENSORS, COMMAS_PER_OBJECT): a header describing a million tensors is refused in the
     time of two byte counts, never parsed."""
-    raw = bytes(raw)
     objects = raw.count(b"{")
     if objects > MAX_TENSORS + 2:  # the header itself and its __metadata__
         raise _bad(
             where,
-            f"its header holds up to {objects} JSON objects, one per tensor, more than the "
-            f"{MAX_TENSORS} tensors a file may describe",
+            f"its header holds up to {objects} JSON objects, one per tensor: more than the "
+            f"{MAX_TENSORS} tensors allowed",
         )
     commas = raw.count(b",")
     if commas > max(objects, 1) * COMMAS_PER_OBJECT:
@@ -271,6 +270,10 @@ def check_layout(header: dict[str, object], start: int, size: int | None) -> lis
             continue
         dtype, shape, begin, end = check_entry(key, info)
         entries.append(Entry(key, dtype, shape, start + begin, start + end))
+    if len(entries) > MAX_TENSORS:
+        raise ValueError(
+            f"it describes {len(entries)}, more than the {MAX_TENSORS} tensors allowed"
+        )
     position = start
     for entry in sorted(entries, key=lambda e: (e.begin, e.end)):
         if entry.begin != position:
@@ -289,26 +292,25 @@ def check_layout(header: dict[str, object], start: int, size: int | None) -> lis
     return entries
 
 
-def layout(head: bytes | memoryview, where: str, size: int | None) -> list[Entry]:
-    """The checked tensors of the file whose first 8 + header-length bytes are `head` and
-    whose length is `size` (None: not known); `BadBlob` naming the blob, and the tensor."""
-    length = header_length(head, where)
-    if len(head) < 8 + length:
+def layout(length: int, raw: bytes | bytearray, where: str, size: int | None) -> list[Entry]:
+    """The checked tensors of a file whose header is `length` bytes long and `raw` (what of
+    it there is) and whose whole length is `size` (None: not known); `BadBlob` naming the
+    blob, and the tensor."""
+    if len(raw) < length:
         raise _bad(
-            where, f"its header claims {length} bytes but only {len(head) - 8} follow (truncated?)"
+            where, f"its header claims {length} bytes but only {len(raw)} follow (truncated?)"
         )
-    header = parse_header(head[8 : 8 + length], where)
+    header = parse_header(raw, where)
     try:
         return check_layout(header, 8 + length, size)
     except ValueError as exc:
         raise _bad(where, str(exc)) from None
 
 
-def declared_size(head: bytes | memoryview, where: str) -> int:
-    """The file's whole length as the header in `head` (its first 8 + header-length bytes)
-    declares it, every tensor checked: what a read may stop at (`BadBlob` if it lies)."""
-    length = header_length(head, where)
-    entries = layout(head, where, None)
+def declared_size(length: int, raw: bytes | bytearray, where: str) -> int:
+    """The file's whole length as its header (`length` bytes, `raw`) declares it, every
+    tensor checked: what a read may stop at (`BadBlob` if the header is not one)."""
+    entries = layout(length, raw, where, None)
     return max((e.end for e in entries), default=8 + length)
 
 
@@ -322,7 +324,8 @@ def read_header(buffer: memoryview, where: str) -> list[Entry]:
         raise _bad(
             where, f"its header claims {length} bytes but only {size - 8} follow (truncated?)"
         )
-    return layout(buffer[: 8 + min(length, MAX_HEADER)], where, size)
+    header_length(buffer[:8], where)
+    return layout(length, bytes(buffer[8 : 8 + length]), where, size)
 
 
 def _tensor_at(base: torch.Tensor, e: Entry, where: str) -> torch.Tensor:
@@ -371,12 +374,12 @@ def _read_exactly(f: BinaryIO, n: int) -> bytes:
     return b"".join(parts)
 
 
-def describe_head(
-    head: bytes | memoryview, where: str, size: int | None = None
+def describe_header(
+    length: int, raw: bytes | bytearray, where: str, size: int | None = None
 ) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
-    """Each tensor's dtype and shape from a file's first 8 + header-length bytes, every
+    """Each tensor's dtype and shape from a file's header (`length` bytes, `raw`), every
     tensor checked as a read checks it, and against the file's length `size` when known."""
-    return {e.key: (e.dtype, e.shape) for e in layout(head, where, size)}
+    return {e.key: (e.dtype, e.shape) for e in layout(length, raw, where, size)}
 
 
 def describe(f: BinaryIO, where: str) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
@@ -388,7 +391,6 @@ def describe(f: BinaryIO, where: str) -> dict[str, tuple[torch.dtype, tuple[int,
     header is checked as a read checks it, against the file's length, so that a shape
     (2**40 elements) the file cannot hold is refused here and never planned for.
     """
-    head = _read_exactly(f, 8)
-    length = header_length(head, where)
-    head += _read_exactly(f, length)
-    return describe_head(head, where, os.fstat(f.fileno()).st_size)
+    length = header_length(_read_exactly(f, 8), where)
+    raw = _read_exactly(f, length)
+    return describe_header(length, raw, where, os.fstat(f.fileno()).st_size)
