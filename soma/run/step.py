@@ -223,11 +223,27 @@ def failed(store: Store, meeting: Meeting, client: int, error: BaseException) ->
     (`leave`), its traceback logged."""
     fault = store_fault(store, error, meeting, client)
     if fault is not None:
-        note_fault(store, meeting, client, str(fault))
+        _note(store, meeting, client, str(fault))
         raise fault from error
     log_traceback(meeting, client)
     own = error.error if isinstance(error, TaskFailed) else error
     return leave(store, meeting, client, dropout_reason(own))
+
+
+def _note(store: Store, meeting: Meeting, client: int, why: str) -> None:
+    """The fault note that stops the client's peers at once, if the store still takes one
+    (best effort: where it takes nothing more, they wait for it as for a client that never
+    came); under secure aggregation beside its session's withdrawals."""
+    if meeting.secure is None:
+        note_fault(store, meeting, client, why)
+        return
+    from soma.secagg.roster import note_fault as note_secure_fault
+    from soma.secagg.round import session_of
+
+    try:
+        note_secure_fault(store, session_of(meeting), client, why)
+    except Exception as error:  # the store is what failed
+        LOG.warning("client %d: no fault note in %s either: %s", client, meeting.what, error)
 
 
 def log_traceback(meeting: Meeting, client: int) -> None:

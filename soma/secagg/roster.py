@@ -121,6 +121,7 @@ def barrier_digest(
         if digest is not None:
             return digest
         here = clients_in(store, session.name(phase) + "/", expected)
+        _stop_on_fault(store, session, set(expected) - set(here))
         out = set(clients_in(store, session.name("withdrawn") + "/", expected)) - set(here)
         past = deadline is not None and time.monotonic() - started > deadline
         accounted = len(here) + len(out) == len(expected)  # nobody else is coming
@@ -139,6 +140,34 @@ def barrier_digest(
             assert deadline is not None
             raise _below(session, phase, expected, here, deadline)
         sleep(next(delays))
+
+
+class PeerStoreFault(SecAggError):
+    """A peer's part failed on the store's fault (its note says so): the sum is not unmasked
+    around a broken store, so every waiting client stops, naming it."""
+
+
+def note_fault(store: Store, session: Session, mine: int, why: str) -> None:
+    """Client `mine` failed on the store's fault (soma.run.step): say so beside the
+    withdrawals, so that the barriers stop at once instead of going on without it at their
+    deadline. Bound, not claimed: a later attempt's fault replaces an earlier one's."""
+    name = session.name("fault", mine)
+    store.bind(name, put_signed(store, session, {"client": mine, "fault": str(why)}, name, mine))
+
+
+def _stop_on_fault(store: Store, session: Session, awaited: set[int]) -> None:
+    """PeerStoreFault for the first awaited client whose fault note is signed by it (a note
+    nobody can vouch for stops nothing)."""
+    for k, digest in sorted(clients_in(store, session.name("fault") + "/", awaited).items()):
+        try:
+            check_signed(store, session, digest, session.name("fault", k), k)
+            why = record_of(store, digest, f"client {k}'s fault note")["fault"]
+        except Exception:  # forged or unreadable: nobody's word
+            continue
+        raise PeerStoreFault(
+            f"{session.what} stops: the store failed client {k}'s part ({why}); the sum is not "
+            "unmasked around a broken store: once the store works, run again"
+        )
 
 
 def must_be_in(roster: Mapping[int, str], secrets: Secrets, phase: str) -> None:
