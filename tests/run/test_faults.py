@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from figures import FIGURES, printed
 
 from soma.round import status
 from soma.store import Store
@@ -58,6 +59,12 @@ def final_weights(store: Path) -> str:
     return status(Store(store), "f")[-1]["weights"]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def figures(request):
+    yield
+    printed(request, ["EIO x3 at a claim (quorum)", "ENOSPC at a claim (quorum)"])
+
+
 @pytest.fixture(scope="module")
 def fault_free(tmp_path_factory) -> str:
     store = tmp_path_factory.mktemp("fault-free") / "store"
@@ -70,8 +77,13 @@ def test_a_folder_failing_over_at_one_clients_claim_is_ridden_through_to_the_sam
     tmp_path, fault_free
 ) -> None:
     store = tmp_path / "store"
+    figures = FIGURES["EIO x3 at a claim (quorum)"]
+    figures["trials"] += 1
+    figures["faults"] += 3
     for code, _, err in clients(store, plant="EIO:/client/3:3"):
         assert code == 0, err
+    figures["different"] += final_weights(store) != fault_free
+    figures["ridden through"] += final_weights(store) == fault_free
     assert final_weights(store) == fault_free
     rounds = status(Store(store), "f")
     assert [r["written"] for r in rounds] == [[0, 1, 2, 3]] * 2, rounds
@@ -80,6 +92,11 @@ def test_a_folder_failing_over_at_one_clients_claim_is_ridden_through_to_the_sam
 def test_a_full_disk_at_one_clients_claim_fails_every_process_naming_it(tmp_path) -> None:
     store = tmp_path / "store"
     done = clients(store, plant="ENOSPC:/client/3:0")
+    figures = FIGURES["ENOSPC at a claim (quorum)"]
+    figures["trials"] += 1
+    figures["faults"] += 1
+    figures["different"] += any(code == 0 for code, _, _ in done)
+    figures["detected"] += all(code != 0 and "No space left" in err for code, _, err in done)
     for k, (code, _, err) in enumerate(done):
         said = err.strip().splitlines()[-1] if err.strip() else ""
         assert code != 0, f"client {k} exited 0 with a round averaged around a broken store"

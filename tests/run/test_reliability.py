@@ -25,6 +25,7 @@ from pathlib import Path
 import health_worker as worker
 import pytest
 import torch
+from figures import FIGURES, printed
 
 import soma
 from soma import health
@@ -37,24 +38,14 @@ torch.set_num_threads(1)
 HERE = Path(__file__).resolve().parents[1]
 HOUR = 3600.0
 QUICK = Backoff(first=0.002, cap=0.02)
-FIGURES: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
 
 
 @pytest.fixture(scope="module", autouse=True)
 def figures(request):
     """Print the module's figures once every test has added its own."""
+    before = set(FIGURES)
     yield
-    columns = ["trials", "faults", "detected", "repaired", "rerun", "lost"]
-    lines = ["", "reliability figures (faults injected, detected, repaired, lost):"]
-    lines.append(f"  {'':<24}" + "".join(f"{c:>10}" for c in columns))
-    for what, counts in FIGURES.items():
-        row = "".join(f"{counts.get(c, 0):>10}" for c in columns)
-        extra = ", ".join(f"{k} {v}" for k, v in counts.items() if k not in columns)
-        lines.append(f"  {what:<24}{row}{'  (' + extra + ')' if extra else ''}")
-    text = "\n".join(lines)
-    capture = request.config.pluginmanager.getplugin("capturemanager")
-    with capture.global_and_fixture_disabled():
-        print(text, flush=True)
+    printed(request, [what for what in FIGURES if what not in before])
 
 
 def every_name_whole(store: Store) -> int:
