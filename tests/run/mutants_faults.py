@@ -8,7 +8,10 @@ from mutants import _replace, mutant
 _FAULTS = "tests/run/test_faults.py"
 
 
-@mutant("store_error_drops_out", caught_by=[_FAULTS, "-k", "full_disk"])
+@mutant(
+    "store_error_drops_out",
+    caught_by=["tests/run/test_run_layer.py", "-k", "store_error_fails_the_client"],
+)
 def _store_error_drops_out() -> None:
     """As before issue 31: an error of the store while a client contributes is its drop-out
     (only a missing or corrupt blob is the store's), and a quorum averages without it."""

@@ -190,6 +190,62 @@ def test_the_store_s_damage_is_never_a_drop_out_in_either_step(tmp_path, secure)
     assert done.dropped == "failed: RuntimeError: it broke"
 
 
+@pytest.mark.parametrize("secure", [None, 2], ids=["plain", "secure"])
+def test_a_store_error_fails_the_client_and_its_own_os_error_drops_it_out(
+    tmp_path, secure, monkeypatch
+) -> None:
+    """Who failed is decided by what failed (soma.run.step.failed): the store refusing a
+    read (EACCES, not retried) fails the client with StoreFault naming the store, leaving no
+    drop-out and a fault note for its peers; the task's own OSError (its data file missing)
+    is its drop-out, its reason the task's error."""
+    import errno
+
+    from soma.nodes import export
+    from soma.round import Meeting, layout
+    from soma.run.step import Hosted, StoreFault, plain
+    from soma.run.step import secure as secure_step
+    from soma.store import Store
+    from soma.store.folder import FolderStore
+    from soma.strategies import load_strategy
+    from soma.tasks import load_task
+
+    store, task = Store(tmp_path), load_task("soma.tasks.control", {"examples": 8})
+    step = plain if secure is None else secure_step
+    nodes, data = task.nodes(0), task.shard(0, 3)
+    hosted = Hosted(0, data, task.size(data))
+    config = {"task": "soma.tasks.control", "options": {"examples": 8}, "seed": 0}
+    start = store.put_value(export(nodes))
+    meeting = Meeting("r", 0, 3, start=start, quorum=2, secure=secure, config=config)
+    if secure is not None:
+        from soma.secagg import advertise
+        from soma.secagg.round import session_of
+
+        advertise(store, session_of(meeting), 0)
+    real = FolderStore.recall_digest
+
+    def refused(self, digest, *, lazy=False):
+        if digest == start:
+            raise PermissionError(errno.EACCES, "Permission denied", "blobs/" + digest)
+        return real(self, digest, lazy=lazy)
+
+    with monkeypatch.context() as planted:
+        planted.setattr(FolderStore, "recall_digest", refused)
+        with pytest.raises(StoreFault, match=r"client 0 cannot take part in round 0 .*the store "):
+            step(store, meeting, task, load_strategy("fedavg"), nodes, hosted)
+    assert store.resolve(meeting.client(0)) is None  # no drop-out recorded
+    if secure is None:
+        assert store.resolve(layout.fault(meeting.prefix, 0, 3)) is not None
+    else:
+        assert store.resolve(session_of(meeting).name("fault", 0)) is not None
+
+    class Dataless:
+        def train(self, nodes, data, *, seed):
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", "shard.npz")
+
+    done = step(store, meeting, Dataless(), load_strategy("fedavg"), nodes, hosted)
+    assert done.dropped.startswith("failed: FileNotFoundError: "), done.dropped
+
+
 @pytest.mark.slow
 def test_a_simulation_without_a_store_leaves_no_folder(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("TMPDIR", str(tmp_path))
