@@ -1,5 +1,7 @@
-"""Broken variants of the store on S3 (registered into tests/mutants.py's MUTANTS): each keeps
-every put and read working, so that only the claim's guarantee can catch it."""
+"""Broken variants of the store on S3 (registered into tests/mutants.py's MUTANTS): each breaks
+one guarantee (a claim's exclusivity, riding through faults, telling a lost answer from a bad
+server, a bounded read) and keeps the rest working, so that only that guarantee's tests catch
+it."""
 
 from __future__ import annotations
 
@@ -49,3 +51,90 @@ def _bucket_forgets_what_it_read() -> None:
     import soma.store.backend as backend
 
     _replace(backend._Recent, "get", lambda self, digest: None)
+
+
+# --- riding through faults (tests/store/test_s3_faults.py) ----------------------------------
+
+_FAULTS = "tests/store/test_s3_faults.py"
+
+
+@mutant("s3_no_retry", caught_by=[_FAULTS, "-k", "six_503 or killed_mid_claim"])
+def _s3_no_retry() -> None:
+    """Every request tried once, as with boto3's retries off and no patience: a SlowDown or a
+    server restarting fails the client."""
+    try:
+        import soma.store.s3 as s3
+    except ImportError:
+        return
+
+    def _request(self, operation, key, call, failures=None):  # noqa: ANN001, ANN202
+        return call()
+
+    _replace(s3.S3Backend, "_request", _request)
+
+
+@mutant("s3_probe_condemns_lost_answer", caught_by=[_FAULTS, "-k", "probe"])
+def _s3_probe_condemns_lost_answer() -> None:
+    """The probe of one key whose first create refused (its answer lost, the repeat's 412)
+    condemns the server, as before: an operator is sent to replace a working one."""
+    try:
+        import soma.store.s3 as s3
+    except ImportError:
+        return
+
+    def _check_conditional(self) -> None:  # noqa: ANN001
+        key = f"{self.prefix}probe/{s3.secrets.token_hex(8)}"
+        try:
+            ignored = self._probe(key)
+        finally:
+            self._delete(key)
+        if ignored is None or ignored:
+            raise s3.BadStore(f"the S3 server of {self.url} ignores {ignored or 'If-None-Match'}")
+        self._conditional_checked = True
+
+    _replace(s3.S3Backend, "_check_conditional", _check_conditional)
+
+
+@mutant("s3_lost_claim_answer_is_a_loss", caught_by=[_FAULTS, "-k", "claim_whose_answer"])
+def _s3_lost_claim_answer_is_a_loss() -> None:
+    """A claim repeated after a lost answer and refused is a loss even when the name holds
+    its own write: the claimer that won is told it lost, and nobody averages the round."""
+    try:
+        import soma.store.s3 as s3
+    except ImportError:
+        return
+
+    _replace(s3.S3Backend, "_ours", lambda self, key, body, token: None)
+
+
+@mutant("s3_lost_answer_by_body_alone", caught_by=[_FAULTS, "-k", "same_digest"])
+def _s3_lost_answer_by_body_alone() -> None:
+    """A repeated, refused claim judged by the body alone: of two claimers of one digest,
+    both are told they won."""
+    try:
+        import soma.store.s3 as s3
+    except ImportError:
+        return
+
+    def _ours(self, key: str, body: bytes, token: str) -> str | None:  # noqa: ANN001
+        found = self._small(key)
+        return found[1] if found is not None and found[0] == body else None
+
+    _replace(s3.S3Backend, "_ours", _ours)
+
+
+@mutant("s3_read_past_the_limit", caught_by=[_FAULTS, "-k", "300_mb"])
+def _s3_read_past_the_limit() -> None:
+    """A blob read that takes no notice of the caller's limit: a substituted 300 MB body is
+    fetched whole before the hash refuses it."""
+    try:
+        import soma.store.s3 as s3
+    except ImportError:
+        return
+
+    real = s3.S3Backend.read_blob
+
+    def read_blob(self, digest: str, limit: int | None = None):  # noqa: ANN001, ANN202
+        return real(self, digest)
+
+    _replace(s3.S3Backend, "read_blob", read_blob)
