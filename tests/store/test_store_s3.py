@@ -82,6 +82,50 @@ def test_the_servers_conditional_put_is_atomic_one_winner_of_eight_in_every_tria
         assert body == f"racer {winners[0]}".encode(), f"trial {trial}: stored {body!r}"
 
 
+# --- what is retried ---------------------------------------------------------------------
+
+
+def _answer(status: int, code: str) -> ClientError:
+    response = {"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}
+    return ClientError(response, "PutObject")  # type: ignore[arg-type]
+
+
+def test_what_passes_if_asked_again_is_retried_and_nothing_else(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Throttling, a server's 5xx and a connection lost are transient; an answer about the
+    request (412, 404, 403, 501 NotImplemented) or no credentials never is. boto3 tries each
+    request once (soma repeats it, knowing it did), with the patience read once."""
+    from botocore.exceptions import (
+        ConnectionClosedError,
+        EndpointConnectionError,
+        NoCredentialsError,
+        ParamValidationError,
+        ReadTimeoutError,
+        SSLError,
+    )
+
+    for status, code in [(503, "SlowDown"), (500, "InternalError"), (502, "502"), (504, "")]:
+        assert s3._transient(_answer(status, code)), (status, code)
+    assert s3._transient(_answer(429, "TooManyRequests"))
+    assert s3._transient(_answer(400, "RequestTimeout"))
+    for status, code in [(412, "PreconditionFailed"), (404, "NoSuchKey"), (403, "AccessDenied")]:
+        assert not s3._transient(_answer(status, code)), (status, code)
+    assert not s3._transient(_answer(501, "NotImplemented"))
+    assert s3._transient(EndpointConnectionError(endpoint_url="http://127.0.0.1:1"))
+    assert s3._transient(ConnectionClosedError(endpoint_url="http://127.0.0.1:1"))
+    assert s3._transient(ReadTimeoutError(endpoint_url="http://127.0.0.1:1"))
+    assert not s3._transient(SSLError(endpoint_url="http://127.0.0.1:1", error="bad cert"))
+    assert not s3._transient(NoCredentialsError())
+    assert not s3._transient(ParamValidationError(report="no Key"))
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("SOMA_STORE_PATIENCE", "7")
+    backend = s3.S3Backend("s3://any-bucket/p")
+    assert backend.patience.seconds == 7
+    assert backend.client.meta.config.retries["total_max_attempts"] == 1
+    assert backend.client.meta.config.read_timeout == 7  # within [TIMEOUT_FLOOR, TIMEOUT_CAP]
+
+
 # --- URLs --------------------------------------------------------------------------------
 
 
