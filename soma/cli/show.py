@@ -42,10 +42,12 @@ def _g(value: Any) -> str:
 
 
 def status(args: argparse.Namespace) -> int:
-    """Per round: who wrote, who is missing, who was left out, the average and its metrics.
+    """Per round: who wrote, who is missing, who was left out, whose input was refused, the
+    average and its metrics.
 
     Exits 1 when a round could not be read (it is said on that round's line, and every
-    other round is still shown), and refuses a store or a run that is not there.
+    other round is still shown; a name where a round's folder belongs, a planted link, is a
+    line of its own), and refuses a store or a run that is not there.
     """
     from soma.round import check_run
     from soma.round import status as round_status
@@ -60,19 +62,25 @@ def status(args: argparse.Namespace) -> int:
     if not table:
         print(f"run {args.run!r}: no rounds yet in {args.store}")
         return 0
-    several = {row["round"] for row in table if sum(r["round"] == row["round"] for r in table) > 1}
+    meetings = [row for row in table if row["meeting"] is not None]
+    several = {r["round"] for r in meetings if sum(x["round"] == r["round"] for x in meetings) > 1}
     for row in table:
         print(_status_line(row, several))
     return 1 if unreadable else 0
 
 
 def _status_line(row: dict[str, Any], several: set[int]) -> str:
+    if row["meeting"] is None:  # a name where a round's or a meeting's folder belongs
+        where = "?" if row["round"] is None else row["round"]
+        return f"round {where:>4}: " + "; ".join(row["problems"])
     if row["expected"] is None:
         written = f"{len(row['written'])}/? written (the round does not say its clients: --clients)"
     else:
         written = f"{len(row['written'])}/{len(row['expected'])} written"
     if row.get("dropped"):
         written += f", {len(row['dropped'])} dropped out"
+    if row.get("refused"):
+        written += f", {len(row['refused'])} refused"
     missing = f", missing {row['missing']}" if row["missing"] else ""
     holder = row["averaging"]
     if row["average"]:
@@ -87,6 +95,7 @@ def _status_line(row: dict[str, Any], several: set[int]) -> str:
     apart = row.get("apart") or f"{row['meeting'][:8]}, {row['strategy']}"
     meeting = f" [{apart}]" if row["round"] in several else ""
     left = "".join(f"; left out client {x['client']}: {x['why']}" for x in row["left_out"])
+    left += "".join(f"; refused client {x['client']}: {x['why']}" for x in row.get("refused", []))
     problems = "".join(f"; {problem}" for problem in row["problems"])
     metrics = _metrics_text(row["metrics"]) + _privacy_text(row.get("privacy"))
     metrics += _federated_text(row.get("federated"))

@@ -338,6 +338,27 @@ def meetings(names: list[str], run: str) -> list[tuple[int, str]]:
     return sorted(found)
 
 
+def strays(names: list[str], run: str) -> list[str]:
+    """The names under `rounds(run)` that are no meeting's (`<r>/<meeting>/<rest>`): a name
+    where a round's or a meeting's folder belongs (a planted link is listed as a name), which
+    a reader must say it cannot read, never skip."""
+    prefix = rounds(run)
+    out = []
+    for name in names:
+        if not name.startswith(prefix):
+            continue
+        parts = name[len(prefix) :].split("/")
+        if not (len(parts) >= 3 and parts[0].isdigit()):
+            out.append(name)
+    return out
+
+
+def round_of(name: str, run: str) -> int | None:
+    """The round a name under `rounds(run)` is in, or None when it names none."""
+    first = name[len(rounds(run)) :].split("/")[0]
+    return int(first) if name.startswith(rounds(run)) and first.isdigit() else None
+
+
 def under(name: str, prefix: str) -> str:
     """The first segment of `name` after `prefix` (an averaging's key under `inputs(...)`)."""
     return name[len(prefix) :].split("/")[0]

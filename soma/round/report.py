@@ -37,12 +37,18 @@ def check_run(store: Store, run: str) -> list[tuple[int, str]]:
     """The run's meetings; or, when the store holds nothing of the run (no round and no
     start), an UnknownRun naming the runs it does hold: a mistyped name is told so, never
     shown as a run with no rounds."""
-    found = meetings(store, run)
-    if not found and store.resolve(layout.start(run)) is None:
+    names = store.bound(layout.rounds(run))
+    found = layout.meetings(names, run)
+    if not found and not layout.strays(names, run) and store.resolve(layout.start(run)) is None:
         held = runs(store)
         holds = f"the runs it holds: {', '.join(map(repr, held))}" if held else "it holds no runs"
         raise UnknownRun(f"no run {run!r} in the store at {store.directory} ({holds})")
     return found
+
+
+def _refusal(entry: object) -> bool:
+    """A left-out entry of an average whose client's input was refused (not a drop-out)."""
+    return isinstance(entry, dict) and records.is_refused(entry.get("why"))
 
 
 def evaluation_name(run: str, weights: str) -> str:
@@ -59,14 +65,20 @@ def status(store: Store, run: str, *, clients: int | None = None) -> list[dict[s
     `apart` is what tells the meeting from the other meetings of its round (see `labels`).
     Who was expected is what the meeting recorded; `clients` only where none is recorded
     (never guessed from the clients that wrote). A record or name that cannot be read (a
-    corrupt blob, a name file that holds no digest) is one of the row's `problems`, so that
-    one bad round never hides the others.
+    corrupt blob, a name file that holds no digest, a client's record) is one of the row's
+    `problems`, so that one bad round never hides the others; a name where a round's or a
+    meeting's folder belongs (a planted link) is a row of its own, with no meeting, whose
+    problem names it: never skipped. `left_out` is who the average went on without (drop-outs,
+    never came), `refused` whose input the averaging refused, and why (records.is_refused).
     """
-    found = meetings(store, run)
+    names = store.bound(layout.rounds(run))
+    found = layout.meetings(names, run)
     apart = labels(store, run, found)
-    return [
+    rows = [
         {**_status_row(store, run, r, key, clients), "apart": apart[(r, key)]} for r, key in found
     ]
+    rows += [_stray_row(store, run, name, clients) for name in layout.strays(names, run)]
+    return sorted(rows, key=lambda row: (row["round"] is None, row["round"] or 0))
 
 
 def privacy_spent(
@@ -95,12 +107,25 @@ def _federated(store: Store, prefix: str, weights: str) -> dict[str, Any] | None
     return {k: record.get(k) for k in ("evaluated", "size", "evaluation", "trained", "training")}
 
 
-def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -> dict[str, Any]:
+def _stray_row(store: Store, run: str, name: str, clients: int | None) -> dict[str, Any]:
+    """A row for a name where a round's or a meeting's folder belongs: it cannot be read."""
     from soma.errors import SomaError
     from soma.store.errors import StoreError
 
-    prefix = layout.meeting(run, r, key)
-    row: dict[str, Any] = {
+    try:
+        store.resolve(name)
+        why = "it is a name, where a round's or a meeting's folder belongs"
+    except (SomaError, StoreError, OSError) as error:
+        why = str(error)
+    r = layout.round_of(name, run)
+    where = f"the rounds of run {run!r}" if r is None else f"round {r} of run {run!r}"
+    row = _empty_row(r, None, clients)
+    row.update(apart="", problems=[f"cannot read {name!r} ({where}): {why}"])
+    return row
+
+
+def _empty_row(r: int | None, key: str | None, clients: int | None) -> dict[str, Any]:
+    return {
         "round": r,
         "meeting": key,
         "clients": clients,
@@ -111,6 +136,7 @@ def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -
         "dropped": [],
         "missing": [],
         "left_out": [],
+        "refused": [],
         "averaging": None,
         "averagings": 0,
         "average": None,
@@ -121,6 +147,14 @@ def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -
         "federated": None,
         "problems": [],
     }
+
+
+def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -> dict[str, Any]:
+    from soma.errors import SomaError
+    from soma.store.errors import StoreError
+
+    prefix = layout.meeting(run, r, key)
+    row = _empty_row(r, key, clients)
 
     def attempt(what: str, step: Callable[[], None]) -> None:
         try:
@@ -148,8 +182,12 @@ def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -
             if k is not None:
                 found[k] = name
         dropped = {}
-        for k, name in found.items():
-            record = records.read_client(store, store.resolve(name), client=k, name=name)
+        for k, name in sorted(found.items()):
+            try:
+                record = records.read_client(store, store.resolve(name), client=k, name=name)
+            except (SomaError, StoreError, OSError) as error:  # the others are still read
+                row["problems"].append(f"cannot read client {k}'s record {name!r}: {error}")
+                continue
             if isinstance(record, records.DropRecord):
                 dropped[k] = record.dropped
         row["written"] = sorted(k for k in found if k not in dropped)
@@ -179,7 +217,13 @@ def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -
         row["average"] = store.resolve(layout.average(prefix))
         if row["average"]:
             record = records.read_average(store, row["average"])
-            row.update(left_out=record.left_out, weights=record.weights)
+            row.update(weights=record.weights)
+            row["left_out"] = [x for x in record.left_out if not _refusal(x)]
+            row["refused"] = [
+                {**x, "why": str(x["why"])[len(records.refused("")) :]}
+                for x in record.left_out
+                if _refusal(x)
+            ]
 
     def privacy() -> None:
         if row["average"]:

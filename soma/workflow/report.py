@@ -40,8 +40,9 @@ COLUMNS = (
     "epsilon",
     "epsilon_against",  # whom the epsilon holds against (soma.privacy.ADVERSARIES)
 )
-# Who took part in each round (with_attendance), after the metrics.
-ATTENDANCE = ("trained", "dropped", "why")
+# Who took part in each round (with_attendance), after the metrics; `refused` (clients whose
+# input the averaging refused, apart from the drop-outs) only in a run that had any.
+ATTENDANCE = ("trained", "dropped", "refused", "why")
 START = "start"  # the `round` of the starting weights' row: before round 0
 # What each column is called in the plot's legend, and how it is drawn.
 SERIES = {
@@ -108,25 +109,43 @@ def with_attendance(
     rows: Sequence[Mapping[str, Any]], averages: Sequence[str]
 ) -> list[dict[str, Any]]:
     """The rows with who took part in each round, from the rounds' average receipts: how
-    many clients trained, how many dropped out, and why by kind (soma.run.attendance); the
-    start's row has none. A client left out of every round it was sampled for is named in
-    a warning (the run's last line), with its last reason."""
+    many clients trained, how many dropped out, and why by kind (soma.run.attendance), and,
+    in a run where the averaging refused a client's input, how many were refused (apart
+    from the drop-outs); the start's row has none. A client left out of every round it was
+    sampled for is named in a warning (the run's last line), with its last reason."""
     from soma.run.attendance import never_trained, took_part, warning
 
     given = [read_receipt(path) for path in averages]
-    by_round = {int(a["round"]): took_part(a) for a in given}
+    by_round = {int(a["round"]): a for a in given}
+    refusing = any(_refused(a) for a in given)
     out = []
     for row in rows:
         row = dict(row)
-        seen = by_round.get(row["round"]) if row["round"] != START else None
-        if seen is None:
-            row.update(trained="", dropped="", why="")
+        receipt = by_round.get(row["round"]) if row["round"] != START else None
+        if receipt is None:
+            row.update(trained="", dropped="", why="", **({"refused": ""} if refusing else {}))
         else:
+            seen = took_part({**receipt, "left_out": _dropped(receipt)})
             row.update(trained=seen.trained, dropped=seen.dropped, why=seen.reasons())
+            if refusing:
+                row["refused"] = len(_refused(receipt))
         out.append(row)
     for client, why in never_trained(given).items():
         LOG.warning(warning(client, why), extra={"progress": True})  # to the terminal too
     return out
+
+
+def _refused(receipt: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The left-out entries of an average receipt whose client's input was refused."""
+    from soma.round.records import is_refused
+
+    return [x for x in receipt.get("left_out") or [] if is_refused(x.get("why"))]
+
+
+def _dropped(receipt: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The other left-out entries: drop-outs, and clients that never came."""
+    refused = _refused(receipt)
+    return [x for x in receipt.get("left_out") or [] if x not in refused]
 
 
 def validation_columns(federated: Mapping[str, Any], metric: str) -> dict[str, Any]:
@@ -304,8 +323,9 @@ def plotted(
 
 
 def _draw_attendance(axes: Any, rows: Sequence[Mapping[str, Any]], xs: Sequence[int]) -> None:
-    """Who took part in each round, as bars on a second axis: clients that trained, and on
-    them those that dropped out (labelled by why, as in the table's `why`)."""
+    """Who took part in each round, as bars on a second axis: clients that trained, on them
+    those that dropped out (labelled by why, as in the table's `why`), and on those the
+    clients whose input the averaging refused."""
     counted = [
         (x, row["trained"], row["dropped"], row.get("why") or "")
         for x, row in zip(xs, rows, strict=True)
@@ -313,6 +333,11 @@ def _draw_attendance(axes: Any, rows: Sequence[Mapping[str, Any]], xs: Sequence[
     ]
     if not counted:
         return
+    refused = [
+        row["refused"] if isinstance(row.get("refused"), int) else 0
+        for row in rows
+        if isinstance(row.get("trained"), int) and isinstance(row.get("dropped"), int)
+    ]
     clients = axes.twinx()
     at = [c[0] for c in counted]
     trained = [c[1] for c in counted]
@@ -326,7 +351,13 @@ def _draw_attendance(axes: Any, rows: Sequence[Mapping[str, Any]], xs: Sequence[
         for x, t, d, why in counted if len(counted) <= 20 else ():  # legible, or not at all
             if d:
                 clients.annotate(why, (x, t + d), ha="center", va="bottom", fontsize=7)
-    top = max(t + d for _, t, d, _ in counted)
+    if any(refused):
+        below = [t + d for t, d in zip(trained, dropped, strict=True)]
+        clients.bar(
+            at, refused, width=0.5, bottom=below, color="tab:purple", alpha=0.4,
+            label="clients refused (input)",
+        )  # fmt: skip
+    top = max(t + d + r for (_, t, d, _), r in zip(counted, refused, strict=True))
     clients.set_ylim(0, top * 3)  # the bars in the lower third, under the metric's lines
     clients.set_ylabel("clients in the round")
     clients.legend(loc="lower right", fontsize=8)
