@@ -1,6 +1,9 @@
 """The averaging: once every member is accounted for (or, past the deadline, the quorum
 came), whoever gets the claim (soma.round.once) computes the strategy's step over exactly
-these inputs, maybe as a tree of partial means (soma.round.tree), and publishes its record.
+the inputs the checks accepted, maybe as a tree of partial means (soma.round.tree), and
+publishes its record. Under a quorum a client whose input is refused (soma.round.checks
+`decide`, the same in every process) is left out, and the record says why; its claim and
+its place are those of the accepted inputs, so every process meets at the one place.
 
 Kept apart from what it waits on (the roll, the checks, the other meetings of the round),
 which it calls through their modules (`roll._enough(...)`, `signed.check_average(...)`)
@@ -206,9 +209,12 @@ def average_round(
     alive is waited for. `deadline` is seconds of waiting (None: forever). Going on without
     somebody is the meeting's policy, its quorum: past the deadline the round is averaged over
     whoever came if they are at least the quorum; below it, a RoundIncomplete names the
-    clients that never came. An AveragerDied names who claimed the averaging and never
-    published. On a bucket (a store with compare-and-swap) a holder is judged by its lease of
-    `lease` seconds instead (soma.round.lease).
+    clients that never came. Under a quorum, a client whose record or input is refused is
+    left out as well (named in the record, `input refused: ...`); where all must come, the
+    refusal stops the round in every process, naming the client and its record. An
+    AveragerDied names who claimed the averaging and never published. On a bucket (a store
+    with compare-and-swap) a holder is judged by its lease of `lease` seconds instead
+    (soma.round.lease).
     """
 
     elsewhere = _Elsewhere(store, meeting)
@@ -270,7 +276,8 @@ def average_inputs(
 ) -> str:
     """Average exactly these clients' weights, once; the record's digest.
 
-    What the workflow's averaging job calls: its inputs are what its client jobs reported.
+    What the workflow's averaging job calls: its inputs are what its client jobs reported;
+    under a quorum one that is refused is left out, as in `average_round`.
     A second job with the same inputs (a retry, another snakemake sharing the store) finds
     the claim taken and waits for, then reuses, the published average.
     """
