@@ -276,3 +276,21 @@ def test_below_the_quorum_with_an_unreadable_record_names_it_at_once(tmp_path) -
     with pytest.raises(RoundIncomplete, match=r"client 2 input refused: .*has no 'weights'"):
         average_round(store, m, deadline=5, backoff=QUICK)
     assert claimed(store, m) == []
+
+
+def test_under_a_quorum_a_record_not_signed_by_its_client_is_left_out(tmp_path) -> None:
+    """With a roster, client 2's record written by someone without its key (unsigned) is
+    its client's refusal: the two signed clients are averaged, the average signed."""
+    pytest.importorskip("cryptography")
+    from soma.round.signing import Signing, make_keys
+
+    keys = tmp_path / "keys"
+    roster = {str(k): make_keys(keys, k)[1] for k in range(3)}
+    signing = Signing.of({int(k): v for k, v in roster.items()}, str(keys / "{client}.key"))
+    store = Store(tmp_path / "store")
+    m = Meeting("signed", 0, 3, start=store.put_value(weights(99)), quorum=2, signing=signing)
+    honest(store, m)
+    store.keep(m.client(2), record(store.put_value(weights(2))))
+    digest = average_round(store, m, deadline=5, backoff=QUICK)
+    why = refused_entry(store, digest)["why"]
+    assert "client 2's record" in why and "unsigned" in why
