@@ -138,3 +138,12 @@ def _put_sizes_forgotten() -> None:
         return None
 
     _replace(backend.BackendStore, "_size_put", _size_put)
+
+
+@mutant("folder_record_read_whole", caught_by=[LOADERS, "-k", "record_file_longer"])
+def _folder_record_read_whole() -> None:
+    """A folder's record read whole, then measured (the protocol's plain version)."""
+    import soma.store.folder as folder
+    from soma.store.values import Values
+
+    _replace(folder.FolderStore, "_get_at_most", Values._get_at_most)

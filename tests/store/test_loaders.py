@@ -414,6 +414,26 @@ def test_a_substituted_record_is_read_no_further_than_a_records_cap(
     assert backend.handed <= codecs.MAX_RECORD + 1
 
 
+def test_a_record_file_longer_than_the_cap_is_refused_before_it_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(codecs, "MAX_RECORD", 64 << 10)
+    store = Store(tmp_path)
+    digest = store.keep("v", {"size": 3})
+    path = store.blob_path(digest)
+    path.chmod(0o644)
+    with open(path, "wb") as f:  # planted: a sparse 300 MB file, nothing of it in memory
+        f.truncate(300 * MB)
+    tracemalloc.start()
+    try:
+        with pytest.raises(BadBlob, match=rf"blob {path} is {300 * MB} bytes, more than"):
+            store.recall("v")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < MB, f"{peak} bytes allocated to refuse it"
+
+
 def test_a_forged_header_costs_what_it_declares_then_fails_the_hash(
     backend: MemoryBackend,
 ) -> None:
