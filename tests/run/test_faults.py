@@ -24,12 +24,19 @@ from soma.store import Store
 pytestmark = pytest.mark.slow
 TESTS = Path(__file__).resolve().parents[1]
 CLIENTS = 4
+ROWS = {
+    "folder": "EIO x3 at a claim (quorum)",
+    "full": "ENOSPC at a claim (quorum)",
+    "503": "503 x6 to a client's PUTs",
+    "restart": "S3 server kill -9, restart",
+}
 
 
-def clients(store: Path, *, plant: str | None = None, faulty: int = 3) -> list:
+def clients(store: Path | str, *, plant: str | None = None, faulty: int = 3, env=None) -> list:
     """`soma client` for each of 4 digits clients (quorum 3, FedAdam, 2 rounds), all at
-    once, with `plant` (SOMA_PLANT) in client `faulty`'s process; each one's return code,
-    stdout and stderr."""
+    once, with `plant` (SOMA_PLANT) in client `faulty`'s process and `env` (a client's
+    environment beside this one's, by client) in each; each one's return code, stdout and
+    stderr."""
     args = ["client", "--store", str(store), "--run", "f", "--rounds", "2"]
     args += ["--clients", str(CLIENTS), "--task", "soma.tasks.digits", "--quorum", "3"]
     args += ["--strategy", "fedadam", "--deadline", "60"]
@@ -37,14 +44,14 @@ def clients(store: Path, *, plant: str | None = None, faulty: int = 3) -> list:
         args += ["--option", option]
     running = []
     for k in range(CLIENTS):
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        env.pop("SOMA_PLANT", None)
+        mine = dict(os.environ, OMP_NUM_THREADS="1", **(env(k) if env else {}))
+        mine.pop("SOMA_PLANT", None)
         if plant is not None and k == faulty:
-            env["SOMA_PLANT"] = plant
+            mine["SOMA_PLANT"] = plant
         command = [sys.executable, str(TESTS / "fault_worker.py"), *args, "--mine", str(k)]
         running.append(
             subprocess.Popen(
-                command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+                command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mine
             )
         )
     done = []
@@ -54,7 +61,7 @@ def clients(store: Path, *, plant: str | None = None, faulty: int = 3) -> list:
     return done
 
 
-def final_weights(store: Path) -> str:
+def final_weights(store: Path | str) -> str:
     """The digest of the weights the run's last round published."""
     return status(Store(store), "f")[-1]["weights"]
 
@@ -62,7 +69,7 @@ def final_weights(store: Path) -> str:
 @pytest.fixture(scope="module", autouse=True)
 def figures(request):
     yield
-    printed(request, ["EIO x3 at a claim (quorum)", "ENOSPC at a claim (quorum)"])
+    printed(request, list(ROWS))
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +84,7 @@ def test_a_folder_failing_over_at_one_clients_claim_is_ridden_through_to_the_sam
     tmp_path, fault_free
 ) -> None:
     store = tmp_path / "store"
-    figures = FIGURES["EIO x3 at a claim (quorum)"]
+    figures = FIGURES[ROWS["folder"]]
     figures["trials"] += 1
     figures["faults"] += 3
     for code, _, err in clients(store, plant="EIO:/client/3:3"):
@@ -92,7 +99,7 @@ def test_a_folder_failing_over_at_one_clients_claim_is_ridden_through_to_the_sam
 def test_a_full_disk_at_one_clients_claim_fails_every_process_naming_it(tmp_path) -> None:
     store = tmp_path / "store"
     done = clients(store, plant="ENOSPC:/client/3:0")
-    figures = FIGURES["ENOSPC at a claim (quorum)"]
+    figures = FIGURES[ROWS["full"]]
     figures["trials"] += 1
     figures["faults"] += 1
     figures["different"] += any(code == 0 for code, _, _ in done)
@@ -110,3 +117,101 @@ def test_a_full_disk_at_one_clients_claim_fails_every_process_naming_it(tmp_path
     assert not [n for n in names if n.endswith("/client/3")], "client 3 left a record"
     assert not [n for n in names if n.endswith("/average")], "round 0 was averaged without it"
     assert [n for n in names if n.endswith("/fault/3")], names
+
+
+# --- on a bucket (the session's SeaweedFS; a server of the test's own to kill) ---------------
+
+
+@pytest.fixture(scope="module")
+def fault_free_on_a_bucket(bucket) -> str:
+    from s3_bucket import BUCKET
+
+    store = f"s3://{BUCKET}/faults-{os.getpid()}-fault-free"
+    for code, _, err in clients(store):
+        assert code == 0, err
+    return final_weights(store)
+
+
+@pytest.mark.s3
+def test_six_503s_to_one_clients_puts_under_a_quorum_are_ridden_through_to_the_same_model(
+    bucket, fault_free_on_a_bucket
+) -> None:
+    """Issue 31's first repro: before, client 3 dropped out ("failed: StoreError") and the
+    others averaged without it, exit 0 everywhere, another model."""
+    from s3_bucket import BUCKET
+    from s3_faults import FaultProxy
+
+    store = f"s3://{BUCKET}/faults-{os.getpid()}-503"
+    figures = FIGURES[ROWS["503"]]
+    with FaultProxy(os.environ["AWS_ENDPOINT_URL"]) as proxy:
+        proxy.slow_down(6, "PUT", path="/blobs/")
+        done = clients(store, env=lambda k: {"AWS_ENDPOINT_URL": proxy.url} if k == 3 else {})
+        slowed = proxy.count("PUT", "/blobs/", "slow_down")
+    figures["trials"] += 1
+    figures["faults"] += slowed
+    for code, _, err in done:
+        assert code == 0, err[-3000:]
+    assert slowed == 6, proxy.log[:20]
+    figures["different"] += final_weights(store) != fault_free_on_a_bucket
+    figures["ridden through"] += final_weights(store) == fault_free_on_a_bucket
+    assert final_weights(store) == fault_free_on_a_bucket
+    assert [r["written"] for r in status(Store(store), "f")] == [[0, 1, 2, 3]] * 2
+
+
+@pytest.mark.s3
+def test_the_s3_server_killed_and_restarted_mid_round_is_ridden_through_to_the_same_model(
+    bucket, tmp_path
+) -> None:
+    """kill -9 of the bucket's server while round 0's clients contribute, restarted at once
+    (~20 s to answer again, inside the default patience of 120 s): every client rides it
+    through and the run ends with the model of a run nothing happened to."""
+    import threading
+    import time
+
+    import boto3
+    from s3_bucket import BUCKET, Server
+
+    server = Server(str(tmp_path / "own"))
+    server.start()
+    figures = FIGURES[ROWS["restart"]]
+    try:
+        server.ready()
+        env = {"AWS_ENDPOINT_URL": server.url}
+        calm = f"s3://{BUCKET}/calm"
+        for code, _, err in clients(calm, env=lambda k: env):
+            assert code == 0, err[-3000:]
+        names = boto3.client("s3", endpoint_url=server.url)
+        killed: list[float] = []
+
+        def kill_once_a_record_is_there() -> None:
+            while not killed:
+                try:
+                    listed = names.list_objects_v2(Bucket=BUCKET, Prefix="stormy/names/f/round/0/")
+                except Exception:
+                    listed = {}
+                if any("/client/" in o["Key"] for o in listed.get("Contents", [])):
+                    server.kill()
+                    killed.append(time.monotonic())
+                    server.start()
+                    return
+                time.sleep(0.05)
+
+        killer = threading.Thread(target=kill_once_a_record_is_there, daemon=True)
+        killer.start()
+        done = clients(f"s3://{BUCKET}/stormy", env=lambda k: env)
+        killed.append(-1.0)  # stops the killer if no record was ever seen
+        killer.join(timeout=30)
+        figures["trials"] += 1
+        figures["faults"] += 1
+        for code, _, err in done:
+            assert code == 0, err[-3000:]
+        assert killed[0] > 0, "the server was never killed"
+        stormy = f"s3://{BUCKET}/stormy"
+        with pytest.MonkeyPatch.context() as m:
+            m.setenv("AWS_ENDPOINT_URL", server.url)
+            same = final_weights(stormy) == final_weights(calm)
+        figures["different"] += not same
+        figures["ridden through"] += same
+        assert same
+    finally:
+        server.kill()

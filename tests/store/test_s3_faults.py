@@ -2,7 +2,7 @@
 (soma.store.s3 on soma.store.patience).
 
 Real requests to real SeaweedFS: the session's server behind a fault-injecting proxy
-(tests/store/s3_faults.py: 503 SlowDown, answers lost after the server acted, headers
+(tests/s3_faults.py: 503 SlowDown, answers lost after the server acted, headers
 stripped, bodies substituted or cut, connections refused or never answered), and a server of
 the test's own killed -9 and restarted (tests/s3_bucket.py's `Server`).
 """

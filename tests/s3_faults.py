@@ -1,5 +1,5 @@
 """A fault-injecting HTTP proxy on 127.0.0.1 between boto3 and an S3 server, for the tests of
-how the S3 store rides through faults (tests/store/test_s3_faults.py).
+how the S3 store rides through faults (tests/store/test_s3_faults.py, tests/run/test_faults.py).
 
 Point a store at it the standard way (`AWS_ENDPOINT_URL=proxy.url`, then `Store(...)`); every
 request is forwarded byte for byte (the Host header too, so SigV4 signatures still hold) on a
