@@ -69,7 +69,7 @@ def final_weights(store: Path | str) -> str:
 @pytest.fixture(scope="module", autouse=True)
 def figures(request):
     yield
-    printed(request, list(ROWS))
+    printed(request, list(ROWS.values()))
 
 
 @pytest.fixture(scope="module")
