@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from figures import FIGURES, printed
 from helpers import same_weights
 
 from soma.round import (
@@ -36,6 +37,12 @@ from soma.store import Store, codecs
 
 torch.set_num_threads(1)
 QUICK = Backoff(first=0.002, cap=0.02)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def figures(request):
+    yield
+    printed(request, ["hostile records (quorum)"])
 
 
 def weights(seed: int, rows: int = 4) -> dict:
@@ -183,13 +190,21 @@ def test_every_kind_of_bad_record_is_left_out_under_a_quorum_naming_the_record(
     tmp_path,
 ) -> None:
     store = Store(tmp_path / "store")
+    figures = FIGURES["hostile records (quorum)"]
+    two = None
     for i, (what, value) in enumerate(_cases(store).items()):
         m = meeting(store, run=f"bad{i}", quorum=2)
+        two = two or average_of_two(tmp_path, m)
         honest(store, m)
         write_by_hand(store, m, value)
+        figures["trials"] += 1
+        figures["faults"] += 1
         digest = average_round(store, m, deadline=5, backoff=QUICK)
         why = refused_entry(store, digest)["why"]
+        figures["detected"] += is_refused(why)
+        figures["different"] += not same_weights(weights_of_average(store, digest), two)
         assert f"round 0 of run 'bad{i}'" in why and repr(m.client(2)) in why, (what, why)
+        assert same_weights(weights_of_average(store, digest), two), what
 
 
 def test_each_client_is_compared_to_the_start_not_to_the_first_client(tmp_path) -> None:
