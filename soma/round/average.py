@@ -23,7 +23,7 @@ from soma.round import checks, once, records, roll, signed, tree
 from soma.round import signing as signatures
 from soma.round.apart import _Elsewhere
 from soma.round.checks import Decision, decide
-from soma.round.client import check_faults, contribute
+from soma.round.client import Faults, contribute
 from soma.round.meeting import Input, Meeting
 from soma.round.once import POLL, Backoff, Place, RoundIncomplete
 from soma.round.roll import _left_out_text, present
@@ -218,6 +218,7 @@ def average_round(
     """
 
     elsewhere = _Elsewhere(store, meeting)
+    faults = Faults(store, meeting)
 
     def ready(past: bool) -> Ready | None:
         """Everyone accounted for; or, past the deadline, at least the quorum came. A client
@@ -229,7 +230,7 @@ def average_round(
         if not accounted:
             missing = [k for k in meeting.members if k not in here]
             elsewhere.check(missing)
-            check_faults(store, meeting, missing)
+            faults.check(missing)
         if not (accounted or past):
             return None
         came, dropped, unreadable = roll.roll_call(store, meeting, here)

@@ -8,6 +8,7 @@ Kept apart from the roll (who came), which only reads what these write.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 from soma.nodes import Export
@@ -190,7 +191,7 @@ class StoreFailedPeer(RoundError):
 
 def note_fault(store: Store, meeting: Meeting, client: int, why: str) -> None:
     """Leave a note that the store failed client `client`'s part, if the store still takes
-    one: its peers then stop at once (`check_faults`) instead of averaging without it at the
+    one: its peers then stop (`Faults`, after its grace) instead of averaging without it at the
     deadline. Best effort: where the store takes nothing more, the peers wait for the client
     as for one that never came."""
     note = {"client": client, "fault": str(why), "by": holders.me()}
@@ -201,25 +202,56 @@ def note_fault(store: Store, meeting: Meeting, client: int, why: str) -> None:
         LOG.warning("client %d: no fault note in %s either: %s", client, meeting.what, error)
 
 
-def check_faults(store: Store, meeting: Meeting, missing: list[int]) -> None:
-    """StoreFailedPeer naming the first of the `missing` clients whose note says the store
-    failed its part (a note signed by that client, where the run is signed)."""
+def forget_fault(store: Store, meeting: Meeting, client: int) -> None:
+    """Client `client` tries the round again (a rerun once the store works): its old fault
+    note would stop its peers, so it goes first."""
+    name = layout.fault(meeting.prefix, client, meeting.clients)
+    if store.resolve(name) is not None:
+        store.forget(name)
+
+
+# Seconds a peer gives a fault note before it stops on it: a rerun of the failed client
+# forgets its old note as it starts the round (`forget_fault`), and a peer that came up a
+# little earlier must not stop on the note of the attempt before.
+FAULT_GRACE = 20.0
+
+
+class Faults:
+    """The fault notes of a meeting's missing clients, as one waiting process sees them: a
+    note that stays (the same one, its client still missing) for `grace` seconds stops it."""
+
+    def __init__(self, store: Store, meeting: Meeting, grace: float = FAULT_GRACE) -> None:
+        self.store, self.meeting, self.grace = store, meeting, grace
+        self.seen: dict[tuple[int, str], float] = {}
+
+    def check(self, missing: list[int]) -> None:
+        """StoreFailedPeer naming the first of the `missing` clients whose note, signed by
+        that client where the run is signed, has stood for the grace."""
+        store, meeting = self.store, self.meeting
+        noted = set(store.bound(layout.faults(meeting.prefix)))  # one listing a poll
+        now = time.monotonic()
+        for k in missing:
+            name = layout.fault(meeting.prefix, k, meeting.clients)
+            digest = store.resolve(name) if name in noted else None
+            if digest is None or now - self.seen.setdefault((k, digest), now) < self.grace:
+                continue
+            why = _fault_of(store, meeting, k, name, digest)
+            if why is not None:
+                raise StoreFailedPeer(
+                    f"{meeting.what} stops: the store failed client {k}'s part ({why}); the "
+                    "round is not averaged around a broken store: once the store works, run "
+                    "again"
+                )
+
+
+def _fault_of(store: Store, meeting: Meeting, k: int, name: str, digest: str) -> str | None:
+    """What client k's fault note says, or None when nobody can vouch for it (forged,
+    unreadable: nobody's word, so it stops nothing)."""
     from soma.round.signed import check_signed
 
-    noted = set(store.bound(layout.faults(meeting.prefix)))  # one listing a poll, not one a client
-    for k in missing:
-        name = layout.fault(meeting.prefix, k, meeting.clients)
-        digest = store.resolve(name) if name in noted else None
-        if digest is None:
-            continue
-        try:
-            check_signed(store, meeting, digest, name=name, writer=k, what=f"{k}'s fault note")
-            note = store.recall_digest(digest)
-            why = note["fault"]
-        except Exception as error:  # forged or unreadable: nobody's word, so nothing stops
-            LOG.warning("%s: client %d's fault note is ignored: %s", meeting.what, k, error)
-            continue
-        raise StoreFailedPeer(
-            f"{meeting.what} stops: the store failed client {k}'s part ({why}); the round is "
-            "not averaged around a broken store: once the store works, run again"
-        )
+    try:
+        check_signed(store, meeting, digest, name=name, writer=k, what=f"{k}'s fault note")
+        return str(store.recall_digest(digest)["fault"])
+    except Exception as error:
+        LOG.warning("%s: client %d's fault note is ignored: %s", meeting.what, k, error)
+        return None

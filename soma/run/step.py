@@ -29,7 +29,7 @@ from typing import Any
 
 from soma.nodes import Export, export, load
 from soma.round import Contradicts, Contribution, Meeting, contribute, drop, dropout_reason
-from soma.round.client import note_fault
+from soma.round.client import forget_fault, note_fault
 from soma.round.once import RoundError
 from soma.run.evaluation import keep_training
 from soma.run.personal import load_round, own_state, shared
@@ -144,6 +144,7 @@ def plain(
     """Train and contribute, or leave saying why (see the module). `hosted.own` becomes the
     client's new own state."""
     try:
+        _forget_note(store, meeting, hosted.index)  # it tries again: its old note stops nobody
         metrics, extra, own = _train(store, meeting, task, strategy, nodes, hosted, rounds)
         keep_training(store, meeting, hosted.index, metrics, hosted.size)
         sent, personal = export(nodes), personal_of(meeting)
@@ -175,6 +176,7 @@ def secure(
     from soma.secagg import round as secure_round
 
     try:
+        _forget_note(store, meeting, hosted.index)
         metrics, _, _ = _train(store, meeting, task, strategy, nodes, hosted, rounds)
         # no keep_training: nothing per client in clear under secure aggregation
         trained, weight = export(nodes), secure_round.weight_of(strategy, hosted.size)
@@ -244,6 +246,19 @@ def _note(store: Store, meeting: Meeting, client: int, why: str) -> None:
         note_secure_fault(store, session_of(meeting), client, why)
     except Exception as error:  # the store is what failed
         LOG.warning("client %d: no fault note in %s either: %s", client, meeting.what, error)
+
+
+def _forget_note(store: Store, meeting: Meeting, client: int) -> None:
+    """The client's fault note from an earlier attempt at this round, forgotten as it tries
+    again (its peers give a note a grace for this: soma.round.client.FAULT_GRACE)."""
+    if meeting.secure is None:
+        forget_fault(store, meeting, client)
+        return
+    from soma.secagg.round import session_of
+
+    name = session_of(meeting).name("fault", client)
+    if store.resolve(name) is not None:
+        store.forget(name)
 
 
 def log_traceback(meeting: Meeting, client: int) -> None:

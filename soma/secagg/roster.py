@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 
+from soma.round.client import FAULT_GRACE
 from soma.round.once import Backoff
 from soma.secagg.errors import BelowThreshold, LeftOut, SecAggError
 from soma.secagg.messages import (
@@ -116,13 +117,14 @@ def barrier_digest(
     expected = _expected(store, session, phase)
     started = time.monotonic()
     delays = backoff.delays()
+    noticed: dict[tuple[int, str], float] = {}  # fault notes seen, and when (FAULT_GRACE)
     while True:
         digest = store.resolve(name)
         if digest is not None:
             return digest
         here = clients_in(store, session.name(phase) + "/", expected)
-        _stop_on_fault(store, session, set(expected) - set(here))
         out = set(clients_in(store, session.name("withdrawn") + "/", expected)) - set(here)
+        _stop_on_fault(store, session, set(expected) - set(here) - out, noticed)
         past = deadline is not None and time.monotonic() - started > deadline
         accounted = len(here) + len(out) == len(expected)  # nobody else is coming
         if accounted and len(here) < session.threshold:
@@ -155,10 +157,16 @@ def note_fault(store: Store, session: Session, mine: int, why: str) -> None:
     store.bind(name, put_signed(store, session, {"client": mine, "fault": str(why)}, name, mine))
 
 
-def _stop_on_fault(store: Store, session: Session, awaited: set[int]) -> None:
+def _stop_on_fault(
+    store: Store, session: Session, awaited: set[int], noticed: dict[tuple[int, str], float]
+) -> None:
     """PeerStoreFault for the first awaited client whose fault note is signed by it (a note
-    nobody can vouch for stops nothing)."""
+    nobody can vouch for stops nothing) and has stood for FAULT_GRACE seconds since this
+    barrier `noticed` it (a rerun of the client may be about to replace it)."""
+    now = time.monotonic()
     for k, digest in sorted(clients_in(store, session.name("fault") + "/", awaited).items()):
+        if now - noticed.setdefault((k, digest), now) < FAULT_GRACE:
+            continue
         try:
             check_signed(store, session, digest, session.name("fault", k), k)
             why = record_of(store, digest, f"client {k}'s fault note")["fault"]

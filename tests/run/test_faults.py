@@ -96,7 +96,12 @@ def test_a_folder_failing_over_at_one_clients_claim_is_ridden_through_to_the_sam
     assert [r["written"] for r in rounds] == [[0, 1, 2, 3]] * 2, rounds
 
 
-def test_a_full_disk_at_one_clients_claim_fails_every_process_naming_it(tmp_path) -> None:
+def test_a_full_disk_at_one_clients_claim_fails_every_process_naming_it_and_a_rerun_finishes(
+    tmp_path, fault_free
+) -> None:
+    """Every process exits non-zero naming the full disk (client 3 itself, the others from
+    its fault note); once the disk has room, the same command again finishes the run with
+    the fault-free model (client 3's rerun forgets its old note as it starts)."""
     store = tmp_path / "store"
     done = clients(store, plant="ENOSPC:/client/3:0")
     figures = FIGURES[ROWS["full"]]
@@ -117,6 +122,9 @@ def test_a_full_disk_at_one_clients_claim_fails_every_process_naming_it(tmp_path
     assert not [n for n in names if n.endswith("/client/3")], "client 3 left a record"
     assert not [n for n in names if n.endswith("/average")], "round 0 was averaged without it"
     assert [n for n in names if n.endswith("/fault/3")], names
+    for code, _, err in clients(store):
+        assert code == 0, err[-3000:]
+    assert final_weights(store) == fault_free
 
 
 # --- on a bucket (the session's SeaweedFS; a server of the test's own to kill) ---------------
