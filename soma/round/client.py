@@ -220,8 +220,9 @@ class Faults:
     """The fault notes of a meeting's missing clients, as one waiting process sees them: a
     note that stays (the same one, its client still missing) for `grace` seconds stops it."""
 
-    def __init__(self, store: Store, meeting: Meeting, grace: float = FAULT_GRACE) -> None:
-        self.store, self.meeting, self.grace = store, meeting, grace
+    def __init__(self, store: Store, meeting: Meeting, grace: float | None = None) -> None:
+        self.store, self.meeting = store, meeting
+        self.grace = FAULT_GRACE if grace is None else grace
         self.seen: dict[tuple[int, str], float] = {}
 
     def check(self, missing: list[int]) -> None:

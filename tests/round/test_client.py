@@ -53,3 +53,40 @@ def test_a_rerun_with_the_same_weights_stands_and_rewrites_only_the_same_bytes(t
     again = contribute(store, meeting, release, mine=0, size=10)
     assert again.weights == made.weights and again.record == made.record
     assert len(blobs(store) - before) <= 1, "a rerun of the same weights wrote more than a record"
+
+
+def test_a_peers_fault_note_stops_the_round_once_it_has_stood_for_its_grace(
+    tmp_path, monkeypatch
+) -> None:
+    """Clients 0 and 1 make the quorum of 2 of 3; client 2's note says the store failed it:
+    the waiting stops naming it (after the grace), nothing is averaged around it."""
+    import time
+
+    import soma.round.client
+    from soma.round import Backoff, average_round
+    from soma.round.client import StoreFailedPeer, note_fault
+
+    monkeypatch.setattr(soma.round.client, "FAULT_GRACE", 0.5)
+    store = Store(tmp_path)
+    meeting = Meeting("f", 0, 3, quorum=2)
+    for k in (0, 1):
+        contribute(store, meeting, noisy_release(k), mine=k, size=10)
+    note_fault(store, meeting, 2, "the store failed (OSError: [Errno 28] No space left)")
+    started = time.monotonic()
+    with pytest.raises(StoreFailedPeer, match=r"round 0 of run 'f' stops: .*client 2.*No space"):
+        average_round(store, meeting, deadline=5, backoff=Backoff(first=0.01, cap=0.05))
+    assert 0.5 <= time.monotonic() - started < 10
+    assert store.resolve(meeting.average) is None
+
+
+def test_a_rerun_forgets_its_own_fault_note_and_a_forged_one_stops_nobody(tmp_path) -> None:
+    from soma.round import layout
+    from soma.round.client import Faults, forget_fault, note_fault
+
+    store = Store(tmp_path)
+    meeting = Meeting("f", 0, 3, quorum=2)
+    note_fault(store, meeting, 2, "the store failed")
+    forget_fault(store, meeting, 2)
+    assert store.resolve(layout.fault(meeting.prefix, 2, 3)) is None
+    store.keep(layout.fault(meeting.prefix, 1, 3), ["not", "a", "note"])
+    Faults(store, meeting, grace=0).check([1])  # unreadable: nobody's word, nothing stops

@@ -26,7 +26,10 @@ def _store_error_drops_out() -> None:
     _replace(step, "store_fault", store_fault)
 
 
-@mutant("fault_note_ignored", caught_by=[_FAULTS, "-k", "full_disk"])
+@mutant(
+    "fault_note_ignored",
+    caught_by=["tests/round/test_client.py", "-k", "fault_note_stops_the_round"],
+)
 def _fault_note_ignored() -> None:
     """Peers never read a failed client's fault note: they wait out their deadline and then
     average around the broken store with their quorum."""
