@@ -23,13 +23,21 @@ def _averager_trusts_values() -> None:
 
 @mutant("client_records_bound", caught_by=[_RECORDS, "-k", "second_contribution"])
 def _client_records_bound() -> None:
-    """A client's record is bound, not claimed: the last contribution wins, silently."""
+    """A client's record is bound, not claimed, and nothing looks before: the last
+    contribution wins, silently. (The look before the put, `_refuse_other_weights`, refuses a
+    second contribution that comes after the first; the claim is what refuses one that
+    raced it, which the store's contract suite races.)"""
     import soma.round.client
 
     def _claim_record(store, meeting, record):
         return store.keep(meeting.client(record.client), record.value())
 
     _replace(soma.round.client, "_claim_record", _claim_record)
+    _replace(
+        soma.round.client,
+        "_refuse_other_weights",
+        lambda store, meeting, mine, export, size, extra, own: None,
+    )
 
 
 @mutant("holder_checked_only_every_10s", caught_by=[_RECORDS, "-k", "holder_that_died"])
