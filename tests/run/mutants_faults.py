@@ -36,3 +36,12 @@ def _fault_note_ignored() -> None:
     import soma.round.client
 
     _replace(soma.round.client.Faults, "check", lambda self, missing: None)
+
+
+@mutant("folder_never_retries", caught_by=[_FAULTS, "-k", "failing_over"])
+def _folder_never_retries() -> None:
+    """The folder store gives up at a file server's first hiccup (EIO, ESTALE): one failing
+    over while a client claims its record fails the run."""
+    import soma.store.folder
+
+    _replace(soma.store.folder, "transient", lambda error: False)
