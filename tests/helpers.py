@@ -142,3 +142,19 @@ def same_weights(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(
         a[n].keys() == b[n].keys() and all(torch.equal(a[n][k], b[n][k]) for k in a[n]) for n in a
     )
+
+
+def overlapping_export(store: Store) -> str:
+    """An export whose tensor file says two tensors share bytes: it hashes right (it was put
+    as bytes), so only its header is wrong, as a record written by hand may be."""
+    import struct
+
+    from soma.store import codecs
+
+    header = {
+        "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+        "b": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+    }
+    raw = json.dumps(header).encode()
+    blob = store.put(struct.pack("<Q", len(raw)) + raw + bytes(8))
+    return store.put(codecs.record_bytes({"fc": {"$tensors": blob}}, None))

@@ -87,7 +87,7 @@ every name of the runs not kept. Decisions, and the guarantee they give:
   shared by several users, such a blob ages from its owner's last write.
 - A bucket (soma.store.s3) gives the same guarantees with its own refresh-vs-delete
   protocol (a put's refresh writes a marker, then copies the blob onto itself; gc deletes
-  through an attic and looks for the marker after the delete: see soma.store.s3), and
+  through an attic and looks for the marker after the delete: see soma.store.s3_gc), and
   every age is judged by the SERVER's clock: the cutoff is the server's time (the Date of
   its answer, taken before the names are read) minus `min_age`, against each object's
   LastModified, so sites whose clocks differ agree, and no local clock matters. Its

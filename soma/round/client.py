@@ -101,11 +101,11 @@ def _refuse_other_weights(
     """A rerun that brings other weights than the client's record is refused before any of
     them is written: under distributed DP a rerun draws fresh noise, and a second noisy
     release of one clipped update in the store would be a release the accountant never
-    counted. Its digests are computed in memory (soma.store.pipeline.value_digest)."""
+    counted. Its digests are computed in memory (soma.store.values.value_digest)."""
     earlier = _earlier_record(store, meeting, mine)
     if earlier is None:
         return
-    from soma.store.pipeline import value_digest
+    from soma.store.values import value_digest
 
     brought = (
         value_digest(export),
@@ -205,9 +205,7 @@ def note_fault(store: Store, meeting: Meeting, client: int, why: str) -> None:
 def forget_fault(store: Store, meeting: Meeting, client: int) -> None:
     """Client `client` tries the round again (a rerun once the store works): its old fault
     note would stop its peers, so it goes first."""
-    name = layout.fault(meeting.prefix, client, meeting.clients)
-    if store.resolve(name) is not None:
-        store.forget(name)
+    store.forget(layout.fault(meeting.prefix, client, meeting.clients))  # False: none there
 
 
 # Seconds a peer gives a fault note before it stops on it: a rerun of the failed client

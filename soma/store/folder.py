@@ -98,11 +98,12 @@ def _patiently(method: F) -> F:
 
     @functools.wraps(method)
     def retried(self: FolderStore, *args: Any, **kwargs: Any) -> Any:
-        shown = ", ".join(repr(a)[:80] for a in args if not isinstance(a, (bytes, memoryview)))
+        def what() -> str:  # only when it failed: nothing spelled on the way through
+            shown = ", ".join(repr(a)[:80] for a in args if not isinstance(a, bytes | memoryview))
+            return f"{method.__name__}({shown}) in {self!r}"
+
         return self.patience.retrying(
-            lambda: method(self, *args, **kwargs),
-            transient=transient,
-            what=lambda: f"{method.__name__}({shown}) in {self!r}",
+            lambda: method(self, *args, **kwargs), transient=transient, what=what
         )
 
     return retried  # type: ignore[return-value]
@@ -176,20 +177,16 @@ class FolderStore(Pipeline, GroupCommit, Values):
 
     def get(self, digest: str) -> bytes:
         """The bytes of blob `digest`, verified against it."""
-        path, f = self._open_blob(digest)
-        with f:
-            data = f.read()
-            self._verify(path, digest, hashlib.sha256(data).hexdigest(), f.fileno())
-        return data
+        return self._get_at_most(digest, None)
 
-    def _get_at_most(self, digest: str, limit: int) -> bytes:
+    def _get_at_most(self, digest: str, limit: int | None) -> bytes:
         """`get`, refused before a byte is read when the file is longer than `limit` (a
         record's cap, soma.store.values): a file planted under a record's digest costs its
         size on disk, not its size in memory."""
         path, f = self._open_blob(digest)
         with f:
             size = os.fstat(f.fileno()).st_size
-            if size > limit:
+            if limit is not None and size > limit:
                 raise BadBlob(f"blob {path} is {size} bytes, more than the {limit} allowed here")
             data = f.read()
             self._verify(path, digest, hashlib.sha256(data).hexdigest(), f.fileno())

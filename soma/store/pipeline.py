@@ -24,7 +24,7 @@ from typing import BinaryIO
 import torch
 
 from soma.files import write_all
-from soma.store import codecs, tensorfile
+from soma.store import tensorfile
 from soma.store.errors import BadDigest
 
 _HEX = frozenset("0123456789abcdef")
@@ -185,26 +185,12 @@ def _remember(seen: bytes | None, digest: str) -> str:
     return digest
 
 
-def _hash_plan(plan: tensorfile.TensorPlan) -> str:
+def hash_plan(plan: tensorfile.TensorPlan) -> str:
+    """The sha256 of the blob `plan` lays out, without writing it."""
     h = hashlib.sha256()
     for chunk in plan.chunks():
         h.update(chunk)
     return h.hexdigest()
-
-
-def value_digest(value: object) -> str:
-    """The digest `put_value(value)` would return, computed without writing a byte: so that
-    a caller can learn that a value would be refused (a rerun bringing other weights to a
-    claimed record) before anything of it reaches the store."""
-    encoded = codecs.encode(value)
-    plans = [tensorfile.plan(tensors) for _, tensors in encoded.maps]
-    if encoded.loose:
-        plans.append(tensorfile.plan(encoded.loose_map()))
-    digests = [_hash_plan(plan) for plan in plans]
-    for (ref, _), digest in zip(encoded.maps, digests, strict=False):
-        ref["$tensors"] = digest
-    loose = digests[-1] if encoded.loose else None
-    return hashlib.sha256(codecs.record_bytes(encoded.tree, loose)).hexdigest()
 
 
 def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
@@ -253,7 +239,7 @@ class Pipeline:
         if len(plans) < 2 or self._beside or _cpus() < 2:
             return [self._put_plan(plan) for plan in plans]  # beside: each overlaps itself
         with ThreadPoolExecutor(1) as pool:
-            hashes = [pool.submit(_hash_plan, plan) for plan in plans]
+            hashes = [pool.submit(hash_plan, plan) for plan in plans]
             try:
                 return [
                     self._write_new(plan, h.result()) for plan, h in zip(plans, hashes, strict=True)
@@ -280,10 +266,10 @@ class Pipeline:
         """Write a planned safetensors blob: hash and write side by side (large, and likely
         new), or hash first and write only if new (small, or these tensors kept before)."""
         if plan.nbytes < _SPECULATE_FROM or not self._beside or _cpus() < 2:
-            return self._write_new(plan, _hash_plan(plan))
+            return self._write_new(plan, hash_plan(plan))
         seen = _fingerprint(plan)
         if not self._always_beside and seen is not None and seen in _KEPT:
-            return _remember(seen, self._write_new(plan, _hash_plan(plan)))
+            return _remember(seen, self._write_new(plan, hash_plan(plan)))
         return _remember(seen, self._speculate(plan))
 
     def _speculate(self, plan: tensorfile.TensorPlan) -> str:

@@ -22,52 +22,16 @@ Layout, as on a folder (soma.store): `<prefix>/blobs/ab/<digest>` holds a blob's
   `CompleteMultipartUpload`, itself conditional on `If-None-Match: *`; an upload that
   fails is aborted. So nothing partial is ever readable under a digest.
 - Every read is verified against the digest by the store (soma.store.backend).
-- gc (soma.health) beside live writers, judged by the SERVER's clock (the `Date` of its
-  answers against an object's `LastModified`: sites' clocks differ, the server's is one).
-  A put of a blob already there older than `REFRESH_AFTER` refreshes it: it first puts a
-  marker `<prefix>refreshed/<digest>` (a random body), then copies the blob onto itself
-  (CopyObject, new metadata: the server sets a new LastModified; the ETag stays, so no
-  conditional delete can see it, which is why the marker exists: checked on SeaweedFS,
-  whose DeleteObject honours If-Match but ignores If-Match-Last-Modified-Time and
-  If-Unmodified-Since; AWS takes the former only on directory buckets), and redoes both unless
-  they were at most `WINDOW` seconds apart by the server's Dates; a copy that finds no blob
-  uploads it. gc removes a blob as a folder's gc does, through an attic: one HEAD (still
-  older than the cutoff?), a server-side copy to `<prefix>attic/<digest>`, the delete,
-  then a look at the marker; the blob is copied back if a marker younger than the cutoff
-  is there, or if those requests spanned more than `WINDOW` seconds (server time), and
-  only then is the attic copy deleted. Writer (marker, then blob) and gc (blob, then
-  marker) each write before they look, so one of them sees the other: the writer's copy
-  finds no blob (it uploads), or gc finds the marker (it puts the blob back). A marker is
-  deleted only once older than a gc's cutoff (If-Match its ETag: one rewritten meanwhile
-  stays), i.e. at least 2 x `REFRESH_AFTER` after it was written, later than any gc that
-  could need it looks (both windows are at most `WINDOW`). Reads and `has_blob` that miss a
-  blob look in the attic, so the instant a blob spends there is invisible. A gc killed
-  midway leaves attic copies: the next gc puts back the blobs still missing.
-  Multipart uploads not written since the cutoff (their last part, else their start) were
-  abandoned by killed writers (a live one adds a part every few seconds): gc aborts them.
-  CopyObject copies at most 5 GB in one request: a larger blob is not refreshed (it ages
-  from its upload; the grace is its margin).
+- gc beside live writers, by the server's clock, and the refresh of a blob put again that
+  it rests on: soma.store.s3_gc.
+- Every request rides through transient faults with the store's patience, and a lost answer
+  to a conditional PUT is told from a loss: soma.store.s3_requests.
 - A server that ignores `If-None-Match` or `If-Match` (some S3-compatible ones do, silently)
   would let every claimer win: before its first claim or swap, a store creates a probe key
   (a fresh random one) twice under `<prefix>probe/`, then puts it with a wrong `If-Match`,
   and refuses the bucket (BadStore) unless the second create and that put are refused. A
   first create refused is no verdict: nobody else knows that key, so it was this store's own
   create repeated after its answer was lost; it probes again with a new key (`PROBES` times).
-- Every request rides through transient faults (a 503 SlowDown storm, a server restarting,
-  a proxy's 5xx, a connection refused or cut): it is repeated with the store's patience
-  (soma.store.patience: SOMA_STORE_PATIENCE, 120 s by default), then StoreUnavailable names
-  it. boto3's own retries are off (one attempt each), so that soma knows when a request was
-  repeated, and its timeouts are at most the patience (at least `TIMEOUT_FLOOR`), so that a
-  server that stopped answering is given up on about when the patience says. Retrying is
-  safe: every request is idempotent or conditional. A conditional PUT (claim, swap) repeated
-  after a transient failure and then refused (412) may have been written by its own first
-  attempt, whose answer was lost: the key is read back, and it was this call's when it holds
-  exactly the body this call sent and the random token it sent with it (user metadata
-  `x-amz-meta-soma-put`): claim True, swap its ETag; else somebody else's. The token tells
-  apart two claimers of one digest (several processes claim one name with one digest, e.g.
-  a run's starting weights, and a process may claim a name twice): by body alone both could
-  be told they won. A first attempt's 412 is a plain loss, as always. A blob's create needs
-  no read-back: any bytes under its digest are as good.
 - A blob read yields at most the object's Content-Length (the server's answer; a body that
   ends short is refused naming the key), and when the caller bounds it (`read_blob(limit=...)`:
   soma.store.backend refuses more) at most `limit + 1` bytes are read: a substituted huge body
@@ -81,27 +45,20 @@ import logging
 import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator
-from email.utils import parsedate_to_datetime
 from functools import partial
 from typing import Any, TypeVar
 
 from soma.store.errors import BadStore, StoreError, StoreUnavailable
 from soma.store.patience import Patience
-from soma.store.pipeline import REFRESH_AFTER
-
-try:
-    import boto3
-    from botocore.config import Config
-    from botocore.exceptions import (
-        BotoCoreError,
-        ClientError,
-        ConnectionError,
-        HTTPClientError,
-        IncompleteReadError,
-        SSLError,
-    )
-except ImportError as _absent:  # an optional extra: the scheme says what to install
-    raise ImportError("boto3 is needed for s3:// stores", name="boto3") from _absent
+from soma.store.s3_gc import BucketHousekeeping
+from soma.store.s3_requests import (
+    ERRORS,
+    busy,
+    client_for,
+    lost,
+    missing,
+    transient,
+)
 
 T = TypeVar("T")
 LOG = logging.getLogger("soma.store")
@@ -113,88 +70,12 @@ READ_CHUNK = 1 << 20
 # a client's weights always are); a larger one is asked for first (HEAD), not sent twice.
 ASK_FIRST_FROM = 1 << 20
 _CONFLICT_RETRIES = 50
-# The longest a refresh (marker, then copy) or a gc's removal (HEAD .. marker look) may span
-# by the server's clock (its Dates have whole seconds): gc's floor, 2 x REFRESH_AFTER, is
-# then longer than any such span plus the refresh's own REFRESH_AFTER (see the module docs).
-WINDOW = REFRESH_AFTER - 2.0
-COPY_LIMIT = 5 << 30  # CopyObject's largest object
 PROBES = 5  # fresh keys the probe tries before a server that refuses every create is an error
-# boto3's connect and read timeouts: the patience, within [TIMEOUT_FLOOR, TIMEOUT_CAP] s (the
-# cap is botocore's default; the floor leaves a slow but live server time to answer)
-TIMEOUT_FLOOR = 5.0
-TIMEOUT_CAP = 60.0
 _TOKEN = "soma-put"  # user metadata of a claim or swap: which call wrote it (see the docs)
 _PROBE_TAG = '"00000000000000000000000000000000"'  # an ETag no key has
 
-# what a request can raise: the server's answer, or no answer (no endpoint, no credentials)
-_ERRORS = (ClientError, BotoCoreError)
-# the server's answers that may pass when asked again: throttled, overloaded, restarting
-_TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
-_TRANSIENT_CODES = frozenset(
-    {
-        "SlowDown",
-        "RequestTimeout",
-        "Throttling",
-        "ThrottlingException",
-        "RequestLimitExceeded",
-        "TooManyRequests",
-        "InternalError",
-        "ServiceUnavailable",
-    }
-)
 
-
-def _code(error: Exception) -> str:
-    return str(getattr(error, "response", {}).get("Error", {}).get("Code", ""))
-
-
-def _status(error: Exception) -> int:
-    return int(getattr(error, "response", {}).get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
-
-
-def _transient(error: BaseException) -> bool:
-    """Whether asking again may succeed: a 5xx (not 501, 505: what the server cannot do), 429
-    or a throttling code; or no answer at all (connection refused, cut, timed out: the
-    botocore HTTP errors, SSL's certificate refusals excepted). Never a credentials or
-    parameter error: nothing changes those but the caller."""
-    if isinstance(error, ClientError):
-        return _status(error) in _TRANSIENT_STATUS or _code(error) in _TRANSIENT_CODES
-    connection = isinstance(error, (ConnectionError, HTTPClientError, IncompleteReadError))
-    return connection and not isinstance(error, SSLError)
-
-
-def _lost(error: Exception) -> bool:
-    """412: the key exists (If-None-Match: * refused the write)."""
-    return _status(error) == 412 or _code(error) == "PreconditionFailed"
-
-
-def _busy(error: Exception) -> bool:
-    """409: another conditional write of the key is in progress; retry (AWS's advice)."""
-    return _status(error) == 409 or _code(error) == "ConditionalRequestConflict"
-
-
-def _missing(error: Exception) -> bool:
-    return _status(error) == 404 or _code(error) in ("NoSuchKey", "404", "NotFound")
-
-
-def _date(response: dict) -> float:
-    """The server's time when it answered (its Date header), in seconds since the epoch."""
-    return parsedate_to_datetime(response["ResponseMetadata"]["HTTPHeaders"]["date"]).timestamp()
-
-
-def _client(patience: Patience) -> Any:
-    """A boto3 S3 client that tries each request once (soma repeats it: see the docs), and
-    waits for a connection or an answer about as long as the patience."""
-    wait = min(TIMEOUT_CAP, max(TIMEOUT_FLOOR, patience.seconds))
-    config = Config(
-        retries={"total_max_attempts": 1, "mode": "standard"},  # 1: the first attempt only
-        connect_timeout=wait,
-        read_timeout=wait,
-    )
-    return boto3.client("s3", config=config)
-
-
-class S3Backend:
+class S3Backend(BucketHousekeeping):
     """A soma.store.backend.Backend on an S3 bucket (see the module docs)."""
 
     def __init__(self, url: str) -> None:
@@ -206,7 +87,7 @@ class S3Backend:
         self.bucket = bucket
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
         self.patience = Patience.from_environment()
-        self.client = _client(self.patience)
+        self.client = client_for(self.patience)
         self._conditional_checked = False
 
     def __repr__(self) -> str:
@@ -240,23 +121,27 @@ class S3Backend:
         patience, then StoreUnavailable naming it; any other error as raised. `failures`
         collects the transient ones (a conditional PUT's answer may have been lost)."""
 
-        def transient(error: BaseException) -> bool:
-            if not _transient(error):
+        def counted(error: BaseException) -> bool:
+            if not transient(error):
                 return False
             if failures is not None:
                 failures.append(error)
             return True
 
         return self.patience.retrying(
-            call, transient=transient, what=lambda: f"{operation} of s3://{self.bucket}/{key}"
+            call, transient=counted, what=lambda: f"{operation} of s3://{self.bucket}/{key}"
         )
+
+    def _asked(self, method: Callable[..., dict], **params: Any) -> Callable[[], dict]:
+        """`method` on this bucket with `params`: one request, to make (and maybe repeat)."""
+        return partial(method, Bucket=self.bucket, **params)
 
     def _do(self, operation: str, key: str, method: Callable[..., dict], **params: Any) -> dict:
         """`method(Bucket=..., **params)` through `_request`; StoreError naming it when the
         server refuses."""
         try:
-            return self._request(operation, key, partial(method, Bucket=self.bucket, **params))
-        except _ERRORS as error:
+            return self._request(operation, key, self._asked(method, **params))
+        except ERRORS as error:
             raise self._failed(operation, key, error) from None
 
     def _do_if_there(
@@ -264,9 +149,9 @@ class S3Backend:
     ) -> dict | None:
         """`_do`, but None when the key (or upload) is not there."""
         try:
-            return self._request(operation, key, partial(method, Bucket=self.bucket, **params))
-        except _ERRORS as error:
-            if _missing(error):
+            return self._request(operation, key, self._asked(method, **params))
+        except ERRORS as error:
+            if missing(error):
                 return None
             raise self._failed(operation, key, error) from None
 
@@ -285,42 +170,6 @@ class S3Backend:
     def _head(self, key: str) -> dict | None:
         """The HEAD of `key`, or None when it is not there."""
         return self._do_if_there("HEAD", key, self.client.head_object, Key=key)
-
-    def _kept(self, digest: str) -> bool:
-        """Whether blob `digest` is there to stay: a blob older than REFRESH_AFTER (by the
-        server's clock) is refreshed first (marker, then copy onto itself, within WINDOW:
-        see the module docs). False: it is not there (or went while refreshed): upload it."""
-        key = self._blob_key(digest)
-        head = self._head(key)
-        if head is None:
-            return False
-        if _date(head) - head["LastModified"].timestamp() <= REFRESH_AFTER:
-            return True
-        if int(head["ContentLength"]) > COPY_LIMIT:
-            return True  # not refreshed: see the module docs
-        for _ in range(3):
-            token = secrets.token_hex(8)
-            marker = self._marker_key(digest)
-            marked = self._do(
-                "PUT", marker, self.client.put_object, Key=marker, Body=token.encode()
-            )
-            copied = self._do_if_there(
-                "refresh (copy onto itself) of",
-                key,
-                self.client.copy_object,
-                Key=key,
-                CopySource={"Bucket": self.bucket, "Key": key},
-                MetadataDirective="REPLACE",
-                Metadata={"refreshed": token},
-            )
-            if copied is None:
-                return False
-            if _date(copied) - _date(marked) <= WINDOW:
-                return True
-        raise StoreError(
-            f"refresh of s3://{self.bucket}/{key}: its marker and its copy were more than "
-            f"{WINDOW:g} s apart three times (by the server's clock); a gc could miss it"
-        )
 
     def put_blob(
         self, digest: str, chunks: Iterable[memoryview], size: int, replace: bool = False
@@ -355,38 +204,29 @@ class S3Backend:
         failures: list[BaseException] = []
         try:
             for number, body in enumerate(_regroup(chunks, PART), start=1):
-                etag = self._request(
-                    "PUT of a part of",
-                    key,
-                    partial(
-                        self.client.upload_part,
-                        Bucket=self.bucket,
-                        Key=key,
-                        UploadId=upload_id,
-                        PartNumber=number,
-                        Body=body,
-                    ),
-                )["ETag"]
-                parts.append({"ETag": etag, "PartNumber": number})
-            condition = {} if replace else {"IfNoneMatch": "*"}
-            self._request(
-                "multipart PUT",
-                key,
-                partial(
-                    self.client.complete_multipart_upload,
-                    Bucket=self.bucket,
+                part = self._asked(
+                    self.client.upload_part,
                     Key=key,
                     UploadId=upload_id,
-                    MultipartUpload={"Parts": parts},
-                    **condition,
-                ),
-                failures,
+                    PartNumber=number,
+                    Body=body,
+                )
+                etag = self._request("PUT of a part of", key, part)["ETag"]
+                parts.append({"ETag": etag, "PartNumber": number})
+            condition = {} if replace else {"IfNoneMatch": "*"}
+            complete = self._asked(
+                self.client.complete_multipart_upload,
+                Key=key,
+                UploadId=upload_id,
+                MultipartUpload={"Parts": parts},
+                **condition,
             )
-        except _ERRORS as error:
+            self._request("multipart PUT", key, complete, failures)
+        except ERRORS as error:
             self._abort(key, upload_id)
-            if _lost(error) or _busy(error):
+            if lost(error) or busy(error):
                 return
-            if failures and _missing(error) and self._head(key) is not None:
+            if failures and missing(error) and self._head(key) is not None:
                 return  # completed by an attempt whose answer was lost: the upload is gone
             raise self._failed("multipart PUT", key, error) from None
         except StoreUnavailable:
@@ -400,16 +240,14 @@ class S3Backend:
         """Abort a failed multipart upload (`patient`: retried), best effort: one left over
         is a killed writer's to gc (see the docs), and the failure that led here is what
         the caller is told."""
-        call = partial(
-            self.client.abort_multipart_upload, Bucket=self.bucket, Key=key, UploadId=upload_id
-        )
+        call = self._asked(self.client.abort_multipart_upload, Key=key, UploadId=upload_id)
         try:
             if patient:
                 self._request("abort of upload", key, call)
             else:
                 call()
-        except (*_ERRORS, StoreUnavailable) as error:
-            if not _missing(error):
+        except (*ERRORS, StoreUnavailable) as error:
+            if not missing(error):
                 LOG.warning("abort of upload s3://%s/%s failed: %s", self.bucket, key, error)
 
     def read_blob(self, digest: str, limit: int | None = None) -> Iterator[bytes] | None:
@@ -449,7 +287,7 @@ class S3Backend:
             while done < take:
                 try:
                     chunk = self._request("GET", key, next_chunk)
-                except _ERRORS as error:
+                except ERRORS as error:
                     raise self._failed("GET", key, error) from None
                 if not chunk:
                     raise StoreError(
@@ -536,8 +374,8 @@ class S3Backend:
 
         try:
             return self._request("GET", key, get)
-        except _ERRORS as error:
-            if _missing(error):
+        except ERRORS as error:
+            if missing(error):
                 return None
             raise self._failed("GET", key, error) from None
 
@@ -607,9 +445,8 @@ class S3Backend:
         If-Match of a key not there); and whether an attempt failed transiently (then a
         412 may be this call's own write). 409 retried."""
         failures: list[BaseException] = []
-        put = partial(
+        put = self._asked(
             self.client.put_object,
-            Bucket=self.bucket,
             Key=key,
             Body=body,
             **condition,
@@ -620,10 +457,10 @@ class S3Backend:
                 return str(self._request("conditional PUT", key, put, failures)["ETag"]), bool(
                     failures
                 )
-            except _ERRORS as error:
-                if _lost(error) or ("IfMatch" in condition and _missing(error)):
+            except ERRORS as error:
+                if lost(error) or ("IfMatch" in condition and missing(error)):
                     return None, bool(failures)
-                if not _busy(error) or attempt == _CONFLICT_RETRIES - 1:
+                if not busy(error) or attempt == _CONFLICT_RETRIES - 1:
                     raise self._failed("conditional PUT", key, error) from None
                 time.sleep(0.01 * (attempt + 1))
         return None, bool(failures)  # not reached
@@ -658,129 +495,6 @@ class S3Backend:
             if not page.get("IsTruncated"):
                 return
             after = {"ContinuationToken": page["NextContinuationToken"]}
-
-    # --- gc (soma.health): by the server's clock, beside live writers (see the docs) --------
-
-    def now(self) -> float:
-        """The server's time (the Date of one HEAD of the bucket), for gc's cutoff."""
-        return _date(self._do("HEAD", "", self.client.head_bucket))
-
-    def collect_blob(self, digest: str, cutoff: float) -> int | None:
-        """Remove blob `digest` unless a put refreshed it after `cutoff` (server time),
-        through the attic (see the module docs); its size, or None when it stays (or was
-        not there)."""
-        key, attic = self._blob_key(digest), self._attic_key(digest)
-        head = self._head(key)
-        if head is None or head["LastModified"].timestamp() >= cutoff:
-            return None
-        source = {"Bucket": self.bucket, "Key": key}
-        copy = self.client.copy_object
-        if (
-            self._do_if_there("copy to the attic of", key, copy, Key=attic, CopySource=source)
-            is None
-        ):
-            return None
-        self._delete(key)
-        marker = self._head(self._marker_key(digest))
-        looked = _date(marker) if marker is not None else self.now()
-        refreshed = marker is not None and marker["LastModified"].timestamp() >= cutoff
-        if refreshed or looked - _date(head) > WINDOW:  # a put may believe it is there
-            self._back(digest)
-            return None
-        self._delete(attic)
-        return int(head["ContentLength"])
-
-    def _back(self, digest: str) -> None:
-        """Copy blob `digest` back from the attic, then drop the attic's copy."""
-        attic = self._attic_key(digest)
-        copied = self._do_if_there(
-            "copy back from the attic of",
-            attic,
-            self.client.copy_object,
-            Key=self._blob_key(digest),
-            CopySource={"Bucket": self.bucket, "Key": attic},
-        )
-        if copied is None:
-            return  # another gc put it back (settle_attic) this instant
-        self._delete(attic)
-
-    def settle_attic(self) -> int:
-        """Put back every blob a killed gc left in the attic (it is judged again at the
-        next gc); how many."""
-        top = f"{self.prefix}attic/"
-        done = 0
-        for item in list(self._listed(top)):
-            digest = item["Key"][len(top) :]
-            if self._head(self._blob_key(digest)) is None:
-                self._back(digest)
-                done += 1
-            else:
-                self._delete(item["Key"])
-        return done
-
-    def forget_markers(self, cutoff: float) -> None:
-        """Delete the refresh markers written before `cutoff` (If-Match: one rewritten
-        since the listing stays)."""
-        for item in self._listed(f"{self.prefix}refreshed/"):
-            if item["LastModified"].timestamp() < cutoff:
-                key = item["Key"]
-                delete = partial(
-                    self.client.delete_object, Bucket=self.bucket, Key=key, IfMatch=item["ETag"]
-                )
-                try:
-                    self._request("DELETE", key, delete)
-                except _ERRORS as error:
-                    if not (_lost(error) or _missing(error)):
-                        raise self._failed("DELETE", key, error) from None
-
-    def _uploads(self) -> list[dict]:
-        """The multipart uploads under the prefix, a LIST per 1000 (each retried)."""
-        uploads: list[dict] = []
-        after: dict[str, str] = {}
-        while True:
-            page = self._do(
-                "LIST uploads",
-                self.prefix,
-                self.client.list_multipart_uploads,
-                Prefix=self.prefix,
-                **after,
-            )
-            uploads += page.get("Uploads", [])
-            if not page.get("IsTruncated"):
-                return uploads
-            after = {
-                "KeyMarker": page["NextKeyMarker"],
-                "UploadIdMarker": page["NextUploadIdMarker"],
-            }
-
-    def abandoned_uploads(self, cutoff: float, dry_run: bool = False) -> tuple[int, int]:
-        """Abort the multipart uploads under the prefix not written since `cutoff` (their
-        last part, or their start; server time: killed writers'); how many were (`dry_run`:
-        would be) aborted, and how many are kept (maybe live)."""
-        aborted = kept = 0
-        for upload in self._uploads():
-            key, upload_id = upload["Key"], upload["UploadId"]
-            # its last part is when it was last written (no part: when it began)
-            listed = self._do_if_there(
-                "LIST parts", key, self.client.list_parts, Key=key, UploadId=upload_id
-            )
-            if listed is None:
-                continue  # completed or aborted meanwhile
-            times = [p["LastModified"].timestamp() for p in listed.get("Parts", [])]
-            touched = max(times) if times else upload["Initiated"].timestamp()
-            if touched >= cutoff:
-                kept += 1
-                continue
-            if not dry_run:
-                self._do_if_there(
-                    "abort of upload",
-                    key,
-                    self.client.abort_multipart_upload,
-                    Key=key,
-                    UploadId=upload_id,
-                )
-            aborted += 1
-        return aborted, kept
 
 
 def _regroup(chunks: Iterable[memoryview], size: int) -> Iterator[bytes]:

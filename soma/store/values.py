@@ -8,14 +8,15 @@ structure as canonical JSON; never pickle).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import hashlib
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
 from soma.store import codecs, tensorfile
 from soma.store.errors import BadBlob, BadDigest, UnknownName
 from soma.store.names import check_name
-from soma.store.pipeline import check_digest
+from soma.store.pipeline import check_digest, hash_plan
 
 
 class Values:
@@ -52,15 +53,7 @@ class Values:
 
     def put_value(self, value: object) -> str:
         """Keep `value` without a name; the digest of its record."""
-        encoded = codecs.encode(value)  # all of it checked before anything is written
-        plans = [tensorfile.plan(tensors) for _, tensors in encoded.maps]
-        if encoded.loose:
-            plans.append(tensorfile.plan(encoded.loose_map()))
-        digests = self._put_plans(plans)
-        for (ref, _), digest in zip(encoded.maps, digests, strict=False):
-            ref["$tensors"] = digest
-        loose = digests[-1] if encoded.loose else None
-        return self.put(codecs.record_bytes(encoded.tree, loose))
+        return self.put(record_of(value, self._put_plans))
 
     def recall_digest(self, digest: str, *, lazy: bool = False) -> object:
         """The value whose record is blob `digest`."""
@@ -107,3 +100,27 @@ class Values:
     def put_tensors(self, tensors: dict[str, torch.Tensor]) -> str:
         """Keep one map of text to tensors as one safetensors blob; its digest."""
         return self._put_plan(tensorfile.plan(codecs.check_tensor_map(tensors, "tensors")))
+
+
+def record_of(
+    value: object, digests_of: Callable[[list[tensorfile.TensorPlan]], list[str]]
+) -> bytes:
+    """The record blob of `value`, its tensor blobs named by `digests_of(plans)` (which
+    writes them, or only hashes them): all of it checked before `digests_of` is called."""
+    encoded = codecs.encode(value)
+    plans = [tensorfile.plan(tensors) for _, tensors in encoded.maps]
+    if encoded.loose:
+        plans.append(tensorfile.plan(encoded.loose_map()))
+    digests = digests_of(plans)
+    for (ref, _), digest in zip(encoded.maps, digests, strict=False):
+        ref["$tensors"] = digest
+    loose = digests[-1] if encoded.loose else None
+    return codecs.record_bytes(encoded.tree, loose)
+
+
+def value_digest(value: object) -> str:
+    """The digest `put_value(value)` would return, computed without writing a byte: so that
+    a caller can learn that a value would be refused (a rerun bringing other weights to a
+    claimed record) before anything of it reaches the store."""
+    hashed = record_of(value, lambda plans: [hash_plan(plan) for plan in plans])
+    return hashlib.sha256(hashed).hexdigest()

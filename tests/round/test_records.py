@@ -4,16 +4,15 @@ dead holder as dead. Library-level and quick (no workflow run here)."""
 
 from __future__ import annotations
 
-import json
-import struct
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import overlapping_export
 
 from soma.round import Backoff, Contradicts, Meeting, RoundError, contribute, drop, gather
 from soma.round.records import RecordError
-from soma.store import Store, codecs
+from soma.store import Store
 
 QUICK = Backoff(first=0.002, cap=0.02)
 
@@ -52,24 +51,12 @@ def test_a_hand_written_record_with_nan_is_refused_before_the_claim_naming_the_c
     assert _claimed(store) == []
 
 
-def _overlapping(store: Store) -> str:
-    """An export whose tensor file says two tensors share bytes: it hashes right (it was put
-    as bytes), so only its header is wrong."""
-    header = {
-        "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
-        "b": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
-    }
-    raw = json.dumps(header).encode()
-    blob = store.put(struct.pack("<Q", len(raw)) + raw + bytes(8))
-    return store.put(codecs.record_bytes({"fc": {"$tensors": blob}}, None))
-
-
 def test_a_record_with_overlapping_tensor_offsets_is_refused_before_the_claim_naming_it(
     tmp_path,
 ) -> None:
     store = Store(tmp_path)
     meeting = Meeting("r", 0, 2)
-    store.keep(meeting.client(1), _client_record(store, _overlapping(store)))
+    store.keep(meeting.client(1), _client_record(store, overlapping_export(store)))
     with pytest.raises(RoundError, match=r"client 1's weights .*record .*client/1.*overlaps"):
         _gather0(store)
     assert _claimed(store) == []

@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import struct
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
 from figures import FIGURES, printed
-from helpers import same_weights
+from helpers import overlapping_export, same_weights
 
 from soma.round import (
     Backoff,
@@ -164,7 +165,7 @@ def _cases(store: Store) -> dict[str, object]:
         "infinity": record(
             store.put_value({"fc": {"w": torch.full((4, 3), float("inf")), "b": torch.zeros(4)}})
         ),  # fmt: skip
-        "overlapping offsets": record(lying_header(store, [2], [0, 8]) and _overlap(store)),
+        "overlapping offsets": record(overlapping_export(store)),
         "a 2^40-element header": record(lying_header(store, [2**20, 2**20], [0, 8])),
         "another shape than the start": record(store.put_value(weights(2, rows=5))),
         "weights not in the store": record("0" * 64),
@@ -174,16 +175,6 @@ def _cases(store: Store) -> dict[str, object]:
         "not even a soma record": b'{"client": 2, "weights": "nonsense"}',
         "a size that is no size": record(store.put_value(weights(2)), size=-1),
     }
-
-
-def _overlap(store: Store) -> str:
-    header = {
-        "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
-        "b": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
-    }
-    raw = json.dumps(header).encode()
-    blob = store.put(struct.pack("<Q", len(raw)) + raw + bytes(8))
-    return store.put(codecs.record_bytes({"fc": {"$tensors": blob}}, None))
 
 
 def test_every_kind_of_bad_record_is_left_out_under_a_quorum_naming_the_record(
@@ -266,12 +257,18 @@ def test_without_a_quorum_the_same_record_stops_the_round_naming_it(tmp_path) ->
     assert claimed(store, m) == []
 
 
-def test_below_the_quorum_round_incomplete_names_the_refused_client_and_why(tmp_path) -> None:
+def below_the_quorum(tmp_path: Path, bad: Callable[[Store], object]) -> tuple[Store, Meeting]:
+    """Quorum 2 of 3: client 0 came, client 1 dropped out, client 2's record is `bad(store)`."""
     store = Store(tmp_path / "store")
     m = meeting(store, quorum=2)
     honest(store, m, clients=(0,))
     drop(store, m, mine=1, why="failed: RuntimeError: boom")
-    write_by_hand(store, m, record(nan_weights(store)))
+    write_by_hand(store, m, bad(store))
+    return store, m
+
+
+def test_below_the_quorum_round_incomplete_names_the_refused_client_and_why(tmp_path) -> None:
+    store, m = below_the_quorum(tmp_path, lambda store: record(nan_weights(store)))
     with pytest.raises(RoundIncomplete) as below:
         average_round(store, m, deadline=5, backoff=QUICK)
     message = str(below.value)
@@ -283,11 +280,7 @@ def test_below_the_quorum_round_incomplete_names_the_refused_client_and_why(tmp_
 
 
 def test_below_the_quorum_with_an_unreadable_record_names_it_at_once(tmp_path) -> None:
-    store = Store(tmp_path / "store")
-    m = meeting(store, quorum=2)
-    honest(store, m, clients=(0,))
-    drop(store, m, mine=1, why="failed: RuntimeError: boom")
-    write_by_hand(store, m, {"client": 2, "size": 10})
+    store, m = below_the_quorum(tmp_path, lambda store: {"client": 2, "size": 10})
     with pytest.raises(RoundIncomplete, match=r"client 2 input refused: .*has no 'weights'"):
         average_round(store, m, deadline=5, backoff=QUICK)
     assert claimed(store, m) == []

@@ -22,6 +22,7 @@ from botocore.exceptions import ClientError  # noqa: E402
 from s3_bucket import BUCKET  # noqa: E402
 
 import soma.store.s3 as s3  # noqa: E402
+import soma.store.s3_requests as s3_requests  # noqa: E402
 from soma.cli import main as soma  # noqa: E402
 from soma.store import Store  # noqa: E402
 from soma.store.backend import BackendStore  # noqa: E402
@@ -106,18 +107,18 @@ def test_what_passes_if_asked_again_is_retried_and_nothing_else(
     )
 
     for status, code in [(503, "SlowDown"), (500, "InternalError"), (502, "502"), (504, "")]:
-        assert s3._transient(_answer(status, code)), (status, code)
-    assert s3._transient(_answer(429, "TooManyRequests"))
-    assert s3._transient(_answer(400, "RequestTimeout"))
+        assert s3_requests.transient(_answer(status, code)), (status, code)
+    assert s3_requests.transient(_answer(429, "TooManyRequests"))
+    assert s3_requests.transient(_answer(400, "RequestTimeout"))
     for status, code in [(412, "PreconditionFailed"), (404, "NoSuchKey"), (403, "AccessDenied")]:
-        assert not s3._transient(_answer(status, code)), (status, code)
-    assert not s3._transient(_answer(501, "NotImplemented"))
-    assert s3._transient(EndpointConnectionError(endpoint_url="http://127.0.0.1:1"))
-    assert s3._transient(ConnectionClosedError(endpoint_url="http://127.0.0.1:1"))
-    assert s3._transient(ReadTimeoutError(endpoint_url="http://127.0.0.1:1"))
-    assert not s3._transient(SSLError(endpoint_url="http://127.0.0.1:1", error="bad cert"))
-    assert not s3._transient(NoCredentialsError())
-    assert not s3._transient(ParamValidationError(report="no Key"))
+        assert not s3_requests.transient(_answer(status, code)), (status, code)
+    assert not s3_requests.transient(_answer(501, "NotImplemented"))
+    assert s3_requests.transient(EndpointConnectionError(endpoint_url="http://127.0.0.1:1"))
+    assert s3_requests.transient(ConnectionClosedError(endpoint_url="http://127.0.0.1:1"))
+    assert s3_requests.transient(ReadTimeoutError(endpoint_url="http://127.0.0.1:1"))
+    assert not s3_requests.transient(SSLError(endpoint_url="http://127.0.0.1:1", error="bad cert"))
+    assert not s3_requests.transient(NoCredentialsError())
+    assert not s3_requests.transient(ParamValidationError(report="no Key"))
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     monkeypatch.setenv("SOMA_STORE_PATIENCE", "7")
     backend = s3.S3Backend("s3://any-bucket/p")
