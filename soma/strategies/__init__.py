@@ -112,6 +112,7 @@ __all__ = [
     "State",
     "Strategy",
     "StrategyError",
+    "UntrustedStrategy",
     "Update",
     "at_round",
     "check_arrivals",
@@ -121,6 +122,7 @@ __all__ = [
     "has_own",
     "has_client_side",
     "hook",
+    "is_builtin",
     "load_strategy",
     "mean_strategies",
     "module_of",
@@ -152,8 +154,32 @@ def module_of(name: str) -> str:
     return BUILTIN.get(name, name)
 
 
-def load_strategy(name: str, options: Mapping[str, Any] | None = None) -> Strategy:
-    """The strategy `name` (built-in name or import path) made with `options`; refused clearly."""
+class UntrustedStrategy(StrategyError):
+    """A strategy named by the store (not by the local config) that is not built in: refused,
+    never imported, naming it."""
+
+
+def is_builtin(name: str) -> bool:
+    """Whether `name` is a built-in strategy (by its name or its module's import path)."""
+    return name in BUILTIN or name in BUILTIN.values()
+
+
+def load_strategy(
+    name: str, options: Mapping[str, Any] | None = None, *, trusted: bool = True
+) -> Strategy:
+    """The strategy `name` (built-in name or import path) made with `options`; refused clearly.
+
+    `trusted` says where the name comes from: the local config or the caller's own code
+    (True) may name any importable module; a name read from the store (False: a record's
+    `strategy`, which anyone who can write the store can write) loads a built-in only, since
+    importing a module runs its code. A name that is not built in is then refused, never
+    imported (UntrustedStrategy)."""
+    if not trusted and not is_builtin(name):
+        raise UntrustedStrategy(
+            f"strategy {name!r} is named by a record in the store and is not built in: a "
+            "name read from the store is never imported (run its code only from your own "
+            "config, `strategy:` or --strategy)"
+        )
     path = module_of(name)
     try:
         module = importlib.import_module(path)
