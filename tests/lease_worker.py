@@ -4,7 +4,8 @@ works for `--hold` seconds of its own running time (steps of 0.1 s: a process st
 mid-way still has the rest to do when it wakes) before it computes the mean. It begins
 once told to (a line on its stdin), so that its imports are done before; with `--gate`, its
 averaging waits for another line after its hold. After its first turn that computed (its
-publish done, or refused), it says so (`{"turned": pid}`)."""
+publish done, or refused), it says so (`{"turned": pid}`). With `--roster` and `--keys` its
+meeting is signed (soma.round.signing), and it signs with the first roster key it holds."""
 
 import argparse
 import json
@@ -32,6 +33,8 @@ parser.add_argument("--lease", type=float, required=True)
 parser.add_argument("--hold", type=float, default=0.0)
 parser.add_argument("--deadline", type=float, default=60.0)
 parser.add_argument("--gate", action="store_true")
+parser.add_argument("--roster")
+parser.add_argument("--keys")
 args = parser.parse_args()
 
 real = soma.round._Averaging.compute
@@ -60,7 +63,12 @@ def turn(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
 soma.round._Averaging.compute = compute
 soma.round.once._leased = turn
 sys.stdin.readline()
-meeting = Meeting(args.run, 0, args.clients)
+signing = None
+if args.roster:
+    from soma.round.signing import Signing, read_roster
+
+    signing = Signing.of(read_roster(args.roster), args.keys)
+meeting = Meeting(args.run, 0, args.clients, signing=signing)
 digest = average_round(
     Store(args.store),
     meeting,

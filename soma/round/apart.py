@@ -3,19 +3,29 @@ for `soma status`), and the refusal a waiting client gets when one it waits for 
 another meeting instead (`MeetingsDiffer`, found by `_Elsewhere`).
 
 Kept apart so that the averaging only asks `_Elsewhere.check` while it waits.
+
+With a roster (soma.round.signing) a rival meeting and a note are believed only when signed
+by a roster member: the rival's `about` (signed by whoever announced it, soma.round.client)
+and the note (by whoever left it). Whoever can write the store but holds no roster key can
+then stop no waiting client with a MeetingsDiffer of its choosing: what it writes is logged
+and ignored.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from soma.differences import differences, shown
 from soma.round import holders, layout
+from soma.round import signing as signatures
 from soma.round.meeting import Meeting
 from soma.round.once import RoundError, read_record
 from soma.store import Store, codecs
+
+LOG = logging.getLogger("soma.round.apart")
 
 
 class MeetingsDiffer(RoundError):
@@ -113,6 +123,23 @@ ELSEWHERE_EVERY = 1.0
 _SINCE = time.time()
 
 
+def signer(meeting: Meeting) -> int | None:
+    """Who signs what this process writes for a meeting but no client of its own (its `about`,
+    a note): the first roster member whose key it holds; None without a roster, or when it
+    holds no key (written unsigned then: nobody believes it, and it stops nobody)."""
+    if meeting.signing is None:
+        return None
+    try:
+        return meeting.signing.any_member(meeting.members)
+    except signatures.SigningError:
+        return None
+
+
+def signing_as(meeting: Meeting, by: int | None) -> signatures.Signing | None:
+    """The signing to write with as `by`: the meeting's, unless nobody can sign (then none)."""
+    return None if by is None else meeting.signing
+
+
 class _Elsewhere:
     """Whether a client this meeting waits for joined another meeting of the same run and
     round instead, which nobody would ever average with this one.
@@ -130,6 +157,7 @@ class _Elsewhere:
         self.folder = layout.round_prefix(meeting.run, meeting.round)
         self.seen: set[str] | None = None  # the records there at the first look
         self.next = 0.0
+        self._believed: dict[tuple[str, str], bool] = {}  # (name, digest): signed on the roster
 
     def check(self, waiting: Sequence[int]) -> None:
         now = time.monotonic()
@@ -174,6 +202,8 @@ class _Elsewhere:
         """The meetings that left this one a note since this process began."""
         found = set()
         for name in self.store.bound(layout.notes(self.meeting.prefix)):
+            if not self._signed(name, "an apart note"):
+                continue
             note = self._record(name)
             at = None if note is None else note.get("at")
             if isinstance(at, int | float) and at >= _SINCE:
@@ -188,9 +218,35 @@ class _Elsewhere:
         note = {"client": client, "at": time.time(), "by": holders.me()}
         try:
             other = layout.meeting(self.meeting.run, self.meeting.round, key)
-            self.store.keep(layout.note(other, self.meeting.key), note)
+            name = layout.note(other, self.meeting.key)
+            by = signer(self.meeting)
+            signatures.keep(self.store, signing_as(self.meeting, by), note, name=name, by=by)
         except (SomaError, StoreError, OSError):
             pass
+
+    def _signed(self, name: str, what: str) -> bool:
+        """Whether the record at `name` is signed by a roster member (always, without a
+        roster); one that is not is logged once and counts for nothing."""
+        from soma.errors import SomaError
+        from soma.store.errors import StoreError
+
+        signing = self.meeting.signing
+        if signing is None:
+            return True
+        try:
+            digest = self.store.resolve(name)
+        except (SomaError, StoreError, OSError):
+            return False
+        if digest is None:
+            return False
+        if (name, digest) not in self._believed:
+            try:
+                signatures.check(self.store, signing, digest, name=name, writer=None, what=what)
+                self._believed[(name, digest)] = True
+            except (SomaError, StoreError, OSError) as error:
+                LOG.warning("%s: ignored (it stops nobody)", error)
+                self._believed[(name, digest)] = False
+        return self._believed[(name, digest)]
 
     def _record(self, name: str) -> dict[str, Any] | None:
         """The record `name` names; None when it cannot be read (it is not this meeting's to
@@ -212,9 +268,12 @@ class _Elsewhere:
         return holder if isinstance(holder, dict) else None
 
     def _rival(self, key: str) -> bool:
-        """Another meeting of the round, not yet averaged."""
-        average = layout.average(layout.meeting(self.meeting.run, self.meeting.round, key))
-        return key != self.meeting.key and self.store.resolve(average) is None
+        """Another meeting of the round, not yet averaged; with a roster, one whose `about` a
+        roster member signed (anyone can write a folder and records in it)."""
+        other = layout.meeting(self.meeting.run, self.meeting.round, key)
+        if key == self.meeting.key or self.store.resolve(layout.average(other)) is not None:
+            return False
+        return self._signed(layout.about(other), f"the about record of meeting {key[:12]}")
 
     def _apart(self, key: str, client: int) -> MeetingsDiffer:
         """The refusal naming `client` and what differs; meeting `key` is told first."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from soma.nodes import Export
 from soma.round import holders, layout, records
 from soma.round import signing as signatures
+from soma.round.apart import signer, signing_as
 from soma.round.checks import Refused, _check_finite, _check_size
 from soma.round.meeting import Meeting
 from soma.round.once import RoundError
@@ -22,12 +23,18 @@ from soma.store import Store
 LOG = logging.getLogger("soma.client")
 
 
-def announce(store: Store, meeting: Meeting) -> None:
+def announce(store: Store, meeting: Meeting, *, by: int | None = None) -> None:
     """The meeting's identity, written once, so that `status` can say what it is, and gc
-    that the round is open (a process announces it as the round begins: soma.run.drive)."""
+    that the round is open (a process announces it as the round begins: soma.run.drive).
+
+    With a roster it is signed, by client `by` (None: the first roster member whose key this
+    process holds), so that another meeting of the round believes it is a rival
+    (soma.round.apart); a process that holds no roster key writes it unsigned."""
     if store.resolve(meeting.about) is None:
         about = {"run": meeting.run, "round": meeting.round, **meeting.identity()}
-        store.claim(meeting.about, store.put_value(about))
+        by = signer(meeting) if by is None else by
+        digest = signatures.put(store, signing_as(meeting, by), about, name=meeting.about, by=by)
+        store.claim(meeting.about, digest)
 
 
 @dataclass(frozen=True)
@@ -63,7 +70,7 @@ def contribute(
     weights = store.put_value(export)
     extra_digest = None if extra is None else store.put_value(extra)
     own_digest = None if own is None else store.put_value(own)
-    announce(store, meeting)
+    announce(store, meeting, by=mine)
     record = records.ClientRecord(mine, weights, size, extra_digest, own_digest, holders.me())
     kept = _claim_record(store, meeting, record)
     return Contribution(kept, weights, extra_digest, own_digest)
@@ -170,7 +177,7 @@ def drop(store: Store, meeting: Meeting, *, mine: int, why: str) -> str:
     its job died): the others need not wait for it, and the average's record names it."""
     meeting.check_client(mine)
     signatures.holds(meeting.signing, mine)
-    announce(store, meeting)
+    announce(store, meeting, by=mine)
     record = records.DropRecord(mine, str(why), holders.me())
     return signatures.keep(
         store, meeting.signing, record.value(), name=meeting.client(mine), by=mine

@@ -15,7 +15,16 @@ compare-and-swap every `seconds / 3` while it computes:
   (it stalled past its lease) finds that swap refused and publishes nothing, and whoever
   finds a lease in the published state completes the publish of its digest;
 - with a roster (soma.round.signing) holder and lease records are signed by a roster member,
-  for the name they are kept under; a holder or lease that is not counts as no holder.
+  for the name they are kept under, and a waiter believes only those. A lease that is not
+  (unsigned, signed by a key off the roster, or for another name) is ignored: the last
+  lease it believed, and its clock, stand. That clock restarts only on a believed lease
+  further on (a later generation, or more renewals: an old signed lease bound again is no
+  renewal) or a believed claim it had not seen; with no lease ever believed, a believed
+  claim is judged by the waiter's own lease seconds from when it first saw it, and a claim
+  that is not believed either holds nothing (taken over at once). A holder whose swap is
+  refused reads the lease again and swaps over it unless a later generation's believed
+  lease is there: whoever can write the store but holds no roster key can neither take a
+  live holder's work away nor keep it from publishing (only stop the run, as by deleting).
 
 A holder alive but unable to renew for longer than its lease (partitioned, stopped) is taken
 over: the work may then be computed twice, and is published once.
@@ -37,6 +46,15 @@ from soma.store import Store
 from soma.store.errors import StoreError
 
 LOG = logging.getLogger("soma.round.lease")
+
+
+# How often a holder swaps again over a lease somebody else overwrote before it gives up
+# this renewal (the next one tries again).
+SWAP_TRIES = 20
+
+
+class LeaseContested(SomaError):
+    """A holder's lease is overwritten, again and again, by somebody that does not hold it."""
 
 
 def leased(store: Store) -> bool:
@@ -145,11 +163,37 @@ class Lease:
         self._thread.start()
 
     def _swap(self, terms: Terms) -> str | None:
-        """Swap the lease to `terms` if it is still ours; the new tag, or None."""
+        """Swap the lease to `terms` if it is still ours; the new tag, or None (lost).
+
+        A swap refused because somebody else wrote the lease is tried again over what is
+        there, unless that is a successor's: a believed lease of a later generation. What
+        nobody on the roster signed, or a believed lease of this generation or an earlier one
+        (an old record bound again), is no successor's, and must not get this holder judged
+        gone or keep it from publishing."""
         name = layout.lease(self.place)
         digest = signatures.put(self.store, self.signing, terms.value(), name=name,
                                 by=signer(self.signing))  # fmt: skip
-        return self.store.swap(name, self.tag, digest)
+        tag = self.tag
+        for _ in range(SWAP_TRIES):
+            new = self.store.swap(name, tag, digest)
+            if new is not None:
+                return new
+            found = read(self.store, self.signing, self.place)
+            if found is None:  # deleted: create it again
+                tag = None
+                continue
+            tag, theirs = found
+            if theirs is not None and theirs.generation > terms.generation:
+                return None
+            LOG.warning(
+                "lease of %s was overwritten by no successor (%s): swapped over",
+                self.place,
+                "not signed by the roster" if theirs is None else f"generation {theirs.generation}",
+            )
+        raise LeaseContested(
+            f"lease of {self.place}: overwritten {SWAP_TRIES} times in a row as its holder "
+            f"{self.terms.holder[:12]} swapped it, by nobody that holds it"
+        )
 
     def renew(self) -> bool:
         """One renewal (compare-and-swap from the tag last written); False once lost."""
@@ -219,8 +263,12 @@ def acquire(
 
 
 class Watch:
-    """A waiter's view of the holder at a place: gone once the same lease has been seen
-    unrenewed for longer than it lasts, by this process's own monotonic clock."""
+    """A waiter's view of the holder at a place: gone once the holder's believed lease has
+    been seen no further on for longer than it lasts, by this process's own monotonic clock.
+
+    What it believes (with a roster: records signed by a roster member) is all that moves
+    its clock: a forged lease neither restarts nor shortens it, and a forged claim does not
+    restart it."""
 
     def __init__(
         self,
@@ -230,7 +278,9 @@ class Watch:
         clock: Any = time.monotonic,
     ) -> None:
         self.store, self.signing, self.seconds, self.clock = store, signing, seconds, clock
-        self.seen: tuple[str, ...] | None = None
+        self.seen: tuple[str, ...] | None = None  # the believed claim the clock runs for
+        self.lease: Terms | None = None  # the believed lease furthest on, at that place
+        self.place: str | None = None
         self.since = 0.0
         self.published: str | None = None  # a lease found in the published state
         self._believed: dict[tuple[str, str], bool] = {}
@@ -242,19 +292,25 @@ class Watch:
             what = f"holder of {name}"
             ok = believed(self.store, self.signing, digest, name=holder_name(place), what=what)
             self._believed[key] = ok
-        if not self._believed[key]:
-            return True
+        now = self.clock()
+        if place != self.place:  # other inputs: nothing seen there yet
+            self.place, self.seen, self.lease, self.since = place, None, None, now
         found = read(self.store, self.signing, place)
-        tag, terms = found if found is not None else (None, None)
-        if found is not None and terms is None:
-            return True  # a lease nobody on the roster signed holds nothing
+        terms = None if found is None else found[1]
         if terms is not None and terms.published is not None:
             self.published = terms.published
             return False
-        seen = (place, name, digest, tag or "")
-        now = self.clock()
-        if seen != self.seen:
-            self.seen, self.since = seen, now
-            return False
-        lasts = terms.seconds if terms is not None else self.seconds
+        if terms is not None and (self.lease is None or _further(terms, self.lease)):
+            self.lease, self.since = terms, now  # renewed, or a later generation's
+        if self._believed[key] and (place, name, digest) != self.seen:
+            self.seen, self.since = (place, name, digest), now  # a claim not seen before
+        if self.lease is None and self.seen is None:
+            return True  # a claim nobody on the roster signed, and no lease: it holds nothing
+        lasts = self.lease.seconds if self.lease is not None else self.seconds
         return now - self.since > lasts
+
+
+def _further(terms: Terms, than: Terms) -> bool:
+    """Whether lease `terms` is further on than `than`: of a later generation, or renewed
+    more. A lease bound again with an old record is not."""
+    return (terms.generation, terms.renewals) > (than.generation, than.renewals)

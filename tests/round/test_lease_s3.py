@@ -65,9 +65,14 @@ def place_of(store: Store, meeting: Meeting) -> Place:
 class Worker:
     """An averaging process (tests/lease_worker.py) whose output lines are read as they come."""
 
-    def __init__(self, url: str, *, lease: float, hold: float, gate: bool = False) -> None:
+    def __init__(
+        self, url: str, *, lease: float, hold: float, gate: bool = False, signed: Path | None = None
+    ) -> None:
         command = [sys.executable, str(HERE / "lease_worker.py"), "--store", url, "--run", "r"]
         command += ["--lease", str(lease), "--hold", str(hold), *(["--gate"] if gate else [])]
+        if signed is not None:  # a folder with roster.json and every client's key
+            command += ["--roster", str(signed / "roster.json")]
+            command += ["--keys", str(signed / "{client}.key")]
         self.process = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True,
@@ -206,3 +211,121 @@ def test_a_server_that_ignores_if_match_is_refused_before_anything_is_swapped(bu
     with pytest.raises(BadStore, match="ignores If-Match"):
         store.swap(layout.lease("p"), None, a)
     assert store.resolve(layout.lease("p")) is None
+
+
+# --- whoever can write the bucket but holds no roster key ----------------------------------
+
+
+def roster_in(folder: Path):  # noqa: ANN201
+    """A roster of two clients whose keys are all in `folder` (roster.json beside them)."""
+    pytest.importorskip("cryptography")
+    from soma.round.signing import Signing, make_keys
+
+    roster = {k: make_keys(folder, k)[1] for k in range(2)}
+    (folder / "roster.json").write_text(json.dumps(roster))
+    return Signing.of(roster, str(folder / "{client}.key"))
+
+
+class Forger:
+    """Whoever can write the bucket but holds no roster key: it overwrites a place's lease with
+    an unconditional PUT every `every` seconds, by turns unsigned, signed by a key off the
+    roster, and (once it has seen some) a genuine signed lease of the place from before. Each
+    says its holder lasts `seconds` and is further on than any renewal."""
+
+    def __init__(self, store: Store, place: Place, off: Path, seconds: float) -> None:
+        from soma.round.signing import Signing, make_keys
+
+        self.store, self.place, self.seconds = store, place, seconds
+        self.off = Signing.of({9: make_keys(off, 9)[1]}, str(off / "{client}.key"))
+        self.old: list[str] = []  # genuine leases seen, to bind again
+        self.writes = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def look(self) -> None:
+        """Remember the genuine lease there now (before forging anything)."""
+        digest = self.store.resolve(self.place.lease)
+        if digest is not None and digest not in self.old:
+            self.old.append(digest)
+
+    def forge(self) -> None:
+        from soma.round import signing as signatures
+
+        terms = {"holder": "x", "generation": 0, "renewals": 10**6 + self.writes,
+                 "seconds": self.seconds, "published": None}  # fmt: skip
+        turn = self.writes % 3
+        if turn == 0 or (turn == 2 and not self.old):
+            digest = self.store.put_value(terms)
+        elif turn == 1:
+            name = self.place.lease
+            digest = signatures.put(self.store, self.off, terms, name=name, by=9)
+        else:
+            digest = self.old[self.writes % len(self.old)]
+        self.store.bind(self.place.lease, digest)
+        self.writes += 1
+
+    def start(self, every: float) -> Forger:
+        def forging() -> None:
+            while not self._stop.wait(every):
+                self.forge()
+
+        self._thread = threading.Thread(target=forging, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+
+def test_a_lease_nobody_on_the_roster_signed_neither_takes_a_live_holder_over_nor_stops_it(
+    bucket, workers, tmp_path
+) -> None:
+    signing = roster_in(tmp_path)
+    url, store, meeting = a_round(signing)
+    holder = workers(url, lease=1.0, hold=4.0, signed=tmp_path).go()
+    waiter = workers(url, lease=1.0, hold=0, signed=tmp_path)
+    holder.said("computing")
+    place = place_of(store, meeting)
+    forger = Forger(store, place, tmp_path / "off", seconds=0.01)
+    forger.look()
+    forger.start(every=0.15)
+    try:
+        waiter.go()
+        digest = average_round(store, meeting, deadline=30, backoff=QUICK, lease=1.0)
+    finally:
+        forger.stop()
+    assert forger.writes >= 15, "the lease was overwritten all along the holder's work"
+    assert holder.said("average") == digest and waiter.said("average") == digest
+    assert computations(store, place) == 1, "a forged lease took a live holder's work over"
+    assert store.bound(place.takeovers) == [] and averaged_by(store, digest) == holder.pid
+    assert store.resolve(meeting.average) == store.resolve(place.published) == digest
+
+
+def test_a_signed_holder_killed_under_forged_leases_is_taken_over_once_its_lease_runs_out(
+    bucket, workers, tmp_path
+) -> None:
+    signing = roster_in(tmp_path)
+    url, store, meeting = a_round(signing)
+    holder = workers(url, lease=1.0, hold=60, signed=tmp_path).go()
+    holder.said("computing")
+    place = place_of(store, meeting)
+    forger = Forger(store, place, tmp_path / "off", seconds=1e9)
+    for _ in range(8):  # a few of its genuine renewals, to bind again once it is dead
+        forger.look()
+        time.sleep(0.2)
+    assert len(forger.old) >= 3
+    holder.signal(signal.SIGKILL)
+    holder.process.wait()
+    forger.start(every=0.2)
+    start = time.monotonic()
+    try:
+        digest = average_round(store, meeting, deadline=20, backoff=QUICK, lease=1.0)
+    finally:
+        forger.stop()
+    assert time.monotonic() - start > 1.0, "taken over only once its lease ran out"
+    assert forger.writes >= 5
+    assert store.bound(place.takeovers) == [place.takeover(1)]
+    assert computations(store, place) == 1 and averaged_by(store, digest) == os.getpid()
+    assert store.resolve(meeting.average) == store.resolve(place.published) == digest
