@@ -1,0 +1,143 @@
+"""What spans rounds: the chain (each round starts where the one before ended) and, for a
+differentially private run, the privacy ledger recomputed round by round.
+
+Kept apart from a round's own checks (soma.audit.rounds): these read only what those found
+(each meeting's start, state, average weights and state, who took part), plus the states'
+values for the ledger. The ledger is the strategy's own arithmetic (`before`, `state_after`
+of soma.strategies.dp_fedavg), so the audit accounts a round exactly as the strategy does.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from soma.audit.findings import RoundAudit
+from soma.errors import SomaError
+from soma.round.meeting import Meeting
+from soma.store import Store
+from soma.strategies import StrategyError, load_strategy
+
+
+def check_chain(audits: list[RoundAudit]) -> None:
+    """Round r+1 starts from an average of round r: its meeting's `start` is that average's
+    weights and its `state` that average's state. A round with no average before it, or one
+    that starts from weights no average of the round before published, is broken."""
+    ended: dict[int, list[RoundAudit]] = {}
+    for audited in audits:
+        if audited.weights is not None:
+            ended.setdefault(audited.round, []).append(audited)
+    for audited in audits:
+        if audited.weights is None:
+            continue
+        r = audited.round
+        if r == min(ended):
+            audited.add("chain", None, f"the run's first round starts from {_short(audited.start)}")
+            continue
+        before = ended.get(r - 1, [])
+        source = [b for b in before if b.weights == audited.start]
+        if not before:
+            audited.add("chain", False, f"round {r - 1} has no average for round {r} to start from")
+        elif not source:
+            published = ", ".join(_short(b.weights) for b in before)
+            audited.add(
+                "chain",
+                False,
+                f"it starts from weights {_short(audited.start)}, and round {r - 1}'s average "
+                f"is {published}",
+            )
+        elif not any(b.state == audited.state_before for b in source):
+            audited.add(
+                "chain",
+                False,
+                f"it starts from strategy state {_short(audited.state_before)}, and round "
+                f"{r - 1}'s average left {_short(source[0].state)}",
+            )
+        else:
+            audited.add("chain", True, f"it starts from round {r - 1}'s average weights and state")
+
+
+def check_ledger(store: Store, audits: list[RoundAudit], meetings: dict[int, Meeting]) -> None:
+    """A DP run's epsilon, recomputed from the first round on with the strategy's own
+    accounting: each round charged to who took part in it (every client, for a round stepped
+    from the mean), and the epsilon the average's state reports compared with it.
+    `meetings` are the audited meetings by their index in `audits`."""
+    ledger: dict[str, Any] = {}  # an average's weights -> the ledger after it
+    for i, audited in enumerate(audits):
+        meeting = meetings.get(i)
+        if meeting is None or audited.state is None or audited.weights is None:
+            continue
+        try:
+            strategy = load_strategy(meeting.strategy, meeting.options, trusted=False)
+        except SomaError as error:
+            audited.add("privacy", None, f"its strategy is not loaded: {error}")
+            continue
+        if not (hasattr(strategy, "before") and hasattr(strategy, "state_after")):
+            continue  # not a ledger soma keeps (only dp_fedavg accounts for privacy)
+        first = audited.round == min(a.round for a in audits if a.weights is not None)
+        if not first and audited.start not in ledger:
+            audited.add("privacy", None, "its epsilon is not recomputed: the chain is broken")
+            continue
+        try:
+            after = _round_ledger(store, strategy, meeting, audited, ledger.get(audited.start))
+        except SomaError as error:
+            audited.add("privacy", False, f"its privacy ledger: {error}")
+            continue
+        ledger[audited.weights] = after
+
+
+def _round_ledger(
+    store: Store, strategy: Any, meeting: Meeting, audited: RoundAudit, before: Any
+) -> dict[str, Any]:
+    recorded = store.recall_digest(audited.state)
+    clip = recorded.get("clip") if isinstance(recorded, dict) else None
+    if not isinstance(clip, (int, float)):
+        raise StrategyError(f"its state {_short(audited.state)} is not {meeting.strategy}'s")
+    start = strategy.before(before, clients=meeting.clients)
+    stepped_from_mean = meeting.secure is not None or (
+        meeting.tree is not None and len(audited.took_part) > meeting.tree
+    )
+    charged = None if stepped_from_mean else audited.took_part
+    after = strategy.state_after(start, clip, charged)
+    said, recomputed = recorded.get("epsilon"), after["epsilon"]
+    audited.epsilon = said if isinstance(said, (int, float)) else None
+    whom = "every client" if charged is None else f"clients {charged}"
+    if not isinstance(said, (int, float)) or not _same(said, recomputed):
+        audited.add(
+            "privacy",
+            False,
+            f"its state reports epsilon {said!r} at delta {after['delta']:g}, and the "
+            f"accountant over the rounds, this one charged to {whom}, gives {recomputed:.6g}",
+        )
+    elif differing := [
+        k for k in sorted(after) if k != "clip" and not _same(recorded.get(k), after[k])
+    ]:
+        audited.add(
+            "privacy",
+            False,
+            f"its state's {', '.join(differing)} are not what the accountant over the rounds gives",
+        )
+    else:
+        audited.add(
+            "privacy",
+            True,
+            f"epsilon {recomputed:.4g} at delta {after['delta']:g} (this round charged to {whom})",
+        )
+    return after
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal, floats within rounding (the accountant's arithmetic is the strategy's own)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        if math.isinf(a) or math.isinf(b):
+            return a == b
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    return a == b
+
+
+def _short(digest: str | None) -> str:
+    return "nothing" if digest is None else digest[:12]

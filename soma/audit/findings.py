@@ -1,0 +1,146 @@
+"""What an audit found: one finding per check and round, and the whole run's report.
+
+Kept apart from the checking so that the checks return plain values and the output (text,
+JSON, PROV) is formatted from them alone. A finding is `ok` (the check held), broken (it did
+not: the run cannot be trusted from that round on) or unchecked (`ok` None: the check could
+not be made, and says why, e.g. an average whose noise came from the operating system).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from soma.errors import SomaError
+
+HOLDS, BROKEN, UNCHECKED = "holds", "broken", "unchecked"
+
+
+class AuditFailed(SomaError):
+    """The audit found a round broken: the message names the first one, its run and why."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One check's outcome: which check, whether it held, and what was seen (naming the
+    client and the record where there is one)."""
+
+    check: str  # blobs | signature | average | chain | participation | privacy | left-out | roster
+    ok: bool | None  # True: holds; False: broken; None: could not be checked (detail says why)
+    detail: str
+    client: int | None = None
+
+    @property
+    def outcome(self) -> str:
+        return HOLDS if self.ok else (UNCHECKED if self.ok is None else BROKEN)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "check": self.check,
+            "outcome": self.outcome,
+            "detail": self.detail,
+            "client": self.client,
+        }
+
+
+@dataclass
+class RoundAudit:
+    """One meeting of one round: who took part, who was left out and why, its average, and
+    every finding. `inputs` are the contributions the average names (client, record,
+    weights), for the provenance document."""
+
+    round: int
+    meeting: str
+    findings: list[Finding] = field(default_factory=list)
+    took_part: list[int] = field(default_factory=list)
+    left_out: list[dict[str, Any]] = field(default_factory=list)
+    inputs: list[dict[str, Any]] = field(default_factory=list)
+    average: str | None = None  # the average record's digest
+    weights: str | None = None
+    state: str | None = None
+    start: str | None = None
+    state_before: str | None = None
+    signer: int | None = None  # the roster member whose key signed the average
+    strategy: str | None = None
+    epsilon: float | None = None
+
+    def add(self, check: str, ok: bool | None, detail: str, client: int | None = None) -> None:
+        self.findings.append(Finding(check, ok, detail, client))
+
+    @property
+    def broken(self) -> list[Finding]:
+        return [f for f in self.findings if f.ok is False]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "round": self.round,
+            "meeting": self.meeting,
+            "outcome": BROKEN if self.broken else HOLDS,
+            "took_part": self.took_part,
+            "left_out": self.left_out,
+            "inputs": self.inputs,
+            "average": self.average,
+            "weights": self.weights,
+            "state": self.state,
+            "start": self.start,
+            "state_before": self.state_before,
+            "signer": self.signer,
+            "strategy": self.strategy,
+            "epsilon": self.epsilon,
+            "findings": [f.as_dict() for f in self.findings],
+        }
+
+
+@dataclass
+class AuditReport:
+    """A run's audit: the store, the run, which roster the signatures were checked against
+    (and how far it is to be trusted), each meeting's audit in round order, and what
+    concerns the run as a whole (a stray name, the roster)."""
+
+    store: str
+    run: str
+    roster: str  # how the roster was found (given, read from the store, none)
+    rounds: list[RoundAudit] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)  # the run's, not one round's
+
+    @property
+    def model(self) -> str | None:
+        """The weights the run ends with: its last averaged round's."""
+        done = [r for r in self.rounds if r.weights is not None]
+        return done[-1].weights if done else None
+
+    def first_broken(self) -> tuple[int | None, Finding] | None:
+        """The first broken finding, with its round (None: the run's), in round order."""
+        for finding in self.findings:
+            if finding.ok is False:
+                return None, finding
+        for audited in self.rounds:
+            if audited.broken:
+                return audited.round, audited.broken[0]
+        return None
+
+    @property
+    def clean(self) -> bool:
+        return self.first_broken() is None
+
+    def failure(self) -> AuditFailed | None:
+        """The refusal naming the first broken round (None when every check held)."""
+        found = self.first_broken()
+        if found is None:
+            return None
+        r, finding = found
+        where = f"run {self.run!r}" if r is None else f"round {r} of run {self.run!r}"
+        return AuditFailed(f"audit: {where}: {finding.detail}")
+
+    def as_dict(self) -> dict[str, Any]:
+        found = self.first_broken()
+        return {
+            "store": self.store,
+            "run": self.run,
+            "roster": self.roster,
+            "clean": found is None,
+            "first_broken": None if found is None else found[0],
+            "model": self.model,
+            "findings": [f.as_dict() for f in self.findings],
+            "rounds": [r.as_dict() for r in self.rounds],
+        }
