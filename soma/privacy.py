@@ -30,12 +30,14 @@ would need a convention of its own, and nothing in soma trains one).
   float sample are not exactly Gaussian) is bounded by the float32 rounding of the result.
 - Adaptive clipping (Andrew et al. 2021): `update_multiplier` and `next_clip`.
 - The accountant, against whom each figure holds:
-  - `exposure` and `epsilon_public`: against whoever reads the store or the config, who
-    knows the sample (soma draws it by hash from the run's seed and writes it in every
-    round record): a client's rounds are Gaussian mechanisms composed, no amplification by
-    sampling, add-or-remove-one adjacency. Gaussians compose exactly into one Gaussian, so a
-    client's history is one number, the sum of z^-2 over the rounds it took part in. This is
-    the figure dp_fedavg reports and stops its budget on (the worst-placed client's).
+  - `exposure` and `epsilon_public`: against a reader who knows the sample (soma draws it
+    by hash from the run's seed and writes it in every round record): a client's rounds are
+    Gaussian mechanisms composed, no amplification by sampling, add-or-remove-one adjacency.
+    Gaussians compose exactly into one Gaussian, so a client's history is one number, the
+    sum of z^-2 over the rounds it took part in. Against whoever reads only the published
+    weights, z is the sum's; against whoever reads the store, it is what the store holds of
+    the client: in distributed DP without secure aggregation its own release, z / sqrt(m)
+    (`distributed_multiplier`). dp_fedavg keeps both figures (the worst-placed client's).
   - `epsilon` and `epsilon_of` (a history of stretches): a Poisson sample at rate q that is
     secret from the reader (`PoissonSampledDpEvent`, add-or-remove-one). soma draws no such
     sample, so nothing here reports it; it is the figure the literature quotes.
@@ -149,6 +151,16 @@ def share_std(bound: float, multiplier: float, clients_sampled: int) -> float:
     multiplier = _non_negative("noise multiplier", multiplier)
     clients_sampled = _count("clients sampled", clients_sampled)
     return multiplier * bound / math.sqrt(clients_sampled)
+
+
+def distributed_multiplier(multiplier: float, clients_sampled: int, *, secure: bool) -> float:
+    """The noise multiplier of one client's round in distributed DP as whoever reads the store
+    sees it. Without secure aggregation its own release is there, clipped to C with noise of
+    `share_std` z C / sqrt(m): a Gaussian mechanism of multiplier z / sqrt(m). With it, only
+    the sum of the m releases is there, with all their noise: multiplier z."""
+    multiplier = _non_negative("noise multiplier", multiplier)
+    clients_sampled = _count("clients sampled", clients_sampled)
+    return multiplier if secure else multiplier / math.sqrt(clients_sampled)
 
 
 KEY_BYTES = 32  # AES-256: the noise's key is 256 bits, never a 32- or 64-bit seed
@@ -459,11 +471,14 @@ def noise_for_epsilon(
     return high
 
 
-STORE_READER, SECRET_POISSON = "store_reader", "secret_poisson_sample"
+STORE_READER, WEIGHTS_READER = "store_reader", "weights_reader"
+SECRET_POISSON = "secret_poisson_sample"
 # Whom a reported epsilon holds against, by the `against` that `spent` gives it.
 ADVERSARIES = {
     STORE_READER: "whoever reads the store or the config (the sample is public: the "
     "worst-placed client's rounds composed, no amplification by sampling)",
+    WEIGHTS_READER: "whoever reads only the published weights and the config, not the "
+    "clients' releases in the store (central DP's figure: each round's noisy sum)",
     SECRET_POISSON: "only a reader from whom a Poisson sample is secret, not a reader of the "
     "store (a state kept before soma accounted for the public sample)",
 }
@@ -471,11 +486,13 @@ ADVERSARIES = {
 
 def spent(state: object) -> dict[str, Any] | None:
     """What a strategy's state says was spent so far, `{"epsilon", "delta", "round",
-    "against"}` (and `"budget"` when the run has one), or None for a state that keeps no such
-    account (another strategy's, or none). `against` says whom the figure holds against (a
-    key of ADVERSARIES): a state that keeps each client's `exposure` is the public-sample
-    figure; an older one's assumed a secret Poisson sample. For `soma status` and the
-    workflow's summary."""
+    "against"}`, `"epsilons"` (each figure the state keeps, by whom it holds against) and
+    `"budget"` when the run has one; None for a state that keeps no such account (another
+    strategy's, or none). `against` (a key of ADVERSARIES) says whom `epsilon`, the figure
+    the budget stops on, holds against. A state kept before the store reader's figure was
+    kept apart (each client's `exposure`, no `against`) was accounted at the sum's noise:
+    its figure holds against a reader of the published weights only; an older one's
+    assumed a secret Poisson sample. For `soma status` and the workflow's summary."""
     if not isinstance(state, Mapping):
         return None
     try:
@@ -486,11 +503,35 @@ def spent(state: object) -> dict[str, Any] | None:
         }
     except (KeyError, TypeError, ValueError):
         return None
-    found["against"] = STORE_READER if "exposure" in state else SECRET_POISSON
+    against = state.get("against")
+    if against in (STORE_READER, WEIGHTS_READER):
+        found["against"] = against
+        figures = state.get("epsilons")
+        if isinstance(figures, Mapping):
+            found["epsilons"] = {
+                k: float(v)
+                for k, v in figures.items()
+                if k in ADVERSARIES and isinstance(v, (int, float)) and not isinstance(v, bool)
+            }
+    else:
+        found["against"] = WEIGHTS_READER if "exposure" in state else SECRET_POISSON
     budget = state.get("budget")
     if isinstance(budget, (int, float)) and not isinstance(budget, bool):
         found["budget"] = float(budget)
     return found
+
+
+def spent_text(found: Mapping[str, Any]) -> str:
+    """What `spent` found, in words: the figure the budget stops on (and the budget), then
+    each other figure the state keeps, each with whom it holds against. For `soma status`."""
+    budget = f" of a budget of {found['budget']:.4g}" if "budget" in found else ""
+    against = found.get("against")
+    whom = f", against {ADVERSARIES.get(against, against)}" if against else ""
+    text = f"epsilon {found['epsilon']:.4g}{budget} at delta {found['delta']:g}{whom}"
+    for reader, figure in (found.get("epsilons") or {}).items():
+        if reader != against:
+            text += f"; epsilon {figure:.4g} against {ADVERSARIES.get(reader, reader)}"
+    return text
 
 
 # --- arguments -------------------------------------------------------------------------------

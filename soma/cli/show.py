@@ -103,16 +103,12 @@ def _status_line(row: dict[str, Any], several: set[int]) -> str:
 
 
 def _privacy_text(spent: Any) -> str:
-    """The privacy a DP strategy has spent up to the round, as (epsilon, delta)."""
+    """The privacy a DP strategy has spent up to the round: each figure, against whom."""
     if not isinstance(spent, dict):
         return ""
-    budget = f" of a budget of {spent['budget']:.4g}" if "budget" in spent else ""
-    from soma.privacy import ADVERSARIES
+    from soma.privacy import spent_text
 
-    against = spent.get("against")
-    whom = f", against {ADVERSARIES.get(against, against)}" if against else ""
-    at = f"at delta {spent['delta']:g}{whom}"
-    return f"; privacy spent: epsilon {spent['epsilon']:.4g}{budget} {at}"
+    return f"; privacy spent: {spent_text(spent)}"
 
 
 def export(args: argparse.Namespace) -> int:

@@ -47,12 +47,14 @@ def recompute_average(store: Store, record: dict[str, Any]) -> tuple[str, str | 
     """Put an average's weights and state again, computed from what its record names
     (strategy, options, start, state before, clients, inputs in order) exactly as the round
     did; their digests. Deterministic, so equal to the record's when its inputs are sound."""
-    from soma.strategies import Update, at_round, has_own, load_strategy
+    from soma.strategies import Update, at_round, has_own, load_strategy, under_secure_aggregation
 
     strategy = load_strategy(record["strategy"], record.get("options") or {})
     if has_own(strategy, "for_round"):  # bucketing, bias correction: the round and seed
         seed = record["seed"] if "seed" in record else _seed_of(store, record)
         strategy = at_round(strategy, round=record["round"], seed=seed)
+    if record.get("secure"):  # stepped from a secure sum, as the round told it
+        strategy = under_secure_aggregation(strategy)
     start, before = record.get("start"), record.get("state_before")
     previous = None if start is None else store.recall_digest(start, lazy=True)
     state = None if before is None else store.recall_digest(before)

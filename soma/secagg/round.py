@@ -43,7 +43,15 @@ from soma.round import (
 from soma.round import signing as signatures
 from soma.round.once import POLL, Backoff, Place
 from soma.store import Store
-from soma.strategies import Arrival, Strategy, at_round, check_arrivals, takes_mean, uniform
+from soma.strategies import (
+    Arrival,
+    Strategy,
+    at_round,
+    check_arrivals,
+    takes_mean,
+    under_secure_aggregation,
+    uniform,
+)
 from soma.timing import DEADLINE, LEASE
 
 
@@ -245,6 +253,7 @@ def _average(
     arrived = [Arrival(k, None, False) for k in result["contributors"]]
     check_arrivals(strategy, arrived, clients=meeting.clients)  # e.g. distributed DP's m
     strategy = at_round(strategy, round=meeting.round, seed=meeting.config.get("seed"))
+    strategy = under_secure_aggregation(strategy)  # the store holds the sum, no client's input
     weights, new_state = strategy.from_mean(previous, whole, state, clients=meeting.clients)
     came = set(result["contributors"])
     record = records.average_record(

@@ -48,6 +48,9 @@ need. An object that does not subclass it works too (the round asks through
   it (through `at_round`) just before `aggregate` or `from_mean`; the default is the
   strategy itself. The round number and seed come from the meeting (its round, and the
   seed of its `config`), so a rerun round is bound to the same ones.
+- `for_secure_aggregation() -> Strategy`: the strategy as it steps from a secure sum (the
+  store then holds no client's input, only their sum), called through
+  `under_secure_aggregation` by the secure round and repair; the default is itself.
 - `privacy_spent(state) -> {"epsilon", "delta", "round"} | None`: the privacy spent up to
   the round that made `state` (DP-FedAvg reads its account), shown by `soma status` and in
   the workflow's summary for any strategy that has it, a user's own included.
@@ -115,6 +118,7 @@ __all__ = [
     "UntrustedStrategy",
     "Update",
     "at_round",
+    "under_secure_aggregation",
     "check_arrivals",
     "check_strategy_state",
     "check_task_takes_objective",
@@ -207,6 +211,14 @@ def at_round(strategy: Strategy, *, round: int, seed: int | None) -> Strategy:
     if not has_own(strategy, "for_round"):
         return strategy
     return hook(strategy, "for_round")(round=round, seed=seed)
+
+
+def under_secure_aggregation(strategy: Strategy) -> Strategy:
+    """The strategy as it steps from a secure sum (`Strategy.for_secure_aggregation`); a
+    strategy without its own is itself."""
+    if not has_own(strategy, "for_secure_aggregation"):
+        return strategy
+    return hook(strategy, "for_secure_aggregation")()
 
 
 def check_arrivals(strategy: Strategy, arrivals: Sequence[Arrival], *, clients: int) -> None:

@@ -113,6 +113,13 @@ class Strategy(abc.ABC):
         them, so that a rerun or repaired round draws the same bits. Default: itself."""
         return self
 
+    def for_secure_aggregation(self) -> Strategy:
+        """The strategy as it steps from a secure sum (soma.secagg.round): the store then holds
+        no client's input, only their sum, which is what a privacy account against its
+        readers rests on (distributed DP-FedAvg). Called by whoever steps from a secure sum
+        (the secure round, repair), beside `for_round`. Default: itself."""
+        return self
+
     def privacy_spent(self, state: State | None) -> Mapping[str, Any] | None:
         """The privacy spent up to the round that produced `state`, as `{"epsilon", "delta",
         "round"}` (and `"budget"` if the run has one), shown by `soma status` and in the

@@ -48,7 +48,9 @@ class Options:
 @dataclass(frozen=True)
 class Before:
     """Where a round starts from, read from the state: rounds done, the clip to use, the
-    history so far, and what this round adds to it."""
+    history so far, and what this round adds to it; each client's exposure against the
+    reader the budget stops on (`exposure`) and against a reader of the published weights
+    only (`published`)."""
 
     round: int
     clip: float
@@ -56,6 +58,7 @@ class Before:
     expected: int
     rate: float
     exposure: Exposure
+    published: Exposure
 
     def history_after(self, multiplier: float) -> list[list[float]]:
         """The history with this round appended (merged into the last stretch when alike)."""
@@ -89,20 +92,43 @@ class Exposure:
             clients[str(k)] = clients.get(str(k), 0.0) + cost
         return Exposure(self.everyone, clients)
 
+    def scaled(self, factor: float) -> Exposure:
+        """Every client's exposure times `factor` (the rounds' multipliers over sqrt(factor))."""
+        return Exposure(self.everyone * factor, {k: v * factor for k, v in self.clients.items()})
+
     def value(self) -> dict[str, Any]:
         return {"everyone": self.everyone, "clients": dict(sorted(self.clients.items()))}
+
+
+NO_EXPOSURE = Exposure(0.0, {})
+
+
+@dataclass(frozen=True)
+class Kept:
+    """What a state keeps: rounds done, the clip to use, the history, each client's exposure
+    against whom `against` names (None: a state kept before it was named, whose exposure
+    was charged at the sum's noise), and against a reader of the published weights."""
+
+    round: int
+    clip: float
+    history: list[list[float]]
+    exposure: Exposure
+    against: str | None
+    published: Exposure
 
 
 # --- the state ---------------------------------------------------------------------------------
 
 
-def read_state(state: object) -> tuple[int, float, list[list[float]], Exposure]:
-    """(rounds done, the clip to use, the history, each client's exposure), refused by name
-    when the state is not ours. A state written before each client's exposure was kept
-    (its epsilon assumed a secret sample) is charged as if everyone took part every round."""
-    wanted = {"round", "epsilon", "delta", "budget", "clip", "history", "exposure"}
-    older = wanted - {"exposure"}
-    if not isinstance(state, Mapping) or set(state) not in (wanted, older):
+def read_state(state: object) -> Kept:
+    """What the state keeps, refused by name when it is not ours. A state written before each
+    client's exposure was kept (its epsilon assumed a secret sample) is charged as if
+    everyone took part every round; one written before the two readers were kept apart has
+    the published weights' exposure only (`against` None: the strategy charges the rest)."""
+    base = {"round", "epsilon", "delta", "budget", "clip", "history"}
+    older, before = base, base | {"exposure"}
+    wanted = before | {"against", "epsilons", "published"}
+    if not isinstance(state, Mapping) or set(state) not in (wanted, before, older):
         keys = sorted(state) if isinstance(state, Mapping) else type(state).__name__
         raise StrategyError(
             f"{NAME} state holds {keys}, not {sorted(wanted)}: is it another strategy's?"
@@ -128,8 +154,19 @@ def read_state(state: object) -> tuple[int, float, list[list[float]], Exposure]:
     history = [[float(s[0]), float(s[1]), int(s[2])] for s in history]
     if "exposure" not in state:
         everyone = math.fsum(privacy.exposure(z, rounds) for z, _, rounds in history)
-        return done, float(clip), history, Exposure(everyone, {})
-    return done, float(clip), history, read_exposure(state["exposure"])
+        charged = Exposure(everyone, {})
+        return Kept(done, float(clip), history, charged, None, charged)
+    exposure = read_exposure(state["exposure"])
+    if "against" not in state:
+        return Kept(done, float(clip), history, exposure, None, exposure)
+    against = state["against"]
+    if against not in (privacy.STORE_READER, privacy.WEIGHTS_READER):
+        raise StrategyError(
+            f"{NAME} state against is {against!r}, not {privacy.STORE_READER!r} or "
+            f"{privacy.WEIGHTS_READER!r}"
+        )
+    published = read_exposure(state["published"])
+    return Kept(done, float(clip), history, exposure, against, published)
 
 
 def read_exposure(value: object) -> Exposure:

@@ -100,6 +100,7 @@ from soma.nodes import Export
 from soma.strategies import Arrival, Parameters, State, Strategy, StrategyError, Update
 from soma.strategies._dp_state import (
     NAME,
+    NO_EXPOSURE,
     NOT_PRIVATE,
     PRIVATE,
     Before,
@@ -124,6 +125,9 @@ class DPFedAvg(Strategy):
 
     # The round refuses, before anything is claimed, to run us without a start to step from.
     needs_previous: ClassVar[bool] = True
+    # Whom the epsilon the budget stops on holds against: the clients' updates are in the
+    # store in the clear, so only a reader of the published weights is held off.
+    against: ClassVar[str] = privacy.WEIGHTS_READER
 
     def __init__(self, options: Options) -> None:
         self.options = options
@@ -179,14 +183,26 @@ class DPFedAvg(Strategy):
         """The round's start, read from the state and checked against the budget."""
         m = self.expected(clients)
         if state is None:
-            done, clip, history, exposure = 0, self.options.clip, [], Exposure(0.0, {})
+            start = Before(0, self.options.clip, [], m, m / clients, NO_EXPOSURE, NO_EXPOSURE)
         else:
-            done, clip, history, exposure = read_state(state)
-        start = Before(done, clip, history, m, m / clients, exposure)
+            kept = read_state(state)
+            if kept.against is None:  # kept before the readers were apart: the sum's noise
+                exposure = self.charged_before(kept.published)
+            elif kept.against != self.against:
+                raise StrategyError(
+                    f"{NAME} state accounts against {kept.against}, mode {self.options.mode} "
+                    f"against {self.against}: the mode changed during the run"
+                )
+            else:
+                exposure = kept.exposure
+            start = Before(
+                kept.round, kept.clip, kept.history, m, m / clients, exposure, kept.published
+            )
+        done, exposure = start.round, start.exposure
         budget = self.options.budget
         if budget is not None:
             # whoever is worst placed so far may take part in the next round
-            after = self.epsilon(exposure.after(self.round_cost(), None))
+            after = self.epsilon(exposure.after(self.reader_cost(m), None))
             if after > budget:
                 so_far = f"{done} round{'' if done == 1 else 's'} so far spent"
                 raise StrategyError(
@@ -197,8 +213,19 @@ class DPFedAvg(Strategy):
         return start
 
     def round_cost(self) -> float:
-        """What one round costs a client that takes part in it (soma.privacy.exposure)."""
+        """What one round costs a client that takes part in it against whoever reads only the
+        published weights, which hold the noisy sum (soma.privacy.exposure)."""
         return privacy.exposure(self.options.noise_multiplier)
+
+    def reader_cost(self, expected: int) -> float:
+        """What one round costs a client that takes part in it against `against`, the
+        reader the budget stops on (central mode: the published weights' reader)."""
+        return self.round_cost()
+
+    def charged_before(self, published: Exposure) -> Exposure:
+        """The exposure against `against` of a state kept before the two readers were kept
+        apart (it holds the published weights' only)."""
+        return published
 
     def epsilon(self, exposure: Exposure) -> float:
         """The worst-placed client's epsilon against whoever reads the store (the sample is
@@ -285,15 +312,25 @@ class DPFedAvg(Strategy):
         """The state after this round, charged to the clients that took part (None: to every
         client, when the round does not say who)."""
         history = start.history_after(self.options.noise_multiplier)
-        exposure = start.exposure.after(self.round_cost(), took_part)
+        took_part = None if took_part is None else list(took_part)
+        exposure = start.exposure.after(self.reader_cost(start.expected), took_part)
+        published = start.published.after(self.round_cost(), took_part)
+        epsilon = float(self.epsilon(exposure))
+        epsilons = {
+            privacy.STORE_READER: epsilon if self.against == privacy.STORE_READER else math.inf,
+            privacy.WEIGHTS_READER: float(self.epsilon(published)),
+        }
         return {
             "round": start.round + 1,
-            "epsilon": float(self.epsilon(exposure)),
+            "epsilon": epsilon,
             "delta": float(self.options.delta),
             "budget": None if self.options.budget is None else float(self.options.budget),
             "clip": float(clip),
             "history": history,
             "exposure": exposure.value(),
+            "against": self.against,
+            "epsilons": epsilons,
+            "published": published.value(),
         }
 
 
@@ -310,11 +347,33 @@ class DistributedDPFedAvg(DPFedAvg):
     indicator beside its weights, so it has no `from_mean`, and is refused there."""
 
     uniform = True  # every client weighs the same, whatever its size (the sensitivity bound)
+    # Each client's release is noisy before it leaves: the store reader is held off too.
+    against: ClassVar[str] = privacy.STORE_READER
 
-    def __init__(self, options: Options) -> None:
+    def __init__(self, options: Options, *, secure: bool = False) -> None:
         super().__init__(options)
+        self.secure = secure  # the round is a secure sum: the store holds no client's release
         if options.adaptive is not None:
             self.from_mean = None  # type: ignore[assignment]  # needs each client's indicator
+
+    def for_secure_aggregation(self) -> DistributedDPFedAvg:
+        """The strategy as it steps from a secure sum: only the sum of the m releases is in
+        the store, so a reader of it sees the sum's noise (z), not one client's (z / sqrt(m))."""
+        return DistributedDPFedAvg(self.options, secure=True)
+
+    def reader_cost(self, expected: int) -> float:
+        """What one round costs a client against whoever reads the store: its own release's
+        z / sqrt(m), or under secure aggregation the sum's z."""
+        z = self.options.noise_multiplier  # adaptive: the update's and the count's together
+        return privacy.exposure(privacy.distributed_multiplier(z, expected, secure=self.secure))
+
+    def charged_before(self, published: Exposure) -> Exposure:
+        """A state kept before the readers were apart was charged at the sum's z: against the
+        store reader each of its rounds costs m times that (whether a round stepped from the
+        mean was a secure sum or a tree of clear releases, it does not say: the worse)."""
+        m = self.options.clients_per_round
+        assert m is not None  # make() refuses distributed mode without it
+        return published.scaled(m)
 
     def from_mean(
         self, previous: Export | None, mean: Export, state: State | None, *, clients: int
@@ -345,7 +404,8 @@ class DistributedDPFedAvg(DPFedAvg):
                     )
 
     def local(self, *, start: Export, state: State | None, mine: State | None) -> NoiseShare:
-        done, clip = (0, self.options.clip) if state is None else read_state(state)[:2]
+        kept = None if state is None else read_state(state)
+        done, clip = (0, self.options.clip) if kept is None else (kept.round, kept.clip)
         m = self.options.clients_per_round
         assert m is not None  # make() refuses distributed mode without it
         adaptive = self.options.adaptive

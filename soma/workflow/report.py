@@ -39,6 +39,8 @@ COLUMNS = (
     "train_loss",
     "epsilon",
     "epsilon_against",  # whom the epsilon holds against (soma.privacy.ADVERSARIES)
+    "epsilon_store_reader",  # each figure the state keeps, by whom it holds against
+    "epsilon_weights_reader",
 )
 # Who took part in each round (with_attendance), after the metrics; `refused` (clients whose
 # input the averaging refused, apart from the drop-outs) only in a run that had any.
@@ -101,6 +103,8 @@ def summary_rows(
         if r in spent:  # a DP strategy's privacy spent up to this round (soma.privacy)
             row["epsilon"] = spent[r]["epsilon"]
             row["epsilon_against"] = spent[r].get("against", "unstated")
+            for reader, figure in (spent[r].get("epsilons") or {}).items():
+                row[f"epsilon_{reader}"] = figure
         rows.append(row)
     return rows
 

@@ -192,7 +192,11 @@ def test_spent_reads_a_dp_state_and_nothing_else() -> None:
         "epsilon": privacy.epsilon(1.0, 1.0, 1, DELTA),
         "delta": DELTA,
         "round": 1,
-        "against": privacy.STORE_READER,
+        "against": privacy.WEIGHTS_READER,  # central: the updates are in the store in clear
+        "epsilons": {
+            privacy.STORE_READER: math.inf,
+            privacy.WEIGHTS_READER: privacy.epsilon(1.0, 1.0, 1, DELTA),
+        },
     }
     budgeted = dp(budget=100.0).aggregate(net(0, 0, 0), updates((1, 0, 0)), None, clients=1)[1]
     assert privacy.spent(budgeted)["budget"] == 100.0
@@ -255,14 +259,19 @@ def test_the_state_counts_rounds_and_epsilon_and_continues_through_the_store(tmp
     for r in (1, 2, 3):
         weights, state = strategy.aggregate(weights, updates((3, 4, 0)), state, clients=4)
         state = store.recall_digest(store.put_value(state))
+        epsilon = privacy.epsilon_public(r / 1.5**2, DELTA)  # client 0, every round
+        exposure = {"everyone": 0.0, "clients": {"0": r / 1.5**2}}
         assert state == {
             "round": r,
-            "epsilon": privacy.epsilon_public(r / 1.5**2, DELTA),  # client 0, every round
+            "epsilon": epsilon,
             "delta": DELTA,
             "budget": None,
             "clip": 0.5,
             "history": [[1.5, 0.5, r]],
-            "exposure": {"everyone": 0.0, "clients": {"0": r / 1.5**2}},
+            "exposure": exposure,
+            "against": privacy.WEIGHTS_READER,
+            "epsilons": {privacy.STORE_READER: math.inf, privacy.WEIGHTS_READER: epsilon},
+            "published": exposure,
         }
 
 
@@ -402,7 +411,9 @@ def test_the_distributed_averager_only_averages_over_the_m_expected() -> None:
         net(0, 0, 0), updates((3, 4, 0), (1, 0, 0)), None, clients=4
     )
     assert torch.allclose(weights["fc"]["weight"], t(2, 2, 0))  # not clipped: not its to do
-    assert state["epsilon"] == privacy.epsilon_public(1.0, DELTA)  # the sample is public
+    # the sample is public; each release is in the store, at z / sqrt(m)
+    assert state["epsilon"] == pytest.approx(privacy.epsilon_public(2.0, DELTA))
+    assert state["epsilons"]["weights_reader"] == privacy.epsilon_public(1.0, DELTA)
 
 
 def test_a_distributed_round_with_fewer_than_m_clients_is_refused() -> None:
@@ -563,7 +574,8 @@ def test_soma_status_shows_the_privacy_spent_per_round(tmp_path) -> None:
     command = [sys.executable, "-m", "soma.cli", "status", "--store", str(tmp_path), "--run", "dp"]
     shown = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
     shown_spent = f"privacy spent: epsilon {spent[1]['epsilon']:.4g} at delta 1e-05"
-    assert f"{shown_spent}, against whoever reads the store or the config" in shown.stdout
+    assert f"{shown_spent}, against whoever reads only the published weights" in shown.stdout
+    assert "; epsilon inf against whoever reads the store or the config" in shown.stdout
     as_json = subprocess.run([*command, "--json"], capture_output=True, text=True, check=True)
     assert json.loads(as_json.stdout)[1]["privacy"] == spent[1]
 
@@ -594,4 +606,6 @@ def test_the_workflows_summary_has_the_epsilon_spent_per_round(tmp_path) -> None
     rows = [line.split("\t") for line in lines[2:]]  # after the start row
     expected = [privacy.epsilon_public(r / 2.0**2, 1e-5) for r in (1, 2)]
     assert [float(row[column]) for row in rows] == pytest.approx(expected, rel=1e-3)
-    assert {row[column + 1] for row in rows} == {privacy.STORE_READER}
+    assert {row[column + 1] for row in rows} == {privacy.WEIGHTS_READER}  # central mode
+    store_reader = header.index("epsilon_store_reader")
+    assert {row[store_reader] for row in rows} == {"inf"}

@@ -200,7 +200,8 @@ def test_the_reported_epsilon_is_the_worst_placed_clients_against_a_store_reader
         _, state = strategy.aggregate(start, came, state, clients=100)
     assert worst_placed(100, 10, 50) == 10
     assert state["epsilon"] == pytest.approx(19.0536, abs=1e-3)
-    assert privacy.spent(state)["against"] == privacy.STORE_READER
+    # central mode: against a reader of the published weights (the store has every update)
+    assert privacy.spent(state)["against"] == privacy.WEIGHTS_READER
     # z 0.8, 50 of 1000, 200 rounds: the worst-placed client takes part in 22 rounds
     assert worst_placed(1000, 50, 200) == 22
     assert privacy.epsilon_public(privacy.exposure(0.8, 22), DELTA) == pytest.approx(
@@ -226,10 +227,12 @@ def test_a_round_stepped_from_the_mean_is_charged_to_every_client() -> None:
     strategy = dp(mode="distributed", clients_per_round=2, noise_multiplier=2.0)
     start = big()
     _, state = strategy.from_mean(start, big(0.5), None, clients=4)
-    assert state["exposure"] == {"everyone": 0.25, "clients": {}}
-    older = {k: v for k, v in state.items() if k != "exposure"}  # a state kept before
+    assert state["published"] == {"everyone": 0.25, "clients": {}}
+    assert state["exposure"]["everyone"] == pytest.approx(0.5)  # each release: z / sqrt(2)
+    newer = ("exposure", "against", "epsilons", "published")
+    older = {k: v for k, v in state.items() if k not in newer}  # a state kept before
     _, again = strategy.from_mean(start, big(0.5), older, clients=4)
-    assert again["exposure"]["everyone"] == pytest.approx(0.5)  # charged as everyone's
+    assert again["published"]["everyone"] == pytest.approx(0.5)  # charged as everyone's
 
 
 # --- nothing per client in clear -------------------------------------------------------------
