@@ -7,6 +7,7 @@ import argparse
 import os
 from typing import Any
 
+from soma.cli.audit import add_command as add_audit
 from soma.cli.health import gc, keys, repair, verify
 from soma.cli.run import client
 from soma.cli.show import export, status
@@ -60,6 +61,8 @@ def check_arguments(args: argparse.Namespace) -> None:
         _at_least("--round", args.round, 0)
     if args.command in ("client", "simulate"):
         _check_client(args)
+    if getattr(args, "unchecked", False) and args.roster is not None:
+        raise BadArgument("--unchecked and --roster: give one (--roster checks the signatures)")
 
 
 def _at_least(option: str, value: int, least: int) -> None:
@@ -297,6 +300,7 @@ def parser() -> argparse.ArgumentParser:
         "--clients", type=int, default=None, help="the client count, where a round does not say"
     )
     s.add_argument("--json", action="store_true", help="machine-readable output")
+    _reader_roster(s)
     s.set_defaults(func=status)
     e = commands.add_parser(
         "export", help="one round's average as a safetensors file plain PyTorch loads"
@@ -322,6 +326,13 @@ def parser() -> argparse.ArgumentParser:
         "--metric", default="accuracy", help="with --best: the metric (a loss: lower is better)"
     )
     e.add_argument("-o", "--output", required=True, help="the model file to write")
+    _reader_roster(e)
+    e.add_argument(
+        "--unchecked",
+        action="store_true",
+        help="export a run that has a roster without checking its signatures (refused "
+        "otherwise unless --roster is given)",
+    )
     e.set_defaults(func=export)
     v = commands.add_parser(
         "verify", help="hash every blob, check every name and reference; exit 1 on damage"
@@ -375,7 +386,19 @@ def parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--json", action="store_true", help="machine-readable output")
     g.set_defaults(func=gc)
+    add_audit(commands)
     return top
+
+
+def _reader_roster(command: argparse.ArgumentParser) -> None:
+    """A reading command's --roster: the run's records are taken only when signed."""
+    command.add_argument(
+        "--roster",
+        default=None,
+        metavar="FILE",
+        help="the run's roster (soma keys): only records a roster member signed are taken; "
+        "the others are named and ignored",
+    )
 
 
 def _mine_from_slurm(args: argparse.Namespace) -> list[int]:

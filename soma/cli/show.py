@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from soma.cli.stores import existing_store
@@ -47,15 +48,19 @@ def status(args: argparse.Namespace) -> int:
 
     Exits 1 when a round could not be read (it is said on that round's line, and every
     other round is still shown; a name where a round's folder belongs, a planted link, is a
-    line of its own), and refuses a store or a run that is not there.
+    line of its own) or, with --roster, holds a record whose signature does not hold (said,
+    and nothing it says shown); refuses a store or a run that is not there. A run that has a
+    roster, shown without --roster, says on every line that its signatures were not checked.
     """
     from soma.round import check_run
     from soma.round import status as round_status
+    from soma.round.signing import Signing, read_roster
 
     store = existing_store(args.store)
     check_run(store, args.run)
-    table = round_status(store, args.run, clients=args.clients)
-    unreadable = any(row["problems"] for row in table)
+    signing = None if args.roster is None else Signing.of(read_roster(args.roster), None)
+    table = round_status(store, args.run, clients=args.clients, signing=signing)
+    unreadable = any(row["problems"] or row.get("ignored") for row in table)
     if args.json:
         print(json.dumps(table, indent=2, sort_keys=True))
         return 1 if unreadable else 0
@@ -97,6 +102,9 @@ def _status_line(row: dict[str, Any], several: set[int]) -> str:
     left = "".join(f"; left out client {x['client']}: {x['why']}" for x in row["left_out"])
     left += "".join(f"; refused client {x['client']}: {x['why']}" for x in row.get("refused", []))
     problems = "".join(f"; {problem}" for problem in row["problems"])
+    problems += "".join(f"; unsigned/forged, ignored: {x['why']}" for x in row.get("ignored") or [])
+    if row.get("signatures") == "not checked":
+        problems += "; signatures not checked: pass --roster"
     metrics = _metrics_text(row["metrics"]) + _privacy_text(row.get("privacy"))
     metrics += _federated_text(row.get("federated"))
     return f"round {row['round']:>4}{meeting}: {written}{missing}; {state}{metrics}{left}{problems}"
@@ -112,13 +120,18 @@ def _privacy_text(spent: Any) -> str:
 
 
 def export(args: argparse.Namespace) -> int:
-    """One average's weights as a safetensors file plain PyTorch loads (see soma.model)."""
-    from soma.model import export_average
+    """One average's weights as a safetensors file plain PyTorch loads (see soma.model); with
+    --roster only a signed one (soma.exported), and a run that has a roster is refused
+    without it, unless --unchecked."""
+    from soma.exported import export_checked, reader_signing
 
     if args.best:
         return _export_best(args)
     store = existing_store(args.store)
-    made = export_average(store, args.run, args.output, round=args.round, average=args.average)
+    signing = reader_signing(store, args.run, args.roster, unchecked=args.unchecked)
+    made = export_checked(
+        store, args.run, args.output, signing=signing, round=args.round, average=args.average
+    )
     print(
         f"{args.output}: round {made['round']} of run {made['run']!r}, "
         f"weights {made['weights']}, average {made['average']}"
@@ -127,13 +140,17 @@ def export(args: argparse.Namespace) -> int:
 
 
 def _export_best(args: argparse.Namespace) -> int:
-    """`soma export --best`: the round whose federated validation `--metric` is best."""
-    from soma.model import export_best
+    """`soma export --best`: the round whose federated validation `--metric` is best; with
+    --roster among signed records only, each one left out named on stderr."""
+    from soma.exported import export_best_checked, reader_signing
 
     if args.round is not None or args.average is not None:
         raise BadArgument("--best chooses the round itself: give it without --round or --average")
     store = existing_store(args.store)
-    made = export_best(store, args.run, args.output, args.metric)
+    signing = reader_signing(store, args.run, args.roster, unchecked=args.unchecked)
+    made = export_best_checked(store, args.run, args.output, args.metric, signing=signing)
+    for why in made["ignored"]:
+        print(f"soma: ignored (unsigned/forged): {why}", file=sys.stderr)
     print(
         f"{args.output}: round {made['round']} of run {made['run']!r} (best federated "
         f"validation {args.metric} {made['best']['validation']:.4g}), weights {made['weights']}"

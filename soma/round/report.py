@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from soma.round import holders, layout, once, records
+from soma.round import holders, layout, once, readers, records
 from soma.round.apart import labels
 from soma.round.once import Place, RoundError, current_holder, read_record
+from soma.round.signing import Signing
 from soma.store import Store
-from soma.strategies import Strategy, load_strategy, privacy_of
+from soma.strategies import Strategy, UntrustedStrategy, load_strategy, privacy_of
 
 
 class UnknownRun(RoundError):
@@ -56,7 +57,9 @@ def evaluation_name(run: str, weights: str) -> str:
     return layout.evaluation(run, weights)
 
 
-def status(store: Store, run: str, *, clients: int | None = None) -> list[dict[str, Any]]:
+def status(
+    store: Store, run: str, *, clients: int | None = None, signing: Signing | None = None
+) -> list[dict[str, Any]]:
     """Per round and meeting: who was expected, who wrote, who dropped out and why (a
     drop-out's record is not a write), who is missing, who was left out and why, who
     averages, the average, how many averagings were computed, and the metrics the workflow
@@ -70,12 +73,25 @@ def status(store: Store, run: str, *, clients: int | None = None) -> list[dict[s
     meeting's folder belongs (a planted link) is a row of its own, with no meeting, whose
     problem names it: never skipped. `left_out` is who the average went on without (drop-outs,
     never came), `refused` whose input the averaging refused, and why (records.is_refused).
+
+    `signing` (the roster the reader was given): every client, average and federated
+    evaluation record is checked signed (soma.round.readers); one that is not is `ignored`,
+    with why, and nothing it says is shown. `signatures` says what was checked: "checked",
+    "not checked" (the run's meetings say it has a roster and none was given), or None (the
+    run has none).
     """
     names = store.bound(layout.rounds(run))
     found = layout.meetings(names, run)
     apart = labels(store, run, found)
+    said = readers.says_roster(store, run, found)
+    checked = "checked" if signing else "not checked" if said else None
     rows = [
-        {**_status_row(store, run, r, key, clients), "apart": apart[(r, key)]} for r, key in found
+        {
+            **_status_row(store, run, r, key, clients, signing),
+            "apart": apart[(r, key)],
+            "signatures": checked,
+        }
+        for r, key in found
     ]
     rows += [_stray_row(store, run, name, clients) for name in layout.strays(names, run)]
     return sorted(rows, key=lambda row: (row["round"] is None, row["round"] or 0))
@@ -88,18 +104,34 @@ def privacy_spent(
     (`Strategy.privacy_spent`); `record` is an average's record or its workflow receipt
     (both name the strategy and the state), `strategy` the strategy when the record does
     not hold its options (a receipt). The state is read only for a strategy that reports
-    privacy, as another's may be a model's worth of tensors."""
+    privacy, as another's may be a model's worth of tensors.
+
+    Without `strategy`, the record's name is loaded as any name read from the store is: a
+    built-in only, never imported (soma.strategies.load_strategy); None for another."""
     name = record.get("strategy") or "fedavg"
     if strategy is None:
-        strategy = load_strategy(name, record.get("options") or {})
+        try:
+            strategy = load_strategy(name, record.get("options") or {}, trusted=False)
+        except UntrustedStrategy:
+            return None
     state = record.get("state")
     return privacy_of(name, strategy, lambda: None if not state else store.recall_digest(state))
 
 
-def _federated(store: Store, prefix: str, weights: str) -> dict[str, Any] | None:
-    """The round's federated evaluation of its average (soma.run.evaluation), once settled."""
-    digest = store.resolve(layout.federated(prefix))
+def _federated(
+    store: Store, prefix: str, weights: str, signing: Signing | None, ignored: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """The round's federated evaluation of its average (soma.run.evaluation), once settled;
+    with a roster, only when signed by a roster member (else it is `ignored`, saying why)."""
+    name = layout.federated(prefix)
+    digest = store.resolve(name)
     if digest is None:
+        return None
+    why = readers.refusal(
+        store, signing, digest, name=name, writer=None, what="the federated evaluation record"
+    )
+    if why is not None:
+        ignored.append({"record": digest, "name": name, "why": why})
         return None
     record = read_record(store, digest)
     if record.get("weights") != weights:
@@ -145,11 +177,14 @@ def _empty_row(r: int | None, key: str | None, clients: int | None) -> dict[str,
         "metrics": None,
         "privacy": None,
         "federated": None,
+        "ignored": [],
         "problems": [],
     }
 
 
-def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -> dict[str, Any]:
+def _status_row(
+    store: Store, run: str, r: int, key: str, clients: int | None, signing: Signing | None
+) -> dict[str, Any]:
     from soma.errors import SomaError
     from soma.store.errors import StoreError
 
@@ -188,6 +223,14 @@ def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -
             except (SomaError, StoreError, OSError) as error:  # the others are still read
                 row["problems"].append(f"cannot read client {k}'s record {name!r}: {error}")
                 continue
+            digest = store.resolve(name)
+            why = readers.refusal(
+                store, signing, digest, name=name, writer=k, what=f"client {k}'s record"
+            )
+            if why is not None:  # a record its client did not sign: not the client's
+                row["ignored"].append({"record": digest, "name": name, "why": why})
+                found.pop(k)
+                continue
             if isinstance(record, records.DropRecord):
                 dropped[k] = record.dropped
         row["written"] = sorted(k for k in found if k not in dropped)
@@ -214,7 +257,12 @@ def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -
         }
 
     def average() -> None:
-        row["average"] = store.resolve(layout.average(prefix))
+        name = layout.average(prefix)
+        row["average"] = digest = store.resolve(name)
+        why = digest and readers.average_refusal(store, signing, run, r, key, digest)
+        if why:  # nothing a forged average says is shown: its weights, state, who came
+            row["ignored"].append({"record": digest, "name": name, "why": why})
+            row["average"] = None
         if row["average"]:
             record = records.read_average(store, row["average"])
             row.update(weights=record.weights)
@@ -248,7 +296,9 @@ def _status_row(store: Store, run: str, r: int, key: str, clients: int | None) -
         attempt("evaluation record", metrics)
         attempt(
             "federated evaluation",
-            lambda: row.update(federated=_federated(store, prefix, row["weights"])),
+            lambda: row.update(
+                federated=_federated(store, prefix, row["weights"], signing, row["ignored"])
+            ),
         )
     expected = row["expected"]
     came = {*row["written"], *(x["client"] for x in row["dropped"])}

@@ -20,8 +20,13 @@ of the last client to evaluate) finds the round complete and keeps `federated`: 
 waits for another, and a rerun keeps the very same record.
 
 Under secure aggregation nobody evaluates (`RunSpec.evaluating`): each client's metrics and
-evaluation size would be in clear beside a sum that hides them. These records are not signed
-(soma.round.signing): whoever can write the store can write them, as the README says.
+evaluation size would be in clear beside a sum that hides them.
+
+With a roster (soma.round.signing) these records are signed: `trained/<k>` and
+`evaluated/<k>` by client k, `federated` by a roster member (whoever settles it: it holds the
+key of a client that evaluated), each for its own name. Whoever settles checks every record it
+aggregates first (a forged one is refused, naming it), and readers (`soma status`, `soma
+export --best`, soma.exported) take only a signed `federated`.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from typing import Any
 
 from soma.errors import SomaError, TaskError
 from soma.round import layout
+from soma.round import signing as signatures
+from soma.round.signed import averager, check_signed
 from soma.store import Store
 
 SPREAD = ("min", "p10", "median", "p90", "max")
@@ -132,7 +139,8 @@ def keep_training(store: Store, meeting: Any, client: int, metrics: Any, size: f
         {k: v for k, v in given.items() if isinstance(v, numbers.Real) and not isinstance(v, bool)}
     )
     name = layout.trained(meeting.prefix, client, meeting.clients)
-    return store.keep(name, {"client": client, "metrics": given, "size": size})
+    value = {"client": client, "metrics": given, "size": size}
+    return signatures.keep(store, meeting.signing, value, name=name, by=client)
 
 
 def evaluate_round(
@@ -168,7 +176,8 @@ def evaluate_round(
                 load(nodes, average)
             metrics, size = local_metrics(task, nodes, k, meeting.clients)
             record = {"client": k, "weights": weights, "metrics": metrics, "size": size}
-            store.keep(layout.evaluated(meeting.prefix, k, meeting.clients), record)
+            name = layout.evaluated(meeting.prefix, k, meeting.clients)
+            signatures.keep(store, meeting.signing, record, name=name, by=k)
     if not personal:
         load(nodes, average)
     return settle(store, meeting, weights, evaluators)
@@ -197,6 +206,18 @@ def _recorded(store: Store, name: str) -> dict[str, Any] | None:
     return None if digest is None else store.recall_digest(digest)
 
 
+def _signed_record(
+    store: Store, meeting: Any, name: str, k: int, what: str
+) -> dict[str, Any] | None:
+    """Client k's record at `name`, or None; with a roster refused (SigningError, naming it)
+    unless client k signed it: a forged one never reaches the round's `federated`."""
+    digest = store.resolve(name)
+    if digest is None:
+        return None
+    check_signed(store, meeting, digest, name=name, writer=k, what=f"client {k}'s {what} record")
+    return store.recall_digest(digest)
+
+
 def settle(
     store: Store, meeting: Any, weights: str, evaluators: Sequence[int]
 ) -> dict[str, Any] | None:
@@ -206,7 +227,8 @@ def settle(
 
     evaluated = []
     for k in sorted(evaluators):
-        record = _recorded(store, layout.evaluated(meeting.prefix, k, meeting.clients))
+        name = layout.evaluated(meeting.prefix, k, meeting.clients)
+        record = _signed_record(store, meeting, name, k, "evaluation")
         if record is None or record.get("weights") != weights:
             return None
         evaluated.append(record)
@@ -214,7 +236,8 @@ def settle(
     came = [] if averaged is None else [i["client"] for i in read_average(store, averaged).inputs]
     trained = []
     for k in sorted(came):
-        record = _recorded(store, layout.trained(meeting.prefix, k, meeting.clients))
+        name = layout.trained(meeting.prefix, k, meeting.clients)
+        record = _signed_record(store, meeting, name, k, "training")
         if record is not None:
             trained.append(record)
     value = {
@@ -227,7 +250,8 @@ def settle(
         "trained": [r["client"] for r in trained],
         "training": aggregate(trained),
     }
-    store.keep(layout.federated(meeting.prefix), value)
+    name = layout.federated(meeting.prefix)
+    signatures.keep(store, meeting.signing, value, name=name, by=averager(meeting))
     return value
 
 
