@@ -5,6 +5,8 @@ module that writes one and every module that reads one back (status, model expor
 advice, rebuild) must spell it alike; here is the one spelling:
 
     <run>/start                                    the workflow's starting weights
+    <run>/charter                                  a signed run's charter: its random value,
+                                                   in every signature (soma.round.signing)
     <run>/starts/<weights>                         weights a run starts from, named from the
                                                    moment they are made (every mode)
     <run>/evaluation/<weights>                     the workflow's metrics of those weights
@@ -62,6 +64,13 @@ def starting(run: str, weights: str) -> str:
     trains, so no grace protects them; one name per digest, so runs of one name that start
     elsewhere (another seed) never unbind each other's."""
     return f"{run}/starts/{weights}"
+
+
+def charter(run: str) -> str:
+    """The run's charter (soma.round.signing): a random value fixed when a signed run first
+    writes, bound into every signature of the run, so a record copied into another store's
+    run (or another run) does not verify there."""
+    return f"{run}/charter"
 
 
 def run_names(run: str) -> str:
@@ -300,13 +309,13 @@ def parse(name: str) -> RoundName | None:
 
 def run_of(name: str) -> str | None:
     """The run a name belongs to: its part before the first `/round/<r>/`, or before a
-    final `/start`, an `/evaluation/<weights>` or a `/starts/<weights>`; None for a name of
-    no run."""
+    final `/start` or `/charter`, an `/evaluation/<weights>` or a `/starts/<weights>`; None
+    for a name of no run."""
     parts = name.split("/")
     for i in range(1, len(parts) - 1):
         if parts[i] == "round" and parts[i + 1].isdigit():
             return "/".join(parts[:i])
-    if len(parts) > 1 and parts[-1] == "start":
+    if len(parts) > 1 and parts[-1] in ("start", "charter"):
         return "/".join(parts[:-1])
     if len(parts) > 2 and parts[-2] in ("evaluation", "starts"):
         return "/".join(parts[:-2])

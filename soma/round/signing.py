@@ -17,7 +17,18 @@ every record a client or an averager writes carries `"signed": {"key", "signatur
   signed by somebody on it.
 
 The roster's digest is part of a meeting's identity, so a run with a roster meets apart from
-one without (or with another). `cryptography` is imported on first use (the `privacy` extra).
+one without (or with another). Who may sign an average is the roster's `averagers` (None:
+any member; else those clients only), part of that digest too.
+
+A signature binds the run, not only its name: the first signed write of a run claims its
+charter (`<run>/charter`: a random value and the roster's digest, signed by the writer), and
+every message signed in the run holds that value. A record copied into another store (a
+restart in a fresh bucket, staging vs production) or another run does not verify there, and
+a process whose roster is not the charter's is refused at its first signed write or read.
+It holds against records copied into a store where the run has begun; a whole store copied,
+charter and all, before the rightful run writes anything, is that run's copy (`soma audit`
+reports its charter's digest, which two stores that began apart never share). `cryptography`
+is imported on first use (the `privacy` extra).
 """
 
 from __future__ import annotations
@@ -26,6 +37,7 @@ import functools
 import hashlib
 import json
 import os
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from soma.errors import SomaError
 from soma.files import write_atomic
+from soma.round import layout
 from soma.store import codecs
 
 if TYPE_CHECKING:
@@ -40,6 +53,7 @@ if TYPE_CHECKING:
 
 SIGNED = "signed"  # the key of a record's signature
 _LABEL = "soma-signed-record/1"
+_CHARTER_LABEL = "soma-run-charter/1"
 PRIVATE = 0o600
 
 
@@ -163,15 +177,30 @@ def _load_private(path: str, stamp: tuple[int, int]) -> Any:
 
 @dataclass(frozen=True)
 class Signing:
-    """A run's roster (client -> public key, hex) and where this process finds a client's
-    private key (`keys`: a path, `{client}` in it standing for the client; None: nowhere)."""
+    """A run's roster (client -> public key, hex), where this process finds a client's
+    private key (`keys`: a path, `{client}` in it standing for the client; None: nowhere),
+    and who may sign an average (`averagers`: None, any member)."""
 
     roster: tuple[tuple[int, str], ...]
     keys: str | None = None
+    averagers: tuple[int, ...] | None = None
 
     @classmethod
-    def of(cls, roster: Mapping[int, str], keys: str | os.PathLike[str] | None) -> Signing:
-        return cls(tuple(sorted(roster.items())), None if keys is None else str(keys))
+    def of(
+        cls,
+        roster: Mapping[int, str],
+        keys: str | os.PathLike[str] | None,
+        averagers: Iterable[int] | None = None,
+    ) -> Signing:
+        chosen = None if averagers is None else tuple(sorted(set(averagers)))
+        if chosen is not None:
+            strangers = [k for k in chosen if k not in roster]
+            if not chosen or strangers:
+                raise SigningError(
+                    f"averagers {list(chosen)}: "
+                    + (f"clients {strangers} are not on the roster" if chosen else "none named")
+                )
+        return cls(tuple(sorted(roster.items())), None if keys is None else str(keys), chosen)
 
     @property
     def members(self) -> dict[int, str]:
@@ -179,8 +208,16 @@ class Signing:
 
     @property
     def digest(self) -> str:
-        """What a meeting's identity says of the roster."""
-        return hashlib.sha256(codecs.canonical_json(self.roster)).hexdigest()
+        """What a meeting's identity says of the roster (and of who may sign averages, only
+        when declared: a run that declares none keeps the key it always had)."""
+        said: object = self.roster
+        if self.averagers is not None:
+            said = {"roster": self.roster, "averagers": list(self.averagers)}
+        return hashlib.sha256(codecs.canonical_json(said)).hexdigest()
+
+    def may_average(self, client: int) -> bool:
+        """Whether `client` may sign an average."""
+        return client in self.members and (self.averagers is None or client in self.averagers)
 
     def owner(self, key: str) -> int | None:
         """The roster's client whose key `key` is, or None."""
@@ -228,15 +265,20 @@ class Signing:
         candidates = list(self.members) if among is None else list(among)
         candidates += [k for k in self.members if k not in candidates]
         for k in candidates:
-            if k in self.members and self.keys is not None:
+            if self.may_average(k) and self.keys is not None:
                 try:
                     self.private(k)
                     return k
                 except SigningError:
                     continue
+        who = (
+            "somebody on the run's roster"
+            if self.averagers is None
+            else (f"one of the averagers {list(self.averagers)}")
+        )
         raise SigningError(
-            "an average (or a secure sum) must be signed by somebody on the run's roster, and "
-            f"this process holds none of their keys (keys {self.keys!r}; {self._who()})"
+            f"an average (or a secure sum) must be signed by {who}, and this process holds "
+            f"none of their keys (keys {self.keys!r}; {self._who()})"
         )
 
     def _who(self) -> str:
@@ -252,11 +294,96 @@ def holds(signing: Signing | None, by: int) -> None:
 # --- canonical bytes, signing, checking -------------------------------------------------------
 
 
-def _message(name: str, tree: object, loose: str | None) -> bytes:
-    """What is signed: the label, the name the record is kept under, the record's tree and
-    its loose tensors' blob (the digests of every blob it holds)."""
-    record = {"label": _LABEL, "name": name, "record": tree, "tensors": loose}
+def _message(name: str, tree: object, loose: str | None, run: str) -> bytes:
+    """What is signed: the label, the run's charter value, the name the record is kept
+    under, the record's tree and its loose tensors' blob (the digests of every blob it holds)."""
+    record = {"label": _LABEL, "run": run, "name": name, "record": tree, "tensors": loose}
     return codecs.canonical_json(record)
+
+
+# --- the run's charter ------------------------------------------------------------------------
+
+# Each store's charters as this process found them ({run: (charter value, roster digest)}):
+# a charter is claimed once and never changes, so it is read once per process and store.
+_CHARTERS: weakref.WeakKeyDictionary[Store, dict[str, str]] = weakref.WeakKeyDictionary()
+
+
+def _charter_message(name: str, tree: object) -> bytes:
+    return codecs.canonical_json({"label": _CHARTER_LABEL, "name": name, "record": tree})
+
+
+def run_value(store: Store, signing: Signing, name: str, *, by: int | None) -> str:
+    """The charter value of the run `name` belongs to, which every signature of it binds.
+    The first signed write of a run (`by`, a roster member whose key this process holds)
+    claims the charter; a reader (`by` None) finds it or is refused: a signed record of a
+    run with no charter was never written by that run."""
+    run = layout.run_of(name) or name.split("/", 1)[0]  # a session's own names: their first part
+    known = _CHARTERS.setdefault(store, {})
+    if run not in known:
+        where = layout.charter(run)
+        digest = store.resolve(where)
+        if digest is None:
+            if by is None:
+                raise SigningError(
+                    f"run {run!r} has no charter ({where!r}) in this store, so none of its "
+                    "signed records can be from it (copied from another store?)"
+                )
+            digest = _claim_charter(store, signing, run, by)
+        known[run] = _read_charter(store, signing, run, digest)
+    return known[run]
+
+
+def _claim_charter(store: Store, signing: Signing, run: str, by: int) -> str:
+    where = layout.charter(run)
+    value = {"run": run, "value": os.urandom(32).hex(), "roster": signing.digest}
+    key = signing.private(by)
+    said = {"key": _public_hex(key), "signature": key.sign(_charter_message(where, value)).hex()}
+    digest = store.put_value({**value, SIGNED: said})
+    store.claim(where, digest)
+    found = store.resolve(where)
+    assert found is not None  # claimed by this call or by whoever came first
+    return found
+
+
+def _read_charter(store: Store, signing: Signing, run: str, digest: str) -> str:
+    """The charter's value, once its signature is a roster member's and its roster is
+    this process's (else refused, naming both rosters' digests)."""
+    where = layout.charter(run)
+    whose = f"run {run!r}'s charter ({where!r}, record {digest[:12]})"
+    tree, _ = codecs.parse_record(store.get(digest), whose)
+    said = tree.get(SIGNED) if isinstance(tree, dict) else None
+    body = {k: v for k, v in tree.items() if k != SIGNED} if isinstance(tree, dict) else {}
+    value = body.get("value")
+    if not isinstance(said, dict) or not isinstance(value, str) or body.get("run") != run:
+        raise SigningError(f"{whose} is not a signed charter of that run")
+    _verify(signing, said, _charter_message(where, body), whose)
+    if body.get("roster") != signing.digest:
+        raise SigningError(
+            f"{whose} was written under roster {str(body.get('roster'))[:12]}, and this "
+            f"process's roster is {signing.digest[:12]} ({signing._who()}): another roster "
+            "file (or other averagers) than the run's"
+        )
+    return value
+
+
+def _verify(signing: Signing, said: Mapping[str, Any], message: bytes, whose: str) -> int:
+    """The roster member whose key made `said` over `message`; refused naming `whose`."""
+    key, signature = said.get("key"), said.get("signature")
+    if not isinstance(key, str) or not isinstance(signature, str):
+        raise SigningError(f"{whose}: its signature is not a key and a signature")
+    owner = signing.owner(key)
+    if owner is None:
+        raise SigningError(f"{whose} is signed by key {short(key)}, which is not on the roster")
+    _, public_cls, invalid, _ = _lib()
+    try:
+        public_cls.from_public_bytes(bytes.fromhex(key)).verify(bytes.fromhex(signature), message)
+    except (invalid, ValueError):
+        raise SigningError(
+            f"{whose}: its signature by client {owner}'s key {short(key)} does not verify "
+            "(changed after it was signed, moved from another name, or from another store's "
+            "run)"
+        ) from None
+    return owner
 
 
 def _tree(store: Store, value: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
@@ -279,7 +406,8 @@ def signed(
     if by is None:
         raise SigningError(f"nobody on the roster signs {name!r}")
     key = signing.private(by)
-    signature = key.sign(_message(name, *_tree(store, value)))
+    run = run_value(store, signing, name, by=by)
+    signature = key.sign(_message(name, *_tree(store, value), run))
     return {**value, SIGNED: {"key": _public_hex(key), "signature": signature.hex()}}
 
 
@@ -307,34 +435,24 @@ def check(
     name: str,
     writer: int | None,
     what: str,
-) -> None:
+) -> int | None:
     """Refuse the record `digest` kept at `name` unless the roster's `writer` signed it (None:
-    anyone on the roster); nothing to check without a roster. `what` names the record."""
+    anyone on the roster), for this run of this store; who signed it (None without a roster:
+    nothing to check). `what` names the record."""
     if signing is None:
-        return
+        return None
     tree, loose = codecs.parse_record(store.get(digest), f"{what} (record {digest})")
     whose = f"{what} ({name!r}, record {digest[:12]})"
     said = tree.get(SIGNED) if isinstance(tree, dict) else None
     if not isinstance(said, dict):
         raise SigningError(f"{whose} is unsigned; the run's roster requires every record signed")
-    key, signature = said.get("key"), said.get("signature")
-    if not isinstance(key, str) or not isinstance(signature, str):
-        raise SigningError(f"{whose}: its signature is not a key and a signature")
-    owner = signing.owner(key)
-    if owner is None:
-        raise SigningError(f"{whose} is signed by key {short(key)}, which is not on the roster")
-    if writer is not None and owner != writer:
+    key = said.get("key")
+    owner = signing.owner(key) if isinstance(key, str) else None
+    if writer is not None and owner is not None and owner != writer:
         raise SigningError(
-            f"{whose} is signed by client {owner}'s key {short(key)}, not client {writer}'s"
+            f"{whose} is signed by client {owner}'s key {short(str(key))}, not client {writer}'s"
         )
-    _, public_cls, invalid, _ = _lib()
     body = {k: v for k, v in tree.items() if k != SIGNED}
-    try:
-        public_cls.from_public_bytes(bytes.fromhex(key)).verify(
-            bytes.fromhex(signature), _message(name, body, loose)
-        )
-    except (invalid, ValueError):
-        raise SigningError(
-            f"{whose}: its signature by client {owner}'s key {short(key)} does not verify "
-            "(changed after it was signed, or moved from another name)"
-        ) from None
+    run = run_value(store, signing, name, by=None)
+    _verify(signing, said, _message(name, body, loose, run), whose)
+    return owner
