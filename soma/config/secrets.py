@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import stat
 import string
 from collections.abc import Mapping
 from pathlib import Path
@@ -118,17 +119,64 @@ def keep(path: Path, client: int, record: Mapping[str, Any]) -> None:
     os.chmod(path, FILE_MODE)
 
 
+def _private(found: os.stat_result, what: str, client: int, kind: int) -> None:
+    """Refuse, naming `what`, its owner and its mode, a secrets folder or file that is not of
+    the `kind` asked, not this job's user's, or open to its group or to others: whoever could
+    write it could have swapped in secrets of their own (a parent folder others can write
+    lets them rename it away and put theirs in its place), whoever could read it has them."""
+    mode, folder = stat.S_IMODE(found.st_mode), kind == stat.S_IFDIR
+    if stat.S_IFMT(found.st_mode) != kind:
+        raise SecretsError(
+            f"client {client}'s secrets {what} is not a {'folder' if folder else 'file'} "
+            "(a link or something else put in its place): refused (config key "
+            "`secure_aggregation.secrets`)"
+        )
+    if found.st_uid != os.geteuid():
+        raise SecretsError(
+            f"client {client}'s secrets {what} belongs to {_owner(found.st_uid)}, not to "
+            f"{_owner(os.geteuid())}, who runs this job: they could have put secrets of their "
+            "own there; refused (config key `secure_aggregation.secrets`)"
+        )
+    if mode & 0o077:
+        raise SecretsError(
+            f"client {client}'s secrets {what} has mode {mode:o}: its group or others may read "
+            f"or change it (it is made {FOLDER_MODE if folder else FILE_MODE:o}); "
+            "refused (config key `secure_aggregation.secrets`)"
+        )
+
+
 def read(path: Path, client: int) -> dict[str, Any]:
-    """The client's secrets, as `keep` wrote them."""
+    """The client's secrets, as `keep` wrote them: its folder and its file checked as `keep`
+    made them (this job's user's, nobody else's to read or write) before a byte is read, and
+    the file refused unless it is the client's."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+        _private(os.lstat(path.parent), f"folder {path.parent}", client, stat.S_IFDIR)
+        handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except FileNotFoundError:
         raise SecretsError(
             f"client {client}'s secrets {path} are not there: its keys job ran as another user, "
             "on another machine without that folder, or the round was already revealed (its "
             "secrets are then deleted); rerun the round from its keys in a new run"
         ) from None
+    except OSError as error:  # ELOOP: a link in the file's place
+        raise SecretsError(
+            f"client {client}'s secrets file {path} cannot be opened as a file of its own: "
+            f"{error.strerror or error}; refused"
+        ) from None
+    with os.fdopen(handle, encoding="utf-8") as f:
+        _private(os.fstat(f.fileno()), f"file {path}", client, stat.S_IFREG)
+        try:
+            record = json.load(f)
+        except ValueError as error:
+            raise SecretsError(
+                f"client {client}'s secrets file {path} is not JSON: {error}"
+            ) from None
+    if not isinstance(record, dict) or record.get("client") != client:
+        whose = record.get("client") if isinstance(record, dict) else None
+        raise SecretsError(
+            f"client {client}'s secrets file {path} holds client {whose!r}'s secrets: refused"
+        )
+    return record
 
 
 def forget(path: Path) -> None:

@@ -35,6 +35,11 @@ class MaskedOnce(SecAggError):
     masks are used once, so nothing masked is written again (no two-time pad)."""
 
 
+class NotItsSecrets(SecAggError):
+    """A client's secrets (read back from its folder, in the workflow) are not those whose
+    public keys and commitment it published for the session: never used."""
+
+
 class LeftOut(SecAggError):
     """This client came too late for a phase: the phase's roster (agreed by everyone) does not
     name it, so the round goes on without its export."""

@@ -21,6 +21,7 @@ from soma.secagg.ring import quantized, ring_tensors
 from soma.secagg.roster import (
     barrier,
     barrier_digest,
+    check_own,
     keys_of,
     must_be_in,
     public_keys,
@@ -55,6 +56,7 @@ def share(
 ) -> list[int]:
     """Phase 2: once the keys are there, share b and s among them, each share encrypted to its
     recipient; the clients that advertised (the keys roster)."""
+    check_own(store, secrets)
     keys_digest = barrier_digest(store, session, "keys", deadline=deadline, backoff=backoff)
     keys_roster = read_roster(store, session, "keys", keys_digest)
     must_be_in(keys_roster, secrets, "keys")
@@ -102,6 +104,7 @@ def masked_input(
     The export is checked (and refused, naming client, node and key) before waiting. `size`
     None weighs the export 1.
     """
+    check_own(store, secrets)
     layout, flat = quantized(session, secrets.mine, export, size)
     sharers = barrier(store, session, "shares", deadline=deadline, backoff=backoff)
     must_be_in(sharers, secrets, "shares")
@@ -205,6 +208,7 @@ def reveal(
     """Phase 4: once the masked inputs are there, publish the shares that unmask their sum: of
     b for each client that contributed, of s for each that shared and dropped out (never both
     of one client); the clients that contributed (the masked roster)."""
+    check_own(store, secrets)
     masked = barrier_digest(store, session, "masked", deadline=deadline, backoff=backoff)
     contributors = read_roster(store, session, "masked", masked)
     must_be_in(contributors, secrets, "masked")

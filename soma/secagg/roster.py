@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 
 from soma.round.client import FAULT_GRACE
 from soma.round.once import Backoff
-from soma.secagg.errors import BelowThreshold, LeftOut, SecAggError
+from soma.secagg.errors import BelowThreshold, LeftOut, NotItsSecrets, SecAggError
 from soma.secagg.messages import (
     anyone,
     check_present,
@@ -212,3 +212,29 @@ def keys_of(store: Store, secrets: Secrets) -> dict[int, dict]:
         roster = roster_before(store, session, "keys", secrets.mine)
         secrets._keys = public_keys(store, session, roster)
     return secrets._keys
+
+
+def check_own(store: Store, secrets: Secrets) -> None:
+    """Refuse secrets that are not the ones client `secrets.mine` published the public half of
+    for this session (its two public keys and its self-mask commitment, the signed record at
+    `<session>/keys/<client>`), before any of it is used: secrets read back from a folder
+    somebody swapped (another client's, another session's, made up) would otherwise mask with
+    keys nobody else holds, or share and reveal what they should not."""
+    session, mine = secrets.session, secrets.mine
+    name = session.name("keys", mine)
+    digest = store.resolve(name)
+    if digest is None:
+        raise NotItsSecrets(
+            f"{session.what}: client {mine} published no keys there ({name!r}), so the secrets "
+            "it was given are not its own for this session: refused before use"
+        )
+    check_signed(store, session, digest, name, mine)
+    published = record_of(store, digest, f"client {mine}'s keys")
+    ours = secrets.public()
+    differ = [k for k in ("c", "s", "b_commitment") if published.get(k) != ours[k]]
+    if differ or published.get("client") != mine:
+        raise NotItsSecrets(
+            f"{session.what}: client {mine}'s secrets are not those whose public half it "
+            f"published ({name!r}: {', '.join(differ or ['client'])} differ); its secrets "
+            "file was replaced or is another's: refused before use"
+        )

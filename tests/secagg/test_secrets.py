@@ -251,6 +251,116 @@ def test_a_folder_of_another_user_is_refused_naming_the_client(tmp_path) -> None
     assert list(theirs.iterdir()) == []
 
 
+# --- secrets read back: checked as they were written, and against what the client published ----
+
+
+def kept_secrets(tmp: Path, client: int = 4) -> Path:
+    from soma.config import secrets as private
+
+    path = tmp / "secrets" / str(client) / "round-0.json"
+    private.keep(path, client, {"session": PREFIX, "client": client, "c": "00"})
+    return path
+
+
+OPEN = {  # what another user could have done, and what the refusal says
+    "folder group-writable": (lambda p: os.chmod(p.parent, 0o770), "folder .* has mode 770"),
+    "folder others may read": (lambda p: os.chmod(p.parent, 0o705), "folder .* has mode 705"),
+    "file group-readable": (lambda p: os.chmod(p, 0o640), "file .*round-0.json has mode 640"),
+    "file a link": (
+        lambda p: (p.rename(p.with_name("x")), p.symlink_to(p.with_name("x"))),
+        "file .*round-0.json cannot be opened as a file of its own",
+    ),
+    "folder a link": (
+        lambda p: (p.parent.rename(p.parent.with_name("y")), p.parent.symlink_to("y")),
+        "folder .* is not a folder",
+    ),
+}
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("how", list(OPEN))
+def test_secrets_others_could_read_or_change_are_refused_when_read_naming_file_and_mode(
+    tmp_path, how
+) -> None:
+    from soma.config import secrets as private
+
+    path = kept_secrets(tmp_path)
+    assert private.read(path, 4)["client"] == 4
+    change, said = OPEN[how]
+    change(path)
+    with pytest.raises(private.SecretsError, match=f"client 4's secrets {said}"):
+        private.read(path, 4)
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("what", ["folder", "file"])
+def test_secrets_of_another_owner_are_refused_when_read_naming_the_owner(tmp_path, what) -> None:
+    from soma.config import secrets as private
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to give a folder to another user")
+    path = kept_secrets(tmp_path)
+    os.chown(path.parent if what == "folder" else path, 65534, 65534)
+    with pytest.raises(private.SecretsError, match=f"client 4's secrets {what} .* belongs to"):
+        private.read(path, 4)
+
+
+@pytest.mark.fast
+def test_another_clients_secrets_in_a_clients_folder_are_refused_naming_both(tmp_path) -> None:
+    from soma.config import secrets as private
+
+    path = kept_secrets(tmp_path, client=4)
+    theirs = kept_secrets(tmp_path, client=5)
+    shutil.copyfile(theirs, path)
+    with pytest.raises(private.SecretsError, match="client 4's secrets file .* client 5's"):
+        private.read(path, 4)
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("phase", ["share", "train", "reveal"])
+def test_secrets_swapped_for_others_valid_ones_are_refused_before_use(tmp_path, phase) -> None:
+    """A swapped folder's secrets, made for this very session and client (so they pass every
+    check of the folder), are not those whose public half the client published: refused,
+    naming the client and the session, and the phase writes nothing."""
+    from soma import workflow
+    from soma.config import secrets as private
+    from soma.secagg.errors import NotItsSecrets
+    from soma.secagg.round import session_of
+    from soma.workflow import meeting_of, spec_of
+    from soma.workflow import secure as jobs
+
+    config = config_of(tmp_path)
+    results = tmp_path / "results"
+    start = results / "start.json"
+    workflow.start(config, str(start))
+    for k in range(3):
+        jobs.keys(config, 0, k, str(start), str(results / f"keys/{k}.json"))
+    if phase != "share":
+        for k in range(3):
+            jobs.share(config, 0, k, str(start), str(results / f"share/{k}.json"))
+    if phase == "reveal":
+        for k in range(3):
+            jobs.train(config, 0, k, str(start), str(results / f"client/{k}.json"))
+    session = session_of(meeting_of(spec_of(config), 0, json.loads(start.read_text())))
+    path = tmp_path / "secrets/0/round-0.json"
+    private.keep(path, 0, Secrets(session, 0).private_record())  # the swap
+    store = Store(config["store"])
+    before = sorted(store.bound(session.prefix))
+    receipt = str(results / f"{phase}-again.json")
+    if phase == "share":
+        run = lambda: jobs.share(config, 0, 0, str(start), receipt)  # noqa: E731
+    elif phase == "train":  # the masking itself (the train job's, at the protocol)
+        swapped = Secrets.from_private_record(session, private.read(path, 0))
+        export = {"n": {"w": torch.ones(2)}}
+        run = lambda: masked_input(store, session, swapped, export, 1.0, deadline=5)  # noqa: E731
+    else:
+        trained = str(results / "client/0.json")
+        run = lambda: jobs.reveal(config, 0, 0, str(start), trained, receipt)  # noqa: E731
+    with pytest.raises(NotItsSecrets, match=f"secure sum '{session.prefix}': client 0's secrets"):
+        run()
+    assert sorted(store.bound(session.prefix)) == before, "nothing written"
+
+
 # --- two Unix users: one client's job cannot read the other's secrets -------------------------
 
 
