@@ -103,6 +103,10 @@ def _status_line(row: dict[str, Any], several: set[int]) -> str:
     left += "".join(f"; refused client {x['client']}: {x['why']}" for x in row.get("refused", []))
     problems = "".join(f"; {problem}" for problem in row["problems"])
     problems += "".join(f"; unsigned/forged, ignored: {x['why']}" for x in row.get("ignored") or [])
+    from soma.strategies import is_builtin
+
+    if row["strategy"] and not is_builtin(row["strategy"]):  # its privacy spent not shown
+        problems += f"; strategy {row['strategy']} (named by the store: not built in, not imported)"
     if row.get("signatures") == "not checked":
         problems += "; signatures not checked: pass --roster"
     metrics = _metrics_text(row["metrics"]) + _privacy_text(row.get("privacy"))
