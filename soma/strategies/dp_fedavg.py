@@ -26,16 +26,15 @@ Two modes:
   see every client's update in the clear.
 - `distributed`: each client clips its own update and adds its share of the noise,
   N(0, (z C)^2 / m), before its weights leave it (`release`, see soma.strategies); the
-  averager only averages. The m shares add up to central DP's noise, so the accounting is
-  the same, and the store only ever holds noisy updates. The epsilon is that of the sum:
-  one client's update on its own carries 1/m of the noise's variance (a multiplier of
-  z / sqrt(m)), so whoever reads the store sees each update far less protected than the
-  sum; secure aggregation, which shows the averager only the sum, is what closes that
-  gap. The averager cannot check that a client clipped or
-  added its noise (noise makes any norm plausible): a client that does not is not
-  protected, and one that sends anything moves the mean as in FedAvg. Every one of the m
-  must come (a round with fewer is refused: their shares would add up to less noise than
-  the accountant counts), so run it with the quorum at its default.
+  averager only averages. The m shares add up to central DP's noise, and the store only
+  ever holds noisy updates; but one client's update on its own carries 1/m of the noise's
+  variance (a multiplier of z / sqrt(m)), and that is what whoever reads the store sees of
+  it, unless secure aggregation puts only the sum there (then z). The averager cannot
+  check that a client clipped or added its noise (noise makes any norm plausible): a
+  client that does not is not protected, and one that sends anything moves the mean as in
+  FedAvg. Every one of the m must come (a round with fewer is refused: their shares would
+  add up to less noise than the accountant counts), so run it with the quorum at its
+  default.
 
 Adaptive clipping (Andrew et al. 2021, `adaptive`): the clip follows the `quantile` of the
 update norms, C <- C exp(-lr (b - quantile)), b being the fraction of updates that were within
@@ -54,19 +53,28 @@ round is another averaging). `noise: reproducible_not_private` keys it by the SH
 for bit; whoever knows the seed can then strip the noise, so the epsilon reported is
 infinite. `seed` is refused without it.
 
-Whom the epsilon holds against: whoever reads the store or the config. They know who took
-part in each round (the sample is drawn by hash from the run's seed and written in each
-round's record), so sampling amplifies nothing: each client's epsilon is its own rounds'
-Gaussian mechanisms composed (`soma.privacy.epsilon_public`, add-or-remove-one), and the
-state reports the worst-placed client's. A round stepped from the mean (secure aggregation)
-does not say who came and is charged to every client. The budget stops on that figure.
+Whom the epsilon holds against: two readers, two figures, both knowing who took part in
+each round (the sample is drawn by hash from the run's seed and written in each round's
+record), so sampling amplifies nothing: each client's epsilon is its own rounds' Gaussian
+mechanisms composed (`soma.privacy.epsilon_public`, add-or-remove-one), and the state
+reports the worst-placed client's. Against whoever reads only the published weights
+(`weights_reader`) a round is the noisy sum's, multiplier z. Against whoever reads the store
+(`store_reader`) it is what the store holds of the client: in central mode its update in
+the clear (infinite), in distributed mode its release (z / sqrt(m)) or, when the round tells
+the strategy it steps from a secure sum (`for_secure_aggregation`), the sum (z). The budget
+stops on the store reader's figure in distributed mode and on the published weights' in
+central mode. A round stepped from the mean (a tree, a secure sum) does not say who came
+and is charged to every client.
 
 The state, a JSON value the store keeps with each round's average:
-`{"round", "epsilon", "delta", "budget", "clip", "history", "exposure"}`: rounds averaged
-so far, the worst-placed client's epsilon at `delta`, the clip the next round uses, the
-history of (noise multiplier, sampling rate m / clients, rounds), and each client's
-exposure (the sum of z^-2 over its rounds, `{"everyone", "clients"}`), which the accountant
-turns into the epsilon (`soma.privacy.spent` reads it).
+`{"round", "epsilon", "delta", "budget", "clip", "history", "exposure", "against",
+"epsilons", "published"}`: rounds averaged so far, the worst-placed client's epsilon at
+`delta` against `against` (the figure the budget stops on), the clip the next round uses,
+the history of (noise multiplier, sampling rate m / clients, rounds), each client's
+exposure against `against` (the sum of the multipliers^-2 of its rounds, `{"everyone",
+"clients"}`), each figure by whom it holds against (`epsilons`), and each client's exposure
+against a reader of the published weights (`published`); `soma.privacy.spent` reads it.
+A state kept before `against` is read too (its exposure was the published weights').
 
 `budget`: the epsilon at which the run stops. A round that would take the epsilon past it is
 refused with a StrategyError naming the budget and the epsilon it would reach (the
