@@ -8,7 +8,6 @@ import os
 from typing import Any
 
 from soma.cli.audit import add_command as add_audit
-from soma.cli.audit import add_command as add_audit
 from soma.cli.health import gc, keys, repair, verify
 from soma.cli.run import client
 from soma.cli.show import export, status
