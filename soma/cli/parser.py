@@ -192,6 +192,22 @@ def _run_arguments(c: argparse.ArgumentParser) -> None:
         "for the client (e.g. keys/{client}.key)",
     )
     c.add_argument(
+        "--averagers",
+        type=clients_of,
+        default=None,
+        metavar="CLIENTS",
+        help="with --roster, the clients whose keys may sign an average (0-2, or 0,3; "
+        "default: any roster member)",
+    )
+    c.add_argument(
+        "--verify-averages",
+        choices=("recompute", "signature"),
+        default=None,
+        help="how an average another process published is checked before it is trained "
+        "from: recomputed bit for bit from its signed inputs, or its signature only "
+        "(default: recompute with --roster, else signature)",
+    )
+    c.add_argument(
         "--tree",
         type=int,
         default=None,

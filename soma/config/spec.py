@@ -70,6 +70,8 @@ CONFIG_KEYS = {
     "personal": "personal",
     "roster": "roster",
     "keys": "keys",
+    "averagers": "averagers",
+    "verify_averages": "verify_averages",
     "site": "site",
     "sites": "sites",
     "lease": "lease",
@@ -96,6 +98,8 @@ OPTIONS = {
     "personal": "--personal",
     "roster": "--roster",
     "keys": "--keys",
+    "averagers": "--averagers",
+    "verify_averages": "--verify-averages",
     "lease": "--lease",
     "deadline": "--deadline",
 }
@@ -158,6 +162,10 @@ class RunSpec:
     personal: tuple[str, ...] = ()
     roster: str | None = None  # the roster file: its records signed (soma.round.signing)
     keys: str | None = None  # where this process finds a client's private key ({client})
+    averagers: tuple[int, ...] | None = None  # who may sign an average; None: any member
+    # how an average another process published is checked before use (soma.round.verify);
+    # None: recompute when the run has a roster or spans sites, else the signature only
+    verify_averages: str | None = None
     given: str = "config"
     # the other names under the config's `task_options` (each must name a task: see check)
     other_tasks: tuple[str, ...] = field(default=(), compare=False, repr=False)
@@ -177,6 +185,8 @@ class RunSpec:
         object.__setattr__(self, "strategy_options", _frozen(self.strategy_options))
         if self.mine is not None:
             object.__setattr__(self, "mine", tuple(self.mine))
+        if self.averagers is not None:
+            object.__setattr__(self, "averagers", tuple(self.averagers))
         if isinstance(self.personal, (list, tuple)):
             object.__setattr__(self, "personal", tuple(self.personal))
         if self.sites is not None:
@@ -213,6 +223,8 @@ class RunSpec:
             tracking=tracking_folder(str(config["run"])) if config.get("tracking") else None,
             roster=config.get("roster"),
             keys=config.get("keys"),
+            averagers=config.get("averagers"),
+            verify_averages=config.get("verify_averages"),
             site=None if config.get("site") is None else str(config["site"]),
             sites=config.get("sites"),
             timing=Timing.from_config(config),
@@ -243,6 +255,8 @@ class RunSpec:
             personal=tuple(getattr(args, "personal", None) or ()),
             roster=getattr(args, "roster", None),
             keys=getattr(args, "keys", None),
+            averagers=getattr(args, "averagers", None),
+            verify_averages=getattr(args, "verify_averages", None),
             given="args",
             evaluate_participation=getattr(args, "evaluate_participation", None),
             tracking=getattr(args, "tracking", None),
@@ -283,7 +297,16 @@ class RunSpec:
             tree=self.tree,
             secure=self.secure,
             signing=self.signing,
+            verify=self.verifies,
         )
+
+    @property
+    def verifies(self) -> str:
+        """How an average another process published is checked before use: as configured,
+        else recomputed when the run has a roster or spans sites (soma.round.verify)."""
+        if self.verify_averages is not None:
+            return self.verify_averages
+        return "recompute" if self.roster is not None or self.sites else "signature"
 
     def store(self, path: str | Path) -> Store:
         """The store at `path` opened with this run's durability; scratch on a store that
@@ -353,7 +376,7 @@ class RunSpec:
         if self.roster is None:
             return None
         try:
-            return Signing.of(read_roster(self.roster), self.keys)
+            return Signing.of(read_roster(self.roster), self.keys, self.averagers)
         except SigningError as error:
             raise self.refused(f"{self.named('roster')}: {error}") from None
 
@@ -409,6 +432,11 @@ class RunSpec:
                 )
         if self.tree is not None:
             self._at_least("tree", 2)
+        if self.verify_averages not in (None, "recompute", "signature"):
+            raise self.refused(
+                f"{self.named('verify_averages')} must be recompute or signature, not "
+                f"{self.verify_averages!r}"
+            )
         if self.durability not in DURABILITIES:
             raise self.refused(
                 f"{self.named('durability')} must be one of {', '.join(DURABILITIES)}, "
@@ -481,9 +509,16 @@ class RunSpec:
         from soma.round.signing import SigningError
 
         if self.roster is None:
-            if self.keys is not None:
-                raise self.refused(f"{self.named('keys')} given without a roster: nothing signs")
+            for given in ("keys", "averagers"):
+                if getattr(self, given) is not None:
+                    raise self.refused(f"{self.named(given)} given without a roster: nothing signs")
             return
+        for k in self.averagers or ():
+            if not 0 <= k < self.clients:
+                raise self.refused(
+                    f"{self.named('averagers')}: client {k} is not one of the run's clients "
+                    f"0..{self.clients - 1}"
+                )
         signing = self.signing
         assert signing is not None
         missing = [k for k in range(self.clients) if k not in signing.members]

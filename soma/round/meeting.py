@@ -51,6 +51,10 @@ class Meeting:
     tree: int | None = None  # the fan-in of hierarchical averaging (soma.round.tree); None: flat
     secure: int | None = None  # secure aggregation's threshold (soma.secagg.round); None: off
     signing: signatures.Signing | None = None  # the run's roster, its records signed; None: off
+    # how an average published by another process is checked before use (soma.round.verify:
+    # "recompute" or "signature"); None: recompute when the run has a roster. Not in the
+    # identity: how much is checked changes no result.
+    verify: str | None = None
 
     def __post_init__(self) -> None:
         run = self.run
@@ -78,6 +82,8 @@ class Meeting:
             )
         if self.tree is not None:
             check_fan_in(self.tree)
+        if self.verify not in (None, "recompute", "signature"):
+            raise RoundError(f"verify {self.verify!r} must be 'recompute' or 'signature'")
         if self.secure is not None and (
             not _is_int(self.secure) or not 2 <= self.secure <= len(self.members)
         ):
@@ -85,6 +91,13 @@ class Meeting:
                 f"secure aggregation's threshold {self.secure!r} must be a count between 2 "
                 f"and the round's {len(self.members)} clients"
             )
+
+    @property
+    def verifies(self) -> str:
+        """How an average published by another process is checked (soma.round.verify)."""
+        if self.verify is not None:
+            return self.verify
+        return "signature" if self.signing is None else "recompute"
 
     @property
     def members(self) -> list[int]:

@@ -1,0 +1,270 @@
+"""An average checked by whoever uses it, not taken on faith.
+
+Every average is a deterministic function of what its record names: the round's start and
+the strategy's state (digests in the meeting's identity), the clients' inputs (each the
+weights of a record its client signed) and the strategy (bound to the round and the run's
+seed). So whoever starts a round from an average another process published can recompute it
+and compare digests (`verify_average`), and `soma audit` does the same for every round of a
+run afterwards. A roster member who publishes any other model, however well signed, is
+refused naming the round, the signer and the first tensor that differs.
+
+How much is checked is the meeting's `verify` (config `verify_averages`):
+
+- `recompute` (the default when the run has a roster or spans sites): the signature, the
+  record against the meeting (its start, state, strategy, members), each input against its
+  client's signed record, and the weights and state recomputed bit for bit. It costs one
+  more aggregation, in each process that did not compute the average itself: nothing in a
+  single-process simulation, one per other site, one per other client process under
+  `soma client`;
+- `signature`: the signature only (by a roster member allowed to average), as before.
+
+What cannot be recomputed is said, never passed silently as recomputed (`NotRecomputable`):
+a secure sum (nobody sees its inputs; its session's messages are checked by soma.secagg), a
+tree of partial means (its nodes are other processes' writes: only the signature and the
+record's consistency are checked, not yet the nodes), and a strategy that draws private
+noise (central DP-FedAvg: the noise is fresh from the operating system, so the record and
+its signed inputs are checked, not the weights).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from soma.errors import SomaError
+from soma.nodes import Export
+from soma.round import records, signed
+from soma.round import signing as signatures
+from soma.round.meeting import Input, Meeting
+from soma.round.records import AverageRecord
+from soma.store import Store
+from soma.store.values import value_digest
+from soma.strategies import Strategy, Update, at_round
+
+log = logging.getLogger(__name__)
+
+RECOMPUTE = "recompute"
+SIGNATURE = "signature"
+MODES = (RECOMPUTE, SIGNATURE)
+
+
+class AverageRefused(signatures.SigningError):
+    """An average that is not what it says it is: the message names the round, who signed it
+    and what differs. Nobody trains from it."""
+
+
+class NotRecomputable(SomaError):
+    """An average that cannot be recomputed from what the store holds, and why."""
+
+
+@dataclass(frozen=True)
+class Recomputed:
+    """An average's weights and state as its inputs give them (digests), and the weights."""
+
+    weights: str
+    state: str | None
+    exported: Export
+
+
+def not_recomputable(record: AverageRecord, strategy: Strategy) -> str | None:
+    """Why `record` cannot be recomputed from the store, or None when it can."""
+    if record.secure is not None:
+        return "a secure sum (nobody sees its inputs; its session's messages are checked)"
+    if record.tree is not None:
+        return "a tree of partial means (its nodes are not yet recomputed)"
+    if not getattr(strategy, "recomputable", True):
+        return f"strategy {record.strategy!r} draws private noise, which nobody can draw again"
+    return None
+
+
+def inputs_of(record: AverageRecord) -> list[Input]:
+    """The inputs an average record lists."""
+    return [
+        Input(int(i["client"]), i["weights"], i.get("size"), i.get("extra"), i.get("record"))
+        for i in record.inputs
+    ]
+
+
+def check_consistent(store: Store, meeting: Meeting, record: AverageRecord) -> None:
+    """Refuse a record that is not of this meeting (its run, round, key, start, state,
+    strategy), whose inputs and left-out are not exactly the members, or whose inputs are
+    not what their clients' records (signed, with a roster) say they brought."""
+    what = f"{meeting.what}: the average record"
+    said = {
+        "run": (record.run, meeting.run),
+        "round": (record.round, meeting.round),
+        "meeting": (record.meeting, meeting.key),
+        "start": (record.start, meeting.start),
+        "state_before": (record.state_before, meeting.state),
+        "strategy": (record.strategy, meeting.strategy),
+        "options": (dict(record.options), dict(meeting.options)),
+    }
+    for key, (found, wanted) in said.items():
+        if found != wanted:
+            raise AverageRefused(f"{what} says {key} {found!r}; the meeting's is {wanted!r}")
+    inputs = inputs_of(record)
+    came = [i.client for i in inputs]
+    left = [e.get("client") for e in record.left_out]
+    if len(set(came)) != len(came) or sorted(came + left) != meeting.members:
+        raise AverageRefused(
+            f"{what} lists inputs of clients {came} and left out {left}: not each of the "
+            f"members {meeting.members} once"
+        )
+    if meeting.signing is not None:
+        signed.check_signed_inputs(store, meeting, inputs)
+        return
+    for i in inputs:  # unsigned: at least the record each input names is the client's
+        if i.record is not None and store.resolve(meeting.client(i.client)) != i.record:
+            raise AverageRefused(
+                f"{what}: client {i.client}'s input names record {i.record[:12]}, which is "
+                f"not the record at {meeting.client(i.client)!r}"
+            )
+
+
+def _updates(store: Store, inputs: list[Input]) -> Iterator[Update]:
+    for i in inputs:
+        yield Update(
+            client=i.client,
+            size=i.size,
+            weights=store.recall_digest(i.weights, lazy=True),
+            extra=None if i.extra is None else store.recall_digest(i.extra, lazy=True),
+        )
+
+
+def recompute(store: Store, meeting: Meeting, record: AverageRecord) -> Recomputed:
+    """The average `record` recomputed from its inputs, its start, its state and the
+    meeting's strategy (bound to the round and the seed, as the averager bound it)."""
+    strategy = meeting.strategy_object()
+    why = not_recomputable(record, strategy)
+    if why is not None:
+        raise NotRecomputable(f"{meeting.what}: its average cannot be recomputed: {why}")
+    previous = None if meeting.start is None else store.recall_digest(meeting.start, lazy=True)
+    state = None if meeting.state is None else store.recall_digest(meeting.state)
+    bound = at_round(strategy, round=meeting.round, seed=meeting.config.get("seed"))
+    weights, new_state = bound.aggregate(
+        previous, _updates(store, inputs_of(record)), state, clients=meeting.clients
+    )
+    return Recomputed(
+        value_digest(weights), None if new_state is None else value_digest(new_state), weights
+    )
+
+
+def first_difference(published: Export, recomputed: Export) -> str:
+    """The first node and key (sorted) where two exports differ, and how."""
+    nodes = sorted(set(published) | set(recomputed))
+    for node in nodes:
+        mine, theirs = recomputed.get(node), published.get(node)
+        if mine is None or theirs is None:
+            return f"node {node!r} is {'missing from' if theirs is None else 'extra in'} it"
+        for key in sorted(set(mine) | set(theirs)):
+            a, b = mine.get(key), theirs.get(key)
+            if a is None or b is None:
+                return f"{node}.{key} is {'missing from' if b is None else 'extra in'} it"
+            if a.shape != b.shape or a.dtype != b.dtype:
+                return (
+                    f"{node}.{key} is {b.dtype} {tuple(b.shape)}; its inputs give "
+                    f"{a.dtype} {tuple(a.shape)}"
+                )
+            if not torch.equal(a, b):
+                gap = (a.double() - b.double()).abs().max().item()
+                return f"{node}.{key} differs (by up to {gap:.3g})"
+    return "its weights are the same tensors under another record"
+
+
+def verify_average(
+    store: Store, meeting: Meeting, digest: str, *, mode: str | None = None
+) -> str | None:
+    """Refuse (AverageRefused) the meeting's average `digest` unless it is what it says:
+    signed by a member allowed to average, and (`recompute`) recomputed bit for bit. What
+    was not recomputed, and why (None: recomputed, or only signatures were asked for)."""
+    signer = signed.check_average(store, meeting, digest)
+    if (mode or meeting.verifies) != RECOMPUTE:
+        return None
+    record = records.read_average(store, digest)
+    check_consistent(store, meeting, record)
+    why = not_recomputable(record, meeting.strategy_object())
+    if why is not None:
+        log.info(
+            "%s: its average's signature and record checked, not recomputed: %s", meeting.what, why
+        )
+        return why
+    found = recompute(store, meeting, record)
+    if (found.weights, found.state) == (record.weights, record.state):
+        return None
+    by = "nobody's key (the run has no roster)" if signer is None else f"client {signer}"
+    if found.weights != record.weights:
+        published = store.recall_digest(record.weights, lazy=True)
+        assert isinstance(published, dict)
+        differs = first_difference(published, found.exported)
+    else:
+        differs = f"its strategy state {str(record.state)[:12]} is not {str(found.state)[:12]}"
+    raise AverageRefused(
+        f"{meeting.what}: the average {digest[:12]} signed by {by} is not what its inputs "
+        f"give: {differs}; refused, nobody trains from it"
+    )
+
+
+def meeting_from_about(
+    store: Store,
+    run: str,
+    round: int,
+    key: str,
+    signing: signatures.Signing | None,
+    *,
+    verify: str | None = None,
+) -> Meeting:
+    """The meeting keyed `key` rebuilt from its `about` record (checked: the record hashes
+    to the key, and it names the roster `signing` has, or none)."""
+    from soma.round import layout
+
+    prefix = layout.meeting(run, round, key)
+    name = layout.about(prefix)
+    digest = store.resolve(name)
+    if digest is None:
+        raise records.RecordError(f"round {round} of run {run!r}: no meeting record at {name!r}")
+    about = store.recall_digest(digest)
+    if not isinstance(about, Mapping):
+        raise records.RecordError(f"{name!r} (record {digest[:12]}) is not a meeting's record")
+    roster = about.get("roster")
+    if roster != (None if signing is None else signing.digest):
+        given = "none" if signing is None else signing.digest[:12]
+        raise signatures.SigningError(
+            f"round {round} of run {run!r}: its meeting names roster {str(roster)[:12]}; the "
+            f"roster given is {given}"
+        )
+    meeting = _meeting(run, round, about, signing, verify)
+    if meeting.key != key:
+        raise records.RecordError(
+            f"{name!r} (record {digest[:12]}) describes meeting {meeting.key[:12]}, not {key[:12]}"
+        )
+    return meeting
+
+
+def _meeting(
+    run: str,
+    round: int,
+    about: Mapping[str, Any],
+    signing: signatures.Signing | None,
+    verify: str | None,
+) -> Meeting:
+    expected = about.get("expected")
+    return Meeting(
+        run=run,
+        round=round,
+        clients=about["clients"],
+        start=about.get("start"),
+        state=about.get("state"),
+        strategy=about.get("strategy", "fedavg"),
+        options=dict(about.get("options") or {}),
+        config=dict(about.get("config") or {}),
+        expected=None if expected is None else tuple(expected),
+        quorum=about.get("quorum"),
+        tree=about.get("tree"),
+        secure=about.get("secure"),
+        signing=signing,
+        verify=verify,
+    )

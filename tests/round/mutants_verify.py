@@ -1,0 +1,37 @@
+"""Broken variants of checking an average before use (registered into tests/mutants.py)."""
+
+from __future__ import annotations
+
+from mutants import _replace, mutant
+
+_T = "tests/round/test_verify.py::"
+
+
+@mutant(
+    "average_taken_on_faith",
+    caught_by=[
+        _T + "test_a_garbage_average_signed_by_a_roster_member_is_refused_by_the_next_clients"
+    ],
+)
+def _average_taken_on_faith() -> None:
+    """An average is believed once any roster member signed it: never recomputed."""
+    import soma.round.verify as mod
+
+    def recompute(store, meeting, record):
+        return mod.Recomputed(record.weights, record.state, {})
+
+    _replace(mod, "recompute", recompute)
+
+
+@mutant(
+    "any_member_may_average",
+    caught_by=[_T + "test_an_average_signed_by_a_member_who_may_not_average_is_refused"],
+)
+def _any_member_may_average() -> None:
+    """The run's averagers are never consulted: any roster member's average passes."""
+    import soma.round.signing as mod
+
+    def may_average(self, client):
+        return client in self.members
+
+    _replace(mod.Signing, "may_average", may_average)
