@@ -63,6 +63,11 @@ class Strategy(abc.ABC):
     #: bound): a tree or a secure sum then weighs each client 1.
     uniform: ClassVar[bool] = False
 
+    #: Whether `aggregate` is a function of its arguments alone, so that anyone can
+    #: recompute an average bit for bit from its record (soma.round.verify). False for a
+    #: strategy that draws private randomness (central DP-FedAvg's noise).
+    recomputable: ClassVar[bool] = True
+
     #: A capability, None when absent: `from_mean(previous, mean, state, *, clients) ->
     #: (weights, state)`, the server step from the clients' weighted mean alone (FedAvg,
     #: FedProx, the FedOpt family, distributed DP), so that `aggregate` is `from_mean` of

@@ -140,6 +140,12 @@ class DPFedAvg(Strategy):
     def __init__(self, options: Options) -> None:
         self.options = options
 
+    @property  # type: ignore[override]
+    def recomputable(self) -> bool:
+        """Central noise keyed from the operating system can never be drawn again, so the
+        average cannot be recomputed (soma.round.verify checks its record and inputs)."""
+        return self.options.noise != PRIVATE
+
     # -- what can be refused before anything is claimed ------------------------------------
 
     def expected(self, clients: int) -> int:
@@ -357,6 +363,8 @@ class DistributedDPFedAvg(DPFedAvg):
     uniform = True  # every client weighs the same, whatever its size (the sensitivity bound)
     # Each client's release is noisy before it leaves: the store reader is held off too.
     against: ClassVar[str] = privacy.STORE_READER
+
+    recomputable = True  # type: ignore[assignment]  # the noise is in the clients' releases
 
     def __init__(self, options: Options, *, secure: bool = False) -> None:
         super().__init__(options)

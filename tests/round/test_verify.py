@@ -109,3 +109,16 @@ def test_the_meeting_rebuilt_from_its_about_record_is_the_meeting(tmp_path, keys
     assert rebuilt.key == meeting.key and rebuilt.members == meeting.members
     with pytest.raises(SigningError, match="roster"):
         meeting_from_about(store, "trusted", 1, meeting.key, None)
+
+
+def test_an_average_with_private_noise_is_said_not_recomputed_and_taken(tmp_path, keys):
+    store = Store(tmp_path / "store")
+    options = {"clip": 1.0, "noise_multiplier": 1.0, "clients_per_round": CLIENTS}
+    start = store.put_value(export(0.0))
+    meeting = Meeting("noisy", 1, CLIENTS, start=start, strategy="dp_fedavg", options=options,
+                      signing=signing_of(keys))  # fmt: skip
+    for k in range(CLIENTS):
+        contribute(store, meeting, export(0.1 * k), mine=k, size=1.0)
+    digest = average_round(store, meeting, deadline=5)
+    why = verify_average(store, meeting, digest)
+    assert why is not None and "private noise" in why
