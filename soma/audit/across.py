@@ -16,7 +16,7 @@ from soma.audit.findings import RoundAudit
 from soma.errors import SomaError
 from soma.round.meeting import Meeting
 from soma.store import Store
-from soma.strategies import StrategyError, load_strategy
+from soma.strategies import StrategyError, load_strategy, under_secure_aggregation
 
 
 def check_chain(audits: list[RoundAudit]) -> None:
@@ -69,6 +69,8 @@ def check_ledger(store: Store, audits: list[RoundAudit], meetings: dict[int, Mee
             continue
         try:
             strategy = load_strategy(meeting.strategy, meeting.options, trusted=False)
+            if meeting.secure is not None:  # stepped from a secure sum, as the round told it
+                strategy = under_secure_aggregation(strategy)
         except SomaError as error:
             audited.add("privacy", None, f"its strategy is not loaded: {error}")
             continue

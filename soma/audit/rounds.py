@@ -19,7 +19,13 @@ from soma.errors import SomaError
 from soma.round import records
 from soma.round import signing as signatures
 from soma.round.meeting import Meeting
-from soma.round.verify import AverageRefused, NotRecomputable, meeting_from_about, verify_average
+from soma.round.verify import (
+    RECOMPUTE,
+    AverageRefused,
+    NotRecomputable,
+    meeting_from_about,
+    verify_average,
+)
 from soma.store import Store
 from soma.store.errors import StoreUnavailable
 
@@ -66,6 +72,16 @@ def audit_meeting(
     return audited, meeting
 
 
+def _signed_by(
+    store: Store, meeting: Meeting, digest: str, *, name: str, writer: int | None, what: str
+) -> int | None:
+    """Who signed the record `digest` at `name`: refused (SigningError) unless `writer` did
+    (None: a roster member); None when the run has no roster (nothing to check)."""
+    if meeting.signing is None:
+        return None
+    return signatures.check(store, meeting.signing, digest, name=name, writer=writer, what=what)
+
+
 def _participation(meeting: Meeting, audited: RoundAudit) -> None:
     """Who was expected, drawn again from the run's public seed and the round: the
     meeting's `expected` must be that draw (a count of the clients, whatever fraction made
@@ -99,9 +115,7 @@ def _average_record(
         audited.add("signature", None, "the run has no roster: its average is unsigned")
     else:
         try:
-            owner = signatures.check(
-                store, meeting.signing, digest, name=meeting.average, writer=None, what=what
-            )
+            owner = _signed_by(store, meeting, digest, name=meeting.average, writer=None, what=what)
         except SomaError as error:
             audited.add("signature", False, _said(error))
             return None
@@ -174,8 +188,7 @@ def _contribution(
             k,
         )
         return
-    if meeting.signing is not None:
-        signatures.check(store, meeting.signing, bound, name=name, writer=k, what="its record")
+    _signed_by(store, meeting, bound, name=name, writer=k, what="its record")
     found = records.read_client(store, bound, client=k, name=name)
     if isinstance(found, records.SecureRecord):
         audited.add("blobs", None, f"client {k} took part in a secure sum: no weights of its", k)
@@ -242,8 +255,7 @@ def _dropped(store: Store, meeting: Meeting, k: int, why: str, audited: RoundAud
             k,
         )
         return
-    if meeting.signing is not None:
-        signatures.check(store, meeting.signing, bound, name=name, writer=k, what="its drop-out")
+    _signed_by(store, meeting, bound, name=name, writer=k, what="its record")
     found = records.read_client(store, bound, client=k, name=name)
     if not isinstance(found, records.DropRecord) or found.dropped != why:
         audited.add(
@@ -261,7 +273,7 @@ def _dropped(store: Store, meeting: Meeting, k: int, why: str, audited: RoundAud
 def _recomputed(store: Store, meeting: Meeting, digest: str, audited: RoundAudit) -> None:
     """The average computed again from the inputs it names: the same weights and state."""
     try:
-        verify_average(store, meeting, digest)
+        why = verify_average(store, meeting, digest, mode=RECOMPUTE)
     except AverageRefused as error:
         audited.add("average", False, _said(error))
     except NotRecomputable as error:
@@ -269,4 +281,9 @@ def _recomputed(store: Store, meeting: Meeting, digest: str, audited: RoundAudit
     except SomaError as error:
         audited.add("average", False, f"its average cannot be recomputed: {_said(error)}")
     else:
-        audited.add("average", True, "recomputed from its inputs: the same weights and state")
+        if why is not None:
+            audited.add(
+                "average", None, f"its record and signed inputs checked, not recomputed: {why}"
+            )
+        else:
+            audited.add("average", True, "recomputed from its inputs: the same weights and state")

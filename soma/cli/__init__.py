@@ -8,8 +8,7 @@ Each task is client `$SLURM_PROCID` unless `--mine` says otherwise.
     soma export --store /shared/soma --run cifar [--round 9 | --best] -o cifar.safetensors
     soma verify --store /shared/soma [--run cifar]      exit 1 when anything is damaged
     soma repair --store /shared/soma [--run cifar] [--dry-run]
-    soma audit --store /shared/soma --run cifar [--roster F] [--json] [--prov FILE]
-                                                        read-only; exit 1 naming the first broken round
+    soma audit --store /shared/soma --run cifar [--roster F] [--json] [--prov F]   read-only
     soma gc --store /shared/soma [--keep-runs cifar ... [--force]] [--dry-run] [--min-age 1h]
 """
 

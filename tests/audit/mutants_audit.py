@@ -1,0 +1,112 @@
+"""Broken variants of soma audit's checks (registered into tests/mutants.py's MUTANTS).
+
+Each breaks one check of the audit alone (the runs it audits are untouched): only the
+tampering that check exists for can catch it."""
+
+from __future__ import annotations
+
+from mutants import _replace, mutant
+
+_T = "tests/audit/test_audit.py::"
+_TAMPERED = _T + "test_tampering_fails_the_audit_naming_the_round"
+
+
+@mutant(
+    "audit_blobs_not_hashed", caught_by=[_TAMPERED + "[a flipped byte in a contribution's blob]"]
+)
+def _audit_blobs_not_hashed() -> None:
+    """A contribution's record is read, its weights' tensor blobs are never hashed."""
+    import soma.audit.rounds as mod
+
+    _replace(mod, "value_blobs", lambda store, digest: [digest])
+
+
+@mutant("audit_signatures_not_checked", caught_by=[_TAMPERED + "[an unsigned drop-out]"])
+def _audit_signatures_not_checked() -> None:
+    """The audit takes every record as signed by whom it must be."""
+    import soma.audit.rounds as mod
+
+    def _signed_by(store, meeting, digest, *, name, writer, what):
+        return writer
+
+    _replace(mod, "_signed_by", _signed_by)
+
+
+@mutant(
+    "audit_any_signer_drops_a_client",
+    caught_by=[_TAMPERED + "[a drop-out signed by another client]"],
+)
+def _audit_any_signer_drops_a_client() -> None:
+    """A drop-out signed by any roster member passes for its client's own."""
+    import soma.audit.rounds as mod
+
+    original = mod._signed_by
+
+    def _signed_by(store, meeting, digest, *, name, writer, what):
+        return original(store, meeting, digest, name=name, writer=None, what=what)
+
+    _replace(mod, "_signed_by", _signed_by)
+
+
+@mutant("audit_average_not_recomputed", caught_by=[_TAMPERED + "[a replaced average]"])
+def _audit_average_not_recomputed() -> None:
+    """An average signed by a roster member is taken as what its inputs make."""
+    import soma.audit.rounds as mod
+
+    def verify_average(store, meeting, digest, *, mode=None):
+        return None
+
+    _replace(mod, "verify_average", verify_average)
+
+
+@mutant(
+    "audit_removed_contribution_not_seen",
+    caught_by=[_TAMPERED + "[a client record's name unbound]"],
+)
+def _audit_removed_contribution_not_seen() -> None:
+    """An input whose client record is gone from the store is skipped, not reported."""
+    import soma.audit.rounds as mod
+
+    original = mod._contribution
+
+    def _contribution(store, meeting, entry, k, audited):
+        if store.resolve(meeting.client(k)) is not None:
+            original(store, meeting, entry, k, audited)
+
+    _replace(mod, "_contribution", _contribution)
+
+
+@mutant(
+    "audit_chain_not_checked",
+    caught_by=[_T + "test_a_round_with_no_average_before_it_breaks_the_chain"],
+)
+def _audit_chain_not_checked() -> None:
+    """Each round is audited alone: where it starts from is never compared."""
+    import soma.audit.run as mod
+
+    _replace(mod, "check_chain", lambda audits: None)
+
+
+@mutant(
+    "audit_sample_not_drawn",
+    caught_by=[_T + "test_a_sample_the_public_seed_does_not_draw_is_broken"],
+)
+def _audit_sample_not_drawn() -> None:
+    """Who a meeting expected is taken as it says, never drawn again from the seed."""
+    import soma.audit.rounds as mod
+
+    def _participation(meeting, audited):
+        audited.add("participation", True, f"clients {meeting.members} expected")
+
+    _replace(mod, "_participation", _participation)
+
+
+@mutant(
+    "audit_ledger_not_recomputed",
+    caught_by=[_T + "test_a_dp_runs_epsilon_is_recomputed_and_a_lowered_one_is_named"],
+)
+def _audit_ledger_not_recomputed() -> None:
+    """A DP run's epsilon is taken as its states report it."""
+    import soma.audit.run as mod
+
+    _replace(mod, "check_ledger", lambda store, audits, meetings: None)
