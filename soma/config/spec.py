@@ -380,6 +380,25 @@ class RunSpec:
         except SigningError as error:
             raise self.refused(f"{self.named('roster')}: {error}") from None
 
+    def check_charter_at(self, where: str | Path) -> None:
+        """`check_charter` at parse time, of the store at `where` (not made here if it is
+        not there yet)."""
+        if self.signing is not None and ("://" in str(where) or Path(where).exists()):
+            self.check_charter(self.store(where))
+
+    def check_charter(self, store: Store) -> None:
+        """With a roster, refuse a run whose store holds its charter under another roster
+        file (or other averagers), naming the file (soma.round.signing), before anything
+        is written."""
+        from soma.round.signing import SigningError, check_charter
+
+        if self.signing is None:
+            return
+        try:
+            check_charter(store, self.signing, self.run)
+        except SigningError as error:
+            raise self.refused(f"{self.named('roster')} {self.roster!r}: {error}") from None
+
     # --- the checks --------------------------------------------------------------------------
 
     def named(self, *fields: str) -> str:

@@ -333,6 +333,14 @@ def run_value(store: Store, signing: Signing, name: str, *, by: int | None) -> s
     return known[run]
 
 
+def check_charter(store: Store, signing: Signing, run: str) -> None:
+    """Refuse, before anything is written, a process whose roster (or averagers) is not the
+    charter's of `run` in `store`; nothing to say of a run not yet begun."""
+    digest = store.resolve(layout.charter(run))
+    if digest is not None:
+        _CHARTERS.setdefault(store, {})[run] = _read_charter(store, signing, run, digest)
+
+
 def _claim_charter(store: Store, signing: Signing, run: str, by: int) -> str:
     where = layout.charter(run)
     value = {"run": run, "value": os.urandom(32).hex(), "roster": signing.digest}

@@ -63,6 +63,7 @@ def drive(
     from soma.round.once import read_record
     from soma.run.personal import shared
 
+    spec.check_charter(store)  # another roster than the run's: refused before any write
     timing = spec.timing
     nodes = task.nodes(spec.seed)
     hosted = []

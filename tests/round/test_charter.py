@@ -83,3 +83,24 @@ def test_a_process_with_another_roster_is_refused_at_its_first_signed_write(tmp_
     message = str(refused.value)
     assert "charter" in message and "another roster file" in message
     assert other.digest[:12] in message
+
+
+def test_a_run_with_another_roster_file_is_refused_before_it_writes_naming_the_file(tmp_path, keys):
+    from soma.config.configs import ConfigRefused
+    from soma.config.spec import RunSpec
+    from soma.run.simulate import simulate_spec
+
+    def spec(roster: Path, averagers=None) -> RunSpec:
+        return RunSpec(run="anchored", task="soma.tasks.control", clients=CLIENTS, rounds=1,
+                       mine=tuple(range(CLIENTS)), roster=str(roster),
+                       keys=str(keys / "{client}.key"), averagers=averagers)  # fmt: skip
+
+    store = tmp_path / "store"
+    simulate_spec(spec(keys / "roster.json"), store)
+    before = sorted(p.name for p in (store / "blobs").rglob("*"))
+    with pytest.raises(ConfigRefused) as refused:
+        spec(keys / "roster.json", averagers=[0]).check_charter_at(store)
+    assert "roster.json" in str(refused.value) and "charter" in str(refused.value)
+    with pytest.raises(ConfigRefused, match="another roster file"):
+        simulate_spec(spec(keys / "roster.json", averagers=[0]), store)
+    assert sorted(p.name for p in (store / "blobs").rglob("*")) == before, "nothing written"

@@ -44,6 +44,10 @@ TASK = json.dumps(declared(config), sort_keys=True)
 # A results folder that another config made is not run over: refused here, before any job,
 # naming the keys that differ (its `run.json`, written by the `start` job).
 check_recorded(RESULTS, config)
+# A site whose roster (or averagers) is not the run's, as its charter in the store says, is
+# refused here too, naming the roster file (soma.round.signing).
+if config.get("roster"):
+    RunSpec.from_config(config).check_charter_at(config["store"])
 
 
 def here(clients):
