@@ -102,7 +102,8 @@ def test_a_users_own_strategy_reports_its_privacy_in_soma_status(tmp_path, monke
         contribute(store, meeting, net(r + 1), mine=0, size=1)
         record = store.recall_digest(average_round(store, meeting, deadline=5))
         start, state = record["weights"], record["state"]
-    spent = [row["privacy"] for row in status(store, "mine")]
+    assert [row["privacy"] for row in status(store, "mine")] == [None, None], "never imported"
+    spent = [row["privacy"] for row in status(store, "mine", trusted={"mydp"})]
     assert spent == [
         {"epsilon": 0.5, "delta": 1e-6, "round": 1},
         {"epsilon": 1.0, "delta": 1e-6, "round": 2},

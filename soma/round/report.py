@@ -8,7 +8,7 @@ is the function.)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from soma.round import holders, layout, once, readers, records
@@ -58,7 +58,12 @@ def evaluation_name(run: str, weights: str) -> str:
 
 
 def status(
-    store: Store, run: str, *, clients: int | None = None, signing: Signing | None = None
+    store: Store,
+    run: str,
+    *,
+    clients: int | None = None,
+    signing: Signing | None = None,
+    trusted: Collection[str] = (),
 ) -> list[dict[str, Any]]:
     """Per round and meeting: who was expected, who wrote, who dropped out and why (a
     drop-out's record is not a write), who is missing, who was left out and why, who
@@ -78,7 +83,9 @@ def status(
     evaluation record is checked signed (soma.round.readers); one that is not is `ignored`,
     with why, and nothing it says is shown. `signatures` says what was checked: "checked",
     "not checked" (the run's meetings say it has a roster and none was given), or None (the
-    run has none).
+    run has none). A strategy the records name is loaded (for its privacy spent) only when it
+    is built in or the caller vouches for it in `trusted` (its own code's names): a name read
+    from the store is never imported otherwise.
     """
     names = store.bound(layout.rounds(run))
     found = layout.meetings(names, run)
@@ -87,7 +94,7 @@ def status(
     checked = "checked" if signing else "not checked" if said else None
     rows = [
         {
-            **_status_row(store, run, r, key, clients, signing),
+            **_status_row(store, run, r, key, clients, signing, trusted),
             "apart": apart[(r, key)],
             "signatures": checked,
         }
@@ -98,7 +105,10 @@ def status(
 
 
 def privacy_spent(
-    store: Store, record: Mapping[str, Any], strategy: Strategy | None = None
+    store: Store,
+    record: Mapping[str, Any],
+    strategy: Strategy | None = None,
+    trusted: Collection[str] = (),
 ) -> dict[str, Any] | None:
     """The epsilon (and delta) spent up to this round, as its strategy reports it
     (`Strategy.privacy_spent`); `record` is an average's record or its workflow receipt
@@ -107,11 +117,13 @@ def privacy_spent(
     privacy, as another's may be a model's worth of tensors.
 
     Without `strategy`, the record's name is loaded as any name read from the store is: a
-    built-in only, never imported (soma.strategies.load_strategy); None for another."""
+    built-in only, never imported (soma.strategies.load_strategy), unless the caller vouches
+    for it in `trusted`; None for another."""
     name = record.get("strategy") or "fedavg"
     if strategy is None:
+        options = record.get("options") or {}
         try:
-            strategy = load_strategy(name, record.get("options") or {}, trusted=False)
+            strategy = load_strategy(name, options, trusted=name in trusted)
         except UntrustedStrategy:
             return None
     state = record.get("state")
@@ -183,7 +195,13 @@ def _empty_row(r: int | None, key: str | None, clients: int | None) -> dict[str,
 
 
 def _status_row(
-    store: Store, run: str, r: int, key: str, clients: int | None, signing: Signing | None
+    store: Store,
+    run: str,
+    r: int,
+    key: str,
+    clients: int | None,
+    signing: Signing | None,
+    trusted: Collection[str],
 ) -> dict[str, Any]:
     from soma.errors import SomaError
     from soma.store.errors import StoreError
@@ -275,9 +293,8 @@ def _status_row(
 
     def privacy() -> None:
         if row["average"]:
-            row["privacy"] = privacy_spent(
-                store, records.read_average(store, row["average"]).value()
-            )
+            record = records.read_average(store, row["average"]).value()
+            row["privacy"] = privacy_spent(store, record, trusted=trusted)
 
     def metrics() -> None:
         digest = store.resolve(evaluation_name(run, row["weights"]))
