@@ -22,11 +22,17 @@ from soma.strategies import StrategyError, load_strategy, under_secure_aggregati
 def check_chain(audits: list[RoundAudit]) -> None:
     """Round r+1 starts from an average of round r: its meeting's `start` is that average's
     weights and its `state` that average's state. A round with no average before it, or one
-    that starts from weights no average of the round before published, is broken."""
+    that starts from weights no average of the round before published, is broken. A run
+    none of whose rounds names its start (bare `soma.gather` calls) is not checked."""
     ended: dict[int, list[RoundAudit]] = {}
     for audited in audits:
         if audited.weights is not None:
             ended.setdefault(audited.round, []).append(audited)
+    if ended and all(a.start is None for a in audits if a.weights is not None):
+        for audited in audits:  # a run of bare soma.gather calls: no round names its start
+            if audited.weights is not None:
+                audited.add("chain", None, "no round of the run names its start (bare gather)")
+        return
     for audited in audits:
         if audited.weights is None:
             continue

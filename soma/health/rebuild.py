@@ -49,7 +49,7 @@ def recompute_average(store: Store, record: dict[str, Any]) -> tuple[str, str | 
     did; their digests. Deterministic, so equal to the record's when its inputs are sound."""
     from soma.strategies import Update, at_round, has_own, load_strategy, under_secure_aggregation
 
-    strategy = load_strategy(record["strategy"], record.get("options") or {})
+    strategy = load_strategy(record["strategy"], record.get("options") or {}, trusted=False)
     if has_own(strategy, "for_round"):  # bucketing, bias correction: the round and seed
         seed = record["seed"] if "seed" in record else _seed_of(store, record)
         strategy = at_round(strategy, round=record["round"], seed=seed)
@@ -100,7 +100,7 @@ def _mean_again(store: Store, record: dict[str, Any], previous: Any) -> Any:
     from soma.round import Input, tree
     from soma.strategies import load_strategy, uniform
 
-    strategy = load_strategy(record["strategy"], record.get("options") or {})
+    strategy = load_strategy(record["strategy"], record.get("options") or {}, trusted=False)
     inputs = [Input(i["client"], i["weights"], i["size"]) for i in record["inputs"]]
     leaves = tree.leaves_of(inputs, uniform=uniform(strategy))
     root = tree.recompute(store, leaves, record["tree"]["fan_in"])
@@ -254,6 +254,7 @@ def _averages(store: Store, graph: Graph, prefix: str, place: str | None) -> Ite
             None if identity.get("expected") is None else tuple(identity["expected"]),
             identity.get("quorum"),
             identity.get("tree"),
+            trusted=False,  # named by the store: only a built-in strategy loads
         )
     except (SomaError, KeyError, TypeError):
         return
@@ -438,7 +439,7 @@ def _tree_nodes(
     if not isinstance(grown, dict):
         return
     try:
-        strategy = load_strategy(average["strategy"], average.get("options") or {})
+        strategy = load_strategy(average["strategy"], average.get("options") or {}, trusted=False)
         inputs = [Input(i["client"], i["weights"], i["size"]) for i in average["inputs"]]
         level: list = list(tree.leaves_of(inputs, uniform=uniform(strategy)))
         widths = tree.widths(len(level), tree.check_fan_in(grown["fan_in"]))

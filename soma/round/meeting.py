@@ -55,6 +55,9 @@ class Meeting:
     # "recompute" or "signature"); None: recompute when the run has a roster. Not in the
     # identity: how much is checked changes no result.
     verify: str | None = None
+    # whether the strategy's name came from the local config or the caller (True), or from a
+    # record read from the store (False: only a built-in loads, nothing is imported)
+    trusted: bool = True
 
     def __post_init__(self) -> None:
         run = self.run
@@ -175,7 +178,7 @@ class Meeting:
         return mine
 
     def strategy_object(self) -> Strategy:
-        return load_strategy(self.strategy, self.options)
+        return load_strategy(self.strategy, self.options, trusted=self.trusted)
 
 
 @dataclass(frozen=True)

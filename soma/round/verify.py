@@ -43,7 +43,7 @@ from soma.round.meeting import Input, Meeting
 from soma.round.records import AverageRecord
 from soma.store import Store
 from soma.store.values import value_digest
-from soma.strategies import Strategy, Update, at_round
+from soma.strategies import Strategy, UntrustedStrategy, Update, at_round
 
 log = logging.getLogger(__name__)
 
@@ -135,10 +135,21 @@ def _updates(store: Store, inputs: list[Input]) -> Iterator[Update]:
         )
 
 
+def _strategy(meeting: Meeting) -> Strategy:
+    """The meeting's strategy; one named by the store that is not built in is never
+    imported, and its average is said not recomputable."""
+    try:
+        return meeting.strategy_object()
+    except UntrustedStrategy as error:
+        raise NotRecomputable(
+            f"{meeting.what}: its average cannot be recomputed: {error}"
+        ) from None
+
+
 def recompute(store: Store, meeting: Meeting, record: AverageRecord) -> Recomputed:
     """The average `record` recomputed from its inputs, its start, its state and the
     meeting's strategy (bound to the round and the seed, as the averager bound it)."""
-    strategy = meeting.strategy_object()
+    strategy = _strategy(meeting)
     why = not_recomputable(record, strategy)
     if why is not None:
         raise NotRecomputable(f"{meeting.what}: its average cannot be recomputed: {why}")
@@ -186,7 +197,10 @@ def verify_average(
         return None
     record = records.read_average(store, digest)
     check_consistent(store, meeting, record)
-    why = not_recomputable(record, meeting.strategy_object())
+    try:
+        why = not_recomputable(record, _strategy(meeting))
+    except NotRecomputable as error:
+        why = str(error)
     if why is not None:
         log.info(
             "%s: its average's signature and record checked, not recomputed: %s", meeting.what, why
@@ -218,7 +232,8 @@ def meeting_from_about(
     verify: str | None = None,
 ) -> Meeting:
     """The meeting keyed `key` rebuilt from its `about` record (checked: the record hashes
-    to the key, and it names the roster `signing` has, or none)."""
+    to the key, and it names the roster `signing` has, or none). Its strategy is named by
+    the store: only a built-in one is ever loaded (`Meeting.trusted`)."""
     from soma.round import layout
 
     prefix = layout.meeting(run, round, key)
@@ -267,4 +282,5 @@ def _meeting(
         secure=about.get("secure"),
         signing=signing,
         verify=verify,
+        trusted=False,  # named by the store: only a built-in strategy loads
     )

@@ -137,7 +137,7 @@ def evaluate_hosted(
         from soma.round import privacy_spent
         from soma.tracking import track_round
 
-        privacy = privacy_spent(store, record)
+        privacy = privacy_spent(store, record, trusted=(spec.strategy,))  # the local config's
         track_round(spec.tracking, meeting.round, federated=federated, privacy=privacy)
     return federated
 
