@@ -4,6 +4,7 @@ round's evaluation receipt; the one progress line a user watches."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -58,7 +59,7 @@ def evaluate(
     evaluation = {"run": config["run"], "round": round, "weights": weights, "metrics": metrics}
     privacy = privacy_spent(store, average, strategy_of(spec))  # None: keeps no account
     if privacy is not None:
-        evaluation["privacy"] = privacy
+        evaluation["privacy"] = _strict_json(privacy)
     if previous is not None:
         federated = evaluate_federated(config, spec, task, store, nodes, round, weights, previous)
         evaluation.update(federated)
@@ -130,3 +131,13 @@ def evaluate_federated(
         shown({k: v["mean"] for k, v in evaluated.items()}),
     )
     return {"federated": federated}
+
+
+def _strict_json(value: Any) -> Any:
+    """`value` with each non-finite float as its text ("inf": central DP's epsilon against a
+    store reader), which a receipt's strict JSON cannot hold as a number."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {k: _strict_json(v) for k, v in value.items()}
+    return value

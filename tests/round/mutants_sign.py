@@ -69,7 +69,7 @@ def _sign_covers_the_name_only() -> None:
     import soma.round.signing as mod
 
     original = mod._message
-    _replace(mod, "_message", lambda name, tree, loose: original(name, None, None))
+    _replace(mod, "_message", lambda name, tree, loose, run: original(name, None, None, run))
 
 
 @mutant("sign_covers_the_record_only", caught_by=[_FORGED + "[moved from another round]"])
@@ -78,7 +78,7 @@ def _sign_covers_the_record_only() -> None:
     import soma.round.signing as mod
 
     original = mod._message
-    _replace(mod, "_message", lambda name, tree, loose: original("", tree, loose))
+    _replace(mod, "_message", lambda name, tree, loose, run: original("", tree, loose, run))
 
 
 @mutant(
