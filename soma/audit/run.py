@@ -77,4 +77,11 @@ def _run_findings(
         out.append(Finding("roster", None, "a roster was given, and the run is unsigned"))
     else:
         out.append(Finding("roster", True, f"roster {signing.digest[:12]}, the run's meetings'"))
+    if signing is not None and said:
+        charter = store.resolve(layout.charter(run))
+        out.append(
+            Finding("charter", False, "none in this store: no signed record can be of its run")
+            if charter is None
+            else Finding("charter", True, f"{charter} (two stores that began apart never share it)")
+        )
     return out

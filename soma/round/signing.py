@@ -303,8 +303,8 @@ def _message(name: str, tree: object, loose: str | None, run: str) -> bytes:
 
 # --- the run's charter ------------------------------------------------------------------------
 
-# Each store's charters as this process found them ({run: (charter value, roster digest)}):
-# a charter is claimed once and never changes, so it is read once per process and store.
+# Each store's charter values as this process found them ({run: value}): a charter is
+# claimed once and never changes, so it is read (and checked) once per process and store.
 _CHARTERS: weakref.WeakKeyDictionary[Store, dict[str, str]] = weakref.WeakKeyDictionary()
 
 
@@ -348,8 +348,9 @@ def _claim_charter(store: Store, signing: Signing, run: str, by: int) -> str:
     said = {"key": _public_hex(key), "signature": key.sign(_charter_message(where, value)).hex()}
     digest = store.put_value({**value, SIGNED: said})
     store.claim(where, digest)
-    found = store.resolve(where)
-    assert found is not None  # claimed by this call or by whoever came first
+    found = store.resolve(where)  # this call's, or whoever's came first
+    if found is None:
+        raise SigningError(f"run {run!r}'s charter {where!r} was unbound as it was claimed")
     return found
 
 

@@ -80,6 +80,10 @@ def test_a_clean_signed_run_passes_and_the_store_is_byte_identical_after(
     report = json.loads(capsys.readouterr().out)
     assert _folder_bytes(root) == before, "the audit wrote into the store"
     assert report["clean"] and report["roster"].startswith("given")
+    charter = Store(root).resolve(f"{RUN}/charter")
+    assert {"check": "charter", "outcome": "holds"}.items() <= next(
+        f for f in report["findings"] if f["check"] == "charter"
+    ).items() and charter in json.dumps(report), "the run's charter, named"
     assert [r["round"] for r in report["rounds"]] == list(range(ROUNDS))
     for r in report["rounds"]:
         outcomes = {(f["check"], f["outcome"]) for f in r["findings"]}
