@@ -115,16 +115,11 @@ def _average_record(
         audited.add("signature", None, "the run has no roster: its average is unsigned")
     else:
         try:
-            owner = _signed_by(store, meeting, digest, name=meeting.average, writer=None, what=what)
+            owner = signatures.check_average(
+                store, meeting.signing, digest, name=meeting.average, what=what
+            )
         except SomaError as error:
             audited.add("signature", False, _said(error))
-            return None
-        if owner is not None and not meeting.signing.may_average(owner):
-            audited.add(
-                "signature",
-                False,
-                f"{what} is signed by client {owner}, who is not one of the run's averagers",
-            )
             return None
         audited.signer = owner
         audited.add("signature", True, f"{what} is signed by client {owner}")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +29,7 @@ from soma.round.meeting import Input, Meeting
 from soma.round.once import POLL, Backoff, Place, RoundIncomplete
 from soma.round.roll import _left_out_text, present
 from soma.store import Store, codecs
-from soma.strategies import Strategy, Update, at_round, uniform
+from soma.strategies import Strategy, at_round, uniform
 from soma.timing import DEADLINE, LEASE
 
 
@@ -39,17 +39,6 @@ def inputs_key(meeting: str, inputs: Sequence[Input]) -> str:
         [i.client, i.weights, i.size, i.extra] for i in sorted(inputs, key=lambda i: i.client)
     ]
     return hashlib.sha256(codecs.canonical_json([meeting, listed])).hexdigest()
-
-
-def _updates(store: Store, inputs: Sequence[Input]) -> Iterator[Update]:
-    """The clients' updates, one at a time, each export lazily mapped from the store."""
-    for i in inputs:
-        yield Update(
-            client=i.client,
-            size=i.size,
-            weights=store.recall_digest(i.weights, lazy=True),
-            extra=None if i.extra is None else store.recall_digest(i.extra, lazy=True),
-        )
 
 
 def _average(
@@ -68,7 +57,7 @@ def _average(
     strategy = at_round(strategy, round=meeting.round, seed=meeting.config.get("seed"))
     if root is None:
         weights, new_state = strategy.aggregate(
-            previous, _updates(store, inputs), state, clients=meeting.clients
+            previous, (i.update(store) for i in inputs), state, clients=meeting.clients
         )
     else:
         mean = store.recall_digest(root.mean, lazy=True)

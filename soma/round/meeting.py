@@ -15,8 +15,8 @@ from soma.round import layout
 from soma.round import signing as signatures
 from soma.round.once import RoundError
 from soma.round.tree import check_fan_in
-from soma.store import codecs
-from soma.strategies import Strategy, load_strategy
+from soma.store import Store, codecs
+from soma.strategies import Strategy, Update, load_strategy
 
 
 def _is_int(value: object) -> bool:
@@ -190,3 +190,13 @@ class Input:
     size: float | None
     extra: str | None = None  # a strategy's client-side extra (SCAFFOLD's delta c_i)
     record: str | None = None  # the client's record, when it came through the store
+
+    def update(self, store: Store) -> Update:
+        """The client's update as a strategy takes it, its export lazily mapped from the
+        store (the averaging and its recomputation read it alike)."""
+        return Update(
+            client=self.client,
+            size=self.size,
+            weights=store.recall_digest(self.weights, lazy=True),
+            extra=None if self.extra is None else store.recall_digest(self.extra, lazy=True),
+        )

@@ -47,10 +47,15 @@ def average_refusal(
     store: Store, signing: signatures.Signing | None, run: str, round: int, key: str, digest: str
 ) -> str | None:
     """Why round `round`'s average record `digest` of meeting `key` is not the run's (see
-    `refusal`): anyone on the roster signs an average, for its meeting's `average` name."""
+    `refusal`): a roster member allowed to average signs it, for its meeting's `average`
+    name."""
     name = layout.average(layout.meeting(run, round, key))
     what = f"round {round} of run {run!r}: the average record"
-    return refusal(store, signing, digest, name=name, writer=None, what=what)
+    try:
+        signatures.check_average(store, signing, digest, name=name, what=what)
+    except signatures.SigningError as error:
+        return str(error)
+    return None
 
 
 def says_roster(store: Store, run: str, found: Iterable[tuple[int, str]]) -> bool:

@@ -56,12 +56,5 @@ def check_signed_inputs(store: Store, meeting: Meeting, inputs: Sequence[Input])
 def check_average(store: Store, meeting: Meeting, digest: str) -> int | None:
     """Who signed the meeting's average `digest` (a roster member allowed to average;
     refused otherwise), or None when the run has no roster."""
-    name, signing = meeting.average, meeting.signing
     what = f"{meeting.what}: the average record"
-    signer = signatures.check(store, signing, digest, name=name, writer=None, what=what)
-    if signing is not None and signer is not None and not signing.may_average(signer):
-        raise signatures.SigningError(
-            f"{what} ({name!r}, record {digest[:12]}) is signed by client {signer}, who is not "
-            f"among the run's averagers {list(signing.averagers or ())}"
-        )
-    return signer
+    return signatures.check_average(store, meeting.signing, digest, name=meeting.average, what=what)

@@ -465,3 +465,18 @@ def check(
     run = run_value(store, signing, name, by=None)
     _verify(signing, said, _message(name, body, loose, run), whose)
     return owner
+
+
+def check_average(
+    store: Store, signing: Signing | None, digest: str, *, name: str, what: str
+) -> int | None:
+    """Who signed the average record `digest` at `name`: a roster member allowed to average
+    (`Signing.averagers`), refused otherwise; None without a roster. The one averager rule
+    of every reader (the round, `soma status`/`export`, `soma audit`)."""
+    signer = check(store, signing, digest, name=name, writer=None, what=what)
+    if signing is not None and signer is not None and not signing.may_average(signer):
+        raise SigningError(
+            f"{what} ({name!r}, record {digest[:12]}) is signed by client {signer}, who is not "
+            f"among the run's averagers {list(signing.averagers or ())}"
+        )
+    return signer

@@ -29,7 +29,7 @@ its signed inputs are checked, not the weights).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +43,7 @@ from soma.round.meeting import Input, Meeting
 from soma.round.records import AverageRecord
 from soma.store import Store
 from soma.store.values import value_digest
-from soma.strategies import Strategy, UntrustedStrategy, Update, at_round
+from soma.strategies import Strategy, UntrustedStrategy, at_round
 
 log = logging.getLogger(__name__)
 
@@ -125,16 +125,6 @@ def check_consistent(store: Store, meeting: Meeting, record: AverageRecord) -> N
             )
 
 
-def _updates(store: Store, inputs: list[Input]) -> Iterator[Update]:
-    for i in inputs:
-        yield Update(
-            client=i.client,
-            size=i.size,
-            weights=store.recall_digest(i.weights, lazy=True),
-            extra=None if i.extra is None else store.recall_digest(i.extra, lazy=True),
-        )
-
-
 def _strategy(meeting: Meeting) -> Strategy:
     """The meeting's strategy; one named by the store that is not built in is never
     imported, and its average is said not recomputable."""
@@ -157,7 +147,7 @@ def recompute(store: Store, meeting: Meeting, record: AverageRecord) -> Recomput
     state = None if meeting.state is None else store.recall_digest(meeting.state)
     bound = at_round(strategy, round=meeting.round, seed=meeting.config.get("seed"))
     weights, new_state = bound.aggregate(
-        previous, _updates(store, inputs_of(record)), state, clients=meeting.clients
+        previous, (i.update(store) for i in inputs_of(record)), state, clients=meeting.clients
     )
     return Recomputed(
         value_digest(weights), None if new_state is None else value_digest(new_state), weights

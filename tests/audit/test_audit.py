@@ -12,6 +12,8 @@ import pytest
 
 pytest.importorskip("cryptography")
 
+from signed_runs import CLIENTS, RUN, make_keys_and_roster  # noqa: E402
+
 from soma.audit import audit  # noqa: E402
 from soma.audit import rounds as audit_rounds  # noqa: E402
 from soma.audit.findings import RoundAudit  # noqa: E402
@@ -19,19 +21,18 @@ from soma.cli import main  # noqa: E402
 from soma.health.rebuild import recompute_average  # noqa: E402
 from soma.round import Meeting, layout, records  # noqa: E402
 from soma.round import signing as signatures  # noqa: E402
-from soma.round.signing import Signing, make_keys, read_roster  # noqa: E402
+from soma.round.signing import Signing, read_roster  # noqa: E402
 from soma.round.verify import meeting_from_about  # noqa: E402
 from soma.run.simulate import simulate  # noqa: E402
 from soma.store import Store, codecs  # noqa: E402
 
-CLIENTS, ROUNDS, RUN = 3, 3, "simulation"
+ROUNDS = 3
 
 
 @pytest.fixture(scope="module")
 def keys(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("keys")
-    roster = {str(k): make_keys(folder, k)[1] for k in range(CLIENTS)}
-    (folder / "roster.json").write_text(json.dumps(roster))
+    make_keys_and_roster(folder)
     return folder
 
 

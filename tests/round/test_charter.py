@@ -8,25 +8,23 @@ import pytest
 
 pytest.importorskip("cryptography")
 
-import json  # noqa: E402
 import shutil  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
+from signed_runs import CLIENTS, make_keys_and_roster  # noqa: E402
 
 from soma.round import Meeting, average_round, contribute, layout  # noqa: E402
-from soma.round.signing import Signing, SigningError, make_keys, read_roster  # noqa: E402
+from soma.round.signing import Signing, SigningError, read_roster  # noqa: E402
 from soma.store import Store  # noqa: E402
 
 pytestmark = pytest.mark.fast
-CLIENTS = 3
 
 
 @pytest.fixture(scope="module")
 def keys(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("keys")
-    roster = {str(k): make_keys(folder, k)[1] for k in range(CLIENTS)}
-    (folder / "roster.json").write_text(json.dumps(roster))
+    make_keys_and_roster(folder)
     return folder
 
 

@@ -4,7 +4,6 @@ an honest one published by another process is recomputed bit for bit and taken."
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -12,21 +11,21 @@ import torch
 
 pytest.importorskip("cryptography")
 
+from signed_runs import CLIENTS, make_keys_and_roster  # noqa: E402
+
 from soma.round import Meeting, average_round, contribute, records  # noqa: E402
 from soma.round import signing as signatures  # noqa: E402
-from soma.round.signing import Signing, SigningError, make_keys, read_roster  # noqa: E402
+from soma.round.signing import Signing, SigningError, read_roster  # noqa: E402
 from soma.round.verify import AverageRefused, meeting_from_about, verify_average  # noqa: E402
 from soma.store import Store  # noqa: E402
 
 pytestmark = pytest.mark.fast
-CLIENTS = 3
 
 
 @pytest.fixture(scope="module")
 def keys(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("keys")
-    roster = {str(k): make_keys(folder, k)[1] for k in range(CLIENTS)}
-    (folder / "roster.json").write_text(json.dumps(roster))
+    make_keys_and_roster(folder)
     return folder
 
 
