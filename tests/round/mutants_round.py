@@ -57,14 +57,14 @@ def _gather_never_publishes() -> None:
 def _gather_does_not_weigh() -> None:
     import dataclasses
 
-    import soma.round.average
+    from soma.round.meeting import Input
 
-    real = soma.round.average._updates
+    real = Input.update
 
-    def unweighed(store, inputs):
-        return (dataclasses.replace(u, size=None) for u in real(store, inputs))
+    def update(self, store):
+        return dataclasses.replace(real(self, store), size=None)
 
-    _replace(soma.round.average, "_updates", unweighed)
+    _replace(Input, "update", update)
 
 
 # --- meetings of one round that differ (soma/round/apart.py) --------------------------------------
