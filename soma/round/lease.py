@@ -19,12 +19,16 @@ compare-and-swap every `seconds / 3` while it computes:
   (unsigned, signed by a key off the roster, or for another name) is ignored: the last
   lease it believed, and its clock, stand. That clock restarts only on a believed lease
   further on (a later generation, or more renewals: an old signed lease bound again is no
-  renewal) or a believed claim it had not seen; with no lease ever believed, a believed
+  renewal) or a believed claim it had not seen, and once it has read a lease it does not
+  believe since then it waits three leases instead of one; with no lease ever believed, a believed
   claim is judged by the waiter's own lease seconds from when it first saw it, and a claim
   that is not believed either holds nothing (taken over at once). A holder whose swap is
   refused reads the lease again and swaps over it unless a later generation's believed
-  lease is there: whoever can write the store but holds no roster key can neither take a
-  live holder's work away nor keep it from publishing (only stop the run, as by deleting).
+  lease is there, and renews four times as often while its lease is being overwritten.
+  Whoever can write the store but holds no roster key cannot keep a live holder from
+  publishing (only stop the run, as by deleting), and cannot take its work away unless it
+  overwrites the lease so fast that a waiter reads none of the holder's renewals for a whole
+  lease: then the work is computed twice and still published once.
 
 A holder alive but unable to renew for longer than its lease (partitioned, stopped) is taken
 over: the work may then be computed twice, and is published once.
@@ -51,6 +55,16 @@ LOG = logging.getLogger("soma.round.lease")
 # How often a holder swaps again over a lease somebody else overwrote before it gives up
 # this renewal (the next one tries again).
 SWAP_TRIES = 20
+
+# How many times per lease a holder renews: normally, and while somebody that does not hold
+# it overwrites its lease (so that waiters, who read one slot, still see it renewed).
+RENEWALS_PER_LEASE = 3
+RENEWALS_PER_LEASE_CONTESTED = 12
+
+# How many leases a waiter gives a holder once it has read, since it last saw the holder
+# renew, a lease nobody on the roster signed: overwrites can hide a live holder's renewals
+# from a waiter that reads the one slot between them.
+LEASES_WHEN_OVERWRITTEN = 3
 
 
 class LeaseContested(SomaError):
@@ -157,6 +171,7 @@ class Lease:
         self.store, self.signing, self.place = store, signing, place
         self.terms, self.tag = terms, tag
         self.lost = threading.Event()  # somebody swapped it away: a successor holds it
+        self.contested = False  # the last renewal found the lease overwritten by no successor
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._renewing, daemon=True, name="soma-lease")
@@ -174,9 +189,10 @@ class Lease:
         digest = signatures.put(self.store, self.signing, terms.value(), name=name,
                                 by=signer(self.signing))  # fmt: skip
         tag = self.tag
-        for _ in range(SWAP_TRIES):
+        for tries in range(SWAP_TRIES):
             new = self.store.swap(name, tag, digest)
             if new is not None:
+                self.contested = tries > 0
                 return new
             found = read(self.store, self.signing, self.place)
             if found is None:  # deleted: create it again
@@ -214,13 +230,16 @@ class Lease:
             return True
 
     def _renewing(self) -> None:
-        while not self._stop.wait(self.terms.seconds / 3):
+        while not self._stop.wait(self.terms.seconds / self._renewals_per_lease()):
             try:
                 if not self.renew():
                     LOG.warning("lease of %s was taken over: a successor holds it", self.place)
                     return
             except (SomaError, StoreError, OSError) as error:  # the next renewal may get through
                 LOG.warning("lease of %s not renewed: %s", self.place, error)
+
+    def _renewals_per_lease(self) -> int:
+        return RENEWALS_PER_LEASE_CONTESTED if self.contested else RENEWALS_PER_LEASE
 
     def stop(self) -> None:
         """Renew no more (the lease then runs out unless it is finished)."""
@@ -268,7 +287,9 @@ class Watch:
 
     What it believes (with a roster: records signed by a roster member) is all that moves
     its clock: a forged lease neither restarts nor shortens it, and a forged claim does not
-    restart it."""
+    restart it. A forged lease read since the holder last renewed gives the holder
+    LEASES_WHEN_OVERWRITTEN leases instead of one: its renewals may have been overwritten
+    before this waiter read them."""
 
     def __init__(
         self,
@@ -283,6 +304,7 @@ class Watch:
         self.place: str | None = None
         self.since = 0.0
         self.published: str | None = None  # a lease found in the published state
+        self.overwritten = False  # a lease not believed read since the clock last restarted
         self._believed: dict[tuple[str, str], bool] = {}
 
     def gone(self, place: str, name: str, digest: str) -> bool:
@@ -295,19 +317,21 @@ class Watch:
         now = self.clock()
         if place != self.place:  # other inputs: nothing seen there yet
             self.place, self.seen, self.lease, self.since = place, None, None, now
+            self.overwritten = False
         found = read(self.store, self.signing, place)
         terms = None if found is None else found[1]
         if terms is not None and terms.published is not None:
             self.published = terms.published
             return False
         if terms is not None and (self.lease is None or _further(terms, self.lease)):
-            self.lease, self.since = terms, now  # renewed, or a later generation's
+            self.lease, self.since, self.overwritten = terms, now, False  # renewed, or later
         if self._believed[key] and (place, name, digest) != self.seen:
             self.seen, self.since = (place, name, digest), now  # a claim not seen before
         if self.lease is None and self.seen is None:
             return True  # a claim nobody on the roster signed, and no lease: it holds nothing
+        self.overwritten |= found is not None and terms is None
         lasts = self.lease.seconds if self.lease is not None else self.seconds
-        return now - self.since > lasts
+        return now - self.since > lasts * (LEASES_WHEN_OVERWRITTEN if self.overwritten else 1)
 
 
 def _further(terms: Terms, than: Terms) -> bool:

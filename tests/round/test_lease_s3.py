@@ -284,7 +284,7 @@ def test_a_lease_nobody_on_the_roster_signed_neither_takes_a_live_holder_over_no
 ) -> None:
     signing = roster_in(tmp_path)
     url, store, meeting = a_round(signing)
-    holder = workers(url, lease=1.0, hold=4.0, signed=tmp_path).go()
+    holder = workers(url, lease=1.0, hold=6.0, signed=tmp_path).go()
     waiter = workers(url, lease=1.0, hold=0, signed=tmp_path)
     holder.said("computing")
     place = place_of(store, meeting)
