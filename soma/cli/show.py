@@ -90,6 +90,9 @@ def _status_line(row: dict[str, Any], several: set[int]) -> str:
     holder = row["averaging"]
     if row["average"]:
         state = f"average {row['average'][:16]}"
+        by = row.get("averaged_by")
+        if isinstance(by, dict) and by.get("site") is not None:  # a run across sites
+            state += f" by site {by['site']}"
         if len(row["averages_by_inputs"]) > 1:
             state += f" ({len(row['averages_by_inputs'])} averages: the round was rerun)"
     elif holder:

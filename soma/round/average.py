@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from soma.nodes import Export
-from soma.round import checks, once, records, roll, signed, tree, verify
+from soma.round import checks, once, records, roll, signed, tree, verify, waiting
 from soma.round import signing as signatures
 from soma.round.apart import _Elsewhere
 from soma.round.checks import Decision, decide
@@ -135,9 +135,11 @@ class _Averaging:
         missing: Callable[[], tuple[list[int], str]],
         *,
         late: bool,
+        sites: Mapping[str, Sequence[int]] | None = None,
     ) -> None:
         self.store, self.meeting, self.what = store, meeting, meeting.what
         self.ready, self.missing, self.late = ready, missing, late
+        self.sites = sites  # which clients each site hosts: where a waiting line says they are
         self.strategy = meeting.strategy_object()
         self._decided: tuple[Ready, Decision] | None = None
         self.computed: str | None = None  # the average this process computed, if it did
@@ -154,6 +156,11 @@ class _Averaging:
     def done(self) -> str | None:
         # whoever arrives late leaves with the meeting's average, whatever it was made of
         return self.store.resolve(self.meeting.average) if self.late else None
+
+    def awaited(self) -> str:
+        """The clients a waiting process waits for, where they are (soma.round.waiting)."""
+        never, detail = self.missing()
+        return f"{waiting.clients(never, self.sites)}{detail}"
 
     def check(self, inputs: Ready) -> None:
         self._decided = (inputs, self._decide(inputs))
@@ -201,6 +208,8 @@ def average_round(
     backoff: Backoff = POLL,
     sleep: Callable[[float], None] = time.sleep,
     lease: float = LEASE,
+    site: str | None = None,
+    sites: Mapping[str, Sequence[int]] | None = None,
 ) -> str:
     """Make sure the meeting has an average; the digest of its record.
 
@@ -215,7 +224,9 @@ def average_round(
     refusal stops the round in every process, naming the client and its record. An
     AveragerDied names who claimed the averaging and never published. On a bucket (a store
     with compare-and-swap) a holder is judged by its lease of `lease` seconds instead
-    (soma.round.lease).
+    (soma.round.lease). While it waits it says so (soma.round.waiting): `sites` (site -> its
+    clients) says where the missing clients are, and `site` is this process's, in its holder
+    record (and the average's `averaged_by`, if it averages).
     """
 
     elsewhere = _Elsewhere(store, meeting)
@@ -259,10 +270,10 @@ def average_round(
         detail += f"; {_left_out_text(left)})" if left else ")"
         return never, detail
 
-    work = _Averaging(store, meeting, ready, missing, late=True)
+    work = _Averaging(store, meeting, ready, missing, late=True, sites=sites)
     digest = once.once(
         store, work, deadline=deadline, backoff=backoff, sleep=sleep, lease=lease,
-        signing=meeting.signing,
+        signing=meeting.signing, site=site,
     )  # fmt: skip
     return work.checked(digest)
 

@@ -50,8 +50,10 @@ def _process_start(pid: int) -> int | None:
     return int(fields[19])
 
 
-def me(**extra: Any) -> dict[str, Any]:
-    """A record of this process: host, pid and its start, Slurm job and step, and when."""
+def me(*, site: str | None = None, **extra: Any) -> dict[str, Any]:
+    """A record of this process: host, pid and its start, Slurm job and step, and when; and
+    its site (config `site`) when the run has sites, so that others name it by its site (a
+    record without one, as every record before sites were named, is read the same)."""
     record: dict[str, Any] = {
         "host": socket.gethostname(),
         "pid": os.getpid(),
@@ -60,18 +62,50 @@ def me(**extra: Any) -> dict[str, Any]:
         "slurm_job": os.environ.get("SLURM_JOB_ID"),
         "slurm_step": os.environ.get("SLURM_STEP_ID"),
         "when": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **({} if site is None else {"site": site}),
     }
     record.update(extra)
     return record
 
 
-def describe(holder: dict[str, Any]) -> str:
+def _where(holder: dict[str, Any]) -> list[str]:
+    """Where a holder runs: its host and pid, its Slurm job and step, since when."""
     parts = [f"host {holder.get('host')}", f"pid {holder.get('pid')}"]
     if holder.get("slurm_job"):
         step = holder.get("slurm_step")
         parts.append(f"Slurm job {holder['slurm_job']}" + (f" step {step}" if step else ""))
     parts.append(f"since {holder.get('when')}")
-    return ", ".join(parts)
+    return parts
+
+
+def describe(holder: dict[str, Any]) -> str:
+    """`site A (host h, pid 12, Slurm job 7, since ...)`; without a site, what is in the
+    parentheses."""
+    where = ", ".join(_where(holder))
+    site = holder.get("site")
+    return where if site is None else f"site {site} ({where})"
+
+
+def is_me(holder: object) -> bool:
+    """Whether the record is this process's (host, pid and the pid's start)."""
+    return (
+        isinstance(holder, dict)
+        and holder.get("host") == socket.gethostname()
+        and holder.get("pid") == os.getpid()
+        and holder.get("pid_start") == _process_start(os.getpid())
+    )
+
+
+def averaged(by: object) -> str:
+    """Who computed an average, said by the process that leaves with it: `computed the
+    average here (site A, host h, ...)` when its record (`averaged_by`) is this process's,
+    else `took the average computed by site A (host h, ...)`."""
+    if not isinstance(by, dict):
+        return "took an average whose record names nobody as its averager"
+    if is_me(by):
+        site = [] if by.get("site") is None else [f"site {by['site']}"]
+        return f"computed the average here ({', '.join(site + _where(by))})"
+    return f"took the average computed by {describe(by)}"
 
 
 def slurm_job_state(job_id: str) -> str | None:

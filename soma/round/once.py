@@ -32,6 +32,7 @@ from soma.errors import SomaError
 from soma.round import holders, layout
 from soma.round import lease as leases
 from soma.round.signing import Signing
+from soma.round.waiting import Waiting, clients
 from soma.store import Store
 from soma.timing import DEADLINE, LEASE, Backoff
 
@@ -204,6 +205,9 @@ class Work(Protocol[T]):
     def missing(self) -> tuple[list[int], str]:
         """Who is still awaited, and anything else the deadline's message should say."""
 
+    # Optionally, `awaited()`: whom a waiting line names while the inputs are not ready (see
+    # soma.round.waiting), e.g. the missing clients by site; else `missing()` says it.
+
 
 def once(
     store: Store,
@@ -214,6 +218,7 @@ def once(
     sleep: Callable[[float], None] = time.sleep,
     lease: float = LEASE,
     signing: Signing | None = None,
+    site: str | None = None,
 ) -> str:
     """What `work` settles on, computed here if this process wins the claim.
 
@@ -224,12 +229,17 @@ def once(
     RoundIncomplete names who never came, or an AveragerDied names who claimed and never
     published. On a store with compare-and-swap the holder is judged by its lease of `lease`
     seconds instead, and `signing` (a roster) signs and checks its records there.
+
+    While it waits it says so at intervals (soma.round.waiting), naming whom it waits for:
+    the inputs' missing clients, or the holder of the claim, by its record. `site` is this
+    process's (config `site`), written in its holder record so that the others name it so.
     """
     leasing = leases.leased(store)
     watch = leases.Watch(store, signing, lease) if leasing else None
     started = time.monotonic()
     delays = backoff.delays()
-    me = holders.me(role="averaging", what=work.what)
+    me = holders.me(role="averaging", what=work.what, site=site)
+    waiting = Waiting(work.what)
     who: str | None = None
     checked: T | None = None
     place: Place | None = None
@@ -286,9 +296,29 @@ def once(
             # round going on with its quorum at the deadline is not called dead at once
             if at_deadline:
                 _raise_holder_died(store, place, work, deadline)
+            waiting.tick(_holder_awaited, store, place)
         elif past:
             _raise_incomplete(work, deadline)
+        else:
+            waiting.tick(_inputs_awaited, work)
         sleep(next(delays))
+
+
+def _inputs_awaited(work: Work) -> str:
+    """Whom a waiting line names while the inputs are not all there."""
+    awaited = getattr(work, "awaited", None)
+    if callable(awaited):
+        return str(awaited())
+    missing, detail = work.missing()
+    return f"{clients(missing)}{detail}"
+
+
+def _holder_awaited(store: Store, place: Place) -> str:
+    """Whom a waiting line names once the inputs are there: whoever holds the claim."""
+    latest = current_holder(store, place)
+    if latest is None:
+        return "the average, its averaging not claimed yet"
+    return f"the average, claimed by {holders.describe(latest[1])}"
 
 
 def _leased(

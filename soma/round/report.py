@@ -184,6 +184,7 @@ def _empty_row(r: int | None, key: str | None, clients: int | None) -> dict[str,
         "averaging": None,
         "averagings": 0,
         "average": None,
+        "averaged_by": None,
         "averages_by_inputs": {},
         "weights": None,
         "metrics": None,
@@ -283,7 +284,7 @@ def _status_row(
             row["average"] = None
         if row["average"]:
             record = records.read_average(store, row["average"])
-            row.update(weights=record.weights)
+            row.update(weights=record.weights, averaged_by=record.averaged_by)
             row["left_out"] = [x for x in record.left_out if not _refusal(x)]
             row["refused"] = [
                 {**x, "why": str(x["why"])[len(records.refused("")) :]}

@@ -57,9 +57,10 @@ def drive(
     (soma.run.step), then leave with the round's average (whoever finds the round complete
     averages it), every wait as `spec.timing` says. `after(round, driven)` is called once a
     round is averaged, its weights loaded into `driven.nodes`. `task` and `strategy` are
-    `soma.run.checked.checked(spec)`'s."""
+    `soma.run.checked.checked(spec)`'s. A process that shares the run with others logs, each
+    round, whether it computed the average or took another's, and whose."""
     from soma.nodes import export, load
-    from soma.round import announce, average_round
+    from soma.round import announce, average_round, holders
     from soma.round.once import read_record
     from soma.run.personal import shared
 
@@ -90,6 +91,8 @@ def drive(
                     ).metrics
             digest = average_round(store, meeting, deadline=timing.deadline, lease=timing.lease)
         record = read_record(store, digest)
+        if len(hosted) < spec.clients:  # other processes host the rest: say who averaged
+            step.LOG.info("%s: %s", meeting.what, holders.averaged(record.get("averaged_by")))
         load(nodes, store.recall_digest(record["weights"]), partial=bool(spec.personal))
         start, state = record["weights"], record["state"]
         federated = evaluate_hosted(spec, store, task, nodes, meeting, record, hosted)

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 
 from soma.round.once import POLL, Backoff
+from soma.round.waiting import Waiting, clients
 from soma.secagg.errors import BelowThreshold, SecAggError
 from soma.secagg.messages import check_signed, clients_in, record_of, write_signed
 from soma.secagg.roster import barrier_digest, must_be_in, read_roster
@@ -58,6 +59,7 @@ def consistent(
     (SplitRoster), before anything is revealed. The clients that confirmed."""
     contributors = read_roster(store, session, "masked", masked)
     started, delays = time.monotonic(), backoff.delays()
+    waiting = Waiting(f"{session.what}, client {mine}'s survivors confirmed")
     while True:
         here = clients_in(store, session.name("confirmed") + "/", contributors)
         for k, digest in here.items():
@@ -83,4 +85,6 @@ def consistent(
                 have=len(here),
                 need=session.threshold,
             )
+        awaited = [k for k in contributors if k not in here]
+        waiting.tick(clients, awaited)
         sleep(next(delays))

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 
 from soma.round.client import FAULT_GRACE
 from soma.round.once import Backoff
+from soma.round.waiting import Waiting, clients
 from soma.secagg.errors import BelowThreshold, LeftOut, NotItsSecrets, SecAggError
 from soma.secagg.messages import (
     anyone,
@@ -118,6 +119,7 @@ def barrier_digest(
     started = time.monotonic()
     delays = backoff.delays()
     noticed: dict[tuple[int, str], float] = {}  # fault notes seen, and when (FAULT_GRACE)
+    waiting = Waiting(f"{session.what}, phase {phase}")  # says whom it waits for
     while True:
         digest = store.resolve(name)
         if digest is not None:
@@ -141,6 +143,8 @@ def barrier_digest(
         if past:
             assert deadline is not None
             raise _below(session, phase, expected, here, deadline)
+        awaited = [k for k in expected if k not in here and k not in out]
+        waiting.tick(clients, awaited)
         sleep(next(delays))
 
 

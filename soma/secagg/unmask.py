@@ -16,6 +16,7 @@ import torch
 from soma.nodes import Export
 from soma.round import layout, once
 from soma.round.once import POLL, Backoff, Place
+from soma.round.waiting import Waiting
 from soma.secagg import crypto, masking, shamir
 from soma.secagg.errors import BelowThreshold, InconsistentShares, SecAggError
 from soma.secagg.messages import anyone, check_signed, clients_in, put_signed, record_of, tree_of
@@ -252,12 +253,14 @@ def result(
     """Wait for the sum at `prefix` to be published; (weighted, total). For a client that was
     left out, or any process that only wants the answer."""
     started = time.monotonic()
+    waiting = Waiting(f"secure sum {prefix!r}")
     for delay in backoff.delays():
         digest = store.resolve(layout.session(prefix, "sum"))
         if digest is not None:
             return sum_of(store, digest, f"secure sum {prefix!r}")
         if deadline is not None and time.monotonic() - started > deadline:
             raise SecAggError(f"secure sum {prefix!r}: nothing published after {deadline:g}s")
+        waiting.tick(str, "the sum, to be published by the clients that took part")
         time.sleep(delay)
     raise AssertionError("unreachable")  # pragma: no cover
 

@@ -14,6 +14,7 @@ from soma.round import (
     Meeting,
     average_inputs,
     average_round,
+    holders,
 )
 from soma.round.records import AverageRecord, read_average
 from soma.store import Store
@@ -49,11 +50,14 @@ def averaged(store: Store, meeting: Meeting, spec: RunSpec, inputs: Sequence[Inp
     """The round's average record: of exactly the inputs this snakemake's receipts name; or,
     at a site (config `site`), whose receipts name only its own clients, of the whole round
     as the store has it, waited for with nobody in charge (soma.round.average_round: the
-    quorum, `average_deadline`): whichever site finds it complete averages it, once."""
+    quorum, `average_deadline`): whichever site finds it complete averages it, once. While it
+    waits, its log says for which clients and sites, or for which site's averaging."""
     deadline, lease = spec.timing.average_deadline, spec.timing.lease
     if spec.site is None:
         return average_inputs(store, meeting, inputs, deadline=deadline, lease=lease)
-    return average_round(store, meeting, deadline=deadline, lease=lease)
+    return average_round(
+        store, meeting, deadline=deadline, lease=lease, site=spec.site, sites=spec.site_clients()
+    )
 
 
 def average_receipt(
@@ -74,12 +78,14 @@ def average_receipt(
 
 def _log_average(meeting: Meeting, record: AverageRecord, digest: str, seconds: float) -> None:
     """What an average job did, for its log: who came (as the record says: at a site, the
-    other sites' clients too), who was left out, what came of it."""
+    other sites' clients too), who was left out, whether this job computed the average or
+    took another's (whose: its record's `averaged_by`), what came of it."""
     clients = ", ".join(str(i["client"]) for i in record.inputs) or "nobody"
     sizes = ", ".join(str(i["size"]) for i in record.inputs)
     LOG.info("%s: %s of clients %s (sizes %s)", meeting.what, meeting.strategy, clients, sizes)
     for left in record.left_out:
         LOG.warning("%s: client %s left out: %s", meeting.what, left["client"], left["why"])
+    LOG.info("%s: %s", meeting.what, holders.averaged(record.averaged_by))
     LOG.info(
         "averaged weights %s (record %s, under %s) (%.2f s)",
         record.weights,

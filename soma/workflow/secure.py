@@ -24,7 +24,7 @@ from typing import Any
 
 from soma.config import secrets as private
 from soma.config.spec import RunSpec
-from soma.round import Meeting, read_record
+from soma.round import Meeting, holders, read_record
 from soma.round.records import RecordError, SecureRecord, read_average
 from soma.run import step
 from soma.run.step import Hosted
@@ -203,6 +203,7 @@ def average(
         raise RecordError(f"{meeting.what}: average record {digest} is not a secure sum's")
     secure = {k: record.secure[k] for k in ("threshold", "error_bound")}
     write_receipt(receipt, average_receipt(meeting, record, inputs=record.inputs, secure=secure))
+    LOG.info("%s: %s", meeting.what, holders.averaged(record.averaged_by))
     LOG.info(
         "%s: the secure sum of %d clients unmasked, weights %s (%.2f s)",
         meeting.what,
