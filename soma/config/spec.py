@@ -108,17 +108,23 @@ OPTIONS = {
 def open_store(
     path: str | Path, durability: str, named: str, refused: Callable[[str], SomaError]
 ) -> Store:
-    """The store at `path` with `durability`; its refusal (scratch on a store that says it is
-    shared) as `refused`, naming the setting (`named`)."""
+    """The store at `path` with `durability`, for a process that runs a round: its refusal
+    (scratch on a store that says it is shared) as `refused`, naming the setting (`named`);
+    a folder this process may not write refused now, in one line (`UnwritableStore`), not
+    at its first write."""
     from soma.store import Store
     from soma.store.errors import BadStore
+    from soma.store.folder import FolderStore
 
     try:
-        return Store(path, durability=durability)
+        store = Store(path, durability=durability)
     except BadStore as error:
         if durability == DURABLE:
             raise
         raise refused(f"{named}: {error}") from None
+    if isinstance(store, FolderStore):
+        store.check_writable()
+    return store
 
 
 # soma.simulate's keyword argument of a field, where its name is not the field's.

@@ -172,6 +172,7 @@ from soma.store.errors import (
     SymlinkInStore,
     UnknownDigest,
     UnknownName,
+    UnwritableStore,
 )
 from soma.store.folder import FolderStore
 from soma.store.names import MAX_STORE_PATH_BYTES as MAX_STORE_PATH_BYTES
@@ -207,6 +208,7 @@ __all__ = [
     "NoCodec",
     "NotText",
     "SymlinkInStore",
+    "UnwritableStore",
 ]
 
 

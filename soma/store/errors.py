@@ -93,6 +93,14 @@ class StoreUnavailable(StoreError, OSError):
     last error."""
 
 
+class UnwritableStore(StoreError, OSError):
+    """A store this process may not make or write: its file system is read-only, or it lacks
+    the permission (EROFS, EACCES, EPERM), found when the store is opened or at a later
+    write. Not retried (nobody fixes it from a client) and not a `BadStore` (the path is a
+    fine place for a store): the message names the store, the path refused and the way out.
+    An `OSError` still, as what it replaces was."""
+
+
 class OversizedBlob(CorruptBlob, BadBlob):
     """More bytes arrived for a blob than it can have (the size this process wrote it with,
     what its own safetensors header declares, or a record's cap), so the read stopped there,

@@ -50,10 +50,10 @@ def start_group(runs: Sequence[tuple[Mapping[str, Any], str, str | None]]) -> No
     specs = [spec_of(config) for config, _, _ in runs]
     task = [checked.checked(spec) for spec in specs][0][0]  # every run checked before any write
     config = runs[0][0]
+    store = RunSpec.config_store(config)  # an unwritable store refused before any evaluation
     nodes = task.nodes(config["seed"])
     exported = export(nodes)  # before evaluate(), which may move the nodes to a device
     metrics = start_metrics(config, task, nodes)
-    store = RunSpec.config_store(config)
     weights = store.put_value(shared(exported, specs[0].personal))  # the same in the group
     for (config, receipt, run_record), spec in zip(runs, specs, strict=True):
         _started(config, receipt, run_record, spec, store, weights, metrics, tic)
