@@ -112,11 +112,14 @@ def _duration(text: str) -> float:
 
 class _Defaults(argparse.HelpFormatter):
     """`--help` shows every option's default: the value itself, unless the help already
-    says it (`default: ...`) or the option has none (a flag off, an empty list, None)."""
+    says it (`default: ...`) or the option has none (a flag off, an empty list, None). A
+    positional (a subcommand in `soma --help`) has no default to show."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
         default = action.default
+        if not action.option_strings:
+            return text
         if "default" in text or action.required or default is argparse.SUPPRESS:
             return text
         if isinstance(default, bool) or default is None or default == []:
@@ -133,7 +136,14 @@ def _run_arguments(c: argparse.ArgumentParser) -> None:
         "reaches; scratch: no fsync (a machine crash means rerunning the round), refused on "
         "a store that says it is shared (its file `shared`)",
     )
-    c.add_argument("--task", default="soma.tasks.control", help="a task's import path")
+    c.add_argument(
+        "--task",
+        default="soma.tasks.control",
+        help="a task's import path (default: soma.tasks.control, a toy task that serves "
+        "any client count in seconds: a fixed teacher network, each client on one corner of "
+        "its inputs; the workflow's default, and the README's results, are --task "
+        "soma.tasks.digits)",
+    )
     c.add_argument(
         "--option",
         action="append",

@@ -28,6 +28,8 @@ def _names_of(store: Store, run: str | None) -> list[str]:
 
 
 def _size(count: int) -> str:
+    """A byte count as a report says it: `1.5 MB`, `300 B` (never `None`)."""
     for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
         if count >= scale:
             return f"{count / scale:.1f} {unit}"
+    return f"{count} B"

@@ -17,6 +17,7 @@ from typing import Any
 
 from soma.health import reach
 from soma.health.advice import Advisor
+from soma.health.collecting import GRACE
 from soma.health.common import _names_of, _size
 from soma.health.reach import Graph, files, list_blobs, resolve_names, walk
 from soma.store import Store, hash_stream, mark_corrupt
@@ -90,6 +91,15 @@ class Problem:
         }
 
 
+# What an unreachable blob is, said beside their count: a clean store has some, and a count
+# alone reads like damage.
+UNREACHABLE = (
+    ": blobs no name reaches, what a name held before it was bound again (a lease renewed, a "
+    "job rerun) or what a killed job put before naming it; harmless, and `soma gc` removes "
+    f"those untouched for {GRACE / 3600:g} h"
+)
+
+
 @dataclass
 class VerifyReport:
     store: str
@@ -119,7 +129,8 @@ class VerifyReport:
         extra = ""
         if self.run is None:
             extra = (
-                f"; {self.unreachable} unreachable blob(s) ({_size(self.unreachable_bytes)}), "
+                f"; {self.unreachable} unreachable blob(s) ({_size(self.unreachable_bytes)}"
+                f"{UNREACHABLE if self.unreachable else ''}), "
                 f"{self.temporaries} temporar{'y' if self.temporaries == 1 else 'ies'} "
                 f"({_size(self.temporary_bytes)})"
             )
