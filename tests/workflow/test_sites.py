@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ pytest.importorskip("boto3", reason="boto3 (soma[s3]) is not installed")
 
 from s3_bucket import BUCKET  # noqa: E402
 
+from soma.cli import main  # noqa: E402
 from soma.config.configs import ConfigRefused  # noqa: E402
 from soma.config.identity import declared  # noqa: E402
 from soma.config.spec import RunSpec  # noqa: E402
@@ -63,6 +65,14 @@ def one_site(tmp_path_factory) -> list[str]:
     return [r.record["weights"] for r in done.rounds]
 
 
+def waited_for(log: Path, process: subprocess.Popen, seconds: float = 240) -> None:
+    """Until the job's `log` says it waits (or its snakemake ended, or `seconds` passed)."""
+    until = time.monotonic() + seconds
+    while not (log.exists() and "waited" in log.read_text()) and process.poll() is None:
+        assert time.monotonic() < until, f"{log} never said it waits"
+        time.sleep(0.2)
+
+
 def averagings_per_round(store: Store, run: str) -> dict[int, int]:
     """How many averagings were computed in each round, from the store's own records."""
     counts: dict[int, int] = {}
@@ -107,8 +117,11 @@ def test_a_site_is_not_part_of_what_the_run_is_so_sites_meet_in_the_same_rounds(
 
 
 def test_two_sites_on_one_bucket_reach_the_bits_of_one_site_averaging_each_round_once(
-    bucket: str, tmp_path: Path, one_site: list[str]
+    bucket: str, tmp_path: Path, one_site: list[str], capsys
 ) -> None:
+    """Site B starts once site A's log says it waits for B's clients; each round's log at
+    one site says it computed the average here, at the other that it took that site's, and
+    `soma status` names that site."""
     store = prefix("workflow")
     folders = {site: tmp_path / site for site in SITES}
     processes = {}
@@ -120,10 +133,26 @@ def test_two_sites_on_one_bucket_reach_the_bits_of_one_site_averaging_each_round
         command.append(f"results/sites/round/{ROUNDS - 1}/evaluation.json")  # not the summary
         processes[site] = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env()
-        )  # both at once: each site's averages wait for the other's clients
+        )  # each site's averages wait for the other's clients
+        if site == "A":  # B starts once A says it waits for B's clients
+            waited_for(folders["A"] / "logs/sites/round/0/round.log", processes["A"])
     for site, process in processes.items():
         out, _ = process.communicate(timeout=300)
         assert process.returncode == 0, f"site {site}:\n{out[-4000:]}"
+    logs = {s: [(f / f"logs/sites/round/{r}/round.log").read_text() for r in range(ROUNDS)]
+            for s, f in folders.items()}  # fmt: skip
+    waited = [x for x in logs["A"][0].splitlines() if "waited" in x]
+    assert waited and all(
+        x.endswith("for clients 2, 3 at site B (quorum 4 of 4, 2 came)") for x in waited
+    ), logs["A"][0]
+    assert main(["status", "--store", store, "--run", "sites"]) == 0
+    status = capsys.readouterr().out.splitlines()
+    for r in range(ROUNDS):  # one site computed the round's average, the other took it
+        (here,) = [s for s in SITES if f"computed the average here (site {s}, " in logs[s][r]]
+        (there,) = set(SITES) - {here}
+        took = f"round {r} of run 'sites': took the average computed by site {here} ("
+        assert took in logs[there][r], logs[there][r]
+        assert f" by site {here}" in status[r] and status[r].startswith(f"round {r:>4}"), status
     for site, folder in folders.items():
         rounds = folder / "results" / "sites" / "round"
         for r in range(ROUNDS):  # a job a round: its own clients trained, the round averaged
