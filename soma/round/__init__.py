@@ -29,7 +29,8 @@ Input), `signed` (records checked against the run's roster), `roll` (who came), 
 (what is refused before anything is claimed), `client` (contribute, drop), `apart`
 (meetings of one round that differ), `average` (the averaging, gather) and `report` (what
 `soma status` shows); beneath them `layout`, `records`, `once`, `lease`, `holders`,
-`signing` and `tree`. This module only re-exports their names.
+`waiting` (what a waiting process says), `signing` and `tree`. This module only re-exports
+their names.
 """
 
 # Re-exports only: every name soma.round offered before its split stays importable from it.
