@@ -7,6 +7,14 @@ pid is reused; a pid with the same start time is the same process), and its Slur
 step (a job that Slurm says has ended holds nothing; nor does a step that has ended in a job
 still running, e.g. an srun task on another node of the allocation, whose pid cannot be
 checked from here).
+
+    holder record   {"host", "pid", "pid_start", "thread", "slurm_job", "slurm_step", "when",
+                     "site"?, ...}   (`me`; "site" only in a run across sites, so a record
+                                     without it, as every earlier one, is read the same;
+                                     the rest as its writer adds: "role", "what")
+
+Others name a holder by it (`describe`: its site first, when it has one), and a process that
+leaves a round with its average says whether it computed it or took another's (`averaged`).
 """
 
 from __future__ import annotations
