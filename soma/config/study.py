@@ -122,6 +122,41 @@ def _name_text(value: Any, values: list[Any]) -> str:
     return said
 
 
+# The characters a Snakemake rule name cannot hold (rule names are Python identifiers).
+NOT_IN_A_RULE = re.compile(r"[^A-Za-z0-9]+")
+
+
+def job_names(study: Study) -> list[str]:
+    """Each point's name in its jobs' rule names (`fedadam_seed1` in `fedadam_seed1_train`),
+    so that a job says which point it runs: the point's values in the grid's order, a text
+    value as itself (`fedadam`) and any other after its key (`seed1`, `participation0_5`;
+    a mapping or a list by its place in the grid's list: `task_options1`), made an
+    identifier (Snakemake's rule names are). Names that would not be unique, or would begin
+    as the study's own rules do (`study_`), are `point<i>` instead: deterministic, as the
+    grid is."""
+    names = []
+    for point in study.points:
+        words = []
+        for key, value in point.values.items():
+            said = NOT_IN_A_RULE.sub("_", _name_text(value, _values(study, key))).strip("_")
+            bare = isinstance(value, str) and said[:1].isalpha()
+            words.append(said if bare else f"{key}{said}")
+        names.append("_".join(words))
+    clash = len(set(names)) != len(names) or any(
+        n == "study" or n.startswith("study_") for n in names
+    )
+    return [f"point{i}" for i in range(len(names))] if clash else names
+
+
+def _values(study: Study, key: str) -> list[Any]:
+    """The grid's list of values of `key`, in order (from its points)."""
+    seen: list[Any] = []
+    for point in study.points:
+        if point.values[key] not in seen:
+            seen.append(point.values[key])
+    return seen
+
+
 def _target(target: Any) -> Mapping[str, Any] | None:
     if target is None:
         return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import io
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -185,23 +186,31 @@ def summary(
     plot: str,
     page: str | None = None,
     run: str | None = None,
+    clients: int | None = None,
 ) -> None:
-    """The per-round table (TSV, and as an HTML page for the report) and the plot (PNG)."""
+    """The per-round table (TSV, and as an HTML page for the report) and the plot (PNG), its
+    clients' axis 0..`clients` (the run's)."""
     columns = [c for c in (*COLUMNS, *ATTENDANCE) if any(c in row for row in rows)]
-    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+    cells = [[cell(row, c) for c in columns] for row in rows]
     title = plot_title(rows, columns)
     _write_text(table, "\n".join("\t".join(line) for line in [columns, *cells]) + "\n")
     if page is not None:
         _write_text(page, html_table(columns, cells, f"{run or 'run'}: test {metric}", title))
-    draw(rows, columns, metric, plot, title)
+    draw(rows, columns, metric, plot, title, clients)
     LOG.info("wrote %s (%d rows), %s%s", table, len(rows), plot, f" and {page}" if page else "")
     if rows:
         last = rows[-1]
         LOG.info("round %s: %s", last["round"], shown({c: last.get(c) for c in columns[2:]}))
 
 
-def _cell(value: Any) -> str:
-    """A table cell: four decimals for a metric, `nan` where the metric was not a number."""
+def cell(row: Mapping[str, Any], column: str) -> str:
+    """A table cell: four decimals for a metric; `nan` where the row has the column but its
+    metric was not a number (a diverged run); empty where the row has no such column (the
+    start's validation: nobody evaluates the starting weights on their own data), as TSV
+    leaves a value out (pandas reads both as NaN)."""
+    if column not in row:
+        return ""
+    value = row[column]
     if value is None:
         return "nan"
     return f"{value:.4f}" if isinstance(value, float) else str(value)
@@ -281,12 +290,23 @@ def _band(axes: Any, rows: Sequence[Mapping[str, Any]], xs: Sequence[int], color
 
 
 def draw(
-    rows: Sequence[Mapping[str, Any]], columns: Sequence[str], metric: str, plot: str, title: str
+    rows: Sequence[Mapping[str, Any]],
+    columns: Sequence[str],
+    metric: str,
+    plot: str,
+    title: str,
+    clients: int | None = None,
 ) -> None:
     """The plot as a PNG; no timestamp or version in it, so a rerun writes the same bytes."""
+    figure = plotted(rows, columns, metric, title, clients)
+    save_png(figure, plot)
+
+
+def save_png(figure: Figure, plot: str) -> None:
+    """A figure as a PNG written atomically, without the metadata that would change its bytes
+    from one matplotlib to the next."""
     from matplotlib import pyplot
 
-    figure = plotted(rows, columns, metric, title)
     Path(plot).parent.mkdir(parents=True, exist_ok=True)
     png = io.BytesIO()
     figure.savefig(png, format="png", metadata={"Software": None})
@@ -295,16 +315,30 @@ def draw(
 
 
 def plotted(
-    rows: Sequence[Mapping[str, Any]], columns: Sequence[str], metric: str, title: str
+    rows: Sequence[Mapping[str, Any]],
+    columns: Sequence[str],
+    metric: str,
+    title: str,
+    clients: int | None = None,
 ) -> Figure:
-    """The metric per round on the table's rounds, one line per column of the table (a
-    Figure, so that tests can read its ticks, lines and title)."""
+    """The metric per round on the table's rounds, one line per column of the table, and,
+    when the rows say who took part, the clients of each round in a panel below on an axis
+    of 0..`clients` (default: the most a round had). One legend, below the axes, so that it
+    covers neither a line nor a bar (a Figure, so that tests can read its artists)."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    figure, axes = pyplot.subplots(figsize=(6.4, 4.2), dpi=100)
+    counted = attendance(rows)
+    if counted:
+        figure, (axes, below) = pyplot.subplots(
+            2, 1, sharex=True, figsize=(6.4, 6.2), dpi=100, height_ratios=(3, 1),
+            layout="constrained",
+        )  # fmt: skip
+    else:
+        figure, axes = pyplot.subplots(figsize=(6.4, 5.0), dpi=100, layout="constrained")
+        below = axes
     xs = [x_of(row["round"]) for row in rows]
     strategy = rows[0]["strategy"] if rows else "fedavg"
     for column, (label, style) in SERIES.items():
@@ -314,54 +348,89 @@ def plotted(
             if column == "validation" and "validation_p10" in columns:
                 _band(axes, rows, xs, line.get_color())
     ticks = round_ticks([row["round"] for row in rows])
-    axes.set_xticks(ticks, ["start" if t == x_of(START) else str(t) for t in ticks])
-    axes.set_xlabel("round (0-based, as in the table)")
+    below.set_xticks(ticks, ["start" if t == x_of(START) else str(t) for t in ticks])
+    below.set_xlabel("round (0-based, as in the table)")
     axes.set_ylabel(f"{metric}" if "validation" in columns else f"test {metric}")
     axes.set_title(title)
     axes.grid(alpha=0.3)
-    if rows:
-        axes.legend()
-    _draw_attendance(axes, rows, xs)
-    figure.tight_layout()
+    if counted:
+        _draw_attendance(below, counted, clients)
+    legend_below(figure)
     return figure
 
 
-def _draw_attendance(axes: Any, rows: Sequence[Mapping[str, Any]], xs: Sequence[int]) -> None:
-    """Who took part in each round, as bars on a second axis: clients that trained, on them
-    those that dropped out (labelled by why, as in the table's `why`), and on those the
-    clients whose input the averaging refused."""
-    counted = [
-        (x, row["trained"], row["dropped"], row.get("why") or "")
-        for x, row in zip(xs, rows, strict=True)
-        if isinstance(row.get("trained"), int) and isinstance(row.get("dropped"), int)
-    ]
-    if not counted:
-        return
-    refused = [
-        row["refused"] if isinstance(row.get("refused"), int) else 0
+def legend_below(figure: Figure, columns: int = 2) -> None:
+    """One legend for every labelled artist of the figure's axes, outside them, below: it
+    hides no data however the lines run (the figure's constrained layout makes it room)."""
+    handles, labels = [], []
+    for axes in figure.axes:
+        for handle, label in zip(*axes.get_legend_handles_labels(), strict=True):
+            handles.append(handle)
+            labels.append(label)
+    if handles:
+        figure.legend(
+            handles, labels, loc="outside lower center", ncols=min(columns, len(handles)),
+            fontsize="small", frameon=False,
+        )  # fmt: skip
+
+
+# A round's attendance as the plot draws it: where, trained, dropped, refused, why.
+Attendance = tuple[int, int, int, int, str]
+
+
+def attendance(rows: Sequence[Mapping[str, Any]]) -> list[Attendance]:
+    """The rows that say who took part (with_attendance; not the start's), as bars."""
+    return [
+        (
+            x_of(row["round"]),
+            row["trained"],
+            row["dropped"],
+            row["refused"] if isinstance(row.get("refused"), int) else 0,
+            row.get("why") or "",
+        )
         for row in rows
         if isinstance(row.get("trained"), int) and isinstance(row.get("dropped"), int)
     ]
-    clients = axes.twinx()
+
+
+def _draw_attendance(axes: Any, counted: Sequence[Attendance], clients: int | None) -> None:
+    """Who took part in each round, as stacked bars on an axis of 0..clients: clients that
+    trained, on them those that dropped out (labelled by why, as in the table's `why`), and
+    on those the clients whose input the averaging refused."""
     at = [c[0] for c in counted]
     trained = [c[1] for c in counted]
-    clients.bar(at, trained, width=0.5, color="tab:gray", alpha=0.25, label="clients trained")
     dropped = [c[2] for c in counted]
+    refused = [c[3] for c in counted]
+    axes.bar(at, trained, width=0.5, color="tab:gray", alpha=0.5, label="clients trained")
     if any(dropped):
-        clients.bar(
+        axes.bar(
             at, dropped, width=0.5, bottom=trained, color="tab:red", alpha=0.4,
             label="clients dropped out",
         )  # fmt: skip
-        for x, t, d, why in counted if len(counted) <= 20 else ():  # legible, or not at all
-            if d:
-                clients.annotate(why, (x, t + d), ha="center", va="bottom", fontsize=7)
+        for x, _, d, _, why in counted if len(counted) <= 20 else ():  # legible, or not at all
+            if d:  # inside the bars, read upwards from their foot
+                axes.annotate(why, (x, 0), xytext=(0, 2), textcoords="offset points",
+                              rotation=90, ha="center", va="bottom", fontsize=7)  # fmt: skip
     if any(refused):
-        below = [t + d for t, d in zip(trained, dropped, strict=True)]
-        clients.bar(
-            at, refused, width=0.5, bottom=below, color="tab:purple", alpha=0.4,
+        on = [t + d for t, d in zip(trained, dropped, strict=True)]
+        axes.bar(
+            at, refused, width=0.5, bottom=on, color="tab:purple", alpha=0.4,
             label="clients refused (input)",
         )  # fmt: skip
-    top = max(t + d + r for (_, t, d, _), r in zip(counted, refused, strict=True))
-    clients.set_ylim(0, top * 3)  # the bars in the lower third, under the metric's lines
-    clients.set_ylabel("clients in the round")
-    clients.legend(loc="lower right", fontsize=8)
+    top = max(clients or 0, *(t + d + r for _, t, d, r, _ in counted), 1)
+    axes.set_ylim(0, top)
+    axes.set_yticks(client_ticks(top))
+    axes.set_ylabel("clients")
+    axes.grid(axis="y", alpha=0.3)
+
+
+def client_ticks(clients: int) -> list[int]:
+    """Whole clients from 0 to `clients`, `clients` the top one: multiples of a round step
+    (1, 2 or 5 times a power of ten; at most five steps to the top), the last moved up to
+    `clients` when within half a step of it."""
+    steps = (m * 10**e for e in itertools.count() for m in (1, 2, 5))
+    step = next(s for s in steps if clients <= 5 * s)
+    ticks = list(range(0, clients, step))
+    if len(ticks) > 1 and clients - ticks[-1] <= step / 2:
+        ticks.pop()
+    return [*ticks, clients]

@@ -3,25 +3,33 @@
 Per point (the grid's keys other than `seed`) and round: each metric's mean and standard
 deviation (sample, n-1; `nan` with one seed) over the seeds, read from the runs' own
 evaluation receipts (the same numbers as their summary.tsv), and the rounds the seeds' mean
-took to reach the study's `target`. The plot draws each point's mean with a band of one
-standard deviation on either side.
+took to reach the study's `target` (on the point's last row: a fact of the point, not of a
+round). The plot draws each point's mean with a band of one standard deviation on either side.
 """
 
 from __future__ import annotations
 
-import io
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from soma.config.study import Study
-from soma.files import write_atomic
 from soma.run.evaluation import lower_is_better
 from soma.workflow.common import LOG
 from soma.workflow.receipts import RESULTS, evaluation_path, read_receipt, start_path
-from soma.workflow.report import START, _cell, _write_text, round_ticks, x_of
+from soma.workflow.report import (
+    START,
+    _write_text,
+    cell,
+    legend_below,
+    round_ticks,
+    save_png,
+    x_of,
+)
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def evaluations(results: str, run: str, rounds: int) -> list[str]:
@@ -41,8 +49,9 @@ def _metrics(paths: Sequence[str]) -> list[tuple[int | str, dict[str, float]]]:
 
 
 def study_rows(study: Study, results: str = RESULTS) -> list[dict[str, Any]]:
-    """The table's rows: per point and round, `<metric>_mean`, `<metric>_std`, `seeds`, and
-    `to_target` (rounds until the seeds' mean reached the target; empty when it never did)."""
+    """The table's rows: per point and round, `<metric>_mean`, `<metric>_std`, `seeds`; with a
+    target, the point's last row holds `to_target` (rounds until the seeds' mean reached the
+    target; "" when it did not within the rounds), said once as it is one fact per point."""
     groups: dict[tuple[tuple[str, str], ...], list[str]] = {}
     rounds = {}
     for point in study.points:
@@ -60,9 +69,8 @@ def study_rows(study: Study, results: str = RESULTS) -> list[dict[str, Any]]:
             for name in names:
                 row[f"{name}_mean"], row[f"{name}_std"] = spread([r[at][1][name] for r in per_run])
             mine.append(row)
-        reached = _to_target(mine, study.target)
-        for row in mine:
-            row["to_target"] = reached
+        if study.target is not None and mine:
+            mine[-1]["to_target"] = _to_target(mine, study.target)
         rows.extend(mine)
     return rows
 
@@ -73,10 +81,8 @@ def spread(values: Sequence[float]) -> tuple[float, float | None]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None
 
 
-def _to_target(rows: Sequence[Mapping[str, Any]], target: Mapping[str, Any] | None) -> Any:
+def _to_target(rows: Sequence[Mapping[str, Any]], target: Mapping[str, Any]) -> Any:
     """Rounds until the mean reached the target (round r is r + 1 rounds); "" when never."""
-    if target is None:
-        return ""
     column, value = f"{target['metric']}_mean", float(target["value"])
     for row in rows:
         got = row.get(column)
@@ -94,24 +100,28 @@ def study_summary(
     rows = study_rows(study, results)
     keys = [k for k in study.keys if k != "seed"]
     named = sorted({c for row in rows for c in row if c.endswith(("_mean", "_std"))})
-    columns = [*keys, "round", "seeds", *named, "to_target"]
-    lines = ["\t".join(columns)] + ["\t".join(_cell(row.get(c)) for c in columns) for row in rows]
+    columns = [*keys, "round", "seeds", *named]
+    if study.target is not None:
+        columns.append("to_target")
+    lines = ["\t".join(columns)] + ["\t".join(cell(row, c) for c in columns) for row in rows]
     _write_text(table, "\n".join(lines) + "\n")
-    _draw(rows, keys, metric, plot, study.name)
+    save_png(study_plot(rows, keys, metric, study.name), plot)
     LOG.info("study %r: wrote %s (%d rows) and %s", study.name, table, len(rows), plot)
     return rows
 
 
-def _draw(
-    rows: Sequence[Mapping[str, Any]], keys: Sequence[str], metric: str, plot: str, name: str
-) -> None:
-    """Each point's mean of `metric` per round, with a band of one standard deviation."""
+def study_plot(
+    rows: Sequence[Mapping[str, Any]], keys: Sequence[str], metric: str, name: str
+) -> Figure:
+    """Each point's mean of `metric` per round, with a band of one standard deviation; the
+    legend below the axes, where it covers no point's line however many there are (a Figure,
+    so that tests can read its artists)."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    figure, axes = pyplot.subplots(figsize=(6.4, 4.2), dpi=100)
+    figure, axes = pyplot.subplots(figsize=(6.4, 5.0), dpi=100, layout="constrained")
     points: dict[str, list[Mapping[str, Any]]] = {}
     for row in rows:
         label = ", ".join(f"{k}={row[k]}" for k in keys) or "all"
@@ -130,14 +140,8 @@ def _draw(
     axes.set_ylabel(f"test {metric} (mean ± std over seeds)")
     axes.set_title(f"study {name}")
     axes.grid(alpha=0.3)
-    if points:
-        axes.legend(fontsize="small")
-    figure.tight_layout()
-    Path(plot).parent.mkdir(parents=True, exist_ok=True)
-    png = io.BytesIO()
-    figure.savefig(png, format="png", metadata={"Software": None})
-    pyplot.close(figure)
-    write_atomic(plot, png.getbuffer())
+    legend_below(figure)
+    return figure
 
 
 def _number(value: Any, missing: float = math.nan) -> float:

@@ -1,13 +1,13 @@
 # A study (soma.config.study): one run per point of the config's `study:` grid, in this one DAG.
-# Each point is this Snakefile again as a module with the point's config (its rules named
-# point<i>_<rule>), but for its `start`: the points that start from the same weights (the
+# Each point is this Snakefile again as a module with the point's config, its rules named after
+# the point (`fedadam_seed1_train`: soma.config.study.job_names), but for its `start`: the points that start from the same weights (the
 # same task, options and seed) share one start job. `results/<study>/summary.tsv` and
 # `<metric>.png` compare the points over their seeds (soma.workflow.study).
 import json
 import os
 
 from soma.config.identity import declared
-from soma.config.study import start_groups
+from soma.config.study import job_names, start_groups
 from soma.workflow import receipts
 
 STUDY_RUNS = {point.run: point for point in STUDY.points}
@@ -29,17 +29,17 @@ for point in STUDY.points:
             f"config key `study` (the point {point.run}): {said}"
         ) from None
 
-for i, point in enumerate(STUDY.points):
+for point, job in zip(STUDY.points, job_names(STUDY)):
     workflow.module(
-        name=f"point{i}",
+        name=job,
         snakefile=os.path.join(workflow.basedir, "Snakefile"),
         config=point.config,
     )
     workflow.userule(
         rules=["*"],
-        from_module=f"point{i}",
+        from_module=job,
         exclude_rules=["start", "all"],
-        name_modifier=f"point{i}_*",
+        name_modifier=f"{job}_*",
     )(lambda: None)
 
 

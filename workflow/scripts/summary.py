@@ -16,5 +16,11 @@ with workflow.logged(sm.log[0]):
     )
     rows = report.with_attendance(rows, sm.input.averages)
     report.summary(
-        rows, metric, sm.output.table, sm.output.plot, page=sm.output.page, run=sm.config["run"]
+        rows,
+        metric,
+        sm.output.table,
+        sm.output.plot,
+        page=sm.output.page,
+        run=sm.config["run"],
+        clients=sm.config["clients"],
     )
