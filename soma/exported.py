@@ -14,7 +14,15 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from soma.model import ModelError, averages, export_average, export_best, provenance, save_model
+from soma.model import (
+    ModelError,
+    averages,
+    described,
+    export_average,
+    export_best,
+    provenance,
+    save_model,
+)
 from soma.round import layout, readers
 from soma.round.signing import Signing, read_roster
 from soma.store import Store
@@ -109,15 +117,17 @@ def export_best_checked(
     *,
     signing: Signing | None,
     weights: Mapping[int, str] | None = None,
+    vouched: str | None = None,
 ) -> dict[str, Any]:
     """soma.model.export_best, with a roster among the signed averages whose federated
     evaluation record a roster member signed only; `ignored` lists every record left out for
-    its signature, with why (empty without a roster)."""
+    its signature, with why (empty without a roster). `vouched`: see soma.model.described."""
     from soma.round.records import read_average
     from soma.run.evaluation import best_round
 
     if signing is None:
-        return {**export_best(store, run, path, metric, weights=weights), "ignored": []}
+        made = export_best(store, run, path, metric, weights=weights, vouched=vouched)
+        return {**made, "ignored": []}
     held, forged = _sorted_out(store, run, signing)
     ignored = [why for by in forged.values() for why in by.values()]
     chosen: dict[int, tuple[str, dict[str, Any]]] = {}
@@ -141,7 +151,8 @@ def export_best_checked(
     r, mean = best_round({r: evaluation for r, (_, evaluation) in chosen.items()}, metric)
     record = read_average(store, chosen[r][0])
     made = {**provenance(record.value()), "best": {"metric": metric, "validation": mean}}
-    save_model(store.recall_digest(record.weights, lazy=True), path, made)
+    about = described(store, record, vouched=vouched)
+    save_model(store.recall_digest(record.weights, lazy=True), path, {**made, **about})
     return {**made, "average": chosen[r][0], "ignored": ignored}
 
 

@@ -16,6 +16,20 @@ rest:
     run, round, weights, strategy
                where the weights came from (the weights' digest in the store that held them);
                text as given, anything else JSON-encoded (the round is "3")
+    task, task_options
+               what the model is: the run's task (its import path) and options (JSON), read
+               from the meeting of the average (its `about` record, checked to hash to the
+               meeting's key)
+    nodes      JSON: {node: repr(module)}, in the task's order (`task.nodes(seed)`)
+    preprocessing.<key>
+               what the task says its inputs must be made of (its optional
+               `preprocessing()`, soma.tasks): the digits task's formula, mean and std
+
+A file used outside soma needs its inputs prepared as in training: `nodes` and
+`preprocessing.*` say how (examples/use_model.py scores digits with torch alone). The task is
+made (imported) to say them only when it is one of soma's own (`soma.tasks.*`) or the one the
+caller vouches for (the workflow's jobs: their config's), never merely because the store names
+it: reading a store runs no code of its choosing (as its strategies: soma.round.verify).
 
 `load_model` rebuilds `{node: {key: tensor}}` from those pairs. Two pairs that would make
 one name (`("a.b", "c")` and `("a", "b.c")`) are refused, naming both, before anything is
@@ -31,6 +45,7 @@ without a copy of it).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import struct
 from collections.abc import Iterable, Mapping
@@ -46,7 +61,10 @@ from soma.store import tensorfile
 from soma.store.errors import StoreError
 
 if TYPE_CHECKING:
+    from soma.round.records import AverageRecord
     from soma.store import Store
+
+LOG = logging.getLogger("soma.model")
 
 FORMAT = "soma.model/1"
 RESERVED = ("format", "tensors")
@@ -56,6 +74,7 @@ __all__ = [
     "ModelError",
     "averages",
     "choose_average",
+    "described",
     "export_average",
     "export_best",
     "export_receipt",
@@ -217,6 +236,66 @@ def provenance(record: Mapping[str, Any]) -> dict[str, Any]:
     return {key: record[key] for key in ("run", "round", "weights", "strategy")}
 
 
+def described(store: Store, record: AverageRecord, *, vouched: str | None = None) -> dict[str, Any]:
+    """What a model file of `record`'s weights says of the model beyond where it came from
+    (see the module): the run's task and options from the average's meeting, and, when the
+    task may be made here (one of soma's own, or `vouched`: the task the caller imports
+    anyway), its nodes and its `preprocessing()`. Nothing when the meeting cannot be read or
+    does not hash to its key; no nodes when the task cannot be made here (logged)."""
+    config = _meeting_config(store, record)
+    if config is None:
+        return {}
+    task, options = config["task"], dict(config["options"])
+    made: dict[str, Any] = {"task": task, "task_options": options}
+    if not (task.startswith("soma.tasks.") or task == vouched):
+        return made
+    from soma.tasks import TaskError, importable_here, load_task
+
+    importable_here()
+    try:
+        loaded = load_task(task, options)
+    except TaskError as error:
+        LOG.warning("the model file says nothing of task %r's nodes: %s", task, error)
+        return made
+    nodes = loaded.nodes(int(config.get("seed") or 0))
+    made["nodes"] = json.dumps({name: repr(node) for name, node in nodes.items()})
+    hook = getattr(loaded, "preprocessing", None)
+    said = hook() if callable(hook) else {}
+    if not isinstance(said, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in said.items()
+    ):
+        raise ModelError(f"task {task!r}: preprocessing() must return text to text, not {said!r}")
+    made.update({f"preprocessing.{key}": value for key, value in said.items()})
+    return made
+
+
+def _meeting_config(store: Store, record: AverageRecord) -> Mapping[str, Any] | None:
+    """The run's config (task, options, seed) from the `about` record of `record`'s meeting,
+    checked to hash to the meeting's key (which the average record names, signed where the
+    run is); None when there is none or it does not match."""
+    import hashlib
+
+    from soma.round import layout
+    from soma.round.signing import SIGNED
+    from soma.store.codecs import canonical_json
+
+    if record.meeting is None:
+        return None
+    digest = store.resolve(layout.about(layout.meeting(record.run, record.round, record.meeting)))
+    about = None if digest is None else store.recall_digest(digest)
+    if not isinstance(about, Mapping):
+        return None
+    identity = {k: v for k, v in about.items() if k not in ("run", "round", SIGNED)}
+    if hashlib.sha256(canonical_json(identity)).hexdigest() != record.meeting:
+        return None
+    config = identity.get("config")
+    if not isinstance(config, Mapping) or not isinstance(config.get("task"), str):
+        return None
+    if not isinstance(config.get("options") or {}, Mapping):
+        return None
+    return {**config, "options": config.get("options") or {}}
+
+
 def averages(store: Store, run: str) -> dict[int, dict[str, str]]:
     """Per round of `run`, every average published in it: its record's digest and the meeting
     it belongs to. Several in one round are two runs under one name, or a round rerun with
@@ -332,20 +411,35 @@ def export_average(
     r, digest = choose_average(store, run, round, average)
     record = read_average(store, digest)
     made = provenance(record.value())
-    save_model(store.recall_digest(record.weights, lazy=True), path, made)
+    save_model(
+        store.recall_digest(record.weights, lazy=True), path, {**made, **described(store, record)}
+    )
     return {**made, "average": digest}
 
 
 def export_receipt(
-    store: str | os.PathLike[str], receipt: str | os.PathLike[str], path: str | os.PathLike[str]
+    store: str | os.PathLike[str],
+    receipt: str | os.PathLike[str],
+    path: str | os.PathLike[str],
+    *,
+    vouched: str | None = None,
 ) -> dict[str, Any]:
-    """The workflow's rule `model`: the weights an average receipt names, as the model file."""
+    """The workflow's rule `model`: the weights an average receipt names, as the model file
+    (`vouched`: the task of the job's config, see `described`)."""
+    from soma.round.records import read_average
     from soma.store import Store
 
     with open(receipt, encoding="utf-8") as f:
         given = json.load(f)
     made = provenance(given)
-    save_model(Store(store).recall_digest(given["weights"], lazy=True), path, made)
+    opened = Store(store)
+    about: dict[str, Any] = {}
+    for digest in sorted(averages(opened, given["run"]).get(given["round"], {})):
+        record = read_average(opened, digest)
+        if record.weights == given["weights"]:
+            about = described(opened, record, vouched=vouched)
+            break
+    save_model(opened.recall_digest(given["weights"], lazy=True), path, {**made, **about})
     return made
 
 
@@ -356,11 +450,13 @@ def export_best(
     metric: str,
     *,
     weights: Mapping[int, str] | None = None,
+    vouched: str | None = None,
 ) -> dict[str, Any]:
     """Write the average of the round whose federated validation mean of `metric` is best
     (soma.run.evaluation.best_round: the clients' own held-out data, never the central test set)
     as the model file `path`; its provenance, the round among it, and the metric's mean.
-    `weights` (the workflow's receipts): per round, the only weights to consider."""
+    `weights` (the workflow's receipts): per round, the only weights to consider; `vouched`:
+    see `described`."""
     from soma.round.records import read_average
     from soma.run.evaluation import best_round, federated_of
 
@@ -376,5 +472,6 @@ def export_best(
     r, mean = best_round({r: evaluation for r, (_, evaluation) in chosen.items()}, metric)
     record = read_average(store, chosen[r][0])
     made = {**provenance(record.value()), "best": {"metric": metric, "validation": mean}}
-    save_model(store.recall_digest(record.weights, lazy=True), path, made)
+    about = described(store, record, vouched=vouched)
+    save_model(store.recall_digest(record.weights, lazy=True), path, {**made, **about})
     return {**made, "average": chosen[r][0]}

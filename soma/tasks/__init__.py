@@ -39,6 +39,11 @@ refuse, as a TaskError, a client count the task's options cannot serve (the digi
 too few clients to hold every digit), so that the workflow's `start` job says so before any
 client trains.
 
+Optionally `preprocessing()`: what the model's inputs must be made of, as text to text
+(the digits task: the pixels' scale and the training split's per-pixel mean and std, as
+JSON), written into every model file of the run as `preprocessing.<key>` (soma.model), so
+that the model is used outside soma on inputs prepared as in training (examples/use_model.py).
+
 A task module may declare its option names as a module-level literal, `OPTIONS = ("epochs",
 "lr", ...)`: `declared_options` reads it from the module's source without running the module
 (so without importing torch), and the Snakefile refuses an unknown option at parse time.

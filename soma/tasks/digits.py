@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import json
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -108,13 +109,25 @@ def _split(split_seed: int, test_fraction: float, scale: str) -> tuple[np.ndarra
     train, test = split_rows(split_seed, test_fraction)
     train_x, test_x = inputs[train] / 16.0, inputs[test] / 16.0
     if scale == "standard":
-        mean = train_x.mean(axis=0)
-        std = np.maximum(train_x.std(axis=0), STD_FLOOR)
+        mean, std = standardization(split_seed, test_fraction)
         train_x, test_x = (train_x - mean) / std, (test_x - mean) / std
     split = train_x, labels[train], test_x, labels[test]
     for array in split:
         array.setflags(write=False)
     return split
+
+
+@functools.lru_cache(maxsize=8)
+def standardization(split_seed: int = 0, test_fraction: float = 0.25) -> tuple[np.ndarray, ...]:
+    """The `standard` scale's per-pixel (mean, std) of the training set's pixels / 16, the
+    std floored at STD_FLOOR: what `_split` applies, and what a model file says
+    (`DigitsTask.preprocessing`), so that its model is used outside soma as it was trained."""
+    inputs, _ = _read_digits()
+    train_x = inputs[split_rows(split_seed, test_fraction)[0]] / 16.0
+    mean, std = train_x.mean(axis=0), np.maximum(train_x.std(axis=0), STD_FLOOR)
+    mean.setflags(write=False)
+    std.setflags(write=False)
+    return mean, std
 
 
 def _tensors(inputs: np.ndarray, labels: np.ndarray) -> Data:
@@ -251,6 +264,26 @@ class DigitsTask:
             raise TaskError(
                 f"digits partition {self.partition} for {clients} clients: {error}"
             ) from error
+
+    def preprocessing(self) -> dict[str, str]:
+        """What the model's inputs are made of (soma.tasks: written into every model file),
+        so that a model file is used outside soma on inputs scaled as in training: raw
+        pixels score about 0.87 where the scaled ones score the run's 0.95."""
+        made = {
+            "inputs": "x: an 8x8 image's 64 pixels, row by row, each 0..16, as float "
+            "(sklearn.datasets.load_digits().data); the model's 10 outputs are the logits of "
+            "the digits 0..9",
+        }
+        if self.scale == "unit":
+            return {**made, "formula": "x / 16"}
+        mean, std = standardization(self.split_seed, float(self.test_fraction))
+        return {
+            **made,
+            "formula": "(x / 16 - mean) / std, pixel by pixel (mean and std: JSON lists of 64 "
+            "numbers, the training split's)",
+            "mean": json.dumps(mean.tolist()),
+            "std": json.dumps(std.tolist()),
+        }
 
     # -- the Task protocol ---------------------------------------------------------------
 

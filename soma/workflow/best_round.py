@@ -28,7 +28,13 @@ def best(config: Mapping[str, Any], evaluations: Sequence[str], output: str) -> 
     store = RunSpec.config_store(config)
     signing = spec_of(config).signing
     made = export_best_checked(
-        store, config["run"], output, config["metric"], signing=signing, weights=weights
+        store,
+        config["run"],
+        output,
+        config["metric"],
+        signing=signing,
+        weights=weights,
+        vouched=config["task"],  # this job's own config's task: it may be made to describe it
     )
     for why in made["ignored"]:
         LOG.warning("ignored (unsigned/forged): %s", why)
@@ -48,4 +54,4 @@ def model(config: Mapping[str, Any], receipt: str, output: str) -> dict[str, Any
     given = read_receipt(receipt)
     store = RunSpec.config_store(config)
     signed_weights(store, spec_of(config).signing, given["run"], given["round"], given["weights"])
-    return export_receipt(config["store"], receipt, output)
+    return export_receipt(config["store"], receipt, output, vouched=config["task"])
