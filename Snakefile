@@ -19,10 +19,16 @@ min_version("8.0")
 configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 
 
-# Nested values given with --config arrive as text ("false", "3"), and run=2024 as a number:
-# read them as the YAML the user typed, names as the very text typed (run=nan is 'nan', run=007
-# '007'); a run with no name is named after its task. The schema's refusal names the key.
-config.update(typed(config, getattr(workflow.config_settings, "config_args", None)))
+# Every value typed on --config read again from its text as the same text in a config file
+# reads (Snakemake reads tracking=true as the text 'true', a study's seeds [0, 1] as texts),
+# names as the very text typed (run=nan is 'nan', run=007 '007'): soma.config.configs. Not in
+# a study's point (this file as a module), whose config Snakemake gives whole, made from the
+# config read here. A run with no name is named after its task. The schema's refusal names
+# the key and shows the value quoted with its type.
+COMMAND_LINE = None
+if not getattr(workflow.modifier, "skip_configfile", False):
+    COMMAND_LINE = getattr(workflow.config_settings, "config_args", None)
+config.update(typed(config, COMMAND_LINE))
 config["run"] = default_run(config)
 try:
     validate(config, "workflow/schemas/config.schema.yaml")

@@ -1,14 +1,25 @@
 """A workflow config as the user meant it, before the schema sees it. Pure, no torch.
 
-Snakemake hands a nested value given on the command line (`--config 'baselines={"alone":
-false}'`) over as text at every leaf, and reads a top-level one as the first of an
-integer, a float, `True`/`False` or YAML that it parses as: `run=2024` arrives as 2024,
-`run=007` as 7, `run=nan` as a float NaN, `run=True` as a bool. Nested leaves are read back
-as the YAML scalar the user typed (`soma.config.options.scalar`, the one rule of every mode),
-so that the schema judges what was meant; a name (`run`, `store`, ...) is always text, the
-very text typed after `key=` on the command line (from Snakemake's own record of it, which
-every job is given too), or else the value's own text (`run: 2024` in a config file is
-'2024'). A schema refusal names the config key (`schema_refusal`).
+Snakemake reads `--config key=text` by rules of its own: the first of Python's `int`,
+`float`, `True`/`False` and YAML that keeps every scalar as text, so `tracking=true` arrives
+as the text 'true', `seed=010` as 10, `'study={seed: [0, 1]}'` with the seeds '0' and '1'.
+`typed` reads each value typed on the command line again, once, from the very text typed
+(Snakemake's record of it, `workflow.config_settings.config_args`, which every job is given
+too), by the rule of every mode (`soma.config.options.value`: YAML as in a config file, an
+exponent's number a float, a mapping's keys their text), and merges it over the config as
+Snakemake merged it: a mapping key by key (the file's other keys stay), anything else
+replaced. So a value reads the same typed on `--config` or in a config file: `tracking=true`
+is true, `seed=010` is 8 (octal, as YAML 1.1 reads it), the study's seeds are 0 and 1;
+`True` and `1e-3` read as they always did, `inf` and `nan` are text (YAML spells them `.inf`
+and `.nan`). Values from a config file are YAML's already and are left as they are (a quoted
+`"3"` in a file stays text), as is a study's point (the Snakefile as a module, whose config
+Snakemake gives it whole: the command line was read into the config it was made from).
+
+A name (`run`, `store`, ...) is text whatever it looks like: typed on the command line, the
+very text typed (`run=2024` is '2024', `run=007` '007', `run=nan` 'nan'; `run=null` or
+nothing is no name, as in a file); from a file, the text of the value YAML read (`run: 2024`
+is '2024'). A schema refusal names the config key and shows the value quoted with its type
+(`schema_refusal`, `soma.config.options.quoted`).
 """
 
 from __future__ import annotations
@@ -16,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from soma.config.options import scalar
+from soma.config import options
 from soma.errors import SomaError
 
 # Top-level keys that are names, whatever they look like.
@@ -32,29 +43,32 @@ class ConfigRefused(SomaError, ValueError):
     """
 
 
-def _leaves(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _leaves(v) for k, v in value.items()}
-    if isinstance(value, str):
-        return scalar(value)
-    return value
-
-
 def typed(config: Mapping[str, Any], command_line: Iterable[str] | None = None) -> dict[str, Any]:
-    """The config with nested text leaves read as YAML scalars and names kept as text.
-
-    `command_line`: the `key=value` texts given to `--config` (Snakemake's
-    `workflow.config_settings.config_args`), whose text a name keeps as it was typed.
-    """
-    given = _given_texts(command_line)
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        if key in TEXT_KEYS and value is not None and not isinstance(value, str):
-            out[key] = given.get(key, _text_of(value))
-        elif isinstance(value, Mapping):
-            out[key] = _leaves(value)
+    """The config with each value typed on the command line read again from its text, and
+    names as text (see the module). `command_line`: the `key=text` texts given to `--config`,
+    in order (Snakemake's `workflow.config_settings.config_args`); None where Snakemake did
+    not merge them into `config` (a module's config, given whole)."""
+    out = dict(config)
+    for key, text in _given_texts(command_line):
+        read = options.value(text)
+        if key in TEXT_KEYS:
+            out[key] = read if read is None or isinstance(read, str) else text
         else:
-            out[key] = value
+            out[key] = _merged(out.get(key), read)
+    for key in TEXT_KEYS:
+        if out.get(key) is not None and not isinstance(out[key], str):
+            out[key] = _text_of(out[key])
+    return out
+
+
+def _merged(before: Any, read: Any) -> Any:
+    """`read` over `before` as Snakemake merges `--config` into the config (update_config): a
+    mapping key by key, anything else replaced. New mappings: the config is not changed."""
+    if not isinstance(read, Mapping):
+        return read
+    out = dict(before) if isinstance(before, Mapping) else {}
+    for key, item in read.items():
+        out[key] = _merged(out.get(key), item)
     return out
 
 
@@ -63,21 +77,21 @@ def default_run(config: Mapping[str, Any]) -> str:
     return str(config.get("run") or str(config["task"]).rsplit(".", 1)[-1])
 
 
-def _given_texts(command_line: Iterable[str] | None) -> dict[str, str]:
-    """Each top-level key's text as given to `--config key=text` (the last one given wins)."""
-    texts: dict[str, str] = {}
+def _given_texts(command_line: Iterable[str] | None) -> list[tuple[str, str]]:
+    """Each `key=text` given to `--config`, in the order given (a later one wins)."""
+    given = []
     for arg in command_line or ():
         key, sep, text = str(arg).partition("=")
         if sep:
-            texts[key] = text
-    return texts
+            given.append((key, text))
+    return given
 
 
-def _text_of(value: Any) -> str:
+def _text_of(given: Any) -> str:
     """A value that is not text, as the text that spells it in YAML."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+    if isinstance(given, bool):
+        return "true" if given else "false"
+    return str(given)
 
 
 def schema_refusal(error: BaseException) -> str | None:
@@ -98,7 +112,18 @@ def schema_refusal(error: BaseException) -> str | None:
     ):
         return _unknown_keys(path, found.instance, schema)
     about = schema.get("description")
-    return f"{_where(path)}: {found.message}" + (f" ({about})" if about else "")
+    return f"{_where(path)}: {_with_value(found)}" + (f" ({about})" if about else "")
+
+
+def _with_value(found: Any) -> str:
+    """jsonschema's message, the value it starts with (`'0' is not of type 'integer'`) quoted
+    with its type (`soma.config.options.quoted`), as every refusal of a config value shows it."""
+    message = str(found.message)
+    instance = getattr(found, "instance", None)
+    start = repr(instance)
+    if message.startswith(start):
+        return options.quoted(instance) + message[len(start) :]
+    return message
 
 
 def _where(path: list[str]) -> str:

@@ -3,7 +3,8 @@
 The same in every mode and on every executor, because it depends on nothing but the run's
 seed, the round and the client count: every process (a Snakefile at parse time, each `soma
 client` under srun) computes the same sample without asking anybody. Only the standard
-library is imported here, so the Snakefile can ask without importing torch.
+library is imported here (and soma.config.options, which says a refused value), so the
+Snakefile can ask without importing torch.
 
 - `participation`: None (everyone, every round), a count of clients (an int, 1..clients) or
   a fraction of them (a float in (0, 1], rounded to the nearest count, at least one).
@@ -18,6 +19,7 @@ import hashlib
 import math
 import numbers
 
+from soma.config.options import must_be
 from soma.errors import SomaError
 
 
@@ -29,14 +31,14 @@ def _count_or_fraction(name: str, value: object, of: int, *, up: bool) -> int:
     if value is None:
         return of
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ParticipationError(f"{name} {value!r} must be a count or a fraction in (0, 1]")
+        raise ParticipationError(must_be(name, "a count or a fraction in (0, 1]", value))
     if isinstance(value, numbers.Integral):
         if not 1 <= value <= of:
-            raise ParticipationError(f"{name} {value} must be a count between 1 and {of}")
+            raise ParticipationError(must_be(name, f"a count between 1 and {of}", value))
         return int(value)
     fraction = float(value)
     if not (math.isfinite(fraction) and 0 < fraction <= 1):
-        raise ParticipationError(f"{name} {value!r} must be a fraction in (0, 1]")
+        raise ParticipationError(must_be(name, "a fraction in (0, 1]", value))
     count = math.ceil(fraction * of - 1e-9) if up else math.floor(fraction * of + 0.5)
     return min(of, max(1, count))
 

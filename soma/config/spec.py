@@ -27,7 +27,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from soma.config.configs import ConfigRefused
-from soma.config.options import pairs, typed
+from soma.config.options import must_be, pairs, typed
 from soma.errors import SomaError
 from soma.files import DURABILITIES, DURABLE
 from soma.timing import DEADLINE, LEASE, Timing
@@ -202,8 +202,9 @@ class RunSpec:
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> RunSpec:
-        """The workflow's config (after `soma.config.configs.typed`); options read as text are read
-        by `soma.config.options` (Snakemake hands nested `--config` values over as text)."""
+        """The workflow's config (after `soma.config.configs.typed`, which read what was typed on
+        `--config`); an option that is text (a file's `lr: 1e-1`, which YAML 1.1 keeps as text) is
+        read by `soma.config.options`, as `soma client --option` reads it."""
         task = str(config["task"])
         strategy = str(config.get("strategy") or "fedavg")
         return cls(
@@ -424,7 +425,7 @@ class RunSpec:
     def _at_least(self, name: str, least: int) -> None:
         value = getattr(self, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise self.refused(f"{self.named(name)} must be an integer >= {least}, not {value}")
+            raise self.refused(must_be(self.named(name), f"an integer >= {least}", value))
 
     def _check_timing(self) -> None:
         """A deadline is seconds >= 0 (inf or None: for ever); a lease finite seconds >= 1."""
@@ -434,13 +435,10 @@ class RunSpec:
             not isinstance(deadline, number) or isinstance(deadline, bool) or not deadline >= 0
         ):
             raise self.refused(
-                f"{self.named('deadline')} must be a number of seconds >= 0 (inf: forever), "
-                f"not {deadline}"
+                must_be(self.named("deadline"), "a number of seconds >= 0 (inf: forever)", deadline)
             )
         if not isinstance(lease, number) or isinstance(lease, bool) or not 1 <= lease < math.inf:
-            raise self.refused(
-                f"{self.named('lease')} must be a number of seconds >= 1, not {lease}"
-            )
+            raise self.refused(must_be(self.named("lease"), "a number of seconds >= 1", lease))
 
     def check(self) -> RunSpec:
         """Every check that needs no torch and imports no task (see the module): the spec."""
@@ -459,13 +457,15 @@ class RunSpec:
             self._at_least("tree", 2)
         if self.verify_averages not in (None, "recompute", "signature"):
             raise self.refused(
-                f"{self.named('verify_averages')} must be recompute or signature, not "
-                f"{self.verify_averages!r}"
+                must_be(
+                    self.named("verify_averages"), "recompute or signature", self.verify_averages
+                )
             )
         if self.durability not in DURABILITIES:
             raise self.refused(
-                f"{self.named('durability')} must be one of {', '.join(DURABILITIES)}, "
-                f"not {self.durability!r}"
+                must_be(
+                    self.named("durability"), f"one of {', '.join(DURABILITIES)}", self.durability
+                )
             )
         try:
             sampled = sample_size(self.participation, self.clients)
@@ -481,8 +481,11 @@ class RunSpec:
         if self.secure is not None:
             if not 2 <= self.secure <= sampled:
                 raise self.refused(
-                    f"{self.named('secure')}: threshold {self.secure} must be between 2 and "
-                    f"the {sampled} clients of a round"
+                    must_be(
+                        f"{self.named('secure')}: threshold",
+                        f"between 2 and the {sampled} clients of a round",
+                        self.secure,
+                    )
                 )
             self._check_threshold(sampled)
             if self.secrets is not None:
@@ -594,7 +597,7 @@ class RunSpec:
         """`personal`: distinct node names, never under secure aggregation (soma.run.personal)."""
         personal = self.personal
         if not isinstance(personal, tuple) or not all(isinstance(n, str) and n for n in personal):
-            raise self.refused(f"{self.named('personal')} must be a list of node names")
+            raise self.refused(must_be(self.named("personal"), "a list of node names", personal))
         twice = sorted({n for n in personal if personal.count(n) > 1})
         if twice:
             raise self.refused(f"{self.named('personal')}: node {twice[0]!r} is named twice")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from soma.config.configs import ConfigRefused, default_run
+from soma.config.options import quoted
 
 # What a study's mapping holds besides its grid.
 SETTINGS = ("name", "target")
@@ -70,7 +71,7 @@ def study_of(config: Mapping[str, Any]) -> Study | None:
     if grid is None:
         return None
     if not isinstance(grid, Mapping):
-        raise _refused(f": a mapping of config keys to lists of values, not {grid!r}")
+        raise _refused(f": a mapping of config keys to lists of values, not {quoted(grid)}")
     name = str(grid.get("name") or default_run(config))
     keys = tuple(str(k) for k in grid if k not in SETTINGS)
     if not keys:
@@ -81,7 +82,7 @@ def study_of(config: Mapping[str, Any]) -> Study | None:
             why = "is the same for every run of a study" if key in FIXED else "is not a config key"
             raise _refused(f" (under {key!r}): {key!r} {why}")
         if not isinstance(values, list) or not values:
-            raise _refused(f" (under {key!r}): a non-empty list of values, not {values!r}")
+            raise _refused(f" (under {key!r}): a non-empty list of values, not {quoted(values)}")
         if len({json.dumps(v, sort_keys=True) for v in values}) != len(values):
             raise _refused(f" (under {key!r}): a value is given twice in {values!r}")
     target = _target(grid.get("target"))
@@ -167,7 +168,9 @@ def _target(target: Any) -> Mapping[str, Any] | None:
         or not isinstance(target.get("value"), (int, float))
         or set(target) != {"metric", "value"}
     ):
-        raise _refused(f" (under 'target'): {{metric: <name>, value: <number>}}, not {target!r}")
+        raise _refused(
+            f" (under 'target'): {{metric: <name>, value: <number>}}, not {quoted(target)}"
+        )
     return dict(target)
 
 

@@ -89,11 +89,11 @@ def test_receipts_are_deterministic_json_with_no_time_and_no_paths(finished) -> 
 @pytest.mark.workflow
 def test_a_bad_config_is_refused_with_the_key_before_any_job_runs(tmp_path) -> None:
     for override, said in (
-        ("rounds=0", "config key `rounds`: 0 is less than the minimum of 1"),
+        ("rounds=0", "config key `rounds`: '0' (an integer) is less than the minimum of 1"),
         ("roundz=3", "config key `roundz` is unknown"),
-        ("threads=many", "config key `threads`: 'many' is not of type 'integer'"),
-        ("run=../escape", "config key `run`: '../escape' does not match"),
-        ("strategy=nosuch", "config key `strategy`: 'nosuch' is not valid"),
+        ("threads=many", "config key `threads`: 'many' (text) is not of type 'integer'"),
+        ("run=../escape", "config key `run`: '../escape' (text) does not match"),
+        ("strategy=nosuch", "config key `strategy`: 'nosuch' (text) is not valid"),
         (
             'strategy_options={"fedadam": {"bogus": 1}}',
             "config key `strategy_options` (under 'fedadam'): 'bogus' is unknown",
