@@ -38,7 +38,7 @@ import hashlib
 import json
 import os
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -161,6 +161,33 @@ def read_roster(path: str | os.PathLike[str]) -> dict[int, str]:
     except Exception as error:  # yaml's and json's own errors
         raise SigningError(f"{where} is not JSON or YAML: {error}") from None
     return parse_roster(value, where)
+
+
+def merge_rosters(paths: Sequence[str | os.PathLike[str]]) -> dict[int, str]:
+    """The sites' rosters (each site's `soma keys` output) as one: every client of each, a
+    client named twice with the same key taken once. Refused, naming the client (or the key)
+    and both files, when a client has two keys or a key is two clients'; a file that is no
+    roster is refused naming it (read_roster)."""
+    merged: dict[int, str] = {}
+    owners: dict[str, int] = {}  # key -> its client
+    where: dict[int, str] = {}  # client -> the file that gave its key first
+    for path in paths:
+        for client, key in read_roster(path).items():
+            if merged.get(client, key) != key:
+                raise SigningError(
+                    f"client {client} has key {short(merged[client])} in {where[client]!r} and "
+                    f"key {short(key)} in {str(path)!r}: a client has one key (were its keys "
+                    "made twice, at two sites?)"
+                )
+            owner = owners.setdefault(key, client)
+            if owner != client:
+                raise SigningError(
+                    f"key {short(key)} is client {owner}'s in {where[owner]!r} and client "
+                    f"{client}'s in {str(path)!r}: a key is one client's"
+                )
+            merged[client] = key
+            where.setdefault(client, str(path))
+    return dict(sorted(merged.items()))
 
 
 @functools.lru_cache(maxsize=64)
