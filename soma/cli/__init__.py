@@ -10,6 +10,9 @@ Each task is client `$SLURM_PROCID` unless `--mine` says otherwise.
     soma repair --store /shared/soma [--run cifar] [--dry-run]
     soma audit --store /shared/soma --run cifar [--roster F] [--json] [--prov F]   read-only
     soma gc --store /shared/soma [--keep-runs cifar ... [--force]] [--dry-run] [--min-age 1h]
+    soma keys --out keys --client 0-4 > roster-A.json   a site's key pairs, their roster
+    soma keys merge roster-A.json roster-B.json > roster.json   the sites' rosters as one
+    soma bucket serve --dir bucket     a local S3 server and bucket, to try sites on one machine
 """
 
 from __future__ import annotations

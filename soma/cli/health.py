@@ -1,4 +1,5 @@
-"""`soma verify`, `soma repair`, `soma gc` (soma.health's reports, printed) and `soma keys`."""
+"""`soma verify`, `soma repair`, `soma gc` (soma.health's reports, printed), `soma keys` and
+`soma keys merge`."""
 
 from __future__ import annotations
 
@@ -105,8 +106,14 @@ def keys(args: argparse.Namespace) -> int:
     """A fresh Ed25519 key pair for each client (soma.round.signing): `<out>/<k>.key` (mode
     0600: keep it where only that client's jobs read it) and `<out>/<k>.pub`; prints the
     roster of their public keys, one JSON object, for the run's `roster` file."""
+    from soma.config.spec import BadArgument
     from soma.round.signing import SigningError, make_keys
 
+    if args.out is None or args.client is None:
+        raise BadArgument(
+            "soma keys makes key pairs with --out FOLDER --client CLIENTS; "
+            "`soma keys merge ROSTER ...` merges the sites' rosters"
+        )
     taken = [str(Path(args.out) / f"{k}.key") for k in args.client]
     taken = [path for path in taken if os.path.lexists(path)]
     if taken:  # refused before any key is made
@@ -117,4 +124,25 @@ def keys(args: argparse.Namespace) -> int:
         roster[str(k)] = public
         print(f"client {k}: private key {path}", file=sys.stderr)
     print(json.dumps(roster, indent=1), flush=True)
+    return 0
+
+
+def merge_rosters(args: argparse.Namespace) -> int:
+    """`soma keys merge`: the sites' rosters as one (soma.round.signing.merge_rosters),
+    printed as `soma keys` prints one, or written whole to --output; nothing is written when
+    a roster is refused."""
+    from soma.config.spec import BadArgument
+    from soma.files import write_atomic
+    from soma.round.signing import merge_rosters as merged
+
+    if args.out is not None or args.client is not None:
+        raise BadArgument("soma keys merge takes rosters, not --out or --client (which make keys)")
+    text = json.dumps({str(k): key for k, key in merged(args.rosters).items()}, indent=1)
+    if args.output is None:
+        print(text, flush=True)
+    else:
+        try:
+            write_atomic(args.output, f"{text}\n".encode())
+        except OSError as error:
+            raise BadArgument(f"--output {args.output}: {error.strerror or error}") from None
     return 0

@@ -8,7 +8,8 @@ import os
 from typing import Any
 
 from soma.cli.audit import add_command as add_audit
-from soma.cli.health import gc, keys, repair, verify
+from soma.cli.bucket import add_command as add_bucket
+from soma.cli.health import gc, keys, merge_rosters, repair, verify
 from soma.cli.run import client
 from soma.cli.show import export, status
 from soma.config.spec import BadArgument
@@ -376,13 +377,28 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="machine-readable output")
     r.set_defaults(func=repair)
     k = commands.add_parser(
-        "keys", help="make clients' Ed25519 key pairs for signed records; print their roster"
+        "keys",
+        help="make clients' Ed25519 key pairs for signed records and print their roster "
+        "(--out, --client); or merge the sites' rosters into one (keys merge)",
+        usage="soma keys --out FOLDER --client CLIENTS > roster-A.json\n"
+        "       soma keys merge ROSTER [ROSTER ...] [-o FILE]",
     )
-    k.add_argument("--out", required=True, help="the folder to write <k>.key and <k>.pub in")
-    k.add_argument(
-        "--client", type=clients_of, required=True, help="the clients: 3, 0-4 or 0,2,5-7"
-    )
+    k.add_argument("--out", default=None, help="the folder to write <k>.key and <k>.pub in")
+    k.add_argument("--client", type=clients_of, default=None, help="the clients: 3, 0-4 or 0,2,5-7")
     k.set_defaults(func=keys, store=None)
+    merging = k.add_subparsers(
+        dest="keys_action", title="merging the sites' rosters", metavar="merge"
+    )
+    km = merging.add_parser(
+        "merge",
+        help="the sites' rosters (soma keys' output) as one, printed: refused when a client "
+        "has two keys or a key two clients, naming them and both files",
+    )
+    km.add_argument("rosters", nargs="+", metavar="ROSTER", help="a roster file (JSON or YAML)")
+    km.add_argument(
+        "-o", "--output", default=None, metavar="FILE", help="write it here (default: stdout)"
+    )
+    km.set_defaults(func=merge_rosters)
     g = commands.add_parser(
         "gc", help="remove unreachable blobs and temporaries of writers that are gone"
     )
@@ -413,6 +429,7 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--json", action="store_true", help="machine-readable output")
     g.set_defaults(func=gc)
     add_audit(commands)
+    add_bucket(commands)
     return top
 
 

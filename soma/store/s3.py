@@ -22,6 +22,10 @@ Layout, as on a folder (soma.store): `<prefix>/blobs/ab/<digest>` holds a blob's
   `CompleteMultipartUpload`, itself conditional on `If-None-Match: *`; an upload that
   fails is aborted. So nothing partial is ever readable under a digest.
 - Every read is verified against the digest by the store (soma.store.backend).
+- Before its first request a store looks at its bucket (one HeadBucket; opening it makes
+  no request): a bucket that is not there is refused by name, never read as an empty store
+  (a key in a missing bucket answers 404, as a key not there), and a NoSuchBucket met later
+  is said as such. A 403 there is no verdict (credentials for a prefix may not ask).
 - gc beside live writers, by the server's clock, and the refresh of a blob put again that
   it rests on: soma.store.s3_gc.
 - Every request rides through transient faults with the store's patience, and a lost answer
@@ -55,8 +59,10 @@ from soma.store.s3_requests import (
     ERRORS,
     busy,
     client_for,
+    code_of,
     lost,
     missing,
+    status_of,
     transient,
 )
 
@@ -89,6 +95,7 @@ class S3Backend(BucketHousekeeping):
         self.patience = Patience.from_environment()
         self.client = client_for(self.patience)
         self._conditional_checked = False
+        self._bucket_seen: bool | None = None  # None: not asked yet (see _check_bucket)
 
     def __repr__(self) -> str:
         return f"S3Backend({self.url!r})"
@@ -105,8 +112,47 @@ class S3Backend(BucketHousekeeping):
     def _marker_key(self, digest: str) -> str:
         return f"{self.prefix}refreshed/{digest}"
 
+    def _check_bucket(self, operation: str, key: str) -> None:
+        """One HeadBucket before this store's first request (an opening makes none): a
+        bucket that is not there is refused, naming it and where it was looked for, instead
+        of being read as an empty store (a GET or HEAD of a key in a missing bucket is a 404,
+        as a missing key's), or met at the first write as "AccessDenied" (SeaweedFS's
+        answer without identities; with one, it makes the bucket: a mistyped name would be
+        filled). Then whether the bucket was seen: a 403 is no verdict (credentials for a
+        prefix may not ask about the bucket), nor is any other refusal (the requests that
+        follow say it as before). Asked again only after StoreUnavailable, which names the
+        request it came before (`operation` of `key`): the one its caller made."""
+        try:
+            self.patience.retrying(
+                self._asked(self.client.head_bucket),
+                transient=transient,
+                what=lambda: f"{operation} of s3://{self.bucket}/{key}",
+            )
+            self._bucket_seen = True
+        except ERRORS as error:
+            if status_of(error) == 404 or code_of(error) == "NoSuchBucket":
+                raise BadStore(self._no_bucket()) from None
+            self._bucket_seen = False
+
+    def _no_bucket(self) -> str:
+        return (
+            f"store {self.url}: bucket {self.bucket!r} does not exist at "
+            f"{self.client.meta.endpoint_url}: make it first (`soma bucket serve --bucket "
+            f"{self.bucket}` serves one on this machine; elsewhere `aws s3 mb s3://{self.bucket}` "
+            "or your provider's console), or correct the store's URL or AWS_ENDPOINT_URL"
+        )
+
     def _failed(self, what: str, key: str, error: Exception) -> StoreError:
-        return StoreError(f"{what} s3://{self.bucket}/{key} failed: {error}")
+        """The refusal of request `what` of `key`: a bucket gone is said as such, and an
+        "AccessDenied" of a bucket not seen at the opening says it may not exist."""
+        if code_of(error) == "NoSuchBucket":
+            return BadStore(self._no_bucket())
+        hint = ""
+        if code_of(error) == "AccessDenied" or status_of(error) == 403:
+            hint = f" (these credentials may not reach s3://{self.bucket}/{self.prefix}" + (
+                ")" if self._bucket_seen else f", or bucket {self.bucket!r} may not exist)"
+            )
+        return StoreError(f"{what} s3://{self.bucket}/{key} failed: {error}{hint}")
 
     # --- requests: each one rides through transient faults (see the docs) ----------------
 
@@ -119,7 +165,10 @@ class S3Backend(BucketHousekeeping):
     ) -> T:
         """`call()`, one S3 request, repeated while it fails transiently for up to the store's
         patience, then StoreUnavailable naming it; any other error as raised. `failures`
-        collects the transient ones (a conditional PUT's answer may have been lost)."""
+        collects the transient ones (a conditional PUT's answer may have been lost). The
+        store's first request is preceded by a look at the bucket (`_check_bucket`)."""
+        if self._bucket_seen is None:
+            self._check_bucket(operation, key)
 
         def counted(error: BaseException) -> bool:
             if not transient(error):

@@ -93,6 +93,10 @@ def busy(error: Exception) -> bool:
 
 
 def missing(error: Exception) -> bool:
+    """404: the key (or upload) is not there; never the bucket (NoSuchBucket: a store whose
+    bucket is gone is no empty store)."""
+    if code_of(error) == "NoSuchBucket":
+        return False
     return status_of(error) == 404 or code_of(error) in ("NoSuchKey", "404", "NotFound")
 
 

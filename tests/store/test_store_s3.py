@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,7 +27,7 @@ import soma.store.s3_requests as s3_requests  # noqa: E402
 from soma.cli import main as soma  # noqa: E402
 from soma.store import Store  # noqa: E402
 from soma.store.backend import BackendStore  # noqa: E402
-from soma.store.errors import BadStore, CorruptBlob, UnknownDigest  # noqa: E402
+from soma.store.errors import BadStore, CorruptBlob, StoreError, UnknownDigest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -293,12 +294,104 @@ def test_a_run_simulated_on_a_bucket_reaches_the_same_bits_as_on_a_folder(
     assert Store(f"s3://{BUCKET}/simulated").has(on_bucket.weights)
 
 
-def test_a_bucket_that_is_not_there_is_a_soma_error_naming_it(
-    bucket: str, capsys: pytest.CaptureFixture[str]
+def _stubbed(monkeypatch: pytest.MonkeyPatch, *answers: tuple[str, int, str]) -> BackendStore:
+    """A store whose S3 client answers `answers` in order (operation, HTTP status, error code;
+    status 200: an empty success), with no server behind it."""
+    from botocore.stub import Stubber
+
+    client = boto3.client(
+        "s3",
+        region_name="us-east-1",
+        endpoint_url="http://127.0.0.1:9",
+        aws_access_key_id="k",
+        aws_secret_access_key="k",
+    )
+    stubber = Stubber(client)
+    for operation, status, code in answers:
+        if status == 200:
+            stubber.add_response(operation, {})
+        else:
+            stubber.add_client_error(operation, code, code, status)
+    stubber.activate()
+    monkeypatch.setattr(s3, "client_for", lambda patience: client)
+    made = Store("s3://stubbed/p")
+    assert isinstance(made, BackendStore)
+    return made
+
+
+def test_a_missing_bucket_is_refused_before_a_read_takes_its_404_for_a_missing_name(
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    assert soma(["verify", "--store", "s3://no-such-bucket/x"]) != 0
+    store = _stubbed(monkeypatch, ("head_bucket", 404, "404"))
+    with pytest.raises(BadStore, match="bucket 'stubbed' does not exist at http://127.0.0.1:9"):
+        store.resolve("run/rounds")  # a GET of a key there would be a 404: "not bound"
+
+
+def test_a_bucket_gone_after_the_look_is_no_empty_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    store = _stubbed(monkeypatch, ("head_bucket", 200, ""), ("get_object", 404, "NoSuchBucket"))
+    with pytest.raises(BadStore, match="bucket 'stubbed' does not exist"):
+        store.resolve("run/rounds")
+
+
+@pytest.mark.parametrize("seen", [True, False])
+def test_access_denied_says_the_bucket_may_not_exist_unless_it_was_seen(
+    monkeypatch: pytest.MonkeyPatch, seen: bool
+) -> None:
+    """A 403 at the look is no verdict (credentials for a prefix may not ask about the
+    bucket): the store goes on, and a refused write says what an AccessDenied may mean."""
+    head = ("head_bucket", 200, "") if seen else ("head_bucket", 403, "AccessDenied")
+    store = _stubbed(monkeypatch, head, ("put_object", 403, "AccessDenied"))
+    with pytest.raises(StoreError) as refused:
+        store.put(b"x")
+    said = str(refused.value)
+    assert "these credentials may not reach s3://stubbed/p/" in said
+    assert ("bucket 'stubbed' may not exist" in said) is not seen, said
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["verify"],
+        ["status", "--run", "r"],  # its first request is a GET of a name: a 404 either way
+        ["simulate", "--rounds", "1", "--clients", "2"],
+    ],
+)
+def test_a_bucket_that_is_not_there_is_one_line_naming_it_and_how_to_make_it(
+    bucket: str, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """A GET or HEAD of a key in a missing bucket is a 404, as of a key not there, and
+    SeaweedFS answers a PUT there "AccessDenied" (with no identity configured) or makes the
+    bucket (for an identity, as here): without a look at the bucket, a reader saw an empty
+    store, and a writer a refusal that did not say why or a new bucket of a mistyped name."""
+    assert soma([*command, "--store", "s3://no-such-bucket/x"]) == 1
     err = capsys.readouterr().err
-    assert "s3://no-such-bucket/x/names/" in err and "Traceback" not in err
+    assert err.count("\n") == 1 and err.startswith("soma: store s3://no-such-bucket/x: "), err
+    assert "bucket 'no-such-bucket' does not exist at http://127.0.0.1:" in err
+    assert "soma bucket serve --bucket no-such-bucket" in err and "aws s3 mb" in err
+
+
+def test_a_store_asks_about_its_bucket_once_before_its_first_request_and_opening_asks_nothing(
+    bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the look at the bucket costs: no request to open a store, one HeadBucket before
+    its first request, none after (counted on a proxy that logs every request)."""
+    from s3_faults import FaultProxy
+
+    with FaultProxy(os.environ["AWS_ENDPOINT_URL"]) as proxy:
+        with monkeypatch.context() as m:
+            m.setenv("AWS_ENDPOINT_URL", proxy.url)
+            store = Store(f"s3://{BUCKET}/asked-once")
+        assert isinstance(store, BackendStore)
+        assert proxy.log == [], "opening a store makes no request"
+        digest = store.put(b"asked once")
+        assert store.get(digest) == b"asked once" and store.has(digest)
+        assert store.bound("") == []
+        bucket_heads = [entry for entry in proxy.log if entry[:2] == ("HEAD", f"/{BUCKET}")]
+        assert len(bucket_heads) == 1 and proxy.log[0] == bucket_heads[0], proxy.log
+    fresh = s3.S3Backend(f"s3://{BUCKET}/asked-once")
+    started = time.perf_counter()
+    fresh._check_bucket("HEAD", "")
+    print(f"the look at the bucket: {1000 * (time.perf_counter() - started):.1f} ms")
 
 
 def test_an_averaging_on_a_bucket_downloads_each_clients_weights_once(bucket: str) -> None:
