@@ -423,8 +423,11 @@ REFUSED_COMMANDS = {
     "run empty segment": (CLIENT + ("--mine", "0", "--run", "a//b"), "has an empty segment"),
     "run bidi": (CLIENT + ("--mine", "0", "--run", "a\u202eb"), "U+202E"),
     "deadline negative": (CLIENT + ("--mine", "0", "--deadline", "-1"), "--deadline must be"),
-    "deadline nan": (CLIENT + ("--mine", "0", "--deadline", "nan"), "not nan"),
-    "quorum": (CLIENT + ("--mine", "0", "--quorum", "3"), "--participation/--quorum: quorum 3"),
+    "deadline nan": (CLIENT + ("--mine", "0", "--deadline", "nan"), "not '.nan' (a number)"),
+    "quorum": (
+        CLIENT + ("--mine", "0", "--quorum", "3"),
+        "--participation/--quorum: quorum must be a count between 1 and 2, not '3'",
+    ),
     "strategy": (CLIENT + ("--mine", "0", "--strategy", "nosuch"), "strategy 'nosuch' is"),
     "option": (
         CLIENT + ("--mine", "0", "--task", "soma.tasks.digits", "--option", "epochz=2"),
