@@ -18,8 +18,7 @@ import secrets
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
@@ -34,18 +33,16 @@ from soma.files import (
     write_all,
     write_atomic,
 )
-from soma.store import commit, safe_open, tensorfile
+from soma.store import commit, safe_open, tensorfile, unwritable
 from soma.store.commit import GroupCommit
 from soma.store.errors import (
     BadBlob,
     BadDigest,
-    BadStore,
     CorruptBlob,
     CorruptName,
     NameConflict,
     StoreError,
     UnknownDigest,
-    UnwritableStore,
 )
 from soma.store.names import check_name, split_prefix
 from soma.store.patience import Patience
@@ -82,52 +79,7 @@ TRANSIENT_ERRNOS = frozenset(
     {errno.ESTALE, errno.EIO, errno.EAGAIN, errno.ETIMEDOUT, errno.EBUSY, errno.ENOLCK}
 )
 
-# What a file system says to a process that may not write there (EROFS, EPERM; EACCES for a
-# read too): no retry changes it, and it is the user's to fix (the mount, the permissions),
-# so it is said in one line naming the store (`unwritable`), whenever it is met.
-REFUSED_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
-
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def unwritable(directory: Path, error: OSError) -> UnwritableStore:
-    """The refusal of store `directory`, which this process may not write (`error`, one of
-    REFUSED_ERRNOS, or a folder it cannot make): the store, the path refused, the way out."""
-    where = error.filename if error.filename not in (None, "") else directory
-    if error.errno == errno.EROFS:
-        at = "" if Path(where) == directory else f" (writing {where})"
-        return UnwritableStore(
-            f"store {directory} is on a read-only file system{at}: mount it read-write, or "
-            "give a store folder on a writable one"
-        )
-    return UnwritableStore(
-        f"store {directory}: {_user()} may not write {where} ({error.strerror or error}): "
-        "give that user write permission there (see `ls -ld` of it and of each folder above "
-        "it), or give a store folder it can write"
-    )
-
-
-def _user() -> str:
-    """This process's user, as a refusal names it."""
-    uid = os.geteuid()
-    try:
-        import pwd
-
-        return f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
-    except (ImportError, KeyError):
-        return f"uid {uid}"
-
-
-@contextmanager
-def _refusing_unwritable(directory: Path) -> Iterator[None]:
-    """Inside: an OSError of REFUSED_ERRNOS raised as `unwritable` (one line, naming the
-    store), whichever request met it; any other error goes through untouched."""
-    try:
-        yield
-    except OSError as error:
-        if isinstance(error, StoreError) or error.errno not in REFUSED_ERRNOS:
-            raise
-        raise unwritable(directory, error) from error
 
 
 def transient(error: BaseException) -> bool:
@@ -150,7 +102,7 @@ def _patiently(method: F) -> F:
             shown = ", ".join(repr(a)[:80] for a in args if not isinstance(a, bytes | memoryview))
             return f"{method.__name__}({shown}) in {self!r}"
 
-        with _refusing_unwritable(self.directory):
+        with unwritable.refusing(self.directory):
             return self.patience.retrying(
                 lambda: method(self, *args, **kwargs), transient=transient, what=what
             )
@@ -180,15 +132,7 @@ class FolderStore(Pipeline, GroupCommit, Values):
         self._attic = self.directory / "attic"  # made by the first gc that needs it
         self.verify_existing = verify_existing
         self.patience = Patience.from_environment()  # how long a failing folder is retried
-        for folder in (self.directory, self._blobs, self._names, self._tmp):
-            try:
-                folder.mkdir(parents=True, exist_ok=True)
-            except OSError as error:  # check_folder found nothing in the way
-                if error.errno in REFUSED_ERRNOS:
-                    raise unwritable(self.directory, error) from None
-                raise BadStore(
-                    f"store folder {folder} cannot be made: {error.strerror or error}"
-                ) from None
+        unwritable.make_folders(self.directory, self._folders())
         self._host = "".join(c if c.isalnum() or c in "-_" else "_" for c in os.uname().nodename)
         filesystem = _filesystem(self.directory)
         # see "Large values" in the module docs; only ever on a local filesystem. None:
@@ -205,7 +149,7 @@ class FolderStore(Pipeline, GroupCommit, Values):
         self._queued: list[tuple[str, str, str | None]] | None = None
         self._grouping: int | None = None  # the thread whose group it is
         if shared and not (self.directory / SHARED_MARKER).exists():
-            with _refusing_unwritable(self.directory):
+            with unwritable.refusing(self.directory):
                 write_atomic(self.directory / SHARED_MARKER, b"this store is shared\n")
 
     def check_writable(self) -> None:
@@ -213,10 +157,10 @@ class FolderStore(Pipeline, GroupCommit, Values):
         process that runs a round asks when it opens the store (soma.config.spec.open_store),
         so that a read-only store is refused in one line before anything is trained, not
         met at its first write. A reader never asks: a store it may only read is read."""
-        for folder in (self.directory, self._blobs, self._names, self._tmp):
-            if not os.access(folder, os.W_OK | os.X_OK):
-                code = errno.EROFS if _read_only(folder) else errno.EACCES
-                raise unwritable(self.directory, OSError(code, os.strerror(code), str(folder)))
+        unwritable.check_folders(self.directory, self._folders())
+
+    def _folders(self) -> tuple[Path, ...]:
+        return (self.directory, self._blobs, self._names, self._tmp)
 
     def __repr__(self) -> str:
         return f"Store({str(self.directory)!r})"
@@ -306,7 +250,7 @@ class FolderStore(Pipeline, GroupCommit, Values):
             won = self._claim_once(name, digest, at_commit=at_commit)
             return won or (again and self.resolve(name) == digest)
 
-        with _refusing_unwritable(self.directory):
+        with unwritable.refusing(self.directory):
             return self.patience.retrying(
                 attempt, transient=transient, what=lambda: f"claim of {name!r} in {self!r}"
             )
@@ -484,7 +428,7 @@ class FolderStore(Pipeline, GroupCommit, Values):
 
     def _commit(self, queued: list[Any]) -> None:
         """A group's end (soma.store.commit), an unwritable store said as at any write."""
-        with _refusing_unwritable(self.directory):
+        with unwritable.refusing(self.directory):
             super()._commit(queued)
 
     # --- housekeeping ----------------------------------------------------------------
@@ -746,14 +690,6 @@ class FolderStore(Pipeline, GroupCommit, Values):
                 folder = inner
         finally:
             os.close(folder)
-
-
-def _read_only(folder: Path) -> bool:
-    """Whether `folder` is on a file system mounted read-only (statvfs's ST_RDONLY)."""
-    try:
-        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
-    except OSError:
-        return False
 
 
 def _unlink_quietly(path: str) -> None:
