@@ -21,6 +21,11 @@ rest:
                from the meeting of the average (its `about` record, checked to hash to the
                meeting's key)
     nodes      JSON: {node: repr(module)}, in the task's order (`task.nodes(seed)`)
+    base       the digest of the task's frozen base (soma.run.base), for a run that has
+               one: its tensors are in the file too, beside the trained nodes' (the base's
+               names and the nodes' are the task's to choose: soma.tasks.adapters names the
+               base by the model's own names and the adapters by peft's, so that peft or
+               plain PyTorch loads the file)
     preprocessing.<key>
                what the task says its inputs must be made of (its optional
                `preprocessing()`, soma.tasks): the digits task's formula, mean and std
@@ -83,6 +88,7 @@ __all__ = [
     "read_metadata",
     "save_model",
     "tensor_names",
+    "with_base",
 ]
 
 
@@ -247,6 +253,8 @@ def described(store: Store, record: AverageRecord, *, vouched: str | None = None
         return {}
     task, options = config["task"], dict(config["options"])
     made: dict[str, Any] = {"task": task, "task_options": options}
+    if isinstance(config.get("base"), str):
+        made["base"] = config["base"]
     if not (task.startswith("soma.tasks.") or task == vouched):
         return made
     from soma.tasks import TaskError, importable_here, load_task
@@ -267,6 +275,27 @@ def described(store: Store, record: AverageRecord, *, vouched: str | None = None
         raise ModelError(f"task {task!r}: preprocessing() must return text to text, not {said!r}")
     made.update({f"preprocessing.{key}": value for key, value in said.items()})
     return made
+
+
+def with_base(store: Store, weights: Export, about: Mapping[str, Any]) -> Export:
+    """The weights with the run's frozen base beside them, when `about` (from `described`)
+    names one: what a model file holds, so that the model is whole outside the store. A
+    (node, key) in both is refused: the base is what is never trained."""
+    digest = about.get("base")
+    if not isinstance(digest, str):
+        return weights
+    base = store.recall_digest(digest, lazy=True)
+    if not isinstance(base, Mapping):
+        raise ModelError(f"the run's base {digest} in the store is not a map of nodes")
+    whole: Export = {node: dict(keys) for node, keys in base.items()}
+    for node, keys in weights.items():
+        for key, tensor in keys.items():
+            if key in whole.get(node, {}):
+                raise ModelError(
+                    f"node {node!r} key {key!r} is both in the run's base {digest} and trained"
+                )
+            whole.setdefault(node, {})[key] = tensor
+    return whole
 
 
 def _meeting_config(store: Store, record: AverageRecord) -> Mapping[str, Any] | None:
@@ -411,9 +440,9 @@ def export_average(
     r, digest = choose_average(store, run, round, average)
     record = read_average(store, digest)
     made = provenance(record.value())
-    save_model(
-        store.recall_digest(record.weights, lazy=True), path, {**made, **described(store, record)}
-    )
+    about = described(store, record)
+    weights = with_base(store, store.recall_digest(record.weights, lazy=True), about)
+    save_model(weights, path, {**made, **about})
     return {**made, "average": digest}
 
 
@@ -439,7 +468,8 @@ def export_receipt(
         if record.weights == given["weights"]:
             about = described(opened, record, vouched=vouched)
             break
-    save_model(opened.recall_digest(given["weights"], lazy=True), path, {**made, **about})
+    weights = with_base(opened, opened.recall_digest(given["weights"], lazy=True), about)
+    save_model(weights, path, {**made, **about})
     return made
 
 
@@ -473,5 +503,6 @@ def export_best(
     record = read_average(store, chosen[r][0])
     made = {**provenance(record.value()), "best": {"metric": metric, "validation": mean}}
     about = described(store, record, vouched=vouched)
-    save_model(store.recall_digest(record.weights, lazy=True), path, {**made, **about})
+    weights = with_base(store, store.recall_digest(record.weights, lazy=True), about)
+    save_model(weights, path, {**made, **about})
     return {**made, "average": chosen[r][0]}

@@ -26,13 +26,21 @@ from soma.differences import differences, shown
 RECORD = "run.json"  # in results/<run>/, beside the receipts
 
 
-def identity(task: str, options: Mapping[str, Any], seed: int) -> dict[str, Any]:
-    """The part of a run's identity that is not the strategy's: its task, options and seed.
+def identity(
+    task: str, options: Mapping[str, Any], seed: int, base: str | None = None
+) -> dict[str, Any]:
+    """The part of a run's identity that is not the strategy's: its task, options and seed,
+    and the digest of the task's frozen base when it has one (soma.run.base: the weights it
+    never trains nor sends, kept once in the store).
 
     Clients meet under a name keyed by it (see soma.round.Meeting): two runs that share a
-    name but differ here never meet.
+    name but differ here never meet. The base is in it only when there is one, so that every
+    other run keeps the meeting keys it always had.
     """
-    return {"task": task, "options": dict(options), "seed": seed}
+    found = {"task": task, "options": dict(options), "seed": seed}
+    if base is not None:
+        found["base"] = base
+    return found
 
 
 def declared(config: Mapping[str, Any]) -> dict[str, Any]:

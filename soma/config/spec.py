@@ -185,6 +185,9 @@ class RunSpec:
     sites: Mapping[str, Any] | None = None
     # how long its processes wait and poll (soma.timing): not what the run is, so not compared
     timing: Timing = field(default_factory=Timing, compare=False)
+    # the digest of the task's frozen base in the store (soma.run.base), once it is kept
+    # there (soma.run.base.keep: a driver; the workflow's start job, its receipts after)
+    base: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "task_options", _frozen(self.task_options))
@@ -278,7 +281,7 @@ class RunSpec:
         """The part of the run's identity that is not the strategy's (soma.config.identity)."""
         from soma.config.identity import identity
 
-        found = identity(self.task, dict(self.task_options), self.seed)
+        found = identity(self.task, dict(self.task_options), self.seed, self.base)
         if self.personal:  # only when set: the meetings of every other run keep their keys
             found["personal"] = sorted(self.personal)
         return found

@@ -12,7 +12,7 @@ from typing import Any
 
 from soma.config.spec import RunSpec
 from soma.round import layout
-from soma.run import step
+from soma.run import base, step
 from soma.run.step import Hosted
 from soma.store import Store
 from soma.timing import Timing
@@ -65,6 +65,7 @@ def drive(
     from soma.run.personal import shared
 
     spec.check_charter(store)  # another roster than the run's: refused before any write
+    spec = base.keep(spec, store, task)  # a task's frozen base: in the store once, in the identity
     timing = spec.timing
     nodes = task.nodes(spec.seed)
     hosted = []

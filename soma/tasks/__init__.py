@@ -44,6 +44,15 @@ Optionally `preprocessing()`: what the model's inputs must be made of, as text t
 JSON), written into every model file of the run as `preprocessing.<key>` (soma.model), so
 that the model is used outside soma on inputs prepared as in training (examples/use_model.py).
 
+Optionally `base(seed)`: the weights the nodes of `seed` sit on and never train (an export,
+`{node: {key: tensor}}`, or None), such as the pretrained model under LoRA adapters
+(soma.tasks.adapters, whose `nodes(seed)` are the adapters alone). The nodes are what is
+exported and averaged each round; the base is put in the store once (a second put of the
+same bytes writes nothing), its digest joins the run's identity (a client whose base differs
+meets apart: refused naming both digests) and its records, and every model file of the run
+holds it beside the trained nodes (soma.run.base, soma.model). The workflow's start job keeps
+it and names it in its receipt and `run.json`; each train job checks its own base against it.
+
 A task module may declare its option names as a module-level literal, `OPTIONS = ("epochs",
 "lr", ...)`: `declared_options` reads it from the module's source without running the module
 (so without importing torch), and the Snakefile refuses an unknown option at parse time.

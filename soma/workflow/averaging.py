@@ -72,6 +72,8 @@ def average_receipt(
         "state": record.state,
         "inputs": inputs,
         "left_out": record.left_out,
+        # the task's base (soma.run.base), named on to the next round's jobs
+        **({"base": meeting.config["base"]} if "base" in meeting.config else {}),
         **more,
     }
 

@@ -61,8 +61,22 @@ def strategy_of(spec: RunSpec) -> Strategy:
 
 
 def meeting_of(spec: RunSpec, round: int, started: Mapping[str, Any]) -> Meeting:
-    """Where round `round`'s clients meet: keyed by the receipt it started from and the run."""
-    return spec.meeting(round, started["weights"], started.get("state"))
+    """Where round `round`'s clients meet: keyed by the receipt it started from and the run
+    (and the task's base the start job kept, which every receipt after it names)."""
+    from soma.run.base import named
+
+    return named(spec, started.get("base")).meeting(round, started["weights"], started.get("state"))
+
+
+def trained_meeting_of(
+    spec: RunSpec, task: Task, round: int, started: Mapping[str, Any]
+) -> Meeting:
+    """`meeting_of` for a job that trains: its task's base checked first to be the one the
+    run started on (soma.run.base.check: refused naming both digests)."""
+    from soma.run.base import check
+
+    check(task, spec.seed, spec.run, started.get("base"))
+    return meeting_of(spec, round, started)
 
 
 def json_numbers(metrics: Mapping[str, Any]) -> dict[str, Any]:

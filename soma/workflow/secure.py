@@ -26,7 +26,7 @@ from soma.config import secrets as private
 from soma.config.spec import RunSpec
 from soma.round import Meeting, holders, read_record
 from soma.round.records import RecordError, SecureRecord, read_average
-from soma.run import step
+from soma.run import base, step
 from soma.run.step import Hosted
 from soma.secagg import round as secure_round
 from soma.store import Store
@@ -100,6 +100,7 @@ def train(config: Mapping[str, Any], round: int, client: int, previous: str, rec
         return
     secrets = _secrets(config, meeting, client)
     task = task_of(spec)
+    base.check(task, spec.seed, spec.run, started.get("base"))  # the run's base (soma.run.base)
     try:
         with step.task_code():
             data = task.shard(client, spec.clients)

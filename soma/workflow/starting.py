@@ -11,7 +11,7 @@ from soma.config import identity as runs
 from soma.config.spec import RunSpec
 from soma.nodes import export
 from soma.round import layout
-from soma.run import checked
+from soma.run import base, checked
 from soma.run.personal import shared
 from soma.tasks import Task
 from soma.workflow.common import (
@@ -55,8 +55,9 @@ def start_group(runs: Sequence[tuple[Mapping[str, Any], str, str | None]]) -> No
     exported = export(nodes)  # before evaluate(), which may move the nodes to a device
     metrics = start_metrics(config, task, nodes)
     weights = store.put_value(shared(exported, specs[0].personal))  # the same in the group
+    kept = base.keep(specs[0], store, task).base  # the task's frozen base, once (soma.run.base)
     for (config, receipt, run_record), spec in zip(runs, specs, strict=True):
-        _started(config, receipt, run_record, spec, store, weights, metrics, tic)
+        _started(config, receipt, run_record, spec, store, weights, metrics, tic, kept)
 
 
 def _started(
@@ -68,8 +69,11 @@ def _started(
     weights: str,
     metrics: dict[str, Any],
     tic: float,
+    kept: str | None = None,
 ) -> None:
-    """A run's names bound to its starting weights, its record and its start receipt."""
+    """A run's names bound to its starting weights, its record and its start receipt; a
+    task's base (`kept`, its digest) named in both, whence every job of the run meets under
+    it (soma.workflow.common.meeting_of)."""
     if spec.secure is not None:  # against whom it holds, when every job runs as this user
         from soma.config.secrets import one_user_warning
 
@@ -77,8 +81,9 @@ def _started(
     store.claim(layout.starting(config["run"], weights), weights)  # never rebound by another
     store.bind(layout.start(config["run"]), weights)
     keep_evaluation(store, config["run"], weights, metrics)
-    if run_record is not None:
-        write_receipt(run_record, runs.record(config))
+    based = {} if kept is None else {"base": kept}  # only with one: other receipts unchanged
+    if run_record is not None:  # the base beside the declared config (parse time cannot know it)
+        write_receipt(run_record, {**runs.record(config), **based})
     write_receipt(
         receipt,
         {
@@ -87,6 +92,7 @@ def _started(
             "weights": weights,
             "state": None,
             "metrics": metrics,
+            **based,
         },
     )
     LOG.info(

@@ -23,11 +23,11 @@ from soma.tasks import Task
 from soma.workflow.common import (
     LOG,
     json_numbers,
-    meeting_of,
     shown,
     spec_of,
     strategy_of,
     task_of,
+    trained_meeting_of,
 )
 from soma.workflow.receipts import clients_in, read_receipt, write_receipt
 
@@ -55,7 +55,7 @@ def train(
     task = task_of(spec)
     store = RunSpec.config_store(config)
     started = read_receipt(previous)
-    meeting = meeting_of(spec, round, started)
+    meeting = trained_meeting_of(spec, task, round, started)
     written = _train_client(task, store, spec, meeting, client, started, before)
     write_receipt(receipt, _keeping_own(written, before))
 
@@ -76,7 +76,7 @@ def train_batch(
     task = task_of(spec)
     store = RunSpec.config_store(config)
     started = read_receipt(previous)
-    meeting = meeting_of(spec, round, started)
+    meeting = trained_meeting_of(spec, task, round, started)
     for k in clients:
         meeting.check_client(k)
     each = []
