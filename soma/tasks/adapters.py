@@ -223,7 +223,7 @@ class Adapter(nn.Module):
         self.lora_B = layer.lora_B["default"]
 
 
-def _owner(nodes: Mapping[str, nn.Module]) -> nn.Module:
+def model_of(nodes: Mapping[str, nn.Module]) -> nn.Module:
     """The model that `nodes` (from `AdaptersTask.nodes`) belong to."""
     for node in nodes.values():
         model = node.__dict__.get("_soma_model")
@@ -400,7 +400,7 @@ class AdaptersTask:
         return torch.cat(inputs), torch.cat(targets)
 
     @functools.cached_property
-    def _test(self) -> Data:
+    def test_data(self) -> Data:
         held = [chunk for _, out in self._split for chunk in out]
         step = max(1, len(held) // self.test_windows)
         return _tensors(held[::step][: self.test_windows])
@@ -443,7 +443,7 @@ class AdaptersTask:
             node, key = name.rsplit(".", 1)
             export.setdefault(node, {})[key] = tensor.detach().clone()
         if self.freeze_a:
-            model = _owner(self.nodes(seed))
+            model = model_of(self.nodes(seed))
             for name, module in model.named_modules():
                 if (
                     isinstance(getattr(module, "lora_A", None), nn.ModuleDict)
@@ -464,7 +464,7 @@ class AdaptersTask:
         """`epochs` epochs of Adam on the nodes' parameters alone, batches shuffled by `seed`."""
         from soma.training import adjust_on_cpu, keyed_parameters
 
-        model = _owner(nodes)
+        model = model_of(nodes)
         parameters = [p for node in nodes.values() for p in node.parameters()]
         for p in model.parameters():
             p.requires_grad_(False)
@@ -492,7 +492,7 @@ class AdaptersTask:
 
     def evaluate(self, nodes: Mapping[str, nn.Module]) -> dict[str, float]:
         """Next-character accuracy and loss on the held-out windows of the plays' roles."""
-        return self._metrics(nodes, self._test)
+        return self._metrics(nodes, self.test_data)
 
     def evaluate_local(
         self, nodes: Mapping[str, nn.Module], client: int, clients: int
@@ -505,7 +505,7 @@ class AdaptersTask:
         return self._metrics(nodes, held), len(held[0])
 
     def _metrics(self, nodes: Mapping[str, nn.Module], data: Data) -> dict[str, float]:
-        model = _owner(nodes)
+        model = model_of(nodes)
         model.train(False)
         with torch.no_grad():
             logits = model(data[0])
