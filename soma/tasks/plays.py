@@ -147,6 +147,11 @@ def roles(plays: Sequence[str] | None = None, *, min_lines: int = MIN_LINES) -> 
     return found
 
 
+def collapsed(text: str) -> str:
+    """`text` with each run of two or more spaces made one, as LEAF's windowing does."""
+    return _SPACES.sub(" ", text)
+
+
 def _lines(text: str) -> list[str]:
     """`text`'s lines as LEAF's readlines() gives them: split after each newline only."""
     parts = text.split("\n")
@@ -161,7 +166,7 @@ def windows(text: str, length: int = LENGTH) -> tuple[list[list[int]], list[int]
     inputs: list[list[int]] = []
     labels: list[int] = []
     for line in _lines(text):
-        codes = encode(" " * length + _SPACES.sub(" ", line))
+        codes = encode(" " * length + collapsed(line))
         for i in range(len(codes) - length):
             inputs.append(codes[i : i + length])
             labels.append(codes[i + length])
