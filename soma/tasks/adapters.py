@@ -306,6 +306,8 @@ class AdaptersTask:
             raise TaskError(
                 f"adapters option test_fraction must be in (0, 1), not {self.test_fraction!r}"
             )
+        if isinstance(self.plays, str):  # `--option plays=hamlet`: one play
+            self.plays = (self.plays,)
         if isinstance(self.targets, str) or not all(isinstance(t, str) for t in self.targets):
             raise TaskError(
                 f"adapters option targets must be a list of layer names, not {self.targets!r}"
