@@ -3,9 +3,10 @@
 A task may answer `base(seed)` (soma.tasks): the weights its nodes sit on and never train,
 such as the pretrained model under LoRA adapters (soma.tasks.adapters). They are never
 exported, so they never cross the store with a round; instead they are put in the store
-once (content-addressed: a second put of the same bytes writes nothing), and their digest
-joins the run's identity (RunSpec.base, soma.config.identity): every meeting, and so every
-round's `about` record, names it, a client whose base differs meets apart (the waiting
+once (content-addressed: a second put of the same bytes writes nothing) and claimed as what
+the run starts from (`<run>/starts/<digest>`: reachable, so `soma gc` keeps it), and their
+digest joins the run's identity (RunSpec.base, soma.config.identity): every meeting, and so
+every round's `about` record, names it, a client whose base differs meets apart (the waiting
 client is told, naming both digests: soma.round.apart), and a model file of the run holds
 the base beside the trained nodes (soma.model).
 
@@ -61,12 +62,18 @@ def digest_of(task: Any, seed: int) -> str | None:
 
 
 def keep(spec: RunSpec, store: Store, task: Any) -> RunSpec:
-    """The task's base put in `store` (nothing written when it is there already), and `spec`
-    with its digest (RunSpec.base); `spec` itself for a task without one."""
+    """The task's base put in `store` (nothing written when it is there already) and claimed
+    under the run's name for what it starts from (`<run>/starts/<digest>`, as its start
+    weights: reachable, so `soma gc` keeps it while the run is kept), and `spec` with its
+    digest (RunSpec.base); `spec` itself for a task without one."""
+    from soma.round import layout
+
     base = base_of(task, spec.seed)
     if base is None:
         return spec
-    return dataclasses.replace(spec, base=store.put_value(base))
+    digest = store.put_value(base)
+    store.claim(layout.starting(spec.run, digest), digest)
+    return dataclasses.replace(spec, base=digest)
 
 
 def named(spec: RunSpec, digest: str | None) -> RunSpec:

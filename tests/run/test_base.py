@@ -12,6 +12,7 @@ import torch
 import soma
 from soma.config.spec import RunSpec
 from soma.model import ModelError, export_average, load_model, read_metadata, with_base
+from soma.round import layout
 from soma.run import base as bases
 from soma.store import Store
 from soma.store.values import value_digest
@@ -41,6 +42,7 @@ def test_the_base_is_kept_once_and_joins_the_identity_only_when_there_is_one(tmp
     before = blobs(tmp_path)
     assert bases.keep(spec(), store, task).base == digest
     assert blobs(tmp_path) == before  # the same bytes again: nothing written
+    assert store.resolve(layout.starting("r", digest)) == digest  # reachable: gc keeps it
     assert "base" not in spec().identity()  # a run without a base keeps its meeting keys
     control = RunSpec(run="r", task="soma.tasks.control", clients=2, rounds=1)
     assert bases.keep(control, store, load_task("soma.tasks.control", {})) is control
