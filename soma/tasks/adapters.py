@@ -409,7 +409,8 @@ class AdaptersTask:
 
     # -- the Task protocol ---------------------------------------------------------------------
 
-    def _model(self, seed: int) -> CharModel:
+    def _model(self) -> CharModel:
+        """The pretrained model: the base file's weights."""
         model = CharModel(self.shape)
         model.load_state_dict(self._base)
         return model
@@ -418,7 +419,7 @@ class AdaptersTask:
         """The trained part: every layer with weights (`full`), or the adapters (`lora`)."""
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            model = self._model(seed)
+            model = self._model()
             if self.mode == "full":
                 return {
                     name: _own(module, model)
