@@ -264,6 +264,21 @@ def _optimizer(
     return factory(parameters)
 
 
+def classified(
+    nodes: Mapping[str, Any], data: tuple[torch.Tensor, torch.Tensor], *, device: Any = None
+) -> dict[str, float]:
+    """Accuracy and cross-entropy of a classifier's nodes on `(inputs, labels)`, in one
+    batch, without gradients: how the built-in classification tasks evaluate, one way."""
+    run = TrainingRun(nodes, loss=torch.nn.functional.cross_entropy, device=device)
+    inputs, labels = (run.on_device(tensor) for tensor in data)
+    run.train(False)
+    with torch.no_grad():
+        logits = run(inputs)
+        loss = torch.nn.functional.cross_entropy(logits, labels)
+    accuracy = (logits.argmax(dim=1) == labels).double().mean()
+    return {"accuracy": float(accuracy), "loss": float(loss)}
+
+
 # --- seeds, and training alone -----------------------------------------------------------------
 
 

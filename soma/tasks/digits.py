@@ -45,7 +45,7 @@ from soma import partition as partitions
 from soma.device import task_device
 from soma.tasks import TaskError
 from soma.tasks.protocol import Objective
-from soma.training import TrainingRun, trained_alone
+from soma.training import TrainingRun, classified, trained_alone
 
 CLASSES = 10
 FEATURES = 64
@@ -390,14 +390,7 @@ class DigitsTask:
         return self._metrics(nodes, self._rows(rows)), len(rows)
 
     def _metrics(self, nodes: Mapping[str, nn.Module], data: Data) -> dict[str, float]:
-        run = TrainingRun(nodes, loss=nn.functional.cross_entropy, device=self._device)
-        inputs, labels = (run.on_device(tensor) for tensor in data)
-        run.train(False)
-        with torch.no_grad():
-            logits = run(inputs)
-            loss = nn.functional.cross_entropy(logits, labels)
-        accuracy = (logits.argmax(dim=1) == labels).double().mean()
-        return {"accuracy": float(accuracy), "loss": float(loss)}
+        return classified(nodes, data, device=self._device)
 
 
 def make(**options) -> DigitsTask:

@@ -56,7 +56,7 @@ from torch import nn
 from soma.device import task_device
 from soma.tasks import TaskError
 from soma.tasks.protocol import Objective
-from soma.training import TrainingRun
+from soma.training import TrainingRun, classified
 
 DIMENSION = 60
 CLASSES = 10
@@ -310,14 +310,7 @@ class SyntheticTask:
         return self._metrics(nodes, test), len(test[1])
 
     def _metrics(self, nodes: Mapping[str, nn.Module], data: Data) -> dict[str, float]:
-        run = TrainingRun(nodes, loss=nn.functional.cross_entropy, device=self._device)
-        inputs, labels = (run.on_device(tensor) for tensor in data)
-        run.train(False)
-        with torch.no_grad():
-            logits = run(inputs)
-            loss = nn.functional.cross_entropy(logits, labels)
-        accuracy = (logits.argmax(dim=1) == labels).double().mean()
-        return {"accuracy": float(accuracy), "loss": float(loss)}
+        return classified(nodes, data, device=self._device)
 
 
 def make(**options) -> SyntheticTask:
