@@ -150,16 +150,17 @@ class CharModel(nn.Module):
 def save_base(model: CharModel, path: str | os.PathLike[str]) -> Path:
     """Write `model` as a base file: its state_dict by its own names (what
     `CharModel(shape).load_state_dict(safetensors.torch.load_file(path))` loads), its shape
-    in the metadata; atomically (soma.model's writer)."""
-    from soma.model import save_model
+    in the metadata; atomically (soma.files's writer: the whole file or none)."""
+    from safetensors.torch import save
 
-    state = {name: tensor.detach() for name, tensor in model.state_dict().items()}
-    export = {name.rsplit(".", 1)[0]: {} for name in state}
-    for name, tensor in state.items():
-        node, key = name.rsplit(".", 1)
-        export[node][key] = tensor
-    shape = model.shape
-    return save_model(export, path, {METADATA: json.dumps(shape.__dict__, sort_keys=True)})
+    from soma.files import write_atomic
+
+    state = {name: tensor.detach().contiguous() for name, tensor in model.state_dict().items()}
+    shape = json.dumps(model.shape.__dict__, sort_keys=True)
+    try:
+        return write_atomic(path, save(state, metadata={METADATA: shape}))
+    except OSError as error:
+        raise TaskError(f"cannot write the base to {os.fspath(path)!r}: {error}") from error
 
 
 @functools.lru_cache(maxsize=4)
