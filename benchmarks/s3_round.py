@@ -2,6 +2,7 @@
 
     python benchmarks/s3_round.py [--clients 4] [--rounds 2] [--repeats 3] [--size-mb 100]
                                   [--task soma.tasks.control] [--export-mb 0] [--where]
+                                  [--model-only]
 
 The bucket is SeaweedFS on loopback: `weed server -s3 -ip=127.0.0.1` on free ports, started
 here as tests/s3_bucket.py does (its command and ports), unless AWS_ENDPOINT_URL is set (then
@@ -18,7 +19,12 @@ over (so a change in the machine's load falls on both); seconds are the best of 
 - a whole round: `soma.simulate` of --clients clients x --rounds rounds of --task (training
   included, the same on both), per round;
 - put and get of a --size-mb model (one dict of float32 tensors: `put_value`, then
-  `recall_digest`), every put new bytes, in MB/s.
+  `recall_digest`), every put new bytes, in MB/s; on the bucket, beside soma's get, in the
+  same repeat and of the same blob (the model's tensor blob): a plain streamed `get_object`
+  (its body in 1 MB chunks, joined: no hash, no check) and boto3's TransferManager
+  (`download_fileobj` into a BytesIO, its default concurrency and parts), the two baselines
+  soma's get is held to (issue 34: >= 0.8 of TransferManager's). `--model-only` measures
+  only these.
 
 S3 requests are counted by a botocore `before-send` handler registered here on the default
 boto3 session (so every client a store makes, simulate's included, inherits it): one per
@@ -285,13 +291,43 @@ def model(size_mb: float) -> dict:
 
 
 def model_io(store: Store, big: dict, samples: dict[str, Sample]) -> None:
-    """Put the model with new bytes (so that it is written, not found there), get it back."""
+    """Put the model with new bytes (so that it is written, not found there), get it back;
+    on a bucket, get its tensor blob the two plain ways too (`baselines`)."""
     with torch.no_grad():
         for t in big["node0"].values():
             t.add_(1.0)
     digest = timed(samples["put model"], lambda: store.put_value(big))
     back = timed(samples["get model"], lambda: store.recall_digest(digest))
     assert torch.equal(back["node0"]["layer0.weight"], big["node0"]["layer0.weight"])
+    del back
+    if isinstance(store.directory, str):  # a bucket's store: its directory is its URL
+        baselines(store, samples)
+
+
+def baselines(store: Store, samples: dict[str, Sample]) -> None:
+    """The model's tensor blob (the bucket's largest under this store) got by a plain
+    streamed `get_object` and by TransferManager's `download_fileobj` into memory."""
+    import io
+
+    import boto3
+
+    backend = store.backend
+    key, size = max(
+        ((f"{backend.prefix}blobs/{k}", n) for k, n, _ in backend.blobs()), key=lambda kn: kn[1]
+    )
+    client = boto3.client("s3")  # boto3's defaults (its retries, its pool), as a user's
+
+    def plain() -> int:
+        body = client.get_object(Bucket=backend.bucket, Key=key)["Body"]
+        return len(b"".join(body.iter_chunks(1 << 20)))
+
+    def transfer_manager() -> int:
+        out = io.BytesIO()
+        client.download_fileobj(backend.bucket, key, out)
+        return len(out.getbuffer())
+
+    assert timed(samples["get_object"], plain) == size
+    assert timed(samples["TransferManager"], transfer_manager) == size
 
 
 def nbytes(value: dict) -> int:
@@ -302,16 +338,20 @@ def nbytes(value: dict) -> int:
 
 WHERE = ("folder", "bucket")
 ROWS = ("contributions", "averaging", "read average", "round", "put model", "get model")
+BASELINES = ("get_object", "TransferManager")  # the bucket's only
 
 
 def measure(args: argparse.Namespace, places: Places) -> dict[str, dict[str, Sample]]:
-    got = {w: {row: Sample() for row in ROWS} for w in WHERE}
+    got = {w: {row: Sample() for row in ROWS + BASELINES} for w in WHERE}
     big = model(args.size_mb)
     for repeat in range(args.repeats):
         for where in WHERE:
             samples = got[where]
-            round_by_library(Store(places.fresh(where)), args, repeat, samples)
-            whole_round(places.fresh(where), args.task, args.clients, args.rounds, samples["round"])
+            if not args.model_only:
+                round_by_library(Store(places.fresh(where)), args, repeat, samples)
+                whole_round(
+                    places.fresh(where), args.task, args.clients, args.rounds, samples["round"]
+                )
             model_io(Store(places.fresh(where)), big, samples)
             print(f"  repeat {repeat + 1}/{args.repeats} on the {where} done", flush=True)
     got["size"] = nbytes(big)  # type: ignore[assignment]
@@ -337,6 +377,8 @@ def report(args: argparse.Namespace, got: dict, endpoint: str) -> None:
         "round": (f"per round ({args.rounds} rounds)", args.rounds),
     }
     for row, (label, per) in rows.items():
+        if args.model_only:
+            break
         f, b = folder[row].seconds / per, bucket[row].seconds / per
         requests = bucket[row].requests / per
         print(
@@ -351,6 +393,14 @@ def report(args: argparse.Namespace, got: dict, endpoint: str) -> None:
             f"{f'{row} ({size / 1e6:.0f} MB)':<24}{size / 1e6 / f:>12.0f}{size / 1e6 / b:>12.0f}"
             f"{f / b:>6.2f}{bucket[row].requests:>9}"
         )
+    get = bucket["get model"].seconds
+    print("\nthe same blob by plain boto3, same repeats (get ratio: soma get MB/s / its)")
+    print(f"{'':<24}{'MB/s':>12}{'get ratio':>10}{'requests':>9}")
+    for row in BASELINES:
+        b = bucket[row].seconds
+        print(f"{row:<24}{size / 1e6 / b:>12.0f}{b / get:>10.2f}{bucket[row].requests:>9}")
+    if args.model_only:
+        return
     gets = bucket["averaging"].blob_gets
     again = sum(1 for n in gets.values() if n > 1)
     print(
@@ -395,6 +445,9 @@ def main() -> None:
     parser.add_argument("--bucket", default=BUCKET, help="with AWS_ENDPOINT_URL: an existing one")
     parser.add_argument("--dir", default=None, help="where the folder stores are (default /tmp)")
     parser.add_argument("--where", action="store_true", help="which soma calls sent requests")
+    parser.add_argument(
+        "--model-only", action="store_true", help="only the model's put and get, and baselines"
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="soma-s3-round-", dir=args.dir))
     try:

@@ -88,6 +88,7 @@ Backends are found by URL scheme in one place, `BACKENDS` (`s3://` is soma.store
 from __future__ import annotations
 
 import hashlib
+import io
 import tempfile
 import threading
 import time
@@ -243,7 +244,11 @@ def open_backend(url: str) -> Backend:
 
 class _Body:
     """A blob's bytes as a backend hands them out: hashed as they are taken, counted, and
-    never pulled from the backend further than asked (one chunk at most past it)."""
+    never pulled from the backend further than asked (one chunk at most past it).
+
+    A backend whose read says its `size` before any byte arrives and can `fill` a buffer
+    (soma.store.s3_reads) is read straight into the caller's one buffer, hashed in order
+    as its pieces arrive (`into`); any other, chunk by chunk."""
 
     def __init__(self, chunks: Iterable[bytes]) -> None:
         self._chunks = iter(chunks)
@@ -251,6 +256,10 @@ class _Body:
         self._held = memoryview(b"")
         self.hash = hashlib.sha256()
         self.taken = 0
+        fill = getattr(chunks, "fill", None)
+        size = getattr(chunks, "size", None)
+        self._fill = fill if isinstance(size, int) else None
+        self.size: int | None = size if self._fill is not None else None  # at most this many
 
     def _hold(self) -> bool:
         """A chunk not yet taken is held; False at the end of the body."""
@@ -263,6 +272,13 @@ class _Body:
 
     def into(self, view: memoryview) -> int:
         """Fill `view` with the next bytes, hashing them; how many (fewer: the body ended)."""
+        if self._fill is not None:  # straight into `view`, hashed in order as it arrives
+            hashed = 0
+            for there in self._fill(view):
+                self.hash.update(view[hashed:there])
+                hashed = there
+            self.taken += hashed
+            return hashed
         done = 0
         while done < len(view) and self._hold():
             n = min(len(view) - done, len(self._held))
@@ -279,6 +295,22 @@ class _Body:
         got = self.into(memoryview(buffer))
         del buffer[got:]
         return buffer
+
+    def whole(self, bound: int | None) -> bytes | None:
+        """The rest, hashed, as one bytes object; None when it is more than `bound` bytes
+        in all (said by its size before any arrives, else as soon as they do). A sized body
+        is received into the bytes object itself (a BytesIO's own buffer, which `getvalue`
+        hands over without a copy); chunks are joined (one copy)."""
+        if self.size is None:
+            parts = self.parts(bound)
+            return None if parts is None else b"".join(parts)
+        if bound is not None and self.size > bound:
+            return None
+        made = io.BytesIO(bytes(self.size - self.taken))  # calloc: pages touched by the read
+        with made.getbuffer() as view:
+            got = self.into(view)
+        data = made.getvalue()
+        return data if got == len(data) else data[:got]
 
     def parts(self, bound: int | None) -> list[bytes] | None:
         """The rest as it came, hashed; None as soon as more than `bound` bytes would
@@ -298,6 +330,13 @@ class _Body:
     def skim(self, bound: int | None) -> bool:
         """Hash the rest without keeping it; False as soon as more than `bound` bytes would
         have been taken in all."""
+        if self.size is not None:
+            if bound is not None and self.size > bound:
+                return False
+            scratch = memoryview(bytearray(min(1 << 20, self.size)))
+            while self.taken < self.size and self.into(scratch):
+                pass
+            return True
         while self._hold():
             if bound is not None and self.taken + len(self._held) > bound:
                 return False
@@ -307,6 +346,8 @@ class _Body:
         return True
 
     def ended(self) -> bool:
+        if self.size is not None:
+            return self.taken >= self.size
         return not self._hold()
 
     def close(self) -> None:
@@ -415,10 +456,10 @@ class BackendStore(Values):
         bound = exact if exact is not None else limit
         body = self._chunks(digest, bound)
         try:
-            parts = body.parts(bound)
+            data = body.whole(bound)
         finally:
             body.close()
-        if parts is None:
+        if data is None:
             assert bound is not None
             why = (
                 f"it is {bound} bytes as this process put it"
@@ -427,8 +468,7 @@ class BackendStore(Values):
             )
             raise OversizedBlob(str(self.blob_path(digest)), digest, bound, why)
         self._verified(digest, body)
-        data = b"".join(parts)
-        self._recent.add(digest, data)
+        self._recent.add(digest, data)  # the same bytes: never changed, so shared
         return data
 
     def has(self, digest: str) -> bool:
@@ -579,6 +619,8 @@ class BackendStore(Values):
                 body.skim(None)
                 self._verified(digest, body)
                 raise refusal from None
+        if body.size is not None and body.size > exact:  # said before a byte of it arrives
+            raise OversizedBlob(where, digest, exact, why)
         base = _buffer(exact)
         if base is None:  # the length cannot be held here: the blob's own, or a lie?
             if not body.skim(exact):

@@ -40,7 +40,9 @@ Layout, as on a folder (soma.store): `<prefix>/blobs/ab/<digest>` holds a blob's
   ends short is refused naming the key), and when the caller bounds it (`read_blob(limit=...)`:
   soma.store.backend refuses more) at most `limit + 1` bytes are read: a substituted huge body
   costs no more than that. A read cut midway resumes where it stopped (a ranged GET, If-Match
-  the ETag: the rest of the same object or a refusal).
+  the ETag: the rest of the same object or a refusal). A large blob is read by ranges side by
+  side into the store's one buffer (soma.store.s3_reads), each If-Match the first answer's
+  ETag, and hashed in order by the store as they arrive.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from typing import Any, TypeVar
 from soma.store.errors import BadStore, StoreError, StoreUnavailable
 from soma.store.patience import Patience
 from soma.store.s3_gc import BucketHousekeeping
+from soma.store.s3_reads import PARALLEL_FROM, Reading
 from soma.store.s3_requests import (
     ERRORS,
     busy,
@@ -71,7 +74,6 @@ LOG = logging.getLogger("soma.store")
 
 MULTIPART_FROM = 64 << 20  # a blob this large goes up in parts (S3's single PUT is <= 5 GB)
 PART = 16 << 20  # each part but the last (S3: at least 5 MB, at most 10,000 parts)
-READ_CHUNK = 1 << 20
 # A blob smaller than this is sent at once with If-None-Match (one request when it is new:
 # a client's weights always are); a larger one is asked for first (HEAD), not sent twice.
 ASK_FIRST_FROM = 1 << 20
@@ -299,69 +301,35 @@ class S3Backend(BucketHousekeeping):
             if not missing(error):
                 LOG.warning("abort of upload s3://%s/%s failed: %s", self.bucket, key, error)
 
-    def read_blob(self, digest: str, limit: int | None = None) -> Iterator[bytes] | None:
-        """The blob's bytes in chunks, or None when it is not there (not yet verified).
+    def read_blob(self, digest: str, limit: int | None = None) -> Reading | None:
+        """The blob's bytes, or None when it is not there (not yet verified): chunks, or
+        straight into the caller's buffer, a large blob by ranges side by side
+        (soma.store.s3_reads), its size known before any byte arrives.
 
         Never more than its Content-Length (a body that ends short is refused naming the key).
         `limit` (soma.store.backend's bounded reads: the caller refuses a blob of more than
-        `limit` bytes): when the Content-Length is larger, only its first `limit + 1` bytes
-        are read and handed out, the extra one how the caller sees there was more."""
+        `limit` bytes): when the blob is larger, only its first `limit + 1` bytes are read
+        and handed out, the extra one how the caller sees there was more."""
+        first = PARALLEL_FROM if limit is None else min(PARALLEL_FROM, limit + 1)
         for key in (self._blob_key(digest), self._attic_key(digest)):  # see the docs
-            got = self._do_if_there("GET", key, self.client.get_object, Key=key)
-            if got is None:
-                continue
-            size = int(got["ContentLength"])
-            take = size if limit is None else min(size, limit + 1)
-            return self._body(key, got, size, take)
+            got = self._first_range(key, first)
+            if got is not None:
+                return Reading(self, key, got, limit)
         return None
 
-    def _body(self, key: str, got: dict, size: int, take: int) -> Iterator[bytes]:
-        """The first `take` of the `size` bytes of GET answer `got`'s body, and no more (the
-        rest is never read), each chunk read through `_request`: a read cut midway resumes
-        where it stopped (`_rest`)."""
-        etag, done, body = str(got["ETag"]), 0, got["Body"]
-
-        def next_chunk() -> bytes:
-            nonlocal body
-            if body is None:
-                body = self._rest(key, etag, done, take)
-            try:
-                return body.read(min(READ_CHUNK, take - done))
-            except BaseException:
-                body.close()
-                body = None
-                raise
-
+    def _first_range(self, key: str, first: int) -> dict | None:
+        """A GET of the first `first` bytes of `key` (the whole of a small blob, and the size
+        of any), or None when it is not there. An empty object has no byte to range over
+        (416): it is asked for whole."""
+        ask = self._asked(self.client.get_object, Key=key, Range=f"bytes=0-{first - 1}")
         try:
-            while done < take:
-                try:
-                    chunk = self._request("GET", key, next_chunk)
-                except ERRORS as error:
-                    raise self._failed("GET", key, error) from None
-                if not chunk:
-                    raise StoreError(
-                        f"GET s3://{self.bucket}/{key}: its body ended after {done} of the "
-                        f"{size} bytes of its Content-Length"
-                    )
-                done += len(chunk)
-                yield chunk
-        finally:
-            if body is not None:
-                body.close()  # what was not taken is not read: the connection is dropped
-
-    def _rest(self, key: str, etag: str, done: int, take: int) -> Any:
-        """The body of `key` from byte `done` to `take`, if it is still the object being read
-        (If-Match its ETag: a 412 is a refusal) and it offers that many bytes."""
-        got = self.client.get_object(
-            Bucket=self.bucket, Key=key, Range=f"bytes={done}-{take - 1}", IfMatch=etag
-        )
-        if int(got["ContentLength"]) != take - done:
-            got["Body"].close()
-            raise StoreError(
-                f"GET s3://{self.bucket}/{key}: resumed at byte {done}, the server offers "
-                f"{got['ContentLength']} bytes where {take - done} were to come"
-            )
-        return got["Body"]
+            return self._request("GET", key, ask)
+        except ERRORS as error:
+            if missing(error):
+                return None
+            if status_of(error) == 416 or code_of(error) == "InvalidRange":
+                return self._do_if_there("GET", key, self.client.get_object, Key=key)
+            raise self._failed("GET", key, error) from None
 
     def blobs(self) -> Iterator[tuple[str, int, float]]:
         """Every key under blobs/ (a digest, unless somebody else wrote it), its size and
