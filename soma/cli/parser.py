@@ -135,7 +135,8 @@ def _run_arguments(c: argparse.ArgumentParser) -> None:
         default=DURABLE,
         help="durable: a name is durable before it is said bound, never before what it "
         "reaches; scratch: no fsync (a machine crash means rerunning the round), refused on "
-        "a store that says it is shared (its file `shared`)",
+        "a store that says it is shared (its file `shared`); `soma simulate`'s temporary store "
+        "(no --store) is scratch whatever this says: nothing of it outlives the process",
     )
     c.add_argument(
         "--task",

@@ -34,7 +34,7 @@ def client(args: argparse.Namespace) -> int:
     importable_here()  # `--task mytask` finds mytask.py here, as the workflow does
     spec = RunSpec.from_args(args)
     task, strategy = checked.checked(spec)
-    with store_at(args.store, spec) as store:  # only once the run was checked whole
+    with store_at(args.store, spec, task=task) as store:  # once the run was checked whole
         driven = drive(spec, store, task, strategy, after=_printer(args, task))
         evaluation = task.evaluate(driven.nodes) if has_central(task) else None
     line = {**_who(args, driven.hosted), "done": args.rounds, "evaluation": evaluation}

@@ -212,7 +212,7 @@ def _given(store: Store):
     from contextlib import contextmanager
 
     @contextmanager
-    def store_at(path, spec):
+    def store_at(path, spec, **_):
         yield store
 
     return store_at
