@@ -23,8 +23,9 @@ over (so a change in the machine's load falls on both); seconds are the best of 
   same repeat and of the same blob (the model's tensor blob): a plain streamed `get_object`
   (its body in 1 MB chunks, joined: no hash, no check) and boto3's TransferManager
   (`download_fileobj` into a BytesIO, its default concurrency and parts), the two baselines
-  soma's get is held to (issue 34: >= 0.8 of TransferManager's). `--model-only` measures
-  only these.
+  soma's get is held to (issue 34: >= 0.8 of TransferManager's), with the CPU seconds of
+  each (this process's, all its threads: steadier than seconds on a loaded machine).
+  `--model-only` measures only these.
 
 S3 requests are counted by a botocore `before-send` handler registered here on the default
 boto3 session (so every client a store makes, simulate's included, inherits it): one per
@@ -222,14 +223,15 @@ class Sample:
     """One measurement's best seconds and its requests (the same every repeat, bar a probe)."""
 
     def __init__(self) -> None:
-        self.seconds = float("inf")
+        self.seconds = self.cpu = float("inf")  # cpu: this process's, every thread's
         self.requests = self.sent = self.received = 0
         self.by_kind: collections.Counter[str] = collections.Counter()
         self.by_caller: collections.Counter[str] = collections.Counter()
         self.blob_gets: collections.Counter[str] = collections.Counter()
 
-    def add(self, seconds: float) -> None:
+    def add(self, seconds: float, cpu: float) -> None:
         self.seconds = min(self.seconds, seconds)
+        self.cpu = min(self.cpu, cpu)
         self.requests = REQUESTS.total()
         self.sent, self.received = REQUESTS.sent, REQUESTS.received
         self.by_kind = collections.Counter(REQUESTS.by_kind)
@@ -239,9 +241,9 @@ class Sample:
 
 def timed(sample: Sample, run: Callable[[], object]) -> object:
     with REQUESTS.counting():
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         out = run()
-        sample.add(time.perf_counter() - start)
+        sample.add(time.perf_counter() - start, time.process_time() - cpu)
     return out
 
 
@@ -366,10 +368,11 @@ def report(args: argparse.Namespace, got: dict, endpoint: str) -> None:
         f"\nbucket ({endpoint}) against folder, best of {args.repeats}; {args.task}, exports of "
         f"{export / 1e6:.3f} MB, {args.clients} clients; ratio: bucket/folder seconds"
     )
-    print(
-        f"{'':<24}{'folder s':>9}{'bucket s':>9}{'ratio':>7}{'requests':>9}{'ms/req':>7}"
-        f"{'MB up':>9}{'MB down':>9}"
-    )
+    if not args.model_only:
+        print(
+            f"{'':<24}{'folder s':>9}{'bucket s':>9}{'ratio':>7}{'requests':>9}{'ms/req':>7}"
+            f"{'MB up':>9}{'MB down':>9}"
+        )
     rows = {  # row: its label, and what its numbers are divided by
         "contributions": ("per contribution", args.clients),
         "averaging": (f"averaging {args.clients}", 1),
@@ -393,12 +396,18 @@ def report(args: argparse.Namespace, got: dict, endpoint: str) -> None:
             f"{f'{row} ({size / 1e6:.0f} MB)':<24}{size / 1e6 / f:>12.0f}{size / 1e6 / b:>12.0f}"
             f"{f / b:>6.2f}{bucket[row].requests:>9}"
         )
-    get = bucket["get model"].seconds
-    print("\nthe same blob by plain boto3, same repeats (get ratio: soma get MB/s / its)")
-    print(f"{'':<24}{'MB/s':>12}{'get ratio':>10}{'requests':>9}")
-    for row in BASELINES:
-        b = bucket[row].seconds
-        print(f"{row:<24}{size / 1e6 / b:>12.0f}{b / get:>10.2f}{bucket[row].requests:>9}")
+    get = bucket["get model"]
+    print(
+        "\nthe bucket's get and the same blob by plain boto3, same repeats (get ratio: soma's"
+        "\nget MB/s / its; CPU: this process's seconds, all threads, the server's not counted)"
+    )
+    print(f"{'':<24}{'MB/s':>12}{'get ratio':>10}{'CPU ms':>8}{'requests':>9}")
+    for row in ("get model", *BASELINES):
+        b = bucket[row]
+        print(
+            f"{row:<24}{size / 1e6 / b.seconds:>12.0f}{b.seconds / get.seconds:>10.2f}"
+            f"{1000 * b.cpu:>8.0f}{b.requests:>9}"
+        )
     if args.model_only:
         return
     gets = bucket["averaging"].blob_gets

@@ -82,16 +82,29 @@ comes from, and where there is none:
   may be right; received once into a list of chunks, joined once) and `_open_blob` (soma.
   health hashes every byte of what it opens, into a temporary file, not memory).
 
+A backend whose read says its size before any byte arrives and fills the caller's buffer
+(`read_blob`'s answer has `size` and `fill`: a bucket's, soma.store.s3_reads, where a large
+blob comes by ranged GETs side by side) is read without a copy: a size past the bound is
+refused before a byte is taken; `get` receives into the bytes object it returns (and the
+recent-blob cache keeps); a tensor blob into its one buffer, which for a blob of
+`SHARED_FROM` bytes or more the cache wants is memory the cache keeps and each reader maps
+copy-on-write (`_Shared`); either way the bytes are hashed in order as they arrive, and
+nothing is returned before all of them hash to the digest.
+
 Backends are found by URL scheme in one place, `BACKENDS` (`s3://` is soma.store.s3).
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import io
+import mmap
+import os
 import tempfile
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -123,9 +136,13 @@ JUST_PUT = 30.0
 # A bucket's blobs read in the last RECENT_FOR seconds, up to RECENT_BYTES in all, are kept in
 # memory, verified (content-addressed: never stale). A round's averaging reads each client's
 # export twice, checked before the claim and averaged after it: on a folder the page cache
-# serves the second read, on a bucket it would be a second download.
+# serves the second read, on a bucket it would be a second download. What is kept is what
+# was received (bytes, or a large tensor blob's `_Shared` memory), never a copy of it.
 RECENT_BYTES = 256 << 20
 RECENT_FOR = 600.0
+# A tensor blob this large read from a sized backend (a bucket) is received into memory the
+# cache and its readers share (`_Shared`: one fd each, so not for small blobs).
+SHARED_FROM = 8 << 20
 
 
 class _Recent:
@@ -134,11 +151,11 @@ class _Recent:
     first ones (dropping the oldest would leave that pass nothing)."""
 
     def __init__(self) -> None:
-        self._kept: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
+        self._kept: OrderedDict[str, tuple[float, bytes | _Shared]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()  # a lease's renewing thread shares the store
 
-    def get(self, digest: str) -> bytes | None:
+    def get(self, digest: str) -> bytes | _Shared | None:
         with self._lock:
             self._expire()
             found = self._kept.get(digest)
@@ -150,7 +167,7 @@ class _Recent:
             self._expire()
             return digest not in self._kept and self._bytes + size <= RECENT_BYTES
 
-    def add(self, digest: str, data: bytes) -> None:
+    def add(self, digest: str, data: bytes | _Shared) -> None:
         with self._lock:
             self._expire()
             if digest in self._kept or self._bytes + len(data) > RECENT_BYTES:
@@ -451,7 +468,7 @@ class BackendStore(Values):
         or CorruptBlob naming it. Bytes, which are never changed, so the kept copy is shared."""
         recent = None if fetch else self._recent.get(check_digest(digest))
         if recent is not None:
-            return recent
+            return recent.bytes() if isinstance(recent, _Shared) else recent
         exact = size if size is not None else self._size_put(digest)
         bound = exact if exact is not None else limit
         body = self._chunks(digest, bound)
@@ -585,10 +602,13 @@ class BackendStore(Values):
 
     def _read_tensor_file(self, digest: str) -> torch.Tensor:
         """Tensor blob `digest` verified, as one uint8 tensor of its own (the tensors made of
-        it share it): read here recently (copied), or received into one buffer of the size
-        known for it (this process put it, or its header declares it) and refused as soon as
-        more arrives (see "Bounded reads" in the module docs)."""
+        it share it): read here recently (mapped copy-on-write, or copied), or received into
+        one buffer of the size known for it (this process put it, its header declares it, or
+        the backend says it first) and refused as soon as more arrives (see "Bounded reads"
+        in the module docs)."""
         recent = self._recent.get(check_digest(digest))
+        if isinstance(recent, _Shared):
+            return recent.tensor()
         if recent is not None:
             base = torch.empty(len(recent), dtype=torch.uint8)
             memoryview(base.numpy())[:] = recent
@@ -596,16 +616,23 @@ class BackendStore(Values):
         exact = self._size_put(digest)
         body = self._chunks(digest, exact)
         try:
-            base = self._receive_tensor_file(digest, body, exact)
+            base, shared = self._receive_tensor_file(digest, body, exact)
         finally:
             body.close()
+        if shared is not None:
+            self._recent.add(digest, shared)
+            return base
         view = memoryview(base.numpy())
         if self._recent.wants(digest, len(view)):
             self._recent.add(digest, bytes(view))
         return base
 
-    def _receive_tensor_file(self, digest: str, body: _Body, exact: int | None) -> torch.Tensor:
-        """The bytes of tensor blob `digest` from `body`, verified (see `_read_tensor_file`)."""
+    def _receive_tensor_file(
+        self, digest: str, body: _Body, exact: int | None
+    ) -> tuple[torch.Tensor, _Shared | None]:
+        """The bytes of tensor blob `digest` from `body`, verified (see `_read_tensor_file`),
+        and, when the recent-blob cache is to keep them, the `_Shared` memory they were
+        received into (the tensor is a copy-on-write mapping of it)."""
         where = str(self.blob_path(digest))
         head, raw, why = bytearray(), bytearray(), f"it is {exact} bytes as this process put it"
         if exact is None:
@@ -621,8 +648,11 @@ class BackendStore(Values):
                 raise refusal from None
         if body.size is not None and body.size > exact:  # said before a byte of it arrives
             raise OversizedBlob(where, digest, exact, why)
-        base = _buffer(exact)
-        if base is None:  # the length cannot be held here: the blob's own, or a lie?
+        shared = None
+        if body.size is not None and exact >= SHARED_FROM and self._recent.wants(digest, exact):
+            shared = _Shared.make(exact)
+        base = _buffer(exact) if shared is None else None
+        if base is None and shared is None:  # cannot be held here: the blob's own, or a lie?
             if not body.skim(exact):
                 raise OversizedBlob(where, digest, exact, why)
             self._verified(digest, body)
@@ -632,7 +662,7 @@ class BackendStore(Values):
                     f"{exact} bytes but it has {body.taken} (offsets past the end)"
                 )
             raise MemoryError(f"blob {where} is {exact} bytes, more than this process can hold")
-        view = memoryview(base.numpy())
+        view = memoryview(shared.writing if shared is not None else base.numpy())
         taken = len(head) + len(raw)
         view[: len(head)] = head
         view[len(head) : taken] = raw
@@ -640,7 +670,12 @@ class BackendStore(Values):
         if got == exact and not body.ended():
             raise OversizedBlob(where, digest, exact, why)
         self._verified(digest, body)
-        return base[:got]
+        if shared is None:
+            return base[:got], None
+        view.release()
+        if got == exact and shared.seal():
+            return shared.tensor(), shared
+        return shared.tensor()[:got], None  # short (its header lies) or still written to
 
     def _put_plan(self, plan: tensorfile.TensorPlan) -> str:
         """Hash first, then send (a blob already there is not sent)."""
@@ -665,6 +700,60 @@ class BackendStore(Values):
             return
         if not self.has(digest):
             raise UnknownDigest(f"{context}no blob {digest} in {self}")
+
+
+class _Shared:
+    """A verified blob's bytes in memory of their own (a memfd, sealed against any write once
+    filled), which the recent-blob cache keeps: each reader gets a private copy-on-write
+    mapping of it, so a bucket's blob is received once and copied never (issue 34: the
+    cache's copy of a 100 MB read was one of its four passes), and whatever a reader does to
+    its tensors, the bytes kept stay the verified ones."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        self.fd, self.size = fd, size
+        weakref.finalize(self, os.close, fd)
+        self.writing: mmap.mmap | None = mmap.mmap(fd, size)  # until sealed
+
+    @classmethod
+    def make(cls, size: int) -> _Shared | None:
+        """`size` bytes to fill through `writing`, or None where there is no memfd (or the
+        memory cannot be had): the caller then reads into memory of its own, as before."""
+        try:
+            fd = os.memfd_create("soma-blob", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        except (AttributeError, OSError):  # pragma: no cover - not Linux
+            return None
+        try:
+            os.ftruncate(fd, size)
+            return cls(fd, size)
+        except (OSError, ValueError, OverflowError):
+            os.close(fd)
+            return None
+
+    def __len__(self) -> int:
+        return self.size
+
+    def seal(self) -> bool:
+        """No more writes, by anybody (F_SEAL_WRITE); False (not to be kept) when a view of
+        `writing` is still held somewhere."""
+        try:
+            assert self.writing is not None
+            self.writing.close()
+            seals = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+            fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, seals)
+        except (BufferError, OSError, AttributeError):
+            return False
+        self.writing = None
+        return True
+
+    def tensor(self) -> torch.Tensor:
+        """The bytes as a uint8 tensor of the caller's own (copy-on-write: its writes are its)."""
+        return torch.frombuffer(
+            mmap.mmap(self.fd, self.size, access=mmap.ACCESS_COPY), dtype=torch.uint8
+        )
+
+    def bytes(self) -> bytes:
+        """The bytes, copied (a `get` of a blob read as tensors here)."""
+        return os.pread(self.fd, self.size, 0)
 
 
 def _buffer(size: int) -> torch.Tensor | None:

@@ -54,10 +54,10 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import Any, TypeVar
 
+from soma.store import s3_reads
 from soma.store.errors import BadStore, StoreError, StoreUnavailable
 from soma.store.patience import Patience
 from soma.store.s3_gc import BucketHousekeeping
-from soma.store.s3_reads import PARALLEL_FROM, Reading
 from soma.store.s3_requests import (
     ERRORS,
     busy,
@@ -301,7 +301,7 @@ class S3Backend(BucketHousekeeping):
             if not missing(error):
                 LOG.warning("abort of upload s3://%s/%s failed: %s", self.bucket, key, error)
 
-    def read_blob(self, digest: str, limit: int | None = None) -> Reading | None:
+    def read_blob(self, digest: str, limit: int | None = None) -> s3_reads.Reading | None:
         """The blob's bytes, or None when it is not there (not yet verified): chunks, or
         straight into the caller's buffer, a large blob by ranges side by side
         (soma.store.s3_reads), its size known before any byte arrives.
@@ -310,11 +310,12 @@ class S3Backend(BucketHousekeeping):
         `limit` (soma.store.backend's bounded reads: the caller refuses a blob of more than
         `limit` bytes): when the blob is larger, only its first `limit + 1` bytes are read
         and handed out, the extra one how the caller sees there was more."""
-        first = PARALLEL_FROM if limit is None else min(PARALLEL_FROM, limit + 1)
+        most = s3_reads.PARALLEL_FROM
+        first = most if limit is None else min(most, limit + 1)
         for key in (self._blob_key(digest), self._attic_key(digest)):  # see the docs
             got = self._first_range(key, first)
             if got is not None:
-                return Reading(self, key, got, limit)
+                return s3_reads.Reading(self, key, got, limit)
         return None
 
     def _first_range(self, key: str, first: int) -> dict | None:

@@ -138,3 +138,44 @@ def _s3_read_past_the_limit() -> None:
         return real(self, digest)
 
     _replace(s3.S3Backend, "read_blob", read_blob)
+
+
+# --- a blob's read into one buffer (soma.store.s3_reads, soma.store.backend) -----------------
+
+
+@mutant(
+    "sized_read_unverified",
+    caught_by=[_CONTRACT, "-k", "s3 and (flipped or large)"],
+)
+def _sized_read_unverified() -> None:
+    """A read received straight into the store's buffer (every bucket read: its size known
+    first) taken as it came, unhashed: a damaged range would be returned."""
+    import soma.store.backend as backend
+
+    real = backend.BackendStore._verified
+
+    def _verified(self, digest, body):  # noqa: ANN001, ANN202
+        if body.size is None:
+            real(self, digest, body)
+
+    _replace(backend.BackendStore, "_verified", _verified)
+
+
+@mutant("recent_tensor_blob_writable", caught_by=[_S3, "-k", "stays_as_verified"])
+def _recent_tensor_blob_writable() -> None:
+    """The recent-blob cache's memory handed to readers as is (not copy-on-write, not
+    sealed): a reader's writes into its tensors change what the next reader is given."""
+    import torch
+
+    import soma.store.backend as backend
+
+    def seal(self):  # noqa: ANN001, ANN202
+        return True
+
+    def tensor(self):  # noqa: ANN001, ANN202
+        import mmap
+
+        return torch.frombuffer(mmap.mmap(self.fd, self.size), dtype=torch.uint8)
+
+    _replace(backend._Shared, "seal", seal)
+    _replace(backend._Shared, "tensor", tensor)

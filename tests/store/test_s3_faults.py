@@ -25,6 +25,7 @@ pytest.importorskip("boto3", reason="boto3 (soma[s3]) is not installed")
 from s3_bucket import BUCKET, Server  # noqa: E402
 from s3_faults import FaultProxy  # noqa: E402
 
+import soma.store.s3_reads as s3_reads  # noqa: E402
 from soma.store import Store  # noqa: E402
 from soma.store.backend import BackendStore  # noqa: E402
 from soma.store.errors import BadStore, StoreUnavailable  # noqa: E402
@@ -243,6 +244,26 @@ def test_a_read_cut_midway_resumes_where_it_stopped_and_one_cut_every_time_is_a_
     proxy.cut_body(0, times=None, path=digest)  # no byte ever arrives
     with pytest.raises(StoreUnavailable, match=_key(store, digest)):
         b"".join(store.backend.read_blob(digest) or [])
+
+
+def test_ranges_cut_while_side_by_side_each_resume_where_they_stopped(
+    proxy: FaultProxy, place: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large blob's ranges in flight together: each cut resumes by its own ranged GET from
+    where it stopped, and the blob comes back whole; cut every time, the read is refused
+    within the patience and nothing is returned."""
+    monkeypatch.setattr(s3_reads, "PARALLEL_FROM", 1 << 20)
+    monkeypatch.setattr(s3_reads, "RANGE", 512 << 10)
+    store = _store(place, proxy.url, monkeypatch, patience=2)
+    data = os.urandom(3 << 20)
+    digest = store.put(data)
+    reader = _store(place, proxy.url, monkeypatch, patience=2)  # nothing read recently
+    proxy.cut_body(100 << 10, times=3, path=digest)  # the first answer and two ranges
+    assert reader.get(digest) == data
+    assert proxy.count("GET", digest) == 1 + 4 + 3  # each cut asked again once, by range
+    proxy.cut_body(0, times=None, path=digest)
+    with pytest.raises(StoreUnavailable, match=digest):
+        _store(place, proxy.url, monkeypatch, patience=2).get(digest)
 
 
 # --- a server out --------------------------------------------------------------------------

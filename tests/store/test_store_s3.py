@@ -6,6 +6,7 @@ The server is SeaweedFS on 127.0.0.1, one for the test session (tests/s3_bucket.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import threading
@@ -22,7 +23,9 @@ import boto3  # noqa: E402
 from botocore.exceptions import ClientError  # noqa: E402
 from s3_bucket import BUCKET  # noqa: E402
 
+import soma.store.backend as backend  # noqa: E402
 import soma.store.s3 as s3  # noqa: E402
+import soma.store.s3_reads as s3_reads  # noqa: E402
 import soma.store.s3_requests as s3_requests  # noqa: E402
 from soma.cli import main as soma  # noqa: E402
 from soma.store import Store  # noqa: E402
@@ -179,6 +182,64 @@ def test_a_large_blob_goes_up_in_parts_and_a_failed_upload_leaves_nothing_readab
         store.backend.put_blob(digest, dies_half_way(), 12 << 20)
     assert not store.has(digest)
     assert store.backend.client.list_multipart_uploads(Bucket=BUCKET).get("Uploads", []) == []
+
+
+def _blob_gets(store: BackendStore) -> list[str]:
+    """The Range header of every GetObject of a blob this store's client makes ("" if none)."""
+    sent: list[str] = []
+
+    def seen(params: dict, **_: object) -> None:
+        if "/blobs/" in params["url"]:
+            sent.append(params["headers"].get("Range", ""))
+
+    store.backend.client.meta.events.register("before-call.s3.GetObject", seen)
+    return sent
+
+
+def test_a_large_blob_comes_in_ranges_side_by_side_a_small_one_in_one_get(
+    store: BackendStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first GET asks for the first PARALLEL_FROM bytes (the whole of a small blob, and
+    the size of any); the rest comes in RANGE-byte ranged GETs, hashed in order."""
+    monkeypatch.setattr(s3_reads, "PARALLEL_FROM", 1 << 20)
+    monkeypatch.setattr(s3_reads, "RANGE", 256 << 10)
+    small, large = os.urandom(1 << 20), os.urandom((3 << 20) + 123)
+    digests = [store.put(small), store.put(large)]
+    reader = Store(store.directory)
+    sent = _blob_gets(reader)
+    assert reader.get(digests[0]) == small and sent == ["bytes=0-1048575"]
+    sent.clear()
+    assert reader.get(digests[1]) == large
+    assert sent[0] == "bytes=0-1048575" and len(sent) == 1 + 9, sent  # 2 MB + 123 in 256 kB
+    assert sorted(sent[1:]) == sorted(
+        f"bytes={a}-{min(a + (256 << 10), len(large)) - 1}"
+        for a in range(1 << 20, len(large), 256 << 10)
+    )
+    sent.clear()
+    assert reader.get(digests[1]) == large and sent == []  # read here recently: not again
+
+
+def test_a_tensor_blob_kept_by_the_recent_reads_stays_as_verified_whatever_a_reader_does(
+    store: BackendStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large tensor blob is received once into memory the recent-blob cache keeps and
+    each reader maps copy-on-write (no copy for the cache): a reader's writes into its
+    tensors are its own, and the cache's bytes stay the ones that were verified."""
+    monkeypatch.setattr(backend, "SHARED_FROM", 64 << 10)
+    w = torch.randn(1 << 18)  # 1 MB
+    store.keep("v", {"w": w})
+    reader = Store(store.directory)
+    first = reader.recall("v")["w"]
+    assert torch.equal(first, w)
+    assert any(isinstance(kept, backend._Shared) for _, kept in reader._recent._kept.values())
+    first.add_(1.0)
+    sent = _blob_gets(reader)
+    again = reader.recall("v")["w"]
+    assert sent == [] and torch.equal(again, w)  # from the recent reads, as verified
+    again.mul_(0)
+    (digest,) = [d for d, (_, kept) in reader._recent._kept.items() if len(kept) > 1 << 20]
+    assert hashlib.sha256(reader.get(digest)).hexdigest() == digest
+    assert torch.equal(reader.recall("v")["w"], w)
 
 
 # --- names -------------------------------------------------------------------------------
