@@ -88,7 +88,7 @@ blob comes by ranged GETs side by side) is read without a copy: a size past the 
 refused before a byte is taken; `get` receives into the bytes object it returns (and the
 recent-blob cache keeps); a tensor blob into its one buffer, which for a blob of
 `SHARED_FROM` bytes or more the cache wants is memory the cache keeps and each reader maps
-copy-on-write (`_Shared`); either way the bytes are hashed in order as they arrive, and
+copy-on-write (`Shared`); either way the bytes are hashed in order as they arrive, and
 nothing is returned before all of them hash to the digest.
 
 Backends are found by URL scheme in one place, `BACKENDS` (`s3://` is soma.store.s3).
@@ -96,16 +96,10 @@ Backends are found by URL scheme in one place, `BACKENDS` (`s3://` is soma.store
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import io
-import mmap
-import os
 import tempfile
-import threading
 import time
-import weakref
-from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import BinaryIO, Protocol
@@ -125,6 +119,7 @@ from soma.store.errors import (
 )
 from soma.store.names import check_name
 from soma.store.pipeline import check_digest
+from soma.store.recent import Recent, Shared
 from soma.store.values import Values
 
 # Seconds after a put during which its blob is taken to be there without asking (a bind or
@@ -133,56 +128,9 @@ from soma.store.values import Values
 JUST_PUT = 30.0
 
 
-# A bucket's blobs read in the last RECENT_FOR seconds, up to RECENT_BYTES in all, are kept in
-# memory, verified (content-addressed: never stale). A round's averaging reads each client's
-# export twice, checked before the claim and averaged after it: on a folder the page cache
-# serves the second read, on a bucket it would be a second download. What is kept is what
-# was received (bytes, or a large tensor blob's `_Shared` memory), never a copy of it.
-RECENT_BYTES = 256 << 20
-RECENT_FOR = 600.0
 # A tensor blob this large read from a sized backend (a bucket) is received into memory the
-# cache and its readers share (`_Shared`: one fd each, so not for small blobs).
+# cache and its readers share (`Shared`: one fd each, so not for small blobs).
 SHARED_FROM = 8 << 20
-
-
-class _Recent:
-    """Blobs read recently, oldest first; when full it admits nothing new until the oldest
-    expire, so that a pass over more than fits (the averaging's second) still finds the
-    first ones (dropping the oldest would leave that pass nothing)."""
-
-    def __init__(self) -> None:
-        self._kept: OrderedDict[str, tuple[float, bytes | _Shared]] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()  # a lease's renewing thread shares the store
-
-    def get(self, digest: str) -> bytes | _Shared | None:
-        with self._lock:
-            self._expire()
-            found = self._kept.get(digest)
-            return None if found is None else found[1]
-
-    def wants(self, digest: str, size: int) -> bool:
-        """Whether `add` would keep a blob of `size` bytes (before making its copy)."""
-        with self._lock:
-            self._expire()
-            return digest not in self._kept and self._bytes + size <= RECENT_BYTES
-
-    def add(self, digest: str, data: bytes | _Shared) -> None:
-        with self._lock:
-            self._expire()
-            if digest in self._kept or self._bytes + len(data) > RECENT_BYTES:
-                return
-            self._kept[digest] = (time.monotonic(), data)
-            self._bytes += len(data)
-
-    def _expire(self) -> None:
-        now = time.monotonic()
-        while self._kept:
-            digest, (when, data) = next(iter(self._kept.items()))
-            if now - when < RECENT_FOR:
-                return
-            del self._kept[digest]
-            self._bytes -= len(data)
 
 
 class Backend(Protocol):
@@ -392,7 +340,7 @@ class BackendStore(Values):
         self.durability = durability  # moot: a backend's write is durable when it returns
         self.verify_existing = verify_existing
         self._just_put: dict[str, tuple[float, int]] = {}  # digest -> when put, its size
-        self._recent = _Recent()
+        self._recent = Recent()
 
     def __repr__(self) -> str:
         return f"Store({self.backend.url!r})"
@@ -468,7 +416,7 @@ class BackendStore(Values):
         or CorruptBlob naming it. Bytes, which are never changed, so the kept copy is shared."""
         recent = None if fetch else self._recent.get(check_digest(digest))
         if recent is not None:
-            return recent.bytes() if isinstance(recent, _Shared) else recent
+            return recent.bytes() if isinstance(recent, Shared) else recent
         exact = size if size is not None else self._size_put(digest)
         bound = exact if exact is not None else limit
         body = self._chunks(digest, bound)
@@ -607,7 +555,7 @@ class BackendStore(Values):
         the backend says it first) and refused as soon as more arrives (see "Bounded reads"
         in the module docs)."""
         recent = self._recent.get(check_digest(digest))
-        if isinstance(recent, _Shared):
+        if isinstance(recent, Shared):
             return recent.tensor()
         if recent is not None:
             base = torch.empty(len(recent), dtype=torch.uint8)
@@ -629,9 +577,9 @@ class BackendStore(Values):
 
     def _receive_tensor_file(
         self, digest: str, body: _Body, exact: int | None
-    ) -> tuple[torch.Tensor, _Shared | None]:
+    ) -> tuple[torch.Tensor, Shared | None]:
         """The bytes of tensor blob `digest` from `body`, verified (see `_read_tensor_file`),
-        and, when the recent-blob cache is to keep them, the `_Shared` memory they were
+        and, when the recent-blob cache is to keep them, the `Shared` memory they were
         received into (the tensor is a copy-on-write mapping of it)."""
         where = str(self.blob_path(digest))
         head, raw, why = bytearray(), bytearray(), f"it is {exact} bytes as this process put it"
@@ -650,7 +598,7 @@ class BackendStore(Values):
             raise OversizedBlob(where, digest, exact, why)
         shared = None
         if body.size is not None and exact >= SHARED_FROM and self._recent.wants(digest, exact):
-            shared = _Shared.make(exact)
+            shared = Shared.make(exact)
         base = _buffer(exact) if shared is None else None
         if base is None and shared is None:  # cannot be held here: the blob's own, or a lie?
             if not body.skim(exact):
@@ -700,60 +648,6 @@ class BackendStore(Values):
             return
         if not self.has(digest):
             raise UnknownDigest(f"{context}no blob {digest} in {self}")
-
-
-class _Shared:
-    """A verified blob's bytes in memory of their own (a memfd, sealed against any write once
-    filled), which the recent-blob cache keeps: each reader gets a private copy-on-write
-    mapping of it, so a bucket's blob is received once and copied never (issue 34: the
-    cache's copy of a 100 MB read was one of its four passes), and whatever a reader does to
-    its tensors, the bytes kept stay the verified ones."""
-
-    def __init__(self, fd: int, size: int) -> None:
-        self.fd, self.size = fd, size
-        weakref.finalize(self, os.close, fd)
-        self.writing: mmap.mmap | None = mmap.mmap(fd, size)  # until sealed
-
-    @classmethod
-    def make(cls, size: int) -> _Shared | None:
-        """`size` bytes to fill through `writing`, or None where there is no memfd (or the
-        memory cannot be had): the caller then reads into memory of its own, as before."""
-        try:
-            fd = os.memfd_create("soma-blob", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-        except (AttributeError, OSError):  # pragma: no cover - not Linux
-            return None
-        try:
-            os.ftruncate(fd, size)
-            return cls(fd, size)
-        except (OSError, ValueError, OverflowError):
-            os.close(fd)
-            return None
-
-    def __len__(self) -> int:
-        return self.size
-
-    def seal(self) -> bool:
-        """No more writes, by anybody (F_SEAL_WRITE); False (not to be kept) when a view of
-        `writing` is still held somewhere."""
-        try:
-            assert self.writing is not None
-            self.writing.close()
-            seals = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
-            fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, seals)
-        except (BufferError, OSError, AttributeError):
-            return False
-        self.writing = None
-        return True
-
-    def tensor(self) -> torch.Tensor:
-        """The bytes as a uint8 tensor of the caller's own (copy-on-write: its writes are its)."""
-        return torch.frombuffer(
-            mmap.mmap(self.fd, self.size, access=mmap.ACCESS_COPY), dtype=torch.uint8
-        )
-
-    def bytes(self) -> bytes:
-        """The bytes, copied (a `get` of a blob read as tensors here)."""
-        return os.pread(self.fd, self.size, 0)
 
 
 def _buffer(size: int) -> torch.Tensor | None:

@@ -48,9 +48,9 @@ def _s3_claim_by_resolve_then_put() -> None:
 def _bucket_forgets_what_it_read() -> None:
     """A bucket store that keeps no recent blob: every read is a download again (right, but
     an averaging fetches each client's weights twice)."""
-    import soma.store.backend as backend
+    import soma.store.recent as recent
 
-    _replace(backend._Recent, "get", lambda self, digest: None)
+    _replace(recent.Recent, "get", lambda self, digest: None)
 
 
 # --- riding through faults (tests/store/test_s3_faults.py) ----------------------------------
@@ -167,7 +167,7 @@ def _recent_tensor_blob_writable() -> None:
     sealed): a reader's writes into its tensors change what the next reader is given."""
     import torch
 
-    import soma.store.backend as backend
+    import soma.store.recent as recent
 
     def seal(self):  # noqa: ANN001, ANN202
         return True
@@ -177,5 +177,5 @@ def _recent_tensor_blob_writable() -> None:
 
         return torch.frombuffer(mmap.mmap(self.fd, self.size), dtype=torch.uint8)
 
-    _replace(backend._Shared, "seal", seal)
-    _replace(backend._Shared, "tensor", tensor)
+    _replace(recent.Shared, "seal", seal)
+    _replace(recent.Shared, "tensor", tensor)

@@ -24,6 +24,7 @@ from botocore.exceptions import ClientError  # noqa: E402
 from s3_bucket import BUCKET  # noqa: E402
 
 import soma.store.backend as backend  # noqa: E402
+import soma.store.recent as recent  # noqa: E402
 import soma.store.s3 as s3  # noqa: E402
 import soma.store.s3_reads as s3_reads  # noqa: E402
 import soma.store.s3_requests as s3_requests  # noqa: E402
@@ -231,7 +232,7 @@ def test_a_tensor_blob_kept_by_the_recent_reads_stays_as_verified_whatever_a_rea
     reader = Store(store.directory)
     first = reader.recall("v")["w"]
     assert torch.equal(first, w)
-    assert any(isinstance(kept, backend._Shared) for _, kept in reader._recent._kept.values())
+    assert any(isinstance(kept, recent.Shared) for _, kept in reader._recent._kept.values())
     first.add_(1.0)
     sent = _blob_gets(reader)
     again = reader.recall("v")["w"]
