@@ -153,7 +153,7 @@ def needed(spec: RunSpec, task: Any) -> int:
 
 def temporary_parent(needed: int) -> str | None:
     """Where a temporary store goes: `$TMPDIR` when it is set (the user's, or the cluster's,
-    choice of where temporary files belong); else the RAM-backed RAM when it is a folder
+    choice of where temporary files belong); else `RAM` (/dev/shm) when it is a folder
     this process may write with room for `needed` bytes twice over (its free space, the
     memory available, and this process's cgroup's memory limit: pages of a RAM-backed folder
     count against all three); else None, the system's temporary folder."""
