@@ -7,6 +7,7 @@ import argparse
 import os
 from typing import Any
 
+from soma.cli.asynchronous import add_arguments as add_asynchronous
 from soma.cli.audit import add_command as add_audit
 from soma.cli.bucket import add_command as add_bucket
 from soma.cli.health import gc, keys, merge_rosters, repair, verify
@@ -307,6 +308,7 @@ def parser() -> argparse.ArgumentParser:
         help="clients per task when --mine is not given (default 1)",
     )
     _run_arguments(c)
+    add_asynchronous(c, simulated=False)
     c.set_defaults(func=client)
     m = commands.add_parser(
         "simulate", help="every client of a run in this one process (the bits of soma client)"
@@ -320,6 +322,7 @@ def parser() -> argparse.ArgumentParser:
     m.add_argument("--rounds", type=int, required=True)
     m.add_argument("--clients", type=int, required=True)
     _run_arguments(m)
+    add_asynchronous(m, simulated=True)
     m.set_defaults(func=client)
     s = commands.add_parser("status", help="per round: who wrote, who is missing, the average")
     s.add_argument("--store", required=True)

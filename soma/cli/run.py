@@ -24,6 +24,7 @@ def client(args: argparse.Namespace) -> int:
     and without --store a temporary store, removed at the end."""
     import torch
 
+    from soma.cli import asynchronous
     from soma.config.spec import RunSpec
     from soma.run.drive import drive
     from soma.run.evaluation import has_central
@@ -32,6 +33,8 @@ def client(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(args.threads)
     importable_here()  # `--task mytask` finds mytask.py here, as the workflow does
+    if args.buffer is not None:  # asynchronous rounds (soma.asynchronous)
+        return asynchronous.client(args)
     spec = RunSpec.from_args(args)
     task, strategy = checked.checked(spec)
     with store_at(args.store, spec, task=task) as store:  # once the run was checked whole

@@ -33,6 +33,7 @@ from soma.files import DURABILITIES, DURABLE
 from soma.timing import DEADLINE, LEASE, Timing
 
 if TYPE_CHECKING:
+    from soma.config.asynchronous import Buffered
     from soma.round import Meeting
     from soma.round.signing import Signing
     from soma.store import Store
@@ -76,6 +77,7 @@ CONFIG_KEYS = {
     "sites": "sites",
     "lease": "lease",
     "average_deadline": "average_deadline",
+    "asynchronous": "asynchronous",
 }
 OPTIONS = {
     "rounds": "--rounds",
@@ -102,6 +104,7 @@ OPTIONS = {
     "verify_averages": "--verify-averages",
     "lease": "--lease",
     "deadline": "--deadline",
+    "asynchronous": "--buffer",
 }
 
 
@@ -188,6 +191,8 @@ class RunSpec:
     # the digest of the task's frozen base in the store (soma.run.base), once it is kept
     # there (soma.run.base.keep: a driver; the workflow's start job, its receipts after)
     base: str | None = None
+    # a buffered asynchronous run's settings as given (soma.config.asynchronous); None: rounds
+    asynchronous: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "task_options", _frozen(self.task_options))
@@ -237,6 +242,7 @@ class RunSpec:
             verify_averages=config.get("verify_averages"),
             site=None if config.get("site") is None else str(config["site"]),
             sites=config.get("sites"),
+            asynchronous=config.get("asynchronous"),
             timing=Timing.from_config(config),
         )
 
@@ -244,6 +250,8 @@ class RunSpec:
     def from_args(cls, args: argparse.Namespace) -> RunSpec:
         """`soma client`'s (or `soma simulate`'s) arguments; `--option KEY=VALUE` read by
         `soma.config.options`, as the workflow reads its options."""
+        from soma.config.asynchronous import from_options
+
         mine = getattr(args, "mine", None)
         return cls(
             run=args.run,
@@ -270,6 +278,12 @@ class RunSpec:
             given="args",
             evaluate_participation=getattr(args, "evaluate_participation", None),
             tracking=getattr(args, "tracking", None),
+            asynchronous=from_options(
+                getattr(args, "buffer", None),
+                getattr(args, "staleness", "polynomial"),
+                getattr(args, "staleness_limit", None),
+                getattr(args, "server_lr", 1.0),
+            ),
             timing=Timing(
                 deadline=getattr(args, "deadline", DEADLINE), lease=getattr(args, "lease", LEASE)
             ),
@@ -421,6 +435,30 @@ class RunSpec:
         keys = "/".join(f"`{CONFIG_KEYS[f]}`" for f in fields)
         return f"config key{'s' if len(fields) > 1 else ''} {keys}"
 
+    def buffered(self) -> Buffered | None:
+        """The run's asynchronous settings, checked with what they go with; None: rounds."""
+        from soma.config.asynchronous import AsynchronousRefused, buffered, refusal
+
+        if self.asynchronous is None:
+            return None
+        try:
+            settings = buffered(self.asynchronous)
+        except AsynchronousRefused as error:
+            raise self.refused(f"{self.named('asynchronous')}: {error}") from None
+        why = refusal(
+            settings,
+            clients=self.clients,
+            strategy=self.strategy,
+            secure=self.secure,
+            tree=self.tree,
+            personal=self.personal,
+            participation=self.participation,
+            roster=self.roster,
+        )
+        if why is not None:
+            raise self.refused(f"{self.named('asynchronous')}: {why}")
+        return settings
+
     def refused(self, message: str) -> SomaError:
         """The refusal of this spec's source: a ConfigRefused or a BadArgument."""
         return (ConfigRefused if self.given == "config" else BadArgument)(message)
@@ -450,6 +488,7 @@ class RunSpec:
         for name, least in (("rounds", 1), ("clients", 1), ("seed", 0), ("threads", 1)):
             self._at_least(name, least)
         self._check_timing()
+        self.buffered()  # an asynchronous run's settings, and what it cannot be combined with
         for k in self.mine or ():
             if not 0 <= k < self.clients:
                 raise self.refused(

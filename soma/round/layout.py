@@ -26,6 +26,11 @@ advice, rebuild) must spell it alike; here is the one spelling:
     <place>/lease                                  its holder's lease, on a store with
                                                    compare-and-swap (soma.round.lease)
     <place>/tree/<level>/<index>                   a node of a tree of means (soma.round.tree)
+    <run>/async/version/<v>                        the place of an asynchronous run's version v
+                                                   (soma.asynchronous): its `published` is the
+                                                   version's record
+    <run>/async/update/<from>/<k>                  client k's update trained from version
+                                                   <from> (claimed: one per client and version)
 
 Above FAN_OUT clients a meeting files client records and started markers by thousands
 (`client/<k // 1000>/<k>`), so that no folder holds more than a thousand names. A run's
@@ -246,6 +251,43 @@ def tree_node(place: str, level: int, index: int) -> str:
     return f"{place}/tree/{level}/{index}"
 
 
+# --- an asynchronous run's names (soma.asynchronous) -------------------------------------------
+
+
+def versions(run: str) -> str:
+    """The prefix of an asynchronous run's versions (each a place: soma.round.once)."""
+    return f"{run}/async/version/"
+
+
+def version(run: str, v: int) -> str:
+    """The place of version `v` of an asynchronous run: claimed, taken over, published once."""
+    return f"{versions(run)}{v}"
+
+
+def version_of(name: str, run: str) -> int | None:
+    """The version whose published record `name` is, or None for any other name."""
+    rest = name[len(versions(run)) :].split("/")
+    ok = name.startswith(versions(run)) and len(rest) == 2 and rest[1] == "published"
+    return int(rest[0]) if ok and rest[0].isdigit() else None
+
+
+def updates(run: str) -> str:
+    """The prefix of an asynchronous run's client updates."""
+    return f"{run}/async/update/"
+
+
+def update(run: str, start: int, k: int) -> str:
+    """Client k's update trained from version `start` (claimed: one per client and version)."""
+    return f"{updates(run)}{start}/{k}"
+
+
+def update_of(name: str, run: str) -> tuple[int, int] | None:
+    """(the version it started from, the client) of an update's name, or None."""
+    rest = name[len(updates(run)) :].split("/")
+    ok = name.startswith(updates(run)) and len(rest) == 2 and all(p.isdigit() for p in rest)
+    return (int(rest[0]), int(rest[1])) if ok else None
+
+
 # --- parsing ----------------------------------------------------------------------------------
 
 
@@ -314,6 +356,8 @@ def run_of(name: str) -> str | None:
     parts = name.split("/")
     for i in range(1, len(parts) - 1):
         if parts[i] == "round" and parts[i + 1].isdigit():
+            return "/".join(parts[:i])
+        if parts[i] == "async" and parts[i + 1] in ("version", "update"):
             return "/".join(parts[:i])
     if len(parts) > 1 and parts[-1] in ("start", "charter"):
         return "/".join(parts[:-1])

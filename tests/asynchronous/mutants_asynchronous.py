@@ -1,0 +1,84 @@
+"""Broken variants of an asynchronous run's guarantees (soma.asynchronous): each update
+consumed once, exactly one version v + 1, a version replayable from its record. Registered
+into tests/mutants.py's MUTANTS; caught by racing `soma client` processes and the replay."""
+
+from __future__ import annotations
+
+from mutants import _replace, mutant
+
+_RACING = (
+    "tests/asynchronous/test_racing.py::test_racing_clients_leave_a_run_that_replays_bit_for_bit"
+)
+_VERSIONS = "tests/asynchronous/test_versions.py"
+
+
+@mutant("async_update_consumed_twice", caught_by=[_RACING, _VERSIONS])
+def _async_update_consumed_twice() -> None:
+    """What earlier versions consumed is forgotten but the last's: an update can be pending
+    again, and consumed by a second version."""
+    from soma.asynchronous import versions
+
+    original = versions.Versions.consumed
+
+    def consumed(self, through):
+        if through < 2:
+            return original(self, through)
+        return original(self, through) - original(self, through - 2)
+
+    _replace(versions.Versions, "consumed", consumed)
+
+
+@mutant("async_two_versions", caught_by=[_RACING])
+def _async_two_versions() -> None:
+    """Version v + 1 is made where its inputs say (a place per set of pending updates, as a
+    round's quorum averaging is), then bound: two processes that found different updates
+    both make a version v + 1, and the last one bound wins."""
+    import hashlib
+
+    from soma.asynchronous import versions
+    from soma.round import once
+    from soma.round.once import Place
+
+    def once_only(store, work, deadline, backoff, sleep, lease):
+        inputs = work.ready(False)
+        key = hashlib.sha256(repr([u.name for u in inputs.consumed]).encode()).hexdigest()
+        place = work.place(inputs)
+        keyed = _Keyed(work, Place(f"{place.prefix}/inputs/{key}"))
+        made = once.once(store, keyed, deadline=deadline, backoff=backoff, sleep=sleep, lease=lease)
+        store.bind(place.published, made)
+        return made
+
+    class _Keyed:
+        def __init__(self, work, place):
+            self.work, self._place, self.what = work, place, work.what
+
+        def done(self):
+            return None
+
+        def ready(self, past):
+            return self.work.ready(past)
+
+        def check(self, inputs):
+            return None
+
+        def place(self, inputs):
+            return self._place
+
+        def compute(self, inputs, me):
+            return self.work.compute(inputs, me)
+
+        def settle(self, published):
+            return published
+
+        def missing(self):
+            return self.work.missing()
+
+    _replace(versions, "once_only", once_only)
+
+
+@mutant("async_staleness_unweighed", caught_by=[_VERSIONS])
+def _async_staleness_unweighed() -> None:
+    """A stale update weighs as a fresh one in the step (its record still says its weight)."""
+    from soma.asynchronous import arithmetic
+
+    _replace(arithmetic, "staleness_weight", lambda kind, a, staleness: 1.0)
