@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from soma.errors import ElsewhereError, ExportError, LoadError
+from soma.transfer import exact_widening
 
 Export = dict[str, dict[str, torch.Tensor]]
 
@@ -102,7 +103,9 @@ def load(
 
     Every check (nodes, keys, shapes, dtypes, completeness, values there are to copy, tied
     weights given one value) happens before the first copy, unlike torch's `load_state_dict`,
-    which copies what matches before it raises.
+    which copies what matches before it raises. A dtype fits when it is the live tensor's or
+    widens into it exactly (bfloat16 weights kept by a run's `transfer` into a float32
+    model: soma.transfer); a narrowing, or a float for a count, is refused.
     `partial=True` allows leaving nodes or keys out (layers kept local, FedBN-style).
     Each source is copied into the live tensor, on whatever device that one is (an export is
     on CPU, the nodes may be on a GPU): the device is the nodes', never the state's.
@@ -183,7 +186,7 @@ def _node_copies(
                 f"node {node_id!r} key {key!r}: shape {tuple(source.shape)} in the state, "
                 f"{tuple(target.shape)} in the training run"
             )
-        if source.dtype != target.dtype:
+        if not exact_widening(source.dtype, target.dtype):
             raise LoadError(
                 f"node {node_id!r} key {key!r}: dtype {source.dtype} in the state, "
                 f"{target.dtype} in the training run"

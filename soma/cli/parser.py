@@ -16,6 +16,7 @@ from soma.cli.show import export, status
 from soma.config.spec import BadArgument
 from soma.files import DURABLE
 from soma.timing import DEADLINE, LEASE
+from soma.transfer import FULL, PRECISIONS
 
 DESCRIPTION = (
     "The `soma` command line: the client script every Slurm task runs, a run's status, its model."
@@ -235,6 +236,13 @@ def _run_arguments(c: argparse.ArgumentParser) -> None:
         metavar="NODE",
         help="a node each client keeps for itself: never sent nor averaged, kept as its own "
         "state (FedPer, FedBN; repeatable)",
+    )
+    c.add_argument(
+        "--transfer",
+        choices=PRECISIONS,
+        default=FULL,
+        help="the precision the weights are kept at in the store: bfloat16 or float16 halve "
+        "the bytes a round, each average still worked in float32 (soma.transfer)",
     )
     c.add_argument(
         "--deadline",

@@ -22,6 +22,7 @@ from typing import Any
 
 from soma.config.configs import ConfigRefused
 from soma.differences import differences, shown
+from soma.transfer import FULL
 
 RECORD = "run.json"  # in results/<run>/, beside the receipts
 
@@ -69,6 +70,8 @@ def declared(config: Mapping[str, Any]) -> dict[str, Any]:
     }
     if config.get("personal"):  # only when set: the records of every other run stay as they were
         found["personal"] = sorted(config["personal"])
+    if config.get("transfer", FULL) != FULL:  # the same (soma.transfer)
+        found["transfer"] = config["transfer"]
     return found
 
 

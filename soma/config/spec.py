@@ -31,6 +31,7 @@ from soma.config.options import must_be, pairs, typed
 from soma.errors import SomaError
 from soma.files import DURABILITIES, DURABLE
 from soma.timing import DEADLINE, LEASE, Timing
+from soma.transfer import FULL, PRECISIONS
 
 if TYPE_CHECKING:
     from soma.config.asynchronous import Buffered
@@ -78,6 +79,7 @@ CONFIG_KEYS = {
     "lease": "lease",
     "average_deadline": "average_deadline",
     "asynchronous": "asynchronous",
+    "transfer": "transfer",
 }
 OPTIONS = {
     "rounds": "--rounds",
@@ -105,6 +107,7 @@ OPTIONS = {
     "lease": "--lease",
     "deadline": "--deadline",
     "asynchronous": "--buffer",
+    "transfer": "--transfer",
 }
 
 
@@ -193,6 +196,8 @@ class RunSpec:
     base: str | None = None
     # a buffered asynchronous run's settings as given (soma.config.asynchronous); None: rounds
     asynchronous: Mapping[str, Any] | None = None
+    # the precision its weights are kept at in the store (soma.transfer): float32 as made
+    transfer: str = FULL
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "task_options", _frozen(self.task_options))
@@ -243,6 +248,7 @@ class RunSpec:
             site=None if config.get("site") is None else str(config["site"]),
             sites=config.get("sites"),
             asynchronous=config.get("asynchronous"),
+            transfer=config.get("transfer") or FULL,
             timing=Timing.from_config(config),
         )
 
@@ -284,6 +290,7 @@ class RunSpec:
                 getattr(args, "staleness_limit", None),
                 getattr(args, "server_lr", 1.0),
             ),
+            transfer=getattr(args, "transfer", FULL),
             timing=Timing(
                 deadline=getattr(args, "deadline", DEADLINE), lease=getattr(args, "lease", LEASE)
             ),
@@ -298,6 +305,8 @@ class RunSpec:
         found = identity(self.task, dict(self.task_options), self.seed, self.base)
         if self.personal:  # only when set: the meetings of every other run keep their keys
             found["personal"] = sorted(self.personal)
+        if self.transfer != FULL:  # the same: a float32 run's meetings are as they were
+            found["transfer"] = self.transfer
         return found
 
     def meeting(self, round: int, start: str | None, state: str | None) -> Meeting:
@@ -502,6 +511,20 @@ class RunSpec:
                 must_be(
                     self.named("verify_averages"), "recompute or signature", self.verify_averages
                 )
+            )
+        if self.transfer not in PRECISIONS:
+            raise self.refused(
+                must_be(self.named("transfer"), f"one of {', '.join(PRECISIONS)}", self.transfer)
+            )
+        if self.transfer != FULL and self.secure is not None:
+            raise self.refused(
+                f"{self.named('transfer', 'secure')}: a secure round masks float32 weights in "
+                "fixed point; its weights travel at float32 (transfer: float32)"
+            )
+        if self.transfer != FULL and self.asynchronous is not None:
+            raise self.refused(
+                f"{self.named('transfer', 'asynchronous')}: an asynchronous run's versions are "
+                "kept at float32 (not yet at another precision)"
             )
         if self.durability not in DURABILITIES:
             raise self.refused(

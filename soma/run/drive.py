@@ -59,6 +59,7 @@ def drive(
     round is averaged, its weights loaded into `driven.nodes`. `task` and `strategy` are
     `soma.run.checked.checked(spec)`'s. A process that shares the run with others logs, each
     round, whether it computed the average or took another's, and whose."""
+    from soma import transfer
     from soma.nodes import export, load
     from soma.round import announce, average_round, holders
     from soma.round.once import read_record
@@ -73,7 +74,8 @@ def drive(
         data = task.shard(k, spec.clients)
         hosted.append(Hosted(k, data, task.size(data)))
     driven = Driven(nodes, hosted, [])
-    start, state = store.put_value(shared(export(nodes), spec.personal)), None
+    start = store.put_value(transfer.at(shared(export(nodes), spec.personal), spec.transfer))
+    state = None
     store.claim(layout.starting(spec.run, start), start)  # reachable while round 0 trains
     for r in range(spec.rounds):
         meeting = spec.meeting(r, start, state)

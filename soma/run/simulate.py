@@ -24,6 +24,7 @@ from soma.files import DURABLE, SCRATCH
 from soma.run import checked
 from soma.run.drive import Round, drive
 from soma.timing import DEADLINE, LEASE, Timing
+from soma.transfer import FULL
 
 if TYPE_CHECKING:
     from soma.store import Store
@@ -64,6 +65,7 @@ def simulate(
     durability: str = DURABLE,
     deadline: float | None = DEADLINE,
     lease: float = LEASE,
+    transfer: str = FULL,
     after: Callable[[Round, Any], None] | None = None,
 ) -> Simulated:
     """Run `rounds` rounds of `clients` clients of `task` in this interpreter (see the
@@ -91,6 +93,7 @@ def simulate(
         evaluate_participation=evaluate_participation,
         tracking=None if tracking is None else str(tracking),
         timing=Timing(deadline=deadline, lease=lease),
+        transfer=transfer,
     )
     return simulate_spec(spec, store, after=after)
 

@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from soma import transfer
 from soma.nodes import Export, export, load
 from soma.round import Contradicts, Contribution, Meeting, contribute, drop, dropout_reason
 from soma.round.client import forget_fault, note_fault
@@ -150,6 +151,7 @@ def plain(
         sent, personal = export(nodes), personal_of(meeting)
         if personal:  # never sent, kept as the client's own state
             sent, own = shared(sent, personal), own_state(sent, personal)
+        sent = transfer.at(sent, meeting.config.get("transfer", transfer.FULL))
         made = contribute(
             store, meeting, sent, mine=hosted.index, size=hosted.size, extra=extra, own=own
         )

@@ -7,9 +7,10 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from soma import transfer
 from soma.config import identity as runs
 from soma.config.spec import RunSpec
-from soma.nodes import export
+from soma.nodes import export, load
 from soma.round import layout
 from soma.run import base, checked
 from soma.run.personal import shared
@@ -52,8 +53,10 @@ def start_group(runs: Sequence[tuple[Mapping[str, Any], str, str | None]]) -> No
     config = runs[0][0]
     store = RunSpec.config_store(config)  # an unwritable store refused before any evaluation
     nodes = task.nodes(config["seed"])
-    exported = export(nodes)  # before evaluate(), which may move the nodes to a device
-    metrics = start_metrics(config, task, nodes)
+    exported = transfer.at(export(nodes), specs[0].transfer)  # kept at the run's precision
+    if specs[0].transfer != transfer.FULL:
+        load(nodes, exported)  # the start's row: the weights the clients start from
+    metrics = start_metrics(config, task, nodes)  # evaluate() may move the nodes to a device
     weights = store.put_value(shared(exported, specs[0].personal))  # the same in the group
     kept = base.keep(specs[0], store, task).base  # the task's frozen base, once (soma.run.base)
     for (config, receipt, run_record), spec in zip(runs, specs, strict=True):
