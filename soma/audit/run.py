@@ -24,7 +24,13 @@ from soma.store import Store
 def audit(store: Store, run: str, roster: str | Path | None = None) -> AuditReport:
     """Every round of `run` checked (see soma.audit): the report, whose `failure()` names
     the first broken round. `roster` is the auditor's roster file; without one, the roster
-    is read back from the store (and labelled not anchored), or the run is unsigned."""
+    is read back from the store (and labelled not anchored), or the run is unsigned. An
+    asynchronous run's versions are replayed instead (soma.audit.asynchronous)."""
+    from soma.asynchronous.replay import is_asynchronous
+    from soma.audit.asynchronous import audit_versions
+
+    if is_asynchronous(store, run):
+        return audit_versions(store, run)
     found = check_run(store, run)
     said = rosters.roster_digests(store, run, found)
     if roster is not None:

@@ -52,11 +52,14 @@ def status(args: argparse.Namespace) -> int:
     and nothing it says shown); refuses a store or a run that is not there. A run that has a
     roster, shown without --roster, says on every line that its signatures were not checked.
     """
+    from soma.asynchronous.replay import is_asynchronous
     from soma.round import check_run
     from soma.round import status as round_status
     from soma.round.signing import Signing, read_roster
 
     store = existing_store(args.store)
+    if is_asynchronous(store, args.run):  # versions, not rounds (soma.asynchronous)
+        return _versions_status(store, args)
     check_run(store, args.run)
     signing = None if args.roster is None else Signing.of(read_roster(args.roster), None)
     table = round_status(store, args.run, clients=args.clients, signing=signing)
@@ -72,6 +75,19 @@ def status(args: argparse.Namespace) -> int:
     for row in table:
         print(_status_line(row, several))
     return 1 if unreadable else 0
+
+
+def _versions_status(store: Any, args: argparse.Namespace) -> int:
+    """An asynchronous run's versions, their consumed updates and staleness; exit 1 when one
+    does not replay from its record."""
+    from soma.asynchronous import status as versions
+
+    rows = versions.table(store, args.run)
+    if args.json:
+        print(json.dumps(rows, indent=2, sort_keys=True))
+    else:
+        print("\n".join(versions.lines(rows)))
+    return 1 if any(row.get("problems") for row in rows) else 0
 
 
 def _status_line(row: dict[str, Any], several: set[int]) -> str:

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from helpers import TESTS, soma_processes
+from helpers import TESTS, soma, soma_processes
 
 from soma.asynchronous.replay import replay
 from soma.round import layout, once
@@ -40,6 +40,13 @@ def test_racing_clients_leave_a_run_that_replays_bit_for_bit(tmp_path) -> None:
     assert len(consumed) == len(set(consumed))
     for said in lines:  # every process ends at the run's end, the same latest version or later
         assert said[-1]["versions"] >= 6
+    shown = soma("status", "--store", str(tmp_path), "--run", "race")
+    assert shown.returncode == 0, shown.stderr
+    assert "version    6: weights" in shown.stdout and "(staleness " in shown.stdout
+    audited = soma("audit", "--store", str(tmp_path), "--run", "race")
+    assert audited.returncode == 0, audited.stderr
+    assert "the weights recomputed bit for bit" in audited.stdout
+    assert audited.stdout.strip().splitlines()[-1].startswith("every check held")
 
 
 def test_a_client_killed_while_it_trains_leaves_no_update(tmp_path) -> None:

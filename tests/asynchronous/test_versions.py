@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import torch
+from helpers import soma
 
 from soma.asynchronous.clients import run_clients
 from soma.asynchronous.clock import Clock, simulate_clock
@@ -122,6 +123,9 @@ def test_replay_names_a_version_whose_weights_do_not_recompute(tmp_path) -> None
     store.bind(layout.published(layout.version("a", 1)), store.put_value(record))
     problems = replay(store, "a")[1].problems
     assert problems == [f"its weights {record['weights']} recompute to {value_digest(_w(1.0))}"]
+    audited = soma("audit", "--store", str(tmp_path), "--run", "a")
+    assert audited.returncode == 1
+    assert f"soma: audit: round 1 of run 'a': version 1: {problems[0]}" in audited.stderr
 
 
 def test_another_runs_start_under_the_same_name_is_refused(tmp_path) -> None:
