@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from soma.config.options import must_be
+from soma.errors import SomaError
 
 KINDS = ("polynomial", "constant")
 KEYS = ("buffer", "staleness", "server_lr")
 STALENESS_KEYS = ("kind", "a", "limit")
 
 
-class AsynchronousRefused(ValueError):
+class AsynchronousRefused(SomaError, ValueError):
     """Settings that cannot be an asynchronous run's; the spec re-raises it as its refusal."""
 
 
