@@ -1,9 +1,12 @@
 """One-process simulation against the in-process floor, durable and scratch (issue 23).
 
     python benchmarks/simulation.py [--rounds 50] [--clients 10] [--before DIR]
+    python benchmarks/simulation.py --task control --clients 1000 --rounds 2   # growth
 
-Digits with plain SGD (momentum 0, 5 local epochs, batch 10), every client hosted by one
-process. Each row is a fresh interpreter, timed from start to exit (imports included):
+Digits with plain SGD (momentum 0, 5 local epochs, batch 10), or the control task with its
+defaults (`--task control`: a tiny model, so what grows with the clients is soma's own
+work), every client hosted by one process. Each row is a fresh interpreter, timed from
+start to exit (imports included):
 
 - floor: a plain loop in one process (train the clients one after another, `soma.fedavg`,
   evaluate), nothing written;
@@ -31,20 +34,23 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-OPTIONS = {"epochs": 5, "batch_size": 10, "momentum": 0.0}
+TASKS = {
+    "digits": ("soma.tasks.digits", {"epochs": 5, "batch_size": 10, "momentum": 0.0}),
+    "control": ("soma.tasks.control", {}),
+}
 
 
-def floor(rounds: int, clients: int) -> None:
+def floor(task_name: str, rounds: int, clients: int) -> None:
     """The federation in this process, nothing written."""
     import torch
 
     torch.set_num_threads(1)
     from soma import fedavg
     from soma.nodes import export, load
-    from soma.tasks import digits
+    from soma.tasks import load_task
     from soma.training import training_seed
 
-    task = digits.make(**OPTIONS)
+    task = load_task(*TASKS[task_name])
     shards = [task.shard(k, clients) for k in range(clients)]
     nodes = task.nodes(0)
     weights = export(nodes)
@@ -77,17 +83,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=50)
     parser.add_argument("--clients", type=int, default=10)
+    parser.add_argument("--task", choices=sorted(TASKS), default="digits")
     parser.add_argument("--dir", default=None)
     parser.add_argument("--repeat", type=int, default=2, help="runs of each, interleaved: best")
     parser.add_argument("--before", default=None, help="another source tree's soma rows too")
     parser.add_argument("--floor-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.floor_child:
-        floor(args.rounds, args.clients)
+        floor(args.task, args.rounds, args.clients)
         return
     rows = {"floor": (ROOT, [sys.executable, __file__, "--floor-child", "--rounds",
-                             str(args.rounds), "--clients", str(args.clients)])}  # fmt: skip
-    options = [x for k, v in OPTIONS.items() for x in ("--option", f"{k}={v}")]
+                             str(args.rounds), "--clients", str(args.clients),
+                             "--task", args.task])}  # fmt: skip
+    task, task_options = TASKS[args.task]
+    options = [x for k, v in task_options.items() for x in ("--option", f"{k}={v}")]
     trees = {"": ROOT} if args.before is None else {"": ROOT, "before: ": Path(args.before)}
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="soma-simulation-") as folder:
         for label, root in trees.items():
@@ -95,7 +104,7 @@ def main() -> None:
                 where = [] if mode == "no --store" else ["--durability", mode, "--store",
                                                          f"{folder}/{label}{mode}"]  # fmt: skip
                 rows[f"{label}{mode}"] = (root, [
-                    sys.executable, "-m", "soma.cli", "simulate", "--task", "soma.tasks.digits",
+                    sys.executable, "-m", "soma.cli", "simulate", "--task", task,
                     "--rounds", str(args.rounds), "--clients", str(args.clients), *options,
                     *where, "--evaluate", "none",
                 ])  # fmt: skip
@@ -106,7 +115,8 @@ def main() -> None:
                 shutil.rmtree(f"{folder}/{row}", ignore_errors=True)  # a fresh store each time
                 old = best.get(row, (float("inf"), float("inf")))
                 best[row] = (min(old[0], wall), min(old[1], cpu))
-    print(f"digits, plain SGD (E=5, B=10), {args.clients} clients x {args.rounds} rounds")
+    print(f"{args.task} {task_options}, {args.clients} clients x {args.rounds} rounds, "
+          f"load {os.getloadavg()[0]:.1f}")  # fmt: skip
     wall0, cpu0 = best["floor"]
     for row, (wall, cpu) in best.items():
         target = TARGETS.get(row)

@@ -270,7 +270,8 @@ def _run_arguments(c: argparse.ArgumentParser) -> None:
         default=None,
         help="who evaluates each round's average on their own held-out data (a task's "
         "evaluate_local): a count or a fraction of the clients, drawn from the seed and the "
-        "round (default: the round's sample)",
+        "round (default: the round's sample; under soma simulate, 100 clients when the sample "
+        "is larger)",
     )
     c.add_argument(
         "--tracking",

@@ -28,13 +28,17 @@ def client(args: argparse.Namespace) -> int:
     from soma.config.spec import RunSpec
     from soma.run.drive import drive
     from soma.run.evaluation import has_central
-    from soma.run.simulate import store_at
+    from soma.run.simulate import evaluated_by_default, store_at
     from soma.tasks import importable_here
 
     torch.set_num_threads(args.threads)
     importable_here()  # `--task mytask` finds mytask.py here, as the workflow does
     if args.buffer is not None:  # asynchronous rounds (soma.asynchronous)
         return asynchronous.client(args)
+    if args.command == "simulate":  # a sample of at most 100 evaluates (soma.run.simulate)
+        args.evaluate_participation = evaluated_by_default(
+            args.evaluate_participation, args.clients, args.participation
+        )
     spec = RunSpec.from_args(args)
     task, strategy = checked.checked(spec)
     with store_at(args.store, spec, task=task) as store:  # once the run was checked whole

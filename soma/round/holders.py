@@ -58,6 +58,18 @@ def _process_start(pid: int) -> int | None:
     return int(fields[19])
 
 
+_STARTED: dict[int, int | None] = {}  # this process's start, by pid (a fork has its own)
+
+
+def _my_start() -> int | None:
+    """This process's start: read once (reading /proc/PID/stat of a process with many
+    threads takes milliseconds, and every record a process writes names it)."""
+    pid = os.getpid()
+    if pid not in _STARTED:
+        _STARTED[pid] = _process_start(pid)
+    return _STARTED[pid]
+
+
 def me(*, site: str | None = None, **extra: Any) -> dict[str, Any]:
     """A record of this process: host, pid and its start, Slurm job and step, and when; and
     its site (config `site`) when the run has sites, so that others name it by its site (a
@@ -65,7 +77,7 @@ def me(*, site: str | None = None, **extra: Any) -> dict[str, Any]:
     record: dict[str, Any] = {
         "host": socket.gethostname(),
         "pid": os.getpid(),
-        "pid_start": _process_start(os.getpid()),
+        "pid_start": _my_start(),
         "thread": threading.get_ident(),
         "slurm_job": os.environ.get("SLURM_JOB_ID"),
         "slurm_step": os.environ.get("SLURM_STEP_ID"),
@@ -100,7 +112,7 @@ def is_me(holder: object) -> bool:
         isinstance(holder, dict)
         and holder.get("host") == socket.gethostname()
         and holder.get("pid") == os.getpid()
-        and holder.get("pid_start") == _process_start(os.getpid())
+        and holder.get("pid_start") == _my_start()
     )
 
 

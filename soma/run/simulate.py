@@ -29,6 +29,27 @@ from soma.transfer import FULL
 if TYPE_CHECKING:
     from soma.store import Store
 
+# A simulation's federated evaluation, unless told otherwise: at most this many clients a
+# round evaluate its average on their own data (drawn from the seed and the round, as any
+# `evaluate_participation`), so that with thousands of clients a round evaluating stays a
+# small part of it training (issue 34); `soma client` and the workflow evaluate the sample.
+EVALUATED = 100
+
+
+def evaluated_by_default(
+    given: int | float | None, clients: int, participation: int | float | None
+) -> int | float | None:
+    """`given`, else the round's sample (None) up to EVALUATED clients, else EVALUATED."""
+    from soma.config.participation import ParticipationError, sample_size
+
+    if given is not None:
+        return given
+    try:
+        sampled = sample_size(participation, clients)
+    except ParticipationError:  # refused, naming the key, by the run's check
+        return None
+    return None if sampled <= EVALUATED else EVALUATED
+
 
 @dataclass
 class Simulated:
@@ -90,7 +111,7 @@ def simulate(
         mine=tuple(range(clients)) if isinstance(clients, int) else None,
         durability=durability,
         given="library",
-        evaluate_participation=evaluate_participation,
+        evaluate_participation=evaluated_by_default(evaluate_participation, clients, participation),
         tracking=None if tracking is None else str(tracking),
         timing=Timing(deadline=deadline, lease=lease),
         transfer=transfer,

@@ -218,7 +218,7 @@ class FolderStore(Pipeline, GroupCommit, Values):
     def blob_path(self, digest: str) -> Path:
         """Where blob `digest` is (or would be)."""
         digest = check_digest(digest)
-        return self._blobs / digest[:2] / digest
+        return self._blobs.joinpath(digest[:2], digest)  # one join: it is called per read
 
     # --- names -----------------------------------------------------------------------
 

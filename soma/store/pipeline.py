@@ -154,6 +154,17 @@ class _Beside(threading.Thread):
             raise self.error
 
 
+class _Inline:
+    """`_Beside`'s interface, running `fn` in the feeding thread: for what is too small to
+    overlap."""
+
+    def __init__(self, fn: Callable[[memoryview], object]) -> None:
+        self.feed = fn
+
+    def finish(self) -> None:
+        pass
+
+
 # What this process kept lately, by a sample of its bytes: a prediction only (whether a
 # large blob is likely new, so worth writing while it is hashed), never trusted for a
 # digest. A blob is known by its header and 256 bytes spread over each tensor (training
@@ -228,15 +239,17 @@ class Pipeline:
     """The folder store's hash-and-write of planned tensor blobs and its verified reads.
 
     A mixin of soma.store.folder.FolderStore, which provides `_existing_blob`, `_temp`,
-    `_abandon`, `_install`, `_verify`, `get_tensors`, `_beside` and `_always_beside`.
+    `_abandon`, `_install`, `_verify`, `get_tensors`, `blob_path`, `_beside` and
+    `_always_beside`.
     """
 
     def _put_plans(self, plans: list[tensorfile.TensorPlan]) -> list[str]:
         """`_put_plan` of each of `plans`, in order. With a second CPU, each blob is still
         hashed first and written only if new, but the next blobs are hashed (in a thread)
         while this one is written: the hash and write of one blob never overlap, those of
-        two do."""
-        if len(plans) < 2 or self._beside or _cpus() < 2:
+        two do; not for small blobs, which take less to hash than a thread to start."""
+        small = sum(plan.nbytes for plan in plans) < _SPECULATE_FROM
+        if len(plans) < 2 or small or self._beside or _cpus() < 2:
             return [self._put_plan(plan) for plan in plans]  # beside: each overlaps itself
         with ThreadPoolExecutor(1) as pool:
             hashes = [pool.submit(hash_plan, plan) for plan in plans]
@@ -324,7 +337,9 @@ class Pipeline:
         else:
             base = torch.empty(size, dtype=torch.uint8)  # not zeroed: read fills it
             view = memoryview(base.numpy())
-            hasher = _Beside(h.update)
+            # the hash beside the reads overlaps them from the second chunk on: one chunk
+            # or less is hashed here, sparing a thread's start and hand-over per blob
+            hasher = _Beside(h.update) if size > tensorfile.CHUNK else _Inline(h.update)
             start = 0
             try:
                 while start < size:
@@ -340,9 +355,18 @@ class Pipeline:
         return base
 
     def _read_many(self, digests: list[str], lazy: bool) -> list[dict[str, torch.Tensor]]:
-        """Several tensor blobs, verified side by side (sha256 is one core per blob)."""
+        """Several tensor blobs, verified side by side (sha256 is one core per blob) when
+        one is large enough to pay for the threads; small ones one after another here (a
+        pool's threads cost more to start than a small model's blobs to read)."""
         workers = min(len(digests), _cpus(), 4)
-        if workers <= 1:
+        if workers <= 1 or max(map(self._blob_size, digests)) < _SPECULATE_FROM:
             return [self.get_tensors(d, lazy=lazy) for d in digests]
         with ThreadPoolExecutor(workers) as pool:
             return list(pool.map(lambda d: self.get_tensors(d, lazy=lazy), digests))
+
+    def _blob_size(self, digest: str) -> int:
+        """The size of blob `digest` on disk; 0 when it cannot be told (its read says why)."""
+        try:
+            return os.stat(self.blob_path(digest)).st_size
+        except (OSError, ValueError):
+            return 0

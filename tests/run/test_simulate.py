@@ -130,3 +130,32 @@ def test_a_process_hosting_every_client_never_waits_on_a_barrier(
     _never_waits(monkeypatch)
     done = soma.simulate("soma.tasks.control", **RUN, store=tmp_path / "s", **how)
     assert len(done.rounds) == 2
+
+
+@pytest.mark.parametrize(
+    ("given", "clients", "participation", "evaluated"),
+    [
+        (None, 10, None, None),  # the round's sample: every client
+        (None, 100, None, None),
+        (None, 1000, None, 100),  # a sample of 100 evaluates
+        (None, 1000, 50, None),  # a sample of 50 is the round's sample
+        (None, 1000, 0.5, 100),
+        (7, 1000, None, 7),  # what the user says stands
+        (1.0, 1000, None, 1.0),
+    ],
+)
+def test_a_simulation_evaluates_a_sample_of_at_most_100_unless_told(
+    given, clients, participation, evaluated
+) -> None:
+    assert simulated.evaluated_by_default(given, clients, participation) == evaluated
+
+
+def test_a_round_of_120_simulated_clients_is_evaluated_by_100() -> None:
+    done = soma.simulate("soma.tasks.control", clients=120, rounds=1, durability="scratch")
+    assert done.rounds[0].federated["evaluation"]["loss"]["clients"] == 100
+    everyone = soma.simulate(
+        "soma.tasks.control", clients=120, rounds=1, durability="scratch",
+        evaluate_participation=1.0,
+    )  # fmt: skip
+    assert everyone.rounds[0].federated["evaluation"]["loss"]["clients"] == 120
+    assert everyone.weights == done.weights  # who evaluates changes no bit of the weights
