@@ -119,8 +119,10 @@ def simulate_clock(
     started: dict[int, int] = {}
     parked: list[int] = []  # clients that contributed from the latest version: until the next
     events: list[tuple[float, int, int]] = []  # (time, 0 start | 1 finish, client)
-    for k in by_index:
+    for k in by_index if not reached(line.metrics[0], target) else ():  # reached at once
         heapq.heappush(events, (clock.waited(k), 0, k))
+    if not events and target is not None:
+        line.stopped = f"target {target[0]} {target[1]:g}"
     while events:
         now, kind, k = heapq.heappop(events)
         if until is not None and now > until:

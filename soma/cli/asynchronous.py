@@ -79,11 +79,14 @@ def target_of(text: str | None) -> tuple[str, float] | None:
     """`accuracy=0.9` as (name, value); refused by name otherwise."""
     if text is None:
         return None
-    name, equals, value = text.partition("=")
+    name, _, value = text.partition("=")
     try:
-        return name, float(value) if equals and name else float("")
+        number = float(value)
     except ValueError:
-        raise BadArgument(f"--target must be METRIC=VALUE (accuracy=0.9), not {text!r}") from None
+        number = None
+    if not name or number is None:
+        raise BadArgument(f"--target must be METRIC=VALUE (accuracy=0.9), not {text!r}")
+    return name, number
 
 
 def client(args: argparse.Namespace) -> int:

@@ -1,0 +1,64 @@
+"""`soma simulate --buffer` and `soma client --buffer` as a user types them: the JSON lines,
+the stop conditions, and refusals in one line before anything is written."""
+
+from __future__ import annotations
+
+import json
+
+from helpers import refused, soma
+
+SIMULATE = [
+    "simulate",
+    "--clients",
+    "4",
+    "--rounds",
+    "6",
+    "--buffer",
+    "2",
+    "--option",
+    "examples=64",
+]
+
+
+def _lines(result) -> list[dict]:
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def test_simulate_with_a_buffer_says_each_version_on_the_simulated_clock(tmp_path) -> None:
+    lines = _lines(soma(*SIMULATE, "--store", str(tmp_path), "--straggling", "1.5"))
+    versions, done = lines[:-1], lines[-1]
+    assert [line["version"] for line in versions] == list(range(7))
+    assert [line["time"] for line in versions] == sorted(line["time"] for line in versions)
+    assert all(len(line["staleness"]) == 2 for line in versions[1:])
+    assert done["stopped"] == "6 versions" and "loss" in done["evaluation"]
+    shown = soma("status", "--store", str(tmp_path), "--run", "simulation")
+    assert shown.returncode == 0 and "version    6" in shown.stdout
+    assert soma("audit", "--store", str(tmp_path), "--run", "simulation").returncode == 0
+
+
+def test_simulate_stops_at_its_deadline_or_its_target() -> None:
+    early = _lines(soma(*SIMULATE, "--until", "0.5"))[-1]
+    assert early["stopped"] == "deadline 0.5s" and early["versions"] < 6
+    reached = _lines(soma(*SIMULATE, "--target", "loss=1000"))[-1]
+    assert reached["stopped"] == "target loss 1000" and reached["versions"] == 0
+
+
+def test_an_asynchronous_client_says_each_update_it_contributes(tmp_path) -> None:
+    args = ["client", "--store", str(tmp_path), "--run", "a", "--clients", "2", "--rounds", "2"]
+    lines = _lines(soma(*args, "--mine", "0-1", "--buffer", "2", "--option", "examples=64"))
+    assert [(line["client"], line["from"]) for line in lines[:-1]] == [
+        (0, 0),
+        (1, 0),
+        (0, 1),
+        (1, 1),
+    ]
+    assert lines[-1]["versions"] == 2
+
+
+def test_what_an_asynchronous_run_cannot_do_is_refused_in_one_line(tmp_path) -> None:
+    said = refused(soma(*SIMULATE, "--store", str(tmp_path), "--secure-aggregation", "2"))
+    assert "--buffer: asynchronous rounds cannot be summed securely" in said
+    assert list(tmp_path.iterdir()) == []
+    said = refused(soma(*SIMULATE, "--target", "accuracy"))
+    assert "--target must be METRIC=VALUE" in said
