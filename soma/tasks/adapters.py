@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import functools
 import json
-import numbers
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -59,7 +58,11 @@ from torch import nn
 
 from soma.errors import TaskError
 from soma.nodes import Export
+from soma.tasks import ranges
 from soma.tasks.protocol import Objective
+
+_integer = functools.partial(ranges.integer, "adapters")
+_positive = functools.partial(ranges.positive, "adapters")
 
 TRAINS = ("lora", "full")
 METADATA = "soma.adapters.model"  # the base file's metadata key: the model's shape, JSON
@@ -254,16 +257,6 @@ def _tensors(chunks: Sequence[Sequence[int]]) -> Data:
         return empty, empty
     block = torch.tensor(chunks, dtype=torch.int64)
     return block[:, :-1], block[:, 1:]
-
-
-def _integer(name: str, value: object, *, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
-        raise TaskError(f"adapters option {name} must be an integer >= {low}, not {value!r}")
-
-
-def _positive(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
-        raise TaskError(f"adapters option {name} must be a number > 0, not {value!r}")
 
 
 @dataclass

@@ -43,9 +43,12 @@ from torch import nn
 
 from soma import partition as partitions
 from soma.device import task_device
-from soma.tasks import TaskError
+from soma.tasks import TaskError, ranges
 from soma.tasks.protocol import Objective
 from soma.training import TrainingRun, classified, trained_alone
+
+_integer = functools.partial(ranges.integer, "digits")
+_number = functools.partial(ranges.number, "digits")
 
 CLASSES = 10
 FEATURES = 64
@@ -135,25 +138,6 @@ def _tensors(inputs: np.ndarray, labels: np.ndarray) -> Data:
         torch.tensor(inputs, dtype=torch.float32),
         torch.tensor(labels, dtype=torch.int64),
     )
-
-
-def _integer(name: str, value: object, *, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
-        raise TaskError(f"digits option {name} must be an integer >= {low}, not {value!r}")
-
-
-def _number(name: str, value: object, *, low: float, high: float, closed: str) -> None:
-    """A real number in an interval: closed is '[)', '()', '[]' or '(]'."""
-    ok = not isinstance(value, bool) and isinstance(value, numbers.Real)
-    if ok:
-        v = float(value)
-        ok = np.isfinite(v) and (v >= low if closed[0] == "[" else v > low)
-        ok = ok and (v <= high if closed[1] == "]" else v < high)
-    if not ok:
-        raise TaskError(
-            f"digits option {name} must be a number in {closed[0]}{low}, {high}{closed[1]}, "
-            f"not {value!r}"
-        )
 
 
 # The options make() takes, as a literal: soma.tasks.declared_options reads it from this file

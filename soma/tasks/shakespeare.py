@@ -31,6 +31,7 @@ bits.
 
 from __future__ import annotations
 
+import functools
 import json
 import numbers
 from collections.abc import Mapping, Sequence
@@ -42,10 +43,13 @@ from numpy.lib.stride_tricks import sliding_window_view
 from torch import nn
 
 from soma.device import task_device
-from soma.tasks import TaskError
+from soma.tasks import TaskError, ranges
 from soma.tasks import plays as texts
 from soma.tasks.protocol import Objective
 from soma.training import TrainingRun
+
+_integer = functools.partial(ranges.integer, "shakespeare")
+_positive = functools.partial(ranges.positive, "shakespeare")
 
 MODELS = ("leaf", "small")
 LEAF_HIDDEN, LEAF_LAYERS = 256, 2  # models/shakespeare/stacked_lstm.py
@@ -104,21 +108,6 @@ def examples(text: str, length: int = texts.LENGTH) -> tuple[np.ndarray, np.ndar
     padded = np.full(int(where[-1]) + 1, texts.ALPHABET.index(" "), dtype=np.uint8)
     padded[where] = codes
     return np.ascontiguousarray(sliding_window_view(padded, length)[where - length]), codes
-
-
-def _integer(name: str, value: object, *, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
-        raise TaskError(f"shakespeare option {name} must be an integer >= {low}, not {value!r}")
-
-
-def _positive(name: str, value: object) -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, numbers.Real)
-        or not np.isfinite(float(value))
-        or value <= 0
-    ):
-        raise TaskError(f"shakespeare option {name} must be a number > 0, not {value!r}")
 
 
 @dataclass

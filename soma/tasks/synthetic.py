@@ -54,9 +54,12 @@ import torch
 from torch import nn
 
 from soma.device import task_device
-from soma.tasks import TaskError
+from soma.tasks import TaskError, ranges
 from soma.tasks.protocol import Objective
 from soma.training import TrainingRun, classified
+
+_integer = functools.partial(ranges.integer, "synthetic")
+_number = functools.partial(ranges.number, "synthetic")
 
 DIMENSION = 60
 CLASSES = 10
@@ -143,25 +146,6 @@ def _tensors(inputs: np.ndarray, labels: np.ndarray) -> Data:
 
 def _union(parts: list[tuple[np.ndarray, np.ndarray]]) -> Data:
     return _tensors(np.concatenate([x for x, _ in parts]), np.concatenate([y for _, y in parts]))
-
-
-def _integer(name: str, value: object, *, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
-        raise TaskError(f"synthetic option {name} must be an integer >= {low}, not {value!r}")
-
-
-def _number(name: str, value: object, *, low: float, high: float, closed: str) -> None:
-    """A real number in an interval: closed is '[)', '()', '[]' or '(]'."""
-    ok = not isinstance(value, bool) and isinstance(value, numbers.Real)
-    if ok:
-        v = float(value)
-        ok = bool(np.isfinite(v)) and (v >= low if closed[0] == "[" else v > low)
-        ok = ok and (v <= high if closed[1] == "]" else v < high)
-    if not ok:
-        raise TaskError(
-            f"synthetic option {name} must be a number in {closed[0]}{low}, {high}{closed[1]}, "
-            f"not {value!r}"
-        )
 
 
 # The options make() takes, read without running this module (soma.tasks.declared_options);
