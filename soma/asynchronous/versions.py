@@ -93,12 +93,11 @@ class Versions:
         return self._records[v]
 
     def latest(self) -> int:
-        """The latest published version (-1: the run has not begun)."""
-        names = self.store.bound(layout.versions(self.run))
-        found = [layout.version_of(n, self.run) for n in names]
-        v = max((f for f in found if f is not None), default=-1)
-        while v >= 0 and self.record(v) is None:  # a name listed before its record was read
-            v -= 1
+        """The latest published version (-1: the run has not begun). Versions are published one
+        after the other, so it looks past the latest it knows, one name at a time."""
+        v = max(self._records, default=-1)
+        while self.record(v + 1) is not None:
+            v += 1
         return v
 
     def weights(self, v: int) -> Export:
