@@ -8,7 +8,8 @@ n-th job takes `speed_k * jitter` simulated seconds, both log-normal and drawn f
 (soma.asynchronous.clock.Clock), its first job waiting in a log-normal queue as well; a mild
 and a severe straggler tail (sigma of the speeds). A synchronous round waits for its slowest
 client (`Clock.round_seconds`, the same draws); an asynchronous run makes a version from every
-`--buffer` updates, each weighed by its staleness ((1 + s)^-0.5). Each row: the simulated
+`--buffer` updates, each weighed by its staleness ((1 + s)^-a, for each `--a`: FedBuff's 0.5
+and a constant 0). Each row: the simulated
 seconds until the test accuracy first reaches a target (and the rounds or versions it
 took), and the asynchronous run's over the synchronous one's (the baseline, run in the same
 process from the same draws); then, per severity, the staleness of the updates the
@@ -48,7 +49,7 @@ def synchronous(clients: int, rounds: int, clock) -> tuple[list[tuple[float, flo
     return curve, time.perf_counter() - started
 
 
-def asynchronous(clients: int, versions: int, buffer: int, clock):
+def asynchronous(clients: int, versions: int, buffer: int, clock, a: float = 0.5):
     """Each version's (simulated seconds, test accuracy), the wall seconds it took, and the
     staleness of every update it consumed."""
     from soma.asynchronous.clock import simulate_clock
@@ -59,7 +60,7 @@ def asynchronous(clients: int, versions: int, buffer: int, clock):
     spec = RunSpec(
         run="bench", task="soma.tasks.digits", clients=clients, rounds=versions,
         task_options=OPTIONS, mine=tuple(range(clients)), given="library", durability="scratch",
-        asynchronous={"buffer": buffer, "staleness": {"kind": "polynomial", "a": 0.5}},
+        asynchronous={"buffer": buffer, "staleness": {"kind": "polynomial", "a": a}},
     )  # fmt: skip
     task, strategy = checked.checked(spec)
     with tempfile.TemporaryDirectory() as folder:
@@ -88,6 +89,9 @@ def main() -> None:
     parser.add_argument("--versions", type=int, default=300, help="asynchronous versions run")
     parser.add_argument("--queue", type=float, default=1.0, help="median first-job queue wait")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--a", type=float, nargs="+", default=[0.5, 0.0], help="staleness weights (1 + s)^-a"
+    )
     args = parser.parse_args()
     import torch
 
@@ -99,27 +103,32 @@ def main() -> None:
         f"{args.versions} versions, load {os.getloadavg()[0]:.2f}"
     )
     print(
-        f"{'stragglers':<18} {'target':>6} {'sync s':>7} {'rounds':>6} {'async s':>7} "
+        f"{'stragglers':<18} {'target':>6} {'sync s':>7} {'rounds':>6} {'a':>4} {'async s':>7} "
         f"{'versions':>8} {'async/sync':>10}"
     )
     notes = []
     for name, sigma in SEVERITIES.items():
         clock = Clock(seed=args.seed, sigma=sigma, queue=args.queue)
         s_curve, s_wall = synchronous(args.clients, args.rounds, clock)
-        a_curve, a_wall, stale = asynchronous(args.clients, args.versions, args.buffer, clock)
+        runs = {a: asynchronous(args.clients, args.versions, args.buffer, clock, a) for a in args.a}
         for target in args.targets:
-            (s_time, s_n), (a_time, a_n) = first(s_curve, target), first(a_curve, target)
-            ratio = a_time / s_time if s_time < float("inf") else float("nan")
-            print(
-                f"{name + f' (sigma {sigma})':<18} {target:>6.2f} {s_time:>7.1f} {s_n or '-':>6} "
-                f"{a_time:>7.1f} {a_n or '-':>8} {ratio:>10.2f}"
+            s_time, s_n = first(s_curve, target)
+            for a, (a_curve, _, _) in runs.items():
+                a_time, a_n = first(a_curve, target)
+                ratio = a_time / s_time if s_time < float("inf") else float("nan")
+                print(
+                    f"{name + f' (sigma {sigma})':<18} {target:>6.2f} {s_time:>7.1f} "
+                    f"{s_n or '-':>6} {a:>4g} {a_time:>7.1f} {a_n or '-':>8} {ratio:>10.2f}"
+                )
+        for a, (a_curve, a_wall, stale) in runs.items():
+            p90 = statistics.quantiles(stale, n=10)[-1] if len(stale) > 1 else 0
+            notes.append(
+                f"{name}, a {a:g}: staleness of consumed updates mean "
+                f"{statistics.mean(stale):.2f}, p90 {p90:.0f}, max {max(stale)}; "
+                f"best accuracy sync {max(x for _, x in s_curve):.3f}, "
+                f"async {max(x for _, x in a_curve):.3f}; "
+                f"wall s sync {s_wall:.1f}, async {a_wall:.1f}"
             )
-        p90 = statistics.quantiles(stale, n=10)[-1] if len(stale) > 1 else 0
-        notes.append(
-            f"{name}: staleness of consumed updates mean {statistics.mean(stale):.2f}, p90 "
-            f"{p90:.0f}, max {max(stale)}; best accuracy sync {max(a for _, a in s_curve):.3f}, "
-            f"async {max(a for _, a in a_curve):.3f}; wall s sync {s_wall:.1f}, async {a_wall:.1f}"
-        )
     print("\n".join(notes))
 
 
