@@ -29,7 +29,9 @@ def _tiers_of(item: pytest.Item) -> set[str]:
     tiers = {m.name for m in item.iter_markers() if m.name in HEAVY}
     folder = Path(str(item.fspath)).relative_to(TESTS).parts[0]
     fixtures = set(getattr(item, "fixturenames", ()))
-    if folder == "slurm":
+    # tests/slurm/test_slurm*.py use the cluster; the other files there test soma.slurm's
+    # pure parts (the partition's limits) without one.
+    if folder == "slurm" and Path(str(item.fspath)).name.startswith("test_slurm"):
         tiers.add("slurm")
     if folder == "test_mutations.py" and item.originalname == "test_the_suite_catches_the_mutant":
         tiers.add("mutants")

@@ -34,6 +34,7 @@ from soma.round.client import forget_fault, note_fault
 from soma.round.once import RoundError
 from soma.run.evaluation import keep_training
 from soma.run.personal import load_round, own_state, shared
+from soma.slurm.time_limit import raised_at_time_limit
 from soma.store import Store
 from soma.store.errors import CorruptBlob, StoreError, UnknownDigest
 from soma.strategies import Strategy, train_locally
@@ -121,7 +122,7 @@ def _train(
     state = None if meeting.state is None else store.recall_digest(meeting.state)
     seed = training_seed(seed, meeting.round, hosted.index)
     context = context_of(meeting, hosted.index, rounds)
-    with task_code():
+    with task_code(), raised_at_time_limit():  # Slurm's signal before its limit: soma.slurm
         return train_locally(
             strategy, task, nodes, hosted.data, seed=seed, state=state, mine=mine, context=context
         )

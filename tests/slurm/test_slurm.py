@@ -369,8 +369,8 @@ def test_the_workflow_under_slurm_gives_the_receipts_of_a_local_run(workflow_run
 @pytest.mark.parametrize("per_job", [1], ids=["a-job-per-client"])
 def test_a_round_per_submission_gives_the_receipts_of_a_local_run(cluster, tmp_path, per_job):
     """profiles/slurm-test-rounds groups each round's jobs into one Slurm job: 2 rounds x 3
-    clients are 2 submissions (the start in round 0's) and one each for the summary and
-    the model, and every receipt is the local run's, byte for byte."""
+    clients are 2 submissions (the start in round 0's) and one for the summary, the model
+    and the best round, and every receipt is the local run's, byte for byte."""
     session = Slurm(f"rounds-{per_job}")
     under_slurm, local = tmp_path / "slurm", tmp_path / "local"
     for workdir in (under_slurm, local):
@@ -395,8 +395,9 @@ def test_a_round_per_submission_gives_the_receipts_of_a_local_run(cluster, tmp_p
         ]
     else:  # a round is one job (rule `round`), and its evaluation
         rounds = ["group_round0_evaluate_round_start", "group_round1_evaluate_round"]
-    # the digits task evaluates on each client's own data: its best round too (rule `best`)
-    assert folders == [*rounds, "rule_best", "rule_model", "rule_summary"], by_slurm.tail()
+    # the digits task evaluates on each client's own data: its best round too (rule `best`),
+    # with the summary and the model in one last submission
+    assert folders == ["group_finish_best_model_summary", *rounds], by_slurm.tail()
     assert receipts(under_slurm) == receipts(local)
     assert len(receipts(local)) == 7 + (6 if per_job == 1 else 2)  # run, start, 2+2, tsv
 
@@ -424,8 +425,8 @@ def test_a_secure_round_per_submission_gives_the_receipts_of_a_local_run(cluster
     completed(jobs)
     folders = sorted(Path(log).parent.name for log in jobs.values())
     # a submission a round (the plugin cuts a group's long name: "..._keys_reveal_share_...")
-    assert len(folders) == 3 and folders[1:] == ["rule_model", "rule_summary"], by_slurm.tail()
-    assert folders[0].startswith("group_round0_average_evaluate_keys_reveal_share_"), folders
+    assert len(folders) == 2 and folders[0] == "group_finish_model_summary", by_slurm.tail()
+    assert folders[1].startswith("group_round0_average_evaluate_keys_reveal_share_"), folders
     assert receipts(under_slurm) == receipts(local)
     phases = [p.split("/")[4] for p in receipts(local) if p.count("/") == 5]
     assert sorted(phases) == sorted(["keys", "share", "client", "reveal"] * 3), phases
@@ -842,3 +843,139 @@ def test_every_shipped_profile_takes_a_secure_run(tmp_path, profile) -> None:
     dry = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert dry.returncode == 0, (dry.stdout + dry.stderr)[-4000:]
     assert re.search(r"^keys\s+6$", dry.stdout, re.M), dry.stdout[-4000:]
+
+
+# --- 5. asking for what runs; refusals before anything runs; the time limit -------------------
+
+
+def profile_like(base: Path, folder: Path, **changes: Any) -> Path:
+    """A copy of profile `base` in `folder`, with top-level keys changed (a None drops one)
+    and `default-resources`/`set-resources` entries merged in."""
+    profile = yaml.safe_load((base / "config.yaml").read_text())
+    for key, value in changes.items():
+        key = key.replace("_", "-")
+        if value is None:
+            profile.pop(key, None)
+        elif key in ("default-resources", "set-resources") and key in profile:
+            for name, given in value.items():
+                merged = profile[key].get(name)
+                profile[key][name] = {**merged, **given} if isinstance(merged, dict) else given
+        else:
+            profile[key] = value
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
+    return folder
+
+
+def with_fixtures() -> dict[str, str]:
+    env = slurm_env()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(FIXTURES), env.get("PYTHONPATH")]))
+    return env
+
+
+def test_the_shipped_profile_with_partition_and_account_is_refused_naming_the_cpu_limit(
+    cluster, tmp_path, slurm
+) -> None:
+    """profiles/slurm with only its two lines filled in: on the test node (2 CPUs) its train
+    threads (4) cannot run, and the run is refused before any submission, one `soma:` line
+    naming the CPU limit (plugin 2.8.0 said only "message: None" for a group's refusal); on a
+    node with 4 CPUs or more it runs."""
+    shipped = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())
+    filled = {"slurm_partition": PARTITION, "slurm_account": ACCOUNT}
+    profile = profile_like(ROOT / "profiles" / "slurm", tmp_path / "profile",
+                           default_resources=filled)  # fmt: skip
+    write_config(tmp_path, rounds=1, clients_per_job=1)
+    command = snakemake(tmp_path, AVERAGE_0, slurm=slurm, profile=profile)
+    run = slurm.run(command, cwd=tmp_path, timeout=FEW_JOBS)
+    if run.returncode == 0:  # a node that fits the profile's threads
+        return
+    assert not submitted(run.output) and not slurm.jobs(), run.tail()
+    (said,) = [line for line in run.output.splitlines() if line.startswith("soma: ")]
+    threads = shipped["set-threads"]["train"]
+    assert f"asks {threads} CPUs (--cpus-per-task)" in said, run.tail()
+    assert f"partition {PARTITION} has at most" in said and "`set-threads`" in said, said
+    assert "group round0's submission (average, start, 2 train)" in said, said
+
+
+def test_a_submission_slurm_refuses_is_refused_before_any_with_slurms_message(
+    cluster, tmp_path, slurm
+) -> None:
+    """A request only Slurm can judge (a node feature no node has): `sbatch --test-only`'s
+    refusal, in Slurm's words, is the run's error, before anything is submitted."""
+    profile = profile_like(ROUNDS_PROFILE, tmp_path / "profile",
+                           set_resources={"train": {"constraint": "nosuch"}})  # fmt: skip
+    write_config(tmp_path, rounds=1, clients_per_job=1)
+    run = slurm.run(snakemake(tmp_path, slurm=slurm, profile=profile), cwd=tmp_path,
+                    timeout=FEW_JOBS)  # fmt: skip
+    assert run.returncode != 0 and not submitted(run.output), run.tail()
+    (said,) = [line for line in run.output.splitlines() if line.startswith("soma: ")]
+    assert said.startswith("soma: Slurm refuses group round0's submission"), said
+    assert "Invalid feature specification" in said and "-C nosuch" in said, said
+
+
+def group_limit_and_elapsed(job: str) -> tuple[int, float]:
+    """A finished job's time limit in minutes and its elapsed seconds, from accounting."""
+    out = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-j", job, "-o", "TimelimitRaw,ElapsedRaw"],
+        env=slurm_env(), capture_output=True, text=True, timeout=30, check=True,
+    ).stdout.split()[0]  # fmt: skip
+    limit, elapsed = out.split("|")
+    return int(limit), float(elapsed)
+
+
+def test_a_round_whose_train_jobs_run_past_the_groups_old_time_limit_finishes(
+    cluster, tmp_path, slurm
+) -> None:
+    """A round's jobs run one after another inside its submission, so it asks Slurm for the
+    sum of their runtimes (profiles: `serial`). Two train jobs of 1 min each, each sleeping
+    35 s, the other jobs 0 min: Snakemake used to ask 1 min for the group (both trains in one
+    layer, side by side on the node's 2 CPUs), less than the 70 s they sleep one after the
+    other; now it asks 2 min, and the round finishes, past its old limit."""
+    quick = {"runtime": 0}
+    profile = profile_like(
+        ROUNDS_PROFILE,
+        tmp_path / "profile",
+        set_resources={"train": {"runtime": 1}, "start": quick, "average": quick},
+    )
+    slow = {"slow_client": -1, "seconds": 35, "inner": "soma.tasks.control", "examples": 32}
+    write_config(tmp_path, rounds=1, task="slow_task", task_options={"slow_task": slow},
+                 metric="loss", clients_per_job=1)  # fmt: skip
+    command = snakemake(tmp_path, AVERAGE_0, slurm=slurm, profile=profile)
+    run = slurm.run(command, cwd=tmp_path, env=with_fixtures(), timeout=FEW_JOBS)
+    assert run.returncode == 0, run.tail()
+    (job,) = submitted(run.output)
+    completed({job: ""})
+    limit, elapsed = group_limit_and_elapsed(job)
+    assert limit == 2, limit  # 0 (start) + 1 + 1 (train) + 0 (average)
+    assert elapsed > 60, elapsed  # past the 1 min asked before
+    average = json.loads((tmp_path / AVERAGE_0).read_text())
+    assert [i["client"] for i in average["inputs"]] == [0, 1]
+
+
+def test_a_client_signalled_before_its_time_limit_withdraws_and_the_quorum_goes_on(
+    cluster, tmp_path, slurm
+) -> None:
+    """`--signal=URG@30` on a train job of 2 min: Slurm signals it 30 to 90 s in (it may
+    signal up to 60 s early), while it trains; client 1, sleeping 300 s in train, drops out
+    saying "time limit, raise `runtime`", its job ends before its limit, not killed by it,
+    and the round is averaged over client 0 (quorum 1) at once, not at the deadline."""
+    profile = profile_like(
+        PROFILE,
+        tmp_path / "profile",
+        default_resources={"slurm_extra": "'--signal=URG@30'"},
+        set_resources={"train": {"runtime": 2}},
+    )
+    slow = {"slow_client": 1, "seconds": 300, "inner": "soma.tasks.control", "examples": 32}
+    write_config(tmp_path, rounds=1, task="slow_task", task_options={"slow_task": slow},
+                 metric="loss", quorum=1, clients_per_job=1)  # fmt: skip
+    command = snakemake(tmp_path, AVERAGE_0, slurm=slurm, profile=profile)
+    run = slurm.run(command, cwd=tmp_path, env=with_fixtures(), timeout=FEW_JOBS)
+    assert run.returncode == 0, run.tail()
+    dropped = json.loads((tmp_path / RESULTS / "round/0/client/1.json").read_text())
+    assert "time limit, raise `runtime`" in dropped["dropped"], dropped
+    average = json.loads((tmp_path / AVERAGE_0).read_text())
+    assert [i["client"] for i in average["inputs"]] == [0]
+    assert average["left_out"] == [{"client": 1, "why": dropped["dropped"]}]
+    (job,) = [j for j, log in submitted(run.output).items() if "rule_train/0_1/" in log]
+    assert ended(job) == "COMPLETED"  # not TIMEOUT
+    assert group_limit_and_elapsed(job)[1] < 110  # ended at the signal, not at its limit

@@ -1,0 +1,7 @@
+"""soma under Slurm's executor for Snakemake: every submission a run will make checked
+against its partition before the first is made (soma.slurm.submissions, from the Snakefile's
+`onstart`), refused with a `soma: ...` line naming the limit and the profile's key."""
+
+from soma.slurm.limits import Partition, Request, SlurmRefused, minutes, partition_of, refusal
+
+__all__ = ["Partition", "Request", "SlurmRefused", "minutes", "partition_of", "refusal"]
