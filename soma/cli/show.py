@@ -146,11 +146,14 @@ def export(args: argparse.Namespace) -> int:
     """One average's weights as a safetensors file plain PyTorch loads (see soma.model); with
     --roster only a signed one (soma.exported), and a run that has a roster is refused
     without it, unless --unchecked."""
+    from soma.asynchronous.replay import is_asynchronous
     from soma.exported import export_checked, reader_signing
 
     if args.best:
         return _export_best(args)
     store = existing_store(args.store)
+    if is_asynchronous(store, args.run):  # a version (--round), not a round's average
+        return _export_version(store, args)
     signing = reader_signing(store, args.run, args.roster, unchecked=args.unchecked)
     made = export_checked(
         store, args.run, args.output, signing=signing, round=args.round, average=args.average
@@ -158,6 +161,23 @@ def export(args: argparse.Namespace) -> int:
     print(
         f"{args.output}: round {made['round']} of run {made['run']!r}, "
         f"weights {made['weights']}, average {made['average']}"
+    )
+    return 0
+
+
+def _export_version(store: Any, args: argparse.Namespace) -> int:
+    """`soma export` of an asynchronous run: version --round (default the latest)."""
+    from soma.asynchronous.exported import export_version
+
+    if args.average is not None:
+        raise BadArgument(
+            f"run {args.run!r} is asynchronous: choose its version with --round (the latest by "
+            "default), not --average"
+        )
+    made = export_version(store, args.run, args.output, version=args.round)
+    print(
+        f"{args.output}: version {made['version']} of run {made['run']!r}, "
+        f"weights {made['weights']}, record {made['record']}"
     )
     return 0
 

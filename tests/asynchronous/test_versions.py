@@ -13,6 +13,7 @@ from helpers import soma
 
 from soma.asynchronous.clients import run_clients
 from soma.asynchronous.clock import Clock, simulate_clock
+from soma.asynchronous.exported import export_version
 from soma.asynchronous.replay import replay
 from soma.asynchronous.versions import TooStale, VersionError, Versions
 from soma.config.asynchronous import Buffered
@@ -126,6 +127,8 @@ def test_replay_names_a_version_whose_weights_do_not_recompute(tmp_path) -> None
     audited = soma("audit", "--store", str(tmp_path), "--run", "a")
     assert audited.returncode == 1
     assert f"soma: audit: round 1 of run 'a': version 1: {problems[0]}" in audited.stderr
+    with pytest.raises(VersionError, match="version 1 does not replay from its record"):
+        export_version(store, "a", tmp_path / "model.safetensors")
 
 
 def test_another_runs_start_under_the_same_name_is_refused(tmp_path) -> None:

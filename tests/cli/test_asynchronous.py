@@ -35,6 +35,15 @@ def test_simulate_with_a_buffer_says_each_version_on_the_simulated_clock(tmp_pat
     shown = soma("status", "--store", str(tmp_path), "--run", "simulation")
     assert shown.returncode == 0 and "version    6" in shown.stdout
     assert soma("audit", "--store", str(tmp_path), "--run", "simulation").returncode == 0
+    model = tmp_path / "model.safetensors"
+    run = ["export", "--store", str(tmp_path), "--run", "simulation", "-o", str(model)]
+    exported = soma(*run, "--round", "3")
+    assert exported.returncode == 0, exported.stderr
+    assert exported.stdout.startswith(f"{model}: version 3 of run 'simulation', weights")
+    from soma.model import read_metadata
+
+    assert read_metadata(model)["version"] == "3"
+    assert "versions 0..6, not version 9" in refused(soma(*run, "--round", "9"))
 
 
 def test_simulate_stops_at_its_deadline_or_its_target() -> None:
