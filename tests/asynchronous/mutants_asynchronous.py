@@ -82,3 +82,37 @@ def _async_staleness_unweighed() -> None:
     from soma.asynchronous import arithmetic
 
     _replace(arithmetic, "staleness_weight", lambda kind, a, staleness: 1.0)
+
+
+@mutant("async_too_stale_contributed", caught_by=[_VERSIONS, "-k", "too_stale"])
+def _async_too_stale_contributed() -> None:
+    """An update past the staleness limit is contributed anyway (no limit when contributing)."""
+    import dataclasses
+
+    from soma.asynchronous import versions
+
+    original = versions.Versions.contribute
+
+    def contribute(self, client, start, trained, size):
+        unlimited = dataclasses.replace(self.settings, limit=None)
+        settings, self.settings = self.settings, unlimited
+        try:
+            return original(self, client, start, trained, size)
+        finally:
+            self.settings = settings
+
+    _replace(versions.Versions, "contribute", contribute)
+
+
+@mutant("async_replay_trusts_weights", caught_by=[_VERSIONS, "-k", "do_not_recompute"])
+def _async_replay_trusts_weights() -> None:
+    """The replay checks what a version's record says, but takes its weights on trust."""
+    from soma.asynchronous import replay
+
+    _replace(replay, "value_digest", lambda value: "trusted")
+    original = replay._problems
+
+    def _problems(versions, v, record, before, seen):
+        return [p for p in original(versions, v, record, before, seen) if "recompute" not in p]
+
+    _replace(replay, "_problems", _problems)
