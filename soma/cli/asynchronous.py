@@ -112,7 +112,12 @@ def client(args: argparse.Namespace) -> int:
             for v, when in enumerate(line.times):
                 shown = {"version": v, "time": round(when, 6), "staleness": line.staleness[v]}
                 _print({**shown, "evaluation": line.metrics[v]})
-            done: dict[str, Any] = {"versions": len(line.times) - 1, "stopped": line.stopped}
+            consumed = sum(line.staleness, [])
+            done: dict[str, Any] = {
+                "versions": len(line.times) - 1,
+                "stopped": line.stopped,
+                "staleness": {str(s): consumed.count(s) for s in sorted(set(consumed))},
+            }
             nodes = line.nodes
         else:
             ran = run_clients(spec, store, task, strategy, after=_printed)

@@ -17,7 +17,9 @@ from soma.round.once import Place
 from soma.store import Store
 
 
-def _args(store: Path, *, clients: int, versions: int, buffer: int, delay: float) -> list[str]:
+def _args(
+    store: Path | str, *, clients: int, versions: int, buffer: int, delay: float
+) -> list[str]:
     return [
         "client", "--store", str(store), "--run", "race", "--rounds", str(versions),
         "--clients", str(clients), "--task", "async_task", "--option", f"delay={delay}",
@@ -47,6 +49,22 @@ def test_racing_clients_leave_a_run_that_replays_bit_for_bit(tmp_path) -> None:
     assert audited.returncode == 0, audited.stderr
     assert "the weights recomputed bit for bit" in audited.stdout
     assert audited.stdout.strip().splitlines()[-1].startswith("every check held")
+
+
+def test_racing_clients_on_a_bucket_leave_a_run_that_replays_bit_for_bit(bucket) -> None:
+    import os
+
+    from s3_bucket import BUCKET
+
+    url = f"s3://{BUCKET}/async-race-{os.getpid()}"
+    args = _args(url, clients=3, versions=4, buffer=2, delay=0.1)
+    lines = soma_processes(args, ["0", "1", "2"], timeout=300, every_line=True)
+    store = Store(url)
+    replayed = replay(store, "race")
+    assert len(replayed) >= 5 and [r.problems for r in replayed] == [[] for _ in replayed]
+    for r in replayed[1:]:
+        assert once.computations(store, Place(layout.version("race", r.version))) == 1
+    assert all(said[-1]["versions"] >= 4 for said in lines)
 
 
 def test_a_client_killed_while_it_trains_leaves_no_update(tmp_path) -> None:

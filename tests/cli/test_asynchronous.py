@@ -32,6 +32,7 @@ def test_simulate_with_a_buffer_says_each_version_on_the_simulated_clock(tmp_pat
     assert [line["time"] for line in versions] == sorted(line["time"] for line in versions)
     assert all(len(line["staleness"]) == 2 for line in versions[1:])
     assert done["stopped"] == "6 versions" and "loss" in done["evaluation"]
+    assert sum(done["staleness"].values()) == 12  # how many updates were how stale
     shown = soma("status", "--store", str(tmp_path), "--run", "simulation")
     assert shown.returncode == 0 and "version    6" in shown.stdout
     assert soma("audit", "--store", str(tmp_path), "--run", "simulation").returncode == 0
