@@ -24,8 +24,11 @@ over (so a change in the machine's load falls on both); seconds are the best of 
   (its body in 1 MB chunks, joined: no hash, no check) and boto3's TransferManager
   (`download_fileobj` into a BytesIO, its default concurrency and parts), the two baselines
   soma's get is held to (issue 34: >= 0.8 of TransferManager's), with the CPU seconds of
-  each (this process's, all its threads: steadier than seconds on a loaded machine).
-  `--model-only` measures only these.
+  each (this process's, all its threads: steadier than seconds on a loaded machine); and
+  beside soma's put, the same bytes put to a fresh key by a plain `put_object` (one
+  request) and by TransferManager's `upload_fileobj` (its multipart parts and concurrency),
+  the baselines of issue 34's put (>= 0.9 of TransferManager's). `--model-only` measures
+  only these.
 
 S3 requests are counted by a botocore `before-send` handler registered here on the default
 boto3 session (so every client a store makes, simulate's included, inherits it): one per
@@ -319,9 +322,12 @@ def baselines(store: Store, samples: dict[str, Sample]) -> None:
     )
     client = boto3.client("s3")  # boto3's defaults (its retries, its pool), as a user's
 
+    got: list[bytes] = []
+
     def plain() -> int:
         body = client.get_object(Bucket=backend.bucket, Key=key)["Body"]
-        return len(b"".join(body.iter_chunks(1 << 20)))
+        got[:] = [b"".join(body.iter_chunks(1 << 20))]
+        return len(got[0])
 
     def transfer_manager() -> int:
         out = io.BytesIO()
@@ -330,6 +336,16 @@ def baselines(store: Store, samples: dict[str, Sample]) -> None:
 
     assert timed(samples["get_object"], plain) == size
     assert timed(samples["TransferManager"], transfer_manager) == size
+    data, elsewhere = got[0], f"{backend.prefix}baseline/{key.rsplit('/', 1)[1]}"
+
+    def put_plain() -> None:
+        client.put_object(Bucket=backend.bucket, Key=elsewhere, Body=data)
+
+    def put_transfer_manager() -> None:
+        client.upload_fileobj(io.BytesIO(data), backend.bucket, elsewhere)
+
+    timed(samples["put_object"], put_plain)
+    timed(samples["TransferManager put"], put_transfer_manager)
 
 
 def nbytes(value: dict) -> int:
@@ -341,10 +357,11 @@ def nbytes(value: dict) -> int:
 WHERE = ("folder", "bucket")
 ROWS = ("contributions", "averaging", "read average", "round", "put model", "get model")
 BASELINES = ("get_object", "TransferManager")  # the bucket's only
+PUT_BASELINES = ("put_object", "TransferManager put")
 
 
 def measure(args: argparse.Namespace, places: Places) -> dict[str, dict[str, Sample]]:
-    got = {w: {row: Sample() for row in ROWS + BASELINES} for w in WHERE}
+    got = {w: {row: Sample() for row in ROWS + BASELINES + PUT_BASELINES} for w in WHERE}
     big = model(args.size_mb)
     for repeat in range(args.repeats):
         for where in WHERE:
@@ -406,6 +423,15 @@ def report(args: argparse.Namespace, got: dict, endpoint: str) -> None:
         b = bucket[row]
         print(
             f"{row:<24}{size / 1e6 / b.seconds:>12.0f}{b.seconds / get.seconds:>10.2f}"
+            f"{1000 * b.cpu:>8.0f}{b.requests:>9}"
+        )
+    put = bucket["put model"]
+    print("\nthe bucket's put and the same bytes by plain boto3 (a fresh key), same repeats")
+    print(f"{'':<24}{'MB/s':>12}{'put ratio':>10}{'CPU ms':>8}{'requests':>9}")
+    for row in ("put model", *PUT_BASELINES):
+        b = bucket[row]
+        print(
+            f"{row:<24}{size / 1e6 / b.seconds:>12.0f}{b.seconds / put.seconds:>10.2f}"
             f"{1000 * b.cpu:>8.0f}{b.requests:>9}"
         )
     if args.model_only:

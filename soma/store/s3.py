@@ -50,7 +50,9 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
 
@@ -73,7 +75,8 @@ T = TypeVar("T")
 LOG = logging.getLogger("soma.store")
 
 MULTIPART_FROM = 64 << 20  # a blob this large goes up in parts (S3's single PUT is <= 5 GB)
-PART = 16 << 20  # each part but the last (S3: at least 5 MB, at most 10,000 parts)
+PART = 8 << 20  # each part but the last (S3: at least 5 MB, at most 10,000 parts)
+PARTS_AT_ONCE = 8  # parts of one upload in flight at once (boto3's TransferManager: 10)
 # A blob smaller than this is sent at once with If-None-Match (one request when it is new:
 # a client's weights always are); a larger one is asked for first (HEAD), not sent twice.
 ASK_FIRST_FROM = 1 << 20
@@ -251,19 +254,9 @@ class S3Backend(BucketHousekeeping):
     def _put_in_parts(self, key: str, chunks: Iterable[memoryview], replace: bool) -> None:
         upload = self._do("multipart PUT", key, self.client.create_multipart_upload, Key=key)
         upload_id = upload["UploadId"]
-        parts: list[dict[str, object]] = []
         failures: list[BaseException] = []
         try:
-            for number, body in enumerate(_regroup(chunks, PART), start=1):
-                part = self._asked(
-                    self.client.upload_part,
-                    Key=key,
-                    UploadId=upload_id,
-                    PartNumber=number,
-                    Body=body,
-                )
-                etag = self._request("PUT of a part of", key, part)["ETag"]
-                parts.append({"ETag": etag, "PartNumber": number})
+            parts = self._parts(key, upload_id, chunks)
             condition = {} if replace else {"IfNoneMatch": "*"}
             complete = self._asked(
                 self.client.complete_multipart_upload,
@@ -286,6 +279,33 @@ class S3Backend(BucketHousekeeping):
         except BaseException:
             self._abort(key, upload_id)
             raise
+
+    def _parts(
+        self, key: str, upload_id: str, chunks: Iterable[memoryview]
+    ) -> list[dict[str, object]]:
+        """Every part of an upload, PARTS_AT_ONCE of them in flight at once (one TCP stream
+        is below what a server takes in; at most that many parts held in memory), in order.
+        The first part that fails stops the others and raises."""
+        done: list[dict[str, object]] = []
+        in_flight: deque[Future] = deque()
+        with ThreadPoolExecutor(PARTS_AT_ONCE, thread_name_prefix="soma-part") as pool:
+            try:
+                for number, body in enumerate(_regroup(chunks, PART), start=1):
+                    if len(in_flight) >= PARTS_AT_ONCE:
+                        done.append(in_flight.popleft().result())
+                    in_flight.append(pool.submit(self._part, key, upload_id, number, body))
+                while in_flight:
+                    done.append(in_flight.popleft().result())
+            finally:
+                for part in in_flight:
+                    part.cancel()
+        return done
+
+    def _part(self, key: str, upload_id: str, number: int, body: bytes) -> dict[str, object]:
+        call = self._asked(
+            self.client.upload_part, Key=key, UploadId=upload_id, PartNumber=number, Body=body
+        )
+        return {"ETag": self._request("PUT of a part of", key, call)["ETag"], "PartNumber": number}
 
     def _abort(self, key: str, upload_id: str, patient: bool = True) -> None:
         """Abort a failed multipart upload (`patient`: retried), best effort: one left over
@@ -516,12 +536,21 @@ class S3Backend(BucketHousekeeping):
 
 
 def _regroup(chunks: Iterable[memoryview], size: int) -> Iterator[bytes]:
-    """`chunks` as pieces of `size` bytes (the last one shorter)."""
+    """`chunks` as pieces of `size` bytes (the last one shorter), each byte copied once: a
+    piece within one chunk is sliced from it, one across chunks gathered."""
     buffer = bytearray()
     for chunk in chunks:
-        buffer += chunk
-        while len(buffer) >= size:
-            yield bytes(buffer[:size])
-            del buffer[:size]
+        view = memoryview(chunk).cast("B")
+        if buffer:
+            take = min(size - len(buffer), len(view))
+            buffer += view[:take]
+            view = view[take:]
+            if len(buffer) == size:
+                yield bytes(buffer)
+                buffer = bytearray()
+        while len(view) >= size:
+            yield bytes(view[:size])
+            view = view[size:]
+        buffer += view
     if buffer:
         yield bytes(buffer)

@@ -179,3 +179,23 @@ def _recent_tensor_blob_writable() -> None:
 
     _replace(recent.Shared, "seal", seal)
     _replace(recent.Shared, "tensor", tensor)
+
+
+@mutant(
+    "s3_parts_one_after_another",
+    caught_by=[f"{_S3}::test_the_parts_of_a_large_blob_go_up_side_by_side"],
+)
+def _s3_parts_one_after_another() -> None:
+    """A multipart upload's parts sent one at a time, each waiting for the last."""
+    try:
+        import soma.store.s3 as s3
+    except ImportError:
+        return
+
+    def parts(self, key, upload_id, chunks):
+        return [
+            self._part(key, upload_id, number, body)
+            for number, body in enumerate(s3._regroup(chunks, s3.PART), start=1)
+        ]
+
+    _replace(s3.S3Backend, "_parts", parts)

@@ -185,6 +185,34 @@ def test_a_large_blob_goes_up_in_parts_and_a_failed_upload_leaves_nothing_readab
     assert store.backend.client.list_multipart_uploads(Bucket=BUCKET).get("Uploads", []) == []
 
 
+def test_the_parts_of_a_large_blob_go_up_side_by_side(
+    store: BackendStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A multipart upload keeps PARTS_AT_ONCE parts in flight (one TCP stream is below what
+    a server takes in), and the blob comes back whole."""
+    monkeypatch.setattr(s3, "MULTIPART_FROM", 6 << 20)
+    monkeypatch.setattr(s3, "PART", 5 << 20)
+    flying, most, lock = [0], [0], threading.Lock()
+
+    def before(**_: object) -> None:
+        with lock:
+            flying[0] += 1
+            most[0] = max(most[0], flying[0])
+        time.sleep(0.2)  # long enough for the next part to start, if it does
+
+    def after(**_: object) -> None:
+        with lock:
+            flying[0] -= 1
+
+    events = store.backend.client.meta.events
+    events.register("before-call.s3.UploadPart", before)
+    events.register("after-call.s3.UploadPart", after)
+    big = torch.randn(5 << 20)  # 20 MB: four parts
+    store.keep("big", {"w": big})
+    assert most[0] >= 2, "the parts went up one after the other"
+    assert torch.equal(Store(store.directory).recall("big")["w"], big)
+
+
 def _blob_gets(store: BackendStore) -> list[str]:
     """The Range header of every GetObject of a blob this store's client makes ("" if none)."""
     sent: list[str] = []
