@@ -38,6 +38,7 @@ from soma.nodes import Export
 from soma.round import holders, layout, once
 from soma.round.once import POLL, Backoff, Place, RoundError, read_record
 from soma.store import Store
+from soma.store.values import value_digest
 from soma.timing import DEADLINE, LEASE
 
 
@@ -181,6 +182,10 @@ class Versions:
             )
         base = self.record(start)
         assert base is not None
+        name = layout.update(self.run, start, client)
+        if self.store.resolve(name) is not None:  # a rerun: the same bits, or refused unwritten
+            self._same(name, client, start, value_digest(trained))
+            return name
         value = {
             "client": client,
             "from": start,
@@ -189,15 +194,18 @@ class Versions:
             "size": size,
             "by": holders.me(role="update"),
         }
-        name = layout.update(self.run, start, client)
-        if not self.store.claim(name, self.store.put_value(value)):
-            there = read_record(self.store, self.store.resolve(name) or "")
-            if there.get("weights") != value["weights"]:
-                raise VersionError(
-                    f"client {client} already contributed other weights from version {start} "
-                    f"of run {self.run!r} ({name!r}): a client contributes once per version"
-                )
+        if not self.store.claim(name, self.store.put_value(value)):  # raced by itself
+            self._same(name, client, start, value["weights"])
         return name
+
+    def _same(self, name: str, client: int, start: int, weights: str) -> None:
+        """Refuse other weights than those client `client` already contributed from `start`."""
+        there = read_record(self.store, self.store.resolve(name) or "")
+        if there.get("weights") != weights:
+            raise VersionError(
+                f"client {client} already contributed other weights from version {start} of "
+                f"run {self.run!r} ({name!r}): a client contributes once per version"
+            )
 
     def advance(
         self,

@@ -131,6 +131,17 @@ def test_replay_names_a_version_whose_weights_do_not_recompute(tmp_path) -> None
         export_version(store, "a", tmp_path / "model.safetensors")
 
 
+def test_a_client_contributes_once_per_version_and_a_rerun_brings_the_same_bits(tmp_path) -> None:
+    store = Store(tmp_path)
+    versions = _versions(store, buffer=2)
+    name = versions.contribute(0, 0, _w(1.0), 1)
+    there = store.resolve(name)
+    assert versions.contribute(0, 0, _w(1.0), 1) == name and store.resolve(name) == there
+    with pytest.raises(VersionError, match="client 0 already contributed other weights"):
+        versions.contribute(0, 0, _w(2.0), 1)
+    assert not store.has(value_digest(_w(2.0))), "refused before its weights were written"
+
+
 def test_another_runs_start_under_the_same_name_is_refused(tmp_path) -> None:
     store = Store(tmp_path)
     _versions(store, buffer=1)
