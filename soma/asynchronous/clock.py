@@ -6,7 +6,8 @@ Client k's n-th job waits `queue` (its first only: the scheduler's queue) and th
 `sigma` (how heavy the stragglers' tail is: a few clients several times slower than the
 median, for the whole run), `jitter` log-normal with `jitter`, the queue log-normal around
 `queue`. The same draws time a synchronous run (`round_seconds`: each round waits for its
-slowest client), so the two are compared on one clock (benchmarks/asynchronous.py).
+slowest client), so the two are compared on one clock (benchmarks/asynchronous.py). Or the
+jobs of a Slurm accounting trace time it (`read_trace`: their queue waits and run times).
 
 Events run in time order (ties by client): a client starts from the latest version, and when
 it finishes it trains from the version it started from (the bits do not depend on when the
@@ -19,8 +20,10 @@ run stops at `rounds` versions, past `until` simulated seconds, or once `target`
 
 from __future__ import annotations
 
+import datetime
 import heapq
 import math
+import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +32,7 @@ from typing import Any
 from soma.asynchronous.clients import Contributed, begin, train_from
 from soma.asynchronous.versions import TooStale
 from soma.config.spec import RunSpec
+from soma.errors import SomaError
 from soma.nodes import load
 from soma.store import Store
 
@@ -62,10 +66,62 @@ class Clock:
 
     def round_seconds(self, round: int, clients: int) -> float:
         """A synchronous round's seconds: its slowest client's (and the queue, round 0)."""
-        return max(
-            (self.waited(k) if round == 0 else 0.0) + self.duration(k, round)
-            for k in range(clients)
+        return round_seconds(self, round, clients)
+
+
+def round_seconds(clock: Clock | Trace, round: int, clients: int) -> float:
+    """A synchronous round's seconds on `clock`: its slowest client's (and its queue, round 0)."""
+    return max(
+        (clock.waited(k) if round == 0 else 0.0) + clock.duration(k, round) for k in range(clients)
+    )
+
+
+class TraceError(SomaError, ValueError):
+    """A Slurm accounting trace that gives no job's durations; names the file and the line."""
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Jobs' queue waits and run times read from a Slurm accounting trace (`read_trace`):
+    client k's n-th job is the trace's job k + n * clients (cycling), its first job's wait
+    the trace's job k's. The same trace times a synchronous run (`round_seconds`)."""
+
+    jobs: tuple[tuple[float, float], ...]  # (seconds queued, seconds run), in the trace's order
+    clients: int
+
+    def duration(self, client: int, job: int) -> float:
+        return self.jobs[(client + job * self.clients) % len(self.jobs)][1]
+
+    def waited(self, client: int) -> float:
+        return self.jobs[client % len(self.jobs)][0]
+
+    def round_seconds(self, round: int, clients: int) -> float:
+        return round_seconds(self, round, clients)
+
+
+def read_trace(path: str | os.PathLike[str], clients: int) -> Trace:
+    """The jobs of `sacct -X -P -n -o Submit,Start,End` (one job a line, `|` between times,
+    ISO 8601): each one's queue wait (Start - Submit) and run time (End - Start). Jobs that
+    never started or ended (Unknown, None) are skipped; a trace with none left is refused."""
+    jobs = []
+    with open(path, encoding="utf-8") as lines:
+        for number, line in enumerate(lines, 1):
+            fields = line.strip().split("|")
+            if not line.strip() or any(f in ("Unknown", "None", "") for f in fields):
+                continue
+            try:
+                submit, start, end = (datetime.datetime.fromisoformat(f) for f in fields)
+            except ValueError:
+                raise TraceError(
+                    f"{path}, line {number}: {line.strip()!r} is not Submit|Start|End "
+                    "(sacct -X -P -n -o Submit,Start,End)"
+                ) from None
+            jobs.append(((start - submit).total_seconds(), (end - start).total_seconds()))
+    if not jobs:
+        raise TraceError(
+            f"{path}: no job that started and ended (sacct -X -P -n -o Submit,Start,End)"
         )
+    return Trace(tuple(jobs), clients)
 
 
 def reached(metrics: dict[str, Any] | None, target: tuple[str, float] | None) -> bool:
@@ -94,7 +150,7 @@ def simulate_clock(
     store: Store,
     task: Any,
     strategy: Any,
-    clock: Clock,
+    clock: Clock | Trace,
     *,
     until: float | None = None,
     target: tuple[str, float] | None = None,

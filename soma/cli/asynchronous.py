@@ -61,6 +61,13 @@ def add_arguments(c: argparse.ArgumentParser, *, simulated: bool) -> None:
         help="with --buffer, the median wait of a client's first job in the queue (log-normal)",
     )
     c.add_argument(
+        "--trace",
+        default=None,
+        metavar="FILE",
+        help="with --buffer, time the clients by a Slurm accounting trace instead: the output of "
+        "`sacct -X -P -n -o Submit,Start,End`, client k's n-th job the trace's job k + n * clients",
+    )
+    c.add_argument(
         "--until",
         type=float,
         default=None,
@@ -92,7 +99,7 @@ def target_of(text: str | None) -> tuple[str, float] | None:
 def client(args: argparse.Namespace) -> int:
     """An asynchronous run's clients hosted here (see the module); checked whole first."""
     from soma.asynchronous.clients import run_clients
-    from soma.asynchronous.clock import Clock, simulate_clock
+    from soma.asynchronous.clock import Clock, read_trace, simulate_clock
     from soma.config.spec import RunSpec
     from soma.run import checked
     from soma.run.evaluation import has_central
@@ -104,7 +111,11 @@ def client(args: argparse.Namespace) -> int:
     central = task.evaluate if has_central(task) else None
     with store_at(args.store, spec, task=task) as store:
         if args.command == "simulate":
-            clock = Clock(seed=spec.seed, sigma=args.straggling, queue=args.queue)
+            clock = (
+                Clock(seed=spec.seed, sigma=args.straggling, queue=args.queue)
+                if args.trace is None
+                else read_trace(args.trace, spec.clients)
+            )
             line = simulate_clock(
                 spec, store, task, strategy, clock, until=args.until, target=target,
                 evaluate=central,

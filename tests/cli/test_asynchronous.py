@@ -54,6 +54,21 @@ def test_simulate_stops_at_its_deadline_or_its_target() -> None:
     assert reached["stopped"] == "target loss 1000" and reached["versions"] == 0
 
 
+def test_simulate_times_its_clients_by_a_slurm_accounting_trace(tmp_path) -> None:
+    trace = tmp_path / "sacct.txt"
+    trace.write_text(
+        "2026-01-01T10:00:00|2026-01-01T10:00:02|2026-01-01T10:00:05\n"  # queued 2, ran 3
+        "2026-01-01T10:00:00|Unknown|Unknown\n"  # never ran: skipped
+        "2026-01-01T10:00:00|2026-01-01T10:00:01|2026-01-01T10:00:11\n"  # queued 1, ran 10
+    )
+    lines = _lines(soma(*SIMULATE, "--clients", "2", "--trace", str(trace)))
+    # client 0: jobs 0, 2, 4... (3 s), client 1: jobs 1, 3... (10 s); a version every two updates
+    assert [line["time"] for line in lines[:3]] == [0.0, 11.0, 21.0]
+    (tmp_path / "bad.txt").write_text("yesterday|today|tomorrow\n")
+    said = refused(soma(*SIMULATE, "--trace", str(tmp_path / "bad.txt")))
+    assert "bad.txt, line 1: 'yesterday|today|tomorrow' is not Submit|Start|End" in said
+
+
 def test_an_asynchronous_client_says_each_update_it_contributes(tmp_path) -> None:
     args = ["client", "--store", str(tmp_path), "--run", "a", "--clients", "2", "--rounds", "2"]
     lines = _lines(soma(*args, "--mine", "0-1", "--buffer", "2", "--option", "examples=64"))
