@@ -22,7 +22,8 @@ DEFAULTS = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
 
 
 def config(**study) -> dict:
-    found = dict(DEFAULTS, task="soma.tasks.control", clients=2, rounds=2, metric="loss")
+    found = dict(DEFAULTS, task="soma.tasks.control", clients=2, rounds=2, metric="loss",
+                 clients_per_job=1)  # fmt: skip
     found["study"] = study
     return found
 
