@@ -158,3 +158,72 @@ def overlapping_export(store: Store) -> str:
     raw = json.dumps(header).encode()
     blob = store.put(struct.pack("<Q", len(raw)) + raw + bytes(8))
     return store.put(codecs.record_bytes({"fc": {"$tensors": blob}}, None))
+
+
+def soma_env() -> dict[str, str]:
+    """Every mode imports soma from this tree and the fixture tasks from tests/fixtures,
+    one torch thread, and no Slurm task of the test's own (`soma client` would read it)."""
+    environ = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{FIXTURES}", OMP_NUM_THREADS="1")
+    environ.pop("SLURM_PROCID", None)
+    return environ
+
+
+def last_weights(out: str) -> str:
+    """The digest of the last average's weights a `soma client` or `soma simulate` printed."""
+    return [json.loads(line) for line in out.splitlines() if '"round"' in line][-1]["weights"]
+
+
+def same_bits_in_every_mode(
+    tmp_path: Path,
+    run: list[str],
+    workflow: list[str],
+    *,
+    name: str,
+    mines: tuple[str, ...] = ("0", "1"),
+    configs: tuple[Path, ...] = (TINY, NO_BASELINES),
+    workdir: Path | None = None,
+) -> tuple[str, Path]:
+    """The same run three ways, its last average's weights the same bits in each: `soma
+    client` processes racing (one per `mines`, as srun starts them), `soma simulate` (every
+    client in one process, a temporary store), and the workflow (`configs` with
+    `--config run=<name> <workflow>...`, in `workdir`: tmp_path/workflow by default). `run`
+    is the CLI's flags of the run (--rounds first). The digest and the workflow's results."""
+    # a run of its own in tmp_path/store: a workflow run in tmp_path shares that store
+    client = [sys.executable, "-m", "soma.cli", "client", "--store", "store"]
+    client += ["--run", f"{name}-clients"]
+    processes = [
+        subprocess.Popen(
+            [*client, *run, "--mine", mine],
+            cwd=tmp_path,
+            env=soma_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for mine in mines
+    ]
+    by_client = set()
+    for process in processes:
+        out, err = process.communicate(timeout=600)
+        assert process.returncode == 0, err
+        by_client.add(last_weights(out))
+    assert len(by_client) == 1, by_client
+    simulated = soma("simulate", *run, cwd=tmp_path, env=soma_env())
+    assert simulated.returncode == 0, simulated.stderr
+    assert {last_weights(simulated.stdout)} == by_client
+    workdir = workdir or tmp_path / "workflow"
+    workdir.mkdir(exist_ok=True)
+    done = subprocess.run(
+        snakemake_command(workdir, "--cores", "1", "--config", f"run={name}", *workflow,
+                          config=configs),  # fmt: skip
+        env=soma_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    results = workdir / "results" / name
+    rounds = int(run[run.index("--rounds") + 1])
+    average = json.loads((results / "round" / str(rounds - 1) / "average.json").read_text())
+    assert {average["weights"]} == by_client
+    return average["weights"], results

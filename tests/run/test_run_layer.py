@@ -3,31 +3,22 @@ the same run trains the same bits under the workflow, `soma client` and `soma si
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import last_weights, same_bits_in_every_mode
+from helpers import soma_env as env
 
 from soma.config import options
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
-TINY = FIXTURES / "tiny.yaml"
-NO_BASELINES = FIXTURES / "no-baselines.yaml"
 
 # The options as text, the way a user types them; typed_task refuses any other type.
 TYPED = {"lr": "1e-1", "halve": "yes", "epochs": "007"}
 FLAGS = [f"--option={k}={v}" for k, v in TYPED.items()]
-
-
-def env() -> dict[str, str]:
-    """Every mode imports soma from this tree and the fixture task from tests/fixtures."""
-    environ = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{FIXTURES}", OMP_NUM_THREADS="1")
-    environ.pop("SLURM_PROCID", None)
-    return environ
 
 
 def soma(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -39,11 +30,6 @@ def soma(*args: str, cwd: Path) -> subprocess.CompletedProcess:
         text=True,
         timeout=600,
     )
-
-
-def last_weights(out: str) -> str:
-    rounds = [json.loads(line) for line in out.splitlines() if '"round"' in line]
-    return rounds[-1]["weights"]
 
 
 def run_args(*extra: str) -> list[str]:
@@ -62,47 +48,11 @@ def test_a_value_typed_as_text_reads_as_yaml_with_json_numbers() -> None:
 def test_the_same_text_trains_the_same_bits_in_the_workflow_soma_client_and_simulate(
     tmp_path,
 ) -> None:
-    # soma client: two processes, as srun starts them
-    command = [sys.executable, "-m", "soma.cli", "client", "--store", "store", "--run", "typed"]
-    processes = [
-        subprocess.Popen(
-            [*command, *run_args("--mine", str(k))],
-            cwd=tmp_path,
-            env=env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for k in range(2)
-    ]
-    outs = []
-    for process in processes:
-        out, err = process.communicate(timeout=600)
-        assert process.returncode == 0, err
-        outs.append(out)
-    by_client = {last_weights(out) for out in outs}
-    assert len(by_client) == 1
-    # soma simulate: both clients in one process, a temporary store
-    simulated = soma("simulate", *run_args(), cwd=tmp_path)
-    assert simulated.returncode == 0, simulated.stderr
-    assert {last_weights(simulated.stdout)} == by_client
-    # the workflow: the options handed over by Snakemake as text
-    workdir = tmp_path / "workflow"
-    workdir.mkdir()
+    """The options handed over as text: by `--option` to soma client and simulate, and by
+    Snakemake's `--config` to the workflow."""
     options = ", ".join(f"{k}: {v}" for k, v in TYPED.items())
-    done = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(workdir)]
-        + ["--configfile", str(TINY), str(NO_BASELINES), "--cores", "1", "--config"]
-        + ["run=typed", "task=typed_task", "metric=loss"]
-        + [f"task_options={{typed_task: {{{options}}}}}"],
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    average = workdir / "results" / "typed" / "round" / "1" / "average.json"
-    assert {json.loads(average.read_text())["weights"]} == by_client
+    workflow = ["task=typed_task", "metric=loss", f"task_options={{typed_task: {{{options}}}}}"]
+    same_bits_in_every_mode(tmp_path, run_args(), workflow, name="typed")
 
 
 @pytest.mark.slow

@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from helpers import same_bits_in_every_mode
 
 from soma.cli import main
 from soma.errors import TaskError
 from soma.nodes import export
 from soma.tasks import plays, shakespeare
 
-ROOT = Path(__file__).resolve().parents[2]
-TINY = ROOT / "tests" / "fixtures" / "tiny.yaml"
-NO_BASELINES = ROOT / "tests" / "fixtures" / "no-baselines.yaml"
 # A tiny slice: the roles of one play, a few windows a round, a small central test sample.
 SLICE = {"plays": ["macbeth"], "max_windows": 100, "test_windows": 200, "hidden": 16}
 SLICE_TEXT = ["plays=[macbeth]", "max_windows=100", "test_windows=200", "hidden=16"]
@@ -181,63 +177,13 @@ def test_without_the_extra_the_task_is_refused_saying_what_to_install(tmp_path):
     assert not (tmp_path / "store").exists()
 
 
-def _env() -> dict[str, str]:
-    environ = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    environ.pop("SLURM_PROCID", None)
-    return environ
-
-
-def _last_weights(out: str) -> str:
-    return [json.loads(line) for line in out.splitlines() if '"round"' in line][-1]["weights"]
-
-
 @pytest.mark.workflow
 def test_the_same_slice_trains_the_same_bits_in_the_workflow_soma_client_and_simulate(
     tmp_path,
 ):
     run = ["--rounds", "2", "--clients", "2", "--task", "soma.tasks.shakespeare"]
     run += [f"--option={option}" for option in SLICE_TEXT]
-    client = [sys.executable, "-m", "soma.cli", "client", "--store", "store", "--run", "s"]
-    processes = [
-        subprocess.Popen(
-            [*client, *run, "--mine", str(k)],
-            cwd=tmp_path,
-            env=_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for k in range(2)
-    ]
-    by_client = set()
-    for process in processes:
-        out, err = process.communicate(timeout=600)
-        assert process.returncode == 0, err
-        by_client.add(_last_weights(out))
-    assert len(by_client) == 1
-    simulated = subprocess.run(
-        [sys.executable, "-m", "soma.cli", "simulate", *run],
-        cwd=tmp_path,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert simulated.returncode == 0, simulated.stderr
-    assert {_last_weights(simulated.stdout)} == by_client
-    workdir = tmp_path / "workflow"
-    workdir.mkdir()
     options = "plays: [macbeth], max_windows: 100, test_windows: 200, hidden: 16"
-    done = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(workdir)]
-        + ["--configfile", str(TINY), str(NO_BASELINES), "--cores", "1", "--config"]
-        + ["run=s", "task=soma.tasks.shakespeare", "metric=accuracy"]
-        + [f"task_options={{soma.tasks.shakespeare: {{{options}}}}}"],
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    average = workdir / "results" / "s" / "round" / "1" / "average.json"
-    assert {json.loads(average.read_text())["weights"]} == by_client
+    workflow = ["task=soma.tasks.shakespeare", "metric=accuracy"]
+    workflow += [f"task_options={{soma.tasks.shakespeare: {{{options}}}}}"]
+    same_bits_in_every_mode(tmp_path, run, workflow, name="s")

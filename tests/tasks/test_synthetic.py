@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from helpers import same_bits_in_every_mode
 
 import soma
 from soma.errors import SomaError
@@ -225,17 +223,6 @@ def test_heterogeneity_turns_fedprox_from_a_cost_into_no_worse_than_fedavg(seed)
 # -- every mode: the same bits under soma simulate, soma client and the workflow -------------
 
 
-def env() -> dict[str, str]:
-    environ = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    environ.pop("SLURM_PROCID", None)
-    return environ
-
-
-def last_weights(out: str) -> str:
-    rounds = [json.loads(line) for line in out.splitlines() if '"round"' in line]
-    return rounds[-1]["weights"]
-
-
 RUN = ["--rounds", "2", "--clients", "3", "--task", TASK, "--strategy", "fedprox"]
 RUN += ["--strategy-option", "mu=1", "--option", "devices=3", "--option", "data_seed=5"]
 RUN += ["--option", "epochs=2"]
@@ -243,49 +230,11 @@ RUN += ["--option", "epochs=2"]
 
 @pytest.mark.workflow
 def test_the_same_run_trains_the_same_bits_in_the_workflow_soma_client_and_simulate(tmp_path):
-    command = [sys.executable, "-m", "soma.cli", "client", "--store", "store", "--run", "syn"]
-    processes = [
-        subprocess.Popen(
-            [*command, *RUN, "--mine", mine],
-            cwd=tmp_path,
-            env=env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for mine in ("0", "1-2")
-    ]
-    outs = []
-    for process in processes:
-        out, err = process.communicate(timeout=600)
-        assert process.returncode == 0, err
-        outs.append(out)
-    by_client = {last_weights(out) for out in outs}
-    assert len(by_client) == 1
-    simulated = subprocess.run(
-        [sys.executable, "-m", "soma.cli", "simulate", *RUN],
-        cwd=tmp_path,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
+    """config/synthetic.yaml's run in the workflow, the values given merged over its own."""
+    workflow = ["rounds=2", "clients=3", "participation=null", "strategy=fedprox"]
+    workflow += ["strategy_options={fedprox: {mu: 1}}"]
+    workflow += [f"task_options={{{TASK}: {{devices: 3, data_seed: 5, epochs: 2}}}}"]
+    configs = (ROOT / "config" / "synthetic.yaml", NO_BASELINES)
+    same_bits_in_every_mode(
+        tmp_path, RUN, workflow, name="syn", mines=("0", "1-2"), configs=configs
     )
-    assert simulated.returncode == 0, simulated.stderr
-    assert {last_weights(simulated.stdout)} == by_client
-    # the workflow, from config/synthetic.yaml: the values given here are merged over its own
-    workdir = tmp_path / "workflow"
-    workdir.mkdir()
-    done = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(workdir)]
-        + ["--configfile", str(ROOT / "config" / "synthetic.yaml"), str(NO_BASELINES)]
-        + ["--cores", "1", "--config", "run=syn", "rounds=2", "clients=3", "participation=null"]
-        + ["strategy=fedprox", "strategy_options={fedprox: {mu: 1}}"]
-        + [f"task_options={{{TASK}: {{devices: 3, data_seed: 5, epochs: 2}}}}"],
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    average = workdir / "results" / "syn" / "round" / "1" / "average.json"
-    assert {json.loads(average.read_text())["weights"]} == by_client
