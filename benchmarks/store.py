@@ -14,7 +14,9 @@ default), and in the same run, on the same bytes:
   `Store(..., write_beside_hash=True)`, which always writes while it hashes;
 - read (cold): that file read back after dropping it from the page cache;
 - recall (cold): `store.recall` after dropping the blobs from the page cache, eager and
-  lazy, verification included (target >= 0.8 x read).
+  lazy, verification included (target >= 0.8 x read: "recall/read", the faster of the
+  two); and the eager recall against the slower of cold read and sha256 ("recall/min",
+  issue 34's target >= 0.8).
 
 Then fedavg of N exports kept in the store, each variant in its own interpreter: streamed
 (`fedavg((r["export"], r["size"]) for r in store.recall_each(names))`) against loading them
@@ -269,16 +271,18 @@ def main() -> None:
     print(
         f"{'size':>8} "
         + " ".join(f"{c:>11}" for c in cols)
-        + f" {'keep/min':>9} {'recall/read':>12}"
+        + f" {'keep/min':>9} {'recall/read':>12} {'recall/min':>11}"
     )
     for row in rows:
         keep_ratio = row["keep"] / min(row["write"], row["sha256"])
         recall_ratio = max(row["recall"], row["recall lazy"]) / row["read"]
+        eager_ratio = row["recall"] / min(row["read"], row["sha256"])
         print(
             f"{human(row['bytes']):>8} "
             + " ".join(f"{row[c] / 1e9:>11.2f}" for c in cols)
             + f" {keep_ratio:>8.2f}{'✓' if keep_ratio >= 0.7 else '✗'}"
             + f" {recall_ratio:>11.2f}{'✓' if recall_ratio >= 0.8 else '✗'}"
+            + f" {eager_ratio:>10.2f}{'✓' if eager_ratio >= 0.8 else '✗'}"
         )
     print(f"\nfedavg of {args.n} exports of {human(fed['model'])} from the store (cold cache)")
     print(f"{'variant':>10} {'seconds':>8} {'peak anon':>10} {'models':>7} {'peak file':>10}")
