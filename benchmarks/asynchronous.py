@@ -2,19 +2,22 @@
 (FedBuff) under stragglers (issue 36).
 
     python benchmarks/asynchronous.py [--clients 10] [--buffer 3] [--targets 0.9 0.92 0.95]
+    python benchmarks/asynchronous.py --task shakespeare --rounds 15 --versions 50 --a 0 \
+        --targets 0.25 0.3 0.35
 
-Digits (soma.tasks.digits, two labels a client, a softmax, one local epoch). Every client's
-n-th job takes `speed_k * jitter` simulated seconds, both log-normal and drawn from the seed
-(soma.asynchronous.clock.Clock), its first job waiting in a log-normal queue as well; a mild
-and a severe straggler tail (sigma of the speeds). A synchronous round waits for its slowest
-client (`Clock.round_seconds`, the same draws); an asynchronous run makes a version from every
-`--buffer` updates, each weighed by its staleness ((1 + s)^-a, for each `--a`: FedBuff's 0.5
-and a constant 0). Each row: the simulated
-seconds until the test accuracy first reaches a target (and the rounds or versions it
-took), and the asynchronous run's over the synchronous one's (the baseline, run in the same
-process from the same draws); then, per severity, the staleness of the updates the
-asynchronous run consumed, each run's best accuracy and the wall seconds each took here
-(both go through soma's store, a temporary folder).
+Digits (soma.tasks.digits, two labels a client, a softmax, one local epoch), or LEAF's
+Shakespeare as config/shakespeare.yaml reduces it (`--task shakespeare`, the first roles).
+Every client's n-th job takes `speed_k * jitter` simulated seconds, both log-normal and drawn
+from the seed (soma.asynchronous.clock.Clock), its first job waiting in a log-normal queue as
+well; a mild and a severe straggler tail (sigma of the speeds). A synchronous round waits for
+its slowest client (`Clock.round_seconds`, the same draws); an asynchronous run makes a
+version from every `--buffer` updates, each weighed by its staleness ((1 + s)^-a, for each
+`--a`: FedBuff's 0.5 and a constant 0). Each row: the simulated seconds until the test
+accuracy first reaches a target (and the rounds or versions it took), and the asynchronous
+run's over the synchronous one's (the baseline, run in the same process from the same
+draws); then, per severity, the staleness of the updates the asynchronous run consumed, each
+run's best accuracy and the wall seconds each took here (both go through soma's store, a
+temporary folder).
 """
 
 from __future__ import annotations
@@ -28,16 +31,25 @@ import time
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 OPTIONS = {"epochs": 1, "labels_per_client": 2, "model": "softmax"}
+# config/shakespeare.yaml's task, its roles the clients (`--task shakespeare`)
+SHAKESPEARE = {"model": "small", "max_windows": 1000, "test_windows": 2000, "lr": 0.8}
+TASKS = {
+    "digits": ("soma.tasks.digits", OPTIONS),
+    "shakespeare": ("soma.tasks.shakespeare", SHAKESPEARE),
+}
 SEVERITIES = {"mild": 0.5, "severe": 1.5}
 
 
-def synchronous(clients: int, rounds: int, clock) -> tuple[list[tuple[float, float]], float]:
+def synchronous(
+    clients: int, rounds: int, clock, which: str = "digits"
+) -> tuple[list[tuple[float, float]], float]:
     """Each round's (simulated seconds, test accuracy) of `soma simulate`'s FedAvg, and the
     wall seconds it took."""
     from soma.run.simulate import simulate
-    from soma.tasks import digits
+    from soma.tasks import load_task
 
-    task = digits.make(**OPTIONS)
+    path, options = TASKS[which]
+    task = load_task(path, options)
     curve: list[tuple[float, float]] = []
 
     def after(done, driven) -> None:
@@ -45,11 +57,13 @@ def synchronous(clients: int, rounds: int, clock) -> tuple[list[tuple[float, flo
         curve.append((now, task.evaluate(driven.nodes)["accuracy"]))
 
     started = time.perf_counter()
-    simulate("soma.tasks.digits", clients=clients, rounds=rounds, task_options=OPTIONS, after=after)
+    simulate(path, clients=clients, rounds=rounds, task_options=options, after=after)
     return curve, time.perf_counter() - started
 
 
-def asynchronous(clients: int, versions: int, buffer: int, clock, a: float = 0.5):
+def asynchronous(
+    clients: int, versions: int, buffer: int, clock, a: float = 0.5, which: str = "digits"
+):
     """Each version's (simulated seconds, test accuracy), the wall seconds it took, and the
     staleness of every update it consumed."""
     from soma.asynchronous.clock import simulate_clock
@@ -58,8 +72,9 @@ def asynchronous(clients: int, versions: int, buffer: int, clock, a: float = 0.5
     from soma.store import Store
 
     spec = RunSpec(
-        run="bench", task="soma.tasks.digits", clients=clients, rounds=versions,
-        task_options=OPTIONS, mine=tuple(range(clients)), given="library", durability="scratch",
+        run="bench", task=TASKS[which][0], clients=clients, rounds=versions,
+        task_options=TASKS[which][1], mine=tuple(range(clients)), given="library",
+        durability="scratch",
         asynchronous={"buffer": buffer, "staleness": {"kind": "polynomial", "a": a}},
     )  # fmt: skip
     task, strategy = checked.checked(spec)
@@ -82,6 +97,7 @@ def first(curve: list[tuple[float, float]], target: float) -> tuple[float, int |
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", choices=sorted(TASKS), default="digits")
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--buffer", type=int, default=3)
     parser.add_argument("--targets", type=float, nargs="+", default=[0.9, 0.92, 0.95])
@@ -99,7 +115,7 @@ def main() -> None:
     from soma.asynchronous.clock import Clock
 
     print(
-        f"digits, {args.clients} clients, buffer {args.buffer}, {args.rounds} rounds against "
+        f"{args.task}, {args.clients} clients, buffer {args.buffer}, {args.rounds} rounds against "
         f"{args.versions} versions, load {os.getloadavg()[0]:.2f}"
     )
     print(
