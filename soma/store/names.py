@@ -92,6 +92,8 @@ def _text_problem(text: str) -> str | None:
 
 def _hidden_character_problem(text: str) -> str | None:
     """A character that does not show as itself (it would make `ls` lie), named by code point."""
+    if text.isascii() and text.isprintable():  # every name soma spells: no control there
+        return None
     for at, ch in enumerate(text):
         kind = _HIDDEN.get(unicodedata.category(ch))
         if kind:
