@@ -125,8 +125,11 @@ def main() -> None:
     notes = []
     for name, sigma in SEVERITIES.items():
         clock = Clock(seed=args.seed, sigma=sigma, queue=args.queue)
-        s_curve, s_wall = synchronous(args.clients, args.rounds, clock)
-        runs = {a: asynchronous(args.clients, args.versions, args.buffer, clock, a) for a in args.a}
+        s_curve, s_wall = synchronous(args.clients, args.rounds, clock, args.task)
+        runs = {
+            a: asynchronous(args.clients, args.versions, args.buffer, clock, a, args.task)
+            for a in args.a
+        }
         for target in args.targets:
             s_time, s_n = first(s_curve, target)
             for a, (a_curve, _, _) in runs.items():
