@@ -54,15 +54,45 @@ def floor(task_name: str, rounds: int, clients: int) -> None:
     shards = [task.shard(k, clients) for k in range(clients)]
     nodes = task.nodes(0)
     weights = export(nodes)
+    averaging = 0.0
     for r in range(rounds):
         exports = []
         for k, data in enumerate(shards):
             load(nodes, weights)
             task.train(nodes, data, seed=training_seed(0, r, k))
             exports.append(export(nodes))
+        tic = time.perf_counter()
         weights = fedavg(exports, [task.size(data) for data in shards])
+        averaging += time.perf_counter() - tic
     load(nodes, weights)
-    print(json.dumps(task.evaluate(nodes)))
+    print(json.dumps({**task.evaluate(nodes), "averaging": averaging, "inputs": rounds * clients}))
+
+
+def soma_averaging(task_name: str, rounds: int, clients: int, folder: str) -> None:
+    """`soma.simulate` of the same federation (scratch, a store in `folder`, no federated
+    evaluation to speak of), its rounds' averaging timed: `soma.round.average_round`, which
+    the driver looks up when it runs, wrapped here (the benchmark's, not soma's)."""
+    import torch
+
+    torch.set_num_threads(1)
+    import soma
+    import soma.round
+
+    real, spent = soma.round.average_round, [0.0]
+
+    def timed_average(*args, **kwargs):
+        tic = time.perf_counter()
+        try:
+            return real(*args, **kwargs)
+        finally:
+            spent[0] += time.perf_counter() - tic
+
+    soma.round.average_round = timed_average
+    name, options = TASKS[task_name]
+    done = soma.simulate(name, clients=clients, rounds=rounds, task_options=options,
+                         store=folder, durability="scratch", evaluate_participation=1)  # fmt: skip
+    inputs = sum(len(kept.record["inputs"]) for kept in done.rounds)
+    print(json.dumps({"averaging": spent[0], "inputs": inputs}))
 
 
 def timed(command: list[str], root: Path) -> tuple[float, float]:
@@ -88,9 +118,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2, help="runs of each, interleaved: best")
     parser.add_argument("--before", default=None, help="another source tree's soma rows too")
     parser.add_argument("--floor-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--averaging-child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.floor_child:
         floor(args.task, args.rounds, args.clients)
+        return
+    if args.averaging_child:
+        soma_averaging(args.task, args.rounds, args.clients, args.averaging_child)
         return
     rows = {"floor": (ROOT, [sys.executable, __file__, "--floor-child", "--rounds",
                              str(args.rounds), "--clients", str(args.clients),
@@ -126,6 +160,25 @@ def main() -> None:
             marks = f"  (targets wall <= {target}, CPU <= 1.1: {'met' if met else 'not met'})"
         print(f"{row:>20}: wall {wall:6.1f} s {wall / wall0:5.2f} x, "
               f"CPU {cpu:6.1f} s {cpu / cpu0:5.2f} x floor{marks}")  # fmt: skip
+    per = averaging_per_input(args)
+    print(f"averaging per contribution: the floor's fedavg {per['floor']:.1f} us, soma's "
+          f"average_round {per['soma']:.1f} us, {per['soma'] / per['floor']:.1f} x "
+          f"(issue 34's target <= 5 x)")  # fmt: skip
+
+
+def averaging_per_input(args: argparse.Namespace) -> dict[str, float]:
+    """Microseconds of averaging per contribution: the floor's fedavg over exports in memory,
+    and soma's whole averaging of a round (its checks, reads, arithmetic and records)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    sizes = ["--task", args.task, "--rounds", str(args.rounds), "--clients", str(args.clients)]
+    found = {}
+    with tempfile.TemporaryDirectory(dir=args.dir, prefix="soma-averaging-") as folder:
+        for row, flag in (("floor", ["--floor-child"]), ("soma", ["--averaging-child", folder])):
+            out = subprocess.run([sys.executable, __file__, *flag, *sizes], check=True, env=env,
+                                 capture_output=True, text=True).stdout  # fmt: skip
+            said = json.loads(out.strip().splitlines()[-1])
+            found[row] = 1e6 * said["averaging"] / said["inputs"]
+    return found
 
 
 if __name__ == "__main__":
