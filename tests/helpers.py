@@ -214,8 +214,9 @@ def same_bits_in_every_mode(
     workdir = workdir or tmp_path / "workflow"
     workdir.mkdir(exist_ok=True)
     done = subprocess.run(
-        snakemake_command(workdir, "--cores", "1", "--config", f"run={name}", *workflow,
-                          config=configs),  # fmt: skip
+        snakemake_command(
+            workdir, "--cores", "1", "--config", f"run={name}", *workflow, config=configs
+        ),  # fmt: skip
         env=soma_env(),
         capture_output=True,
         text=True,
