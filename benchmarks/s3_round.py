@@ -413,27 +413,13 @@ def report(args: argparse.Namespace, got: dict, endpoint: str) -> None:
             f"{f'{row} ({size / 1e6:.0f} MB)':<24}{size / 1e6 / f:>12.0f}{size / 1e6 / b:>12.0f}"
             f"{f / b:>6.2f}{bucket[row].requests:>9}"
         )
-    get = bucket["get model"]
     print(
         "\nthe bucket's get and the same blob by plain boto3, same repeats (get ratio: soma's"
         "\nget MB/s / its; CPU: this process's seconds, all threads, the server's not counted)"
     )
-    print(f"{'':<24}{'MB/s':>12}{'get ratio':>10}{'CPU ms':>8}{'requests':>9}")
-    for row in ("get model", *BASELINES):
-        b = bucket[row]
-        print(
-            f"{row:<24}{size / 1e6 / b.seconds:>12.0f}{b.seconds / get.seconds:>10.2f}"
-            f"{1000 * b.cpu:>8.0f}{b.requests:>9}"
-        )
-    put = bucket["put model"]
+    beside(bucket, size, "get", BASELINES)
     print("\nthe bucket's put and the same bytes by plain boto3 (a fresh key), same repeats")
-    print(f"{'':<24}{'MB/s':>12}{'put ratio':>10}{'CPU ms':>8}{'requests':>9}")
-    for row in ("put model", *PUT_BASELINES):
-        b = bucket[row]
-        print(
-            f"{row:<24}{size / 1e6 / b.seconds:>12.0f}{b.seconds / put.seconds:>10.2f}"
-            f"{1000 * b.cpu:>8.0f}{b.requests:>9}"
-        )
+    beside(bucket, size, "put", PUT_BASELINES)
     if args.model_only:
         return
     gets = bucket["averaging"].blob_gets
@@ -453,6 +439,18 @@ def report(args: argparse.Namespace, got: dict, endpoint: str) -> None:
             print(f"\n{row}: bucket requests by the soma functions that sent them")
             for where, n in bucket[row].by_caller.most_common():
                 print(f"  {n:4d}  {where}")
+
+
+def beside(bucket: dict, size: int, what: str, baselines: tuple[str, ...]) -> None:
+    """soma's `what` of the model and each baseline's: MB/s, soma's MB/s over its, CPU."""
+    ours = bucket[f"{what} model"]
+    print(f"{'':<24}{'MB/s':>12}{f'{what} ratio':>10}{'CPU ms':>8}{'requests':>9}")
+    for row in (f"{what} model", *baselines):
+        b = bucket[row]
+        print(
+            f"{row:<24}{size / 1e6 / b.seconds:>12.0f}{b.seconds / ours.seconds:>10.2f}"
+            f"{1000 * b.cpu:>8.0f}{b.requests:>9}"
+        )
 
 
 def clean(bucket: str) -> None:
