@@ -28,9 +28,12 @@ PRECISIONS = ("float32", "bfloat16", "float16")  # torch's names of the dtypes
 
 def at(export: Mapping[str, Mapping[str, Any]], transfer: str) -> dict[str, dict[str, Any]]:
     """`export` as it is kept under `transfer`: its wider floating tensors cast to that
-    precision, everything else as it is (the same objects: nothing copied at float32)."""
+    precision, everything else as it is. float32 keeps the export as the model made it,
+    whatever its dtypes (a float64 model stays float64): the same objects, nothing copied."""
     import torch
 
+    if transfer == FULL:
+        return {node: dict(weights) for node, weights in export.items()}
     target = getattr(torch, transfer)
     return {
         node: {key: _narrowed(value, target) for key, value in weights.items()}
