@@ -222,20 +222,11 @@ class Versions:
             fresh, _ = self.pending(v)
             if len(fresh) < self.settings.buffer:
                 return v
-            made = once_only(self.store, _Next(self, v), deadline, backoff, sleep, lease)
+            work = _Next(self, v)  # exactly once, whoever else tries (soma.round.once)
+            made = once.once(
+                self.store, work, deadline=deadline, backoff=backoff, sleep=sleep, lease=lease
+            )
             self._records.setdefault(v + 1, (made, read_record(self.store, made)))
-
-
-def once_only(
-    store: Store,
-    work: _Next,
-    deadline: float | None,
-    backoff: Backoff,
-    sleep: Callable[[float], None],
-    lease: float,
-) -> str:
-    """Version v + 1 made exactly once (soma.round.once): its record's digest."""
-    return once.once(store, work, deadline=deadline, backoff=backoff, sleep=sleep, lease=lease)
 
 
 @dataclass(frozen=True)

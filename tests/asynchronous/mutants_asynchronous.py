@@ -36,44 +36,22 @@ def _async_two_versions() -> None:
     import hashlib
 
     from soma.asynchronous import versions
-    from soma.round import once
     from soma.round.once import Place
 
-    def once_only(store, work, deadline, backoff, sleep, lease):
-        inputs = work.ready(False)
+    def done(self):
+        return None  # never sees the other's version: it makes its own
+
+    def place(self, inputs):
         key = hashlib.sha256(repr([u.name for u in inputs.consumed]).encode()).hexdigest()
-        place = work.place(inputs)
-        keyed = _Keyed(work, Place(f"{place.prefix}/inputs/{key}"))
-        made = once.once(store, keyed, deadline=deadline, backoff=backoff, sleep=sleep, lease=lease)
-        store.bind(place.published, made)
-        return made
+        return Place(f"{self._place.prefix}/inputs/{key}")
 
-    class _Keyed:
-        def __init__(self, work, place):
-            self.work, self._place, self.what = work, place, work.what
+    def settle(self, published):
+        self.versions.store.bind(self._place.published, published)
+        return published
 
-        def done(self):
-            return None
-
-        def ready(self, past):
-            return self.work.ready(past)
-
-        def check(self, inputs):
-            return None
-
-        def place(self, inputs):
-            return self._place
-
-        def compute(self, inputs, me):
-            return self.work.compute(inputs, me)
-
-        def settle(self, published):
-            return published
-
-        def missing(self):
-            return self.work.missing()
-
-    _replace(versions, "once_only", once_only)
+    _replace(versions._Next, "done", done)
+    _replace(versions._Next, "place", place)
+    _replace(versions._Next, "settle", settle)
 
 
 @mutant("async_staleness_unweighed", caught_by=[_VERSIONS])
