@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import tempfile
 import time
@@ -32,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 import soma  # noqa: E402
-from soma.store import Store  # noqa: E402
+from soma.store import Store, codecs  # noqa: E402
 from soma.tasks import load_task  # noqa: E402
 
 PRECISIONS = ("float32", "bfloat16", "float16")
@@ -59,12 +58,12 @@ WORKLOADS = {
 
 
 def blob_size(store: Store, digest: str) -> int:
-    """The bytes of the value whose record is blob `digest`: the record and every blob it
-    names (its safetensors blobs of tensors)."""
+    """The bytes of the value whose record is blob `digest`: the record and every tensor blob
+    it names (soma.store.codecs reads them as Store.recall_digest does)."""
     record = Path(store.blob_path(digest))
-    named = set(re.findall(r"[0-9a-f]{64}", record.read_text(errors="replace"))) - {digest}
-    blobs = [Path(store.blob_path(d)) for d in named]
-    return record.stat().st_size + sum(b.stat().st_size for b in blobs if b.is_file())
+    tree, loose = codecs.parse_record(record.read_bytes(), str(record))
+    named = [*codecs.references(tree), *([loose] if loose else [])]
+    return record.stat().st_size + sum(os.path.getsize(store.blob_path(d)) for d in named)
 
 
 def store_bytes(root: Path) -> int:
