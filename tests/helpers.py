@@ -114,7 +114,7 @@ def refused(result: subprocess.CompletedProcess) -> str:
 
 
 def soma_processes(
-    args: list[str], groups: list[str], timeout: float = 600, *, every_line: bool = False
+    args: list[str], groups: list[str], timeout: float = 300, *, every_line: bool = False
 ) -> list[list[dict]]:
     """`soma ARGS --mine GROUP` once per group, all at once (with the test's mutant, if any:
     tests/round_worker.py), as srun starts its tasks; each process's JSON lines that say a
@@ -127,12 +127,45 @@ def soma_processes(
         for mine in groups
     ]
     lines = []
-    for process in running:
-        out, err = process.communicate(timeout=timeout)
-        assert process.returncode == 0, err
+    for out in finished_together(running, timeout):
         said = [json.loads(line) for line in out.splitlines()]
         lines.append(said if every_line else [line for line in said if "round" in line])
     return lines
+
+
+def finished_together(running: list[subprocess.Popen], timeout: float) -> list[str]:
+    """Each process's stdout once all exit 0. The first to fail (or a timeout) kills the rest
+    and fails the test with every process's stderr: a process that dies early otherwise leaves
+    the others waiting for it at the barrier until the timeout, its own error unread."""
+    import threading
+    import time
+
+    said: dict[int, tuple[str, str]] = {}
+
+    def read(k: int, process: subprocess.Popen) -> None:
+        said[k] = process.communicate()
+
+    readers = [
+        threading.Thread(target=read, args=(k, p), daemon=True) for k, p in enumerate(running)
+    ]
+    for reader in readers:
+        reader.start()
+    deadline = time.monotonic() + timeout
+    while any(reader.is_alive() for reader in readers):
+        failed = [p for p in running if p.poll() not in (None, 0)]
+        if failed or time.monotonic() > deadline:
+            for process in running:
+                process.kill()
+            for reader in readers:
+                reader.join()
+            why = f"exit {failed[0].returncode}" if failed else f"outlived {timeout} s"
+            errors = "\n".join(
+                f"--- process {k} (exit {p.returncode}):\n{said[k][1][-3000:]}"
+                for k, p in enumerate(running)
+            )
+            raise AssertionError(f"a process failed ({why}):\n{errors}")
+        time.sleep(0.2)
+    return [said[k][0] for k in range(len(running))]
 
 
 def same_weights(a: dict, b: dict) -> bool:
@@ -202,11 +235,7 @@ def same_bits_in_every_mode(
         )
         for mine in mines
     ]
-    by_client = set()
-    for process in processes:
-        out, err = process.communicate(timeout=600)
-        assert process.returncode == 0, err
-        by_client.add(last_weights(out))
+    by_client = {last_weights(out) for out in finished_together(processes, 600)}
     assert len(by_client) == 1, by_client
     simulated = soma("simulate", *run, cwd=tmp_path, env=soma_env())
     assert simulated.returncode == 0, simulated.stderr
