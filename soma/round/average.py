@@ -25,6 +25,7 @@ from soma.round import signing as signatures
 from soma.round.apart import _Elsewhere
 from soma.round.checks import Decision, decide
 from soma.round.client import Faults, contribute
+from soma.round.kept import Kept
 from soma.round.meeting import Input, Meeting
 from soma.round.once import POLL, Backoff, Place, RoundIncomplete
 from soma.round.roll import _left_out_text, present
@@ -48,16 +49,19 @@ def _average(
     inputs: list[Input],
     me: dict[str, Any],
     refused: Mapping[int, str],
+    kept: Kept | None = None,
 ) -> str:
     """The strategy's arithmetic over the inputs, and the record that says what went in
-    (and who was left out: `refused`, the clients whose inputs were refused, and why)."""
+    (and who was left out: `refused`, the clients whose inputs were refused, and why).
+    `kept`: the inputs' values the checks read and verified, folded without a second read."""
+    kept = Kept(budget=0) if kept is None else kept
     previous = None if meeting.start is None else store.recall_digest(meeting.start, lazy=True)
     state = None if meeting.state is None else store.recall_digest(meeting.state)
     root = _tree_root(store, meeting, inputs, me)
     strategy = at_round(strategy, round=meeting.round, seed=meeting.config.get("seed"))
     if root is None:
         weights, new_state = strategy.aggregate(
-            previous, (i.update(store) for i in inputs), state, clients=meeting.clients
+            previous, (kept.update(store, i) for i in inputs), state, clients=meeting.clients
         )
     else:
         mean = store.recall_digest(root.mean, lazy=True)
@@ -86,7 +90,8 @@ def _left_out(
     reason, or it came too late or never came."""
     came = {i.client for i in inputs}
     here = present(store, meeting)
-    dropped = roll.roll_call(store, meeting, here)[1]
+    # only the others' records say why they are not among the inputs (one read, not two)
+    dropped = roll.roll_call(store, meeting, [k for k in here if k not in came])[1]
     late = "came after the round was averaged"
     return {
         k: records.refused(refused[k])
@@ -142,6 +147,7 @@ class _Averaging:
         self.sites = sites  # which clients each site hosts: where a waiting line says they are
         self.strategy = meeting.strategy_object()
         self._decided: tuple[Ready, Decision] | None = None
+        self.kept = Kept()  # the inputs' values `check` read and verified, for `compute`
         self.computed: str | None = None  # the average this process computed, if it did
 
     def checked(self, digest: str) -> str:
@@ -167,7 +173,9 @@ class _Averaging:
 
     def _decide(self, inputs: Ready) -> Decision:
         unreadable = dict(inputs.unreadable)
-        decision = decide(self.store, self.meeting, self.strategy, list(inputs.came), unreadable)
+        decision = decide(
+            self.store, self.meeting, self.strategy, list(inputs.came), unreadable, kept=self.kept
+        )
         signed.averager(self.meeting)  # a roster member's key to sign the average with, or refused
         return decision
 
@@ -189,8 +197,9 @@ class _Averaging:
     def compute(self, inputs: Ready, me: dict[str, Any]) -> str:
         decided = self.decision(inputs)
         self.computed = _average(
-            self.store, self.meeting, self.strategy, decided.accepted, me, decided.refused
-        )
+            self.store, self.meeting, self.strategy, decided.accepted, me, decided.refused,
+            self.kept,
+        )  # fmt: skip
         return self.computed
 
     def settle(self, published: str) -> str:

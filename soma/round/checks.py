@@ -21,6 +21,7 @@ from soma.arithmetic import Signature, first_difference
 from soma.errors import SomaError
 from soma.nodes import Export
 from soma.round import records, roll, signed
+from soma.round.kept import Kept
 from soma.round.meeting import Input, Meeting
 from soma.round.once import RoundError, RoundIncomplete
 from soma.round.roll import _left_out_text, present
@@ -98,12 +99,16 @@ def _transient(error: BaseException) -> bool:
     return isinstance(error, StoreUnavailable)
 
 
-def check_input(store: Store, meeting: Meeting, given: Input) -> Signature:
+def check_input(
+    store: Store, meeting: Meeting, given: Input, *, kept: Kept | None = None
+) -> Signature:
     """A client's weights (and extra) as the averaging will read them: its record says an
     export, every tensor file's header is sound (offsets, sizes) and every value finite;
     checked by every process before anything is claimed, naming the client and its record,
     however the record got there (`contribute` checks too, but a record may be written by
-    hand). The weights' signature (nodes, keys, shapes, dtypes)."""
+    hand). The weights' signature (nodes, keys, shapes, dtypes). What was read, verified and
+    found sound is kept in `kept` (by digest) for the averaging to fold without reading it
+    again."""
     from soma.store.errors import StoreError
 
     name = meeting.client(given.client)
@@ -125,6 +130,8 @@ def check_input(store: Store, meeting: Meeting, given: Input) -> Signature:
             _check_finite(value, given.client)
         except RoundError as error:
             raise type(error)(f"{whose}: {error}") from None
+        if kept is not None:
+            kept.keep(digest, value)
         if what == "weights":
             found = {
                 node: {key: (tuple(t.shape), t.dtype) for key, t in tensors.items()}
@@ -137,7 +144,12 @@ def check_input(store: Store, meeting: Meeting, given: Input) -> Signature:
 
 
 def refuse_input(
-    store: Store, meeting: Meeting, given: Input, start: Signature | None
+    store: Store,
+    meeting: Meeting,
+    given: Input,
+    start: Signature | None,
+    *,
+    kept: Kept | None = None,
 ) -> Signature:
     """Everything about one client's input alone, refused naming the client (a RoundError,
     a RecordError, a SigningError...): its weights in the store and sound, its size, its
@@ -150,7 +162,7 @@ def refuse_input(
         _check_size(given.size, given.client)
     except RoundError as error:
         raise RoundError(f"{meeting.what}: {error}") from None
-    theirs = check_input(store, meeting, given)
+    theirs = check_input(store, meeting, given, kept=kept)
     if start is not None:
         problem = first_difference(start, theirs, "the round's start", f"client {given.client}")
         if problem:
@@ -272,7 +284,9 @@ def leaves_refused_out(meeting: Meeting) -> bool:
     return meeting.may_go_on_without_some
 
 
-def _refusals(store: Store, meeting: Meeting, inputs: Sequence[Input]) -> dict[int, BaseException]:
+def _refusals(
+    store: Store, meeting: Meeting, inputs: Sequence[Input], kept: Kept | None = None
+) -> dict[int, BaseException]:
     """Each client whose input is refused, and why, in client order: the same for every
     process that reads the same store."""
     start = None if meeting.start is None else signature(store, meeting.start)
@@ -280,7 +294,7 @@ def _refusals(store: Store, meeting: Meeting, inputs: Sequence[Input]) -> dict[i
     found: dict[int, Signature] = {}
     for i in sorted(inputs, key=lambda i: i.client):
         try:
-            found[i.client] = refuse_input(store, meeting, i, start)
+            found[i.client] = refuse_input(store, meeting, i, start, kept=kept)
         except SomaError as error:
             if _transient(error):
                 raise
@@ -296,14 +310,17 @@ def decide(
     strategy: Strategy,
     inputs: Sequence[Input],
     unreadable: Mapping[int, str] | None = None,
+    *,
+    kept: Kept | None = None,
 ) -> Decision:
     """Everything that can be refused about a round, refused before anything is claimed;
     under a quorum, refused inputs left out (`unreadable`: clients whose records could not
-    be read, and why) and the rest averaged if they are still the quorum."""
+    be read, and why) and the rest averaged if they are still the quorum. The inputs' values
+    read and verified are kept in `kept` (soma.round.kept)."""
     for i in inputs:
         meeting.check_client(i.client)
     _check_stored(store, meeting)
-    errors = _refusals(store, meeting, inputs) if inputs else {}
+    errors = _refusals(store, meeting, inputs, kept) if inputs else {}
     if errors and not leaves_refused_out(meeting):
         raise next(iter(errors.values()))
     refused = {**(unreadable or {}), **{k: reason(meeting, k, e) for k, e in errors.items()}}
