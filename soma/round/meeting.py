@@ -6,6 +6,7 @@ Kept apart so that what a meeting is can be read, and imported, without the aver
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -133,11 +134,13 @@ class Meeting:
             **({} if self.signing is None else {"roster": self.signing.digest}),
         }
 
-    @property
+    @functools.cached_property
     def key(self) -> str:
+        """The digest of `identity()`; computed once (a meeting's fields do not change, and
+        every name of the round is spelled from it: ~12 times a contribution)."""
         return hashlib.sha256(codecs.canonical_json(self.identity())).hexdigest()
 
-    @property
+    @functools.cached_property
     def prefix(self) -> str:
         return layout.meeting(self.run, self.round, self.key)
 
