@@ -87,11 +87,13 @@ def drive(
                 store, meeting, task, strategy, nodes, taking_part, metrics, timing, spec.rounds
             )
         else:
+            starting = step.read_once(store, start)  # one read of the start a round
             with store.group():  # one commit for every client hosted here (soma.files)
                 for h in taking_part:
                     metrics[h.index] = step.plain(
-                        store, meeting, task, strategy, nodes, h, rounds=spec.rounds
-                    ).metrics
+                        store, meeting, task, strategy, nodes, h, rounds=spec.rounds,
+                        start=starting,
+                    ).metrics  # fmt: skip
             digest = average_round(store, meeting, deadline=timing.deadline, lease=timing.lease)
         record = read_record(store, digest)
         if len(hosted) < spec.clients:  # other processes host the rest: say who averaged

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -100,6 +100,21 @@ class Outcome:
     dropped: str | None = None
 
 
+def read_once(store: Store, digest: str) -> Callable[[], Export]:
+    """The value of blob `digest`, read and verified by the first call and handed to the
+    next: the round's start, which every client a process hosts trains from (read once a
+    round, not once a client; `load` copies it, so no client's training can touch it). A
+    read that fails is not kept: the next call reads again."""
+    kept: list[Export] = []
+
+    def value() -> Export:
+        if not kept:
+            kept.append(store.recall_digest(digest))
+        return kept[0]
+
+    return value
+
+
 def _train(
     store: Store,
     meeting: Meeting,
@@ -108,16 +123,18 @@ def _train(
     nodes: Any,
     hosted: Hosted,
     rounds: int | None,
+    start: Callable[[], Export] | None = None,
 ) -> tuple[Any, Export | None, Any]:
-    """Train `hosted` from the round's start with its (run seed, round, client) seed; its
-    personal nodes (if the run has any, soma.run.personal) from its own state."""
+    """Train `hosted` from the round's start (`start()`, or read from the store) with its
+    (run seed, round, client) seed; its personal nodes (if the run has any,
+    soma.run.personal) from its own state."""
     personal, seed = personal_of(meeting), meeting.config["seed"]
     if personal:
         fresh = functools.partial(task.nodes, seed)
         load_round(nodes, store.recall_digest(meeting.start), hosted.own, personal, fresh)
         mine = None  # the own state is the personal nodes' (no client side: RunSpec.checked)
     else:
-        load(nodes, store.recall_digest(meeting.start))
+        load(nodes, store.recall_digest(meeting.start) if start is None else start())
         mine = hosted.own
     state = None if meeting.state is None else store.recall_digest(meeting.state)
     seed = training_seed(seed, meeting.round, hosted.index)
@@ -142,12 +159,14 @@ def plain(
     hosted: Hosted,
     *,
     rounds: int | None = None,
+    start: Callable[[], Export] | None = None,
 ) -> Outcome:
     """Train and contribute, or leave saying why (see the module). `hosted.own` becomes the
-    client's new own state."""
+    client's new own state. `start`: the round's start as `read_once` hands it to every
+    client a process hosts (None: read from the store)."""
     try:
         _forget_note(store, meeting, hosted.index)  # it tries again: its old note stops nobody
-        metrics, extra, own = _train(store, meeting, task, strategy, nodes, hosted, rounds)
+        metrics, extra, own = _train(store, meeting, task, strategy, nodes, hosted, rounds, start)
         keep_training(store, meeting, hosted.index, metrics, hosted.size)
         sent, personal = export(nodes), personal_of(meeting)
         if personal:  # never sent, kept as the client's own state
