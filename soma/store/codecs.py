@@ -122,6 +122,10 @@ def _type_name(t: type) -> str:
 
 
 def _key_path(where: str, key: str) -> str:
+    """Where `key` of the map at `where` is, for messages: spelled for every key kept, so a
+    plain key (printable, no quote or backslash: what json.dumps leaves as it is) skips it."""
+    if key.isprintable() and '"' not in key and "\\" not in key:
+        return f'{where}["{key}"]'
     return f"{where}[{json.dumps(key, ensure_ascii=False)}]"
 
 
