@@ -76,3 +76,15 @@ def _barrier_sleeps_before_it_looks() -> None:
                     signing=signing, site=site)  # fmt: skip
 
     _replace(soma.round.once, "once", once)
+
+
+@mutant("start_read_by_every_client", caught_by=[TESTS, "-k", "reads_each_rounds_start"])
+def _start_read_by_every_client() -> None:
+    """Each hosted client reads and verifies the round's start again: a read a client where
+    one a round does (every client trains from the same bytes)."""
+    import soma.run.step
+
+    def read_once(store, digest):
+        return lambda: store.recall_digest(digest)
+
+    _replace(soma.run.step, "read_once", read_once)

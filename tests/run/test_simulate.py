@@ -159,3 +159,26 @@ def test_a_round_of_120_simulated_clients_is_evaluated_by_100() -> None:
     )  # fmt: skip
     assert everyone.rounds[0].federated["evaluation"]["loss"]["clients"] == 120
     assert everyone.weights == done.weights  # who evaluates changes no bit of the weights
+
+
+def test_a_process_reads_each_rounds_start_once_for_all_the_clients_it_hosts(
+    tmp_path, monkeypatch
+) -> None:
+    """Every client hosted here trains from the round's start read (and verified) once a
+    round (soma.run.step.read_once), not once a client; the weights are the same bits."""
+    from soma.store.folder import FolderStore
+
+    read: list[str] = []
+    real = FolderStore.recall_digest
+
+    def counted(self, digest, *, lazy=False):
+        read.append(digest)
+        return real(self, digest, lazy=lazy)
+
+    monkeypatch.setattr(FolderStore, "recall_digest", counted)
+    done = soma.simulate("soma.tasks.control", clients=6, rounds=2, store=tmp_path / "s")
+    monkeypatch.undo()
+    starts = [done.rounds[0].record["start"], done.rounds[0].record["weights"]]
+    assert all(read.count(d) < 6 for d in starts)  # not one read a client
+    again = soma.simulate("soma.tasks.control", clients=6, rounds=2, store=tmp_path / "t")
+    assert again.weights == done.weights
