@@ -300,11 +300,25 @@ def layout(length: int, raw: bytes | bytearray, where: str, size: int | None) ->
         raise _bad(
             where, f"its header claims {length} bytes but only {len(raw)} follow (truncated?)"
         )
-    header = parse_header(raw, where)
-    try:
-        return check_layout(header, 8 + length, size)
-    except ValueError as exc:
-        raise _bad(where, str(exc)) from None
+    key = (length, bytes(raw), size)
+    found = _LAYOUTS.get(key)
+    if found is None:
+        header = parse_header(raw, where)
+        try:
+            found = tuple(check_layout(header, 8 + length, size))
+        except ValueError as exc:
+            raise _bad(where, str(exc)) from None
+        if len(_LAYOUTS) >= 1024:
+            _LAYOUTS.clear()
+        _LAYOUTS[key] = found
+    return list(found)
+
+
+# The layouts of the latest headers checked, by their bytes and the file's length: parsing
+# and checking is a pure function of them, and a round's exports share a few headers (every
+# client's blob of one node describes the same tensors at the same offsets), read ~4 times a
+# contribution. Only what passed is kept; a refusal is made again, naming its blob.
+_LAYOUTS: dict[tuple[int, bytes, int | None], tuple[Entry, ...]] = {}
 
 
 def declared_size(length: int, raw: bytes | bytearray, where: str) -> int:
