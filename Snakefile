@@ -76,11 +76,12 @@ else:
             final_targets(),
 
 
-# Under `--executor slurm`, every submission the run will make is checked against its
-# partition (CPUs per node, memory, MaxTime, the account, then `sbatch --test-only`) before
-# the first is made, and a refusal names the limit and the profile's key (soma.slurm).
+# Under `--executor soma-slurm` (profiles/slurm) or `slurm`, every submission the run will
+# make is checked against its partition (CPUs per node, memory, MaxTime, the account, then
+# `sbatch --test-only`) before the first is made, and a refusal names the limit and the
+# profile's key (soma.slurm).
 onstart:
-    if getattr(workflow.executor_plugin, "name", None) == "slurm":
-        from soma.slurm.submissions import check_or_exit
+    from soma.slurm.submissions import EXECUTORS, check_or_exit
 
+    if getattr(workflow.executor_plugin, "name", None) in EXECUTORS:
         check_or_exit(workflow)

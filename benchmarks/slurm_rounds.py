@@ -4,21 +4,23 @@
     python benchmarks/slurm_rounds.py      # 2 rounds x 5 clients of digits, each way
     python benchmarks/slurm_rounds.py --only allocation   # local and one allocation only
     python benchmarks/slurm_rounds.py --size=10x10        # 10 rounds x 10 clients
-    python benchmarks/slurm_rounds.py --only rounds       # local, a round per submission
+    python benchmarks/slurm_rounds.py --only rounds       # local, a round per submission both ways
 
-The same config (tests/fixtures/tiny.yaml with 5 clients and no baselines) runs four ways,
+The same config (tests/fixtures/tiny.yaml with 5 clients and no baselines) runs five ways,
 one after the other, each in a fresh folder: locally (`--cores 2`), and under Slurm with
-profiles/slurm-test (every job its own submission) and profiles/slurm-test-rounds (a round
-per submission: Snakemake's `groups:`), each with a train job per client and with one job
-a round (`clients_per_job=5`); and the whole run in one allocation
+profiles/slurm-test (every job its own submission, the Slurm plugin's executor), a round per
+submission (Snakemake's `groups:`) run inside by the Slurm plugin's executor (`slurm`: the
+jobs one after another, each a job step of its own Snakemake; profiles/slurm-test-rounds as
+it was, with its rounds declared serial) and profiles/slurm-test-rounds (`soma-slurm`: the
+round's jobs run by Snakemake's local executor in one job step, side by side), each with a
+train job per client and with one job a round (`clients_per_job=5`); and the whole run in one
+allocation
 (workflow/sbatch/snakemake-allocation.sbatch: `snakemake --cores 2` inside one `sbatch`,
 its wall time counted from `sbatch --wait` to its end, queueing included). It prints each
 wall time, the Slurm submissions, and the ratio to the local run of the same
 `clients_per_job`; and whether the receipts are the local run's, byte for byte. Targets: a
-round per submission within 2x local (issue 11, not met: the plugin's polling), one
-allocation within 1.2x (issue 25), the profile path within 1.5x (issue 35, not met: a job
-step and a Snakemake start per job inside a round's submission, and the plugin's polling).
-A round per submission asks for the sum of its jobs' runtimes (the profiles' `serial`).
+round per submission within 2x local (issue 11), one allocation within 1.2x (issue 25), the
+profile path (profiles/slurm: soma-slurm) within 1.5x (issue 35).
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "tests" / "fixtures" / "tiny.yaml"
 ALLOCATION = "workflow/sbatch/snakemake-allocation.sbatch"
+ROUNDS_PROFILE = "profiles/slurm-test-rounds"  # soma-slurm
+JOBSTEP = "a round, executor slurm"  # the same, under the Slurm plugin's executor
 
 
 # rounds x clients: `--size 10x10` for the larger run (default 2x5)
@@ -53,11 +57,25 @@ def config(workdir: Path, per_job: int) -> Path:
     return path
 
 
-def run(workdir: Path, per_job: int, profile: str | None) -> tuple[float, int]:
+def jobstep_profile(folder: Path) -> Path:
+    """profiles/slurm-test-rounds under the Slurm plugin's own executor, as it was shipped
+    before soma-slurm (its settings spelled `slurm-`, its rounds declared serial: one job at a
+    time inside a submission, which asks the sum of their runtimes)."""
+    values = yaml.safe_load((ROOT / ROUNDS_PROFILE / "config.yaml").read_text())
+    values = {k.removeprefix("soma-"): v for k, v in values.items()}
+    values.update(executor="slurm", resources=["serial=1"])
+    values["set-resource-scopes"] = ["serial=local"]
+    values["default-resources"]["serial"] = 1
+    folder.mkdir()
+    (folder / "config.yaml").write_text(yaml.safe_dump(values, sort_keys=False))
+    return folder
+
+
+def run(workdir: Path, per_job: int, profile: Path | None) -> tuple[float, int]:
     """Wall seconds of one whole workflow, and how many Slurm submissions it made."""
     command = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile")]
     command += ["--configfile", str(config(workdir, per_job))]
-    command += ["--cores", "2"] if profile is None else ["--profile", str(ROOT / profile)]
+    command += ["--cores", "2"] if profile is None else ["--profile", str(profile)]
     started = time.monotonic()
     done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=1800)
     seconds = time.monotonic() - started
@@ -113,22 +131,29 @@ def receipts(workdir: Path) -> dict[str, bytes]:
 def main() -> None:
     if shutil.which("sbatch") is None:
         raise SystemExit("no sbatch here: start the test cluster (bash tests/slurm/start.sh)")
+    load = os.getloadavg()[0]
+    print(f"{ROUNDS} rounds x {CLIENTS} clients, load {load:.1f} at the start")
     print("way | clients_per_job | submissions | wall s | x local | receipts as local")
     print("--- | --- | --- | --- | --- | ---")
     with tempfile.TemporaryDirectory(prefix="soma-slurm-rounds-") as tmp:
+        profiles = {
+            "profiles/slurm-test": ROOT / "profiles/slurm-test",
+            JOBSTEP: jobstep_profile(Path(tmp) / "jobstep-profile"),
+            f"{ROUNDS_PROFILE} (soma-slurm)": ROOT / ROUNDS_PROFILE,
+        }
+        if "--only" in sys.argv:
+            only = sys.argv[sys.argv.index("--only") + 1]
+            keep = (JOBSTEP, f"{ROUNDS_PROFILE} (soma-slurm)") if only == "rounds" else ()
+            profiles = {name: path for name, path in profiles.items() if name in keep}
         for per_job in (1, CLIENTS):
             local = Path(tmp) / f"local-{per_job}"
             local.mkdir()
             base, _ = run(local, per_job, None)
             print(f"local --cores 2 | {per_job} | - | {base:.1f} | 1.00 | -")
-            profiles = ("profiles/slurm-test", "profiles/slurm-test-rounds")
-            if "--only" in sys.argv:
-                only = sys.argv[sys.argv.index("--only") + 1]
-                profiles = ("profiles/slurm-test-rounds",) if only == "rounds" else ()
-            for profile in profiles:
-                workdir = Path(tmp) / f"{Path(profile).name}-{per_job}"
+            for n, (profile, path) in enumerate(profiles.items()):
+                workdir = Path(tmp) / f"profile{n}-{per_job}"
                 workdir.mkdir()
-                seconds, submissions = run(workdir, per_job, profile)
+                seconds, submissions = run(workdir, per_job, path)
                 same = "yes" if receipts(workdir) == receipts(local) else "NO"
                 print(
                     f"{profile} | {per_job} | {submissions} | {seconds:.1f} | "
@@ -141,6 +166,7 @@ def main() -> None:
             seconds = in_one_allocation(workdir, per_job)
             same = "yes" if receipts(workdir) == receipts(local) else "NO"
             print(f"one allocation | {per_job} | 1 | {seconds:.1f} | {seconds / base:.2f} | {same}")
+    print(f"load {os.getloadavg()[0]:.1f} at the end")
 
 
 if __name__ == "__main__":

@@ -114,8 +114,13 @@ def refusal(request: Request, partition: Partition, accounts: set[str] | None) -
             f"has at most {partition.mem_mb} MB: lower `mem_mb` in the profile"
         )
     if request.minutes and partition.max_minutes and request.minutes > partition.max_minutes:
-        grouped = " (a round's submission asks the sum of its jobs' runtimes: fewer " \
-            "clients per round, or no `groups:`)" if "group" in request.what else ""  # fmt: skip
+        grouped = (
+            " (a round's submission asks the runtimes of the jobs it runs one after another "
+            "added up: a higher `cores` runs more clients side by side; or fewer clients per "
+            "round, or no `groups:`)"
+            if "group" in request.what
+            else ""
+        )
         return (
             f"{request.what} asks {request.minutes} min (--time), more than {where}'s MaxTime "
             f"of {partition.max_minutes} min: lower `runtime` in the profile{grouped}"

@@ -1,7 +1,7 @@
 """Every Slurm submission a workflow run will make, checked before the first is made.
 
 Called by the Snakefile's `onstart` (the main Snakemake process, after the DAG is built,
-before any job is scheduled) when the executor is `slurm`. A submission is a job, or a
+before any job is scheduled) when the executor is one of EXECUTORS. A submission is a job, or a
 group of jobs (profiles/slurm: a round per submission); its request is taken from what
 Snakemake computed for it and put into the very `sbatch` options the plugin
 (snakemake-executor-plugin-slurm) will use, through the plugin's own function. Each distinct
@@ -20,7 +20,11 @@ from typing import Any
 from soma.slurm import limits, query
 from soma.slurm.limits import Request, SlurmRefused
 
-__all__ = ["check", "check_or_exit", "requests"]
+__all__ = ["EXECUTORS", "check", "check_or_exit", "requests"]
+
+# Snakemake's executors that submit through snakemake-executor-plugin-slurm: its own, and
+# soma's (snakemake_executor_plugin_soma_slurm: a submission's jobs run by the local executor).
+EXECUTORS = ("slurm", "soma-slurm")
 
 
 def _what(submission: Any) -> str:

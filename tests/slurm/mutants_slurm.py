@@ -33,3 +33,20 @@ def _time_limit_signal_unheard() -> None:
     import soma.run.step
 
     _replace(soma.run.step, "raised_at_time_limit", lambda: nullcontext())
+
+
+@mutant(
+    "soma_slurm_runs_jobs_one_at_a_time",
+    caught_by=["tests/slurm/test_executor.py", "-k", "local_executor"],
+)
+def _soma_slurm_runs_jobs_one_at_a_time() -> None:
+    """`--executor soma-slurm` running a submission as the Slurm plugin's own executor does:
+    each job its own step of a nested Snakemake, one after another, while the submission asks
+    for the CPUs and time of its jobs side by side."""
+    import snakemake_executor_plugin_soma_slurm
+
+    _replace(
+        snakemake_executor_plugin_soma_slurm.Executor,
+        "additional_general_args",
+        lambda self: "--executor slurm-jobstep --jobs 1",
+    )

@@ -64,11 +64,11 @@ def test_too_much_memory_named():
     assert "70000 MB" in said and "at most 64000 MB" in said and "`mem_mb`" in said
 
 
-def test_too_long_named_and_a_groups_sum_explained():
+def test_too_long_named_and_a_groups_runtime_explained():
     short = partition_of("short", SCONTROL, SINFO)
     said = limits.refusal(request(minutes=121), short, None)
     assert "121 min" in said and "MaxTime of 120 min" in said and "`runtime`" in said
-    assert "sum of its jobs' runtimes" in said
+    assert "one after another added up" in said and "`cores`" in said
     assert limits.refusal(request(minutes=120), short, None) is None
 
 

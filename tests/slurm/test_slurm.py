@@ -232,7 +232,8 @@ def snakemake(
     command = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE)]
     command += ["--configfile", str(workdir / "config.yaml")]
     if slurm is not None:
-        command += ["--profile", str(profile), "--slurm-jobname-prefix", slurm.prefix]
+        executor = yaml.safe_load((profile / "config.yaml").read_text())["executor"]
+        command += ["--profile", str(profile), f"--{executor}-jobname-prefix", slurm.prefix]
     else:
         command += ["--cores", "2"]
     return command + list(args)
@@ -820,16 +821,22 @@ def test_the_profiles_name_the_workflows_rules_and_the_test_cluster(tmp_path) ->
     user = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())
     test = yaml.safe_load((PROFILE / "config.yaml").read_text())
     rounds = yaml.safe_load((ROUNDS_PROFILE / "config.yaml").read_text())
+    assert user["executor"] == rounds["executor"] == "soma-slurm"  # a round side by side
+    assert test["executor"] == "slurm"  # a job per submission, as the plugin runs it
     for profile in (user, test, rounds):
         assert profile["retries"] == 1
-        assert profile["executor"] == "slurm"
         assert set(profile.get("set-resources", {})) <= rules
         assert set(profile.get("set-threads", {})) <= rules
+        # an executor's settings are spelled with its name: another's are silently ignored
+        settings = {k for k in profile if k.startswith(("slurm-", "soma-slurm-"))}
+        assert {k for k in settings if not k.startswith(profile["executor"] + "-")} == set()
+        assert "serial" not in profile.get("default-resources", {})  # rounds run side by side
     assert {"train", "average"} <= set(user["set-resources"])
     assert "slurm_partition" not in user["default-resources"], "the user's to fill in"
     assert test["default-resources"]["slurm_partition"] == PARTITION
     assert test["default-resources"]["slurm_account"] == ACCOUNT
     assert test["slurm-init-seconds-before-status-checks"] == 1
+    assert rounds["soma-slurm-init-seconds-before-status-checks"] == 1
 
 
 @pytest.mark.parametrize("profile", ["slurm", "slurm-test", "slurm-test-rounds"])
@@ -875,10 +882,10 @@ def with_fixtures() -> dict[str, str]:
 def test_the_shipped_profile_with_partition_and_account_is_refused_naming_the_cpu_limit(
     cluster, tmp_path, slurm
 ) -> None:
-    """profiles/slurm with only its two lines filled in: on the test node (2 CPUs) its train
-    threads (4) cannot run, and the run is refused before any submission, one `soma:` line
-    naming the CPU limit (plugin 2.8.0 said only "message: None" for a group's refusal); on a
-    node with 4 CPUs or more it runs."""
+    """profiles/slurm with only its two lines filled in: on the test node (2 CPUs) round 0's
+    submission (its 2 train jobs side by side at 4 threads each: 8 CPUs) cannot run, and the
+    run is refused before any submission, one `soma:` line naming the CPU limit (plugin 2.8.0
+    said only "message: None" for a group's refusal); on a node with 8 CPUs or more it runs."""
     shipped = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())
     filled = {"slurm_partition": PARTITION, "slurm_account": ACCOUNT}
     profile = profile_like(ROOT / "profiles" / "slurm", tmp_path / "profile",
@@ -890,8 +897,8 @@ def test_the_shipped_profile_with_partition_and_account_is_refused_naming_the_cp
         return
     assert not submitted(run.output) and not slurm.jobs(), run.tail()
     (said,) = [line for line in run.output.splitlines() if line.startswith("soma: ")]
-    threads = shipped["set-threads"]["train"]
-    assert f"asks {threads} CPUs (--cpus-per-task)" in said, run.tail()
+    cpus = min(shipped["cores"], 2 * shipped["set-threads"]["train"])  # 2 clients at once
+    assert f"asks {cpus} CPUs (--cpus-per-task)" in said, run.tail()
     assert f"partition {PARTITION} has at most" in said and "`set-threads`" in said, said
     assert "group round0's submission (average, start, 2 train)" in said, said
 
@@ -922,21 +929,32 @@ def group_limit_and_elapsed(job: str) -> tuple[int, float]:
     return int(limit), float(elapsed)
 
 
-def test_a_round_whose_train_jobs_run_past_the_groups_old_time_limit_finishes(
+def steps_of(job: str) -> list[str]:
+    """The job steps Slurm's accounting lists for a job (batch and extern left out)."""
+    out = subprocess.run(
+        ["sacct", "-n", "-P", "-j", job, "-o", "JobID"],
+        env=slurm_env(), capture_output=True, text=True, timeout=30, check=True,
+    ).stdout.split()  # fmt: skip
+    steps = [line.split(".", 1)[1] for line in out if "." in line]
+    return [step for step in steps if step not in ("batch", "extern")]
+
+
+def test_a_rounds_submission_runs_its_train_jobs_side_by_side_as_it_asked(
     cluster, tmp_path, slurm
 ) -> None:
-    """A round's jobs run one after another inside its submission, so it asks Slurm for the
-    sum of their runtimes (profiles: `serial`). Two train jobs of 1 min each, each sleeping
-    35 s, the other jobs 0 min: Snakemake used to ask 1 min for the group (both trains in one
-    layer, side by side on the node's 2 CPUs), less than the 70 s they sleep one after the
-    other; now it asks 2 min, and the round finishes, past its old limit."""
+    """profiles/slurm-test-rounds (executor soma-slurm): a round's submission runs its jobs
+    with Snakemake's local executor, in one job step. Two train jobs of 2 min each, each
+    sleeping 30 s, the other jobs 0 min, on the node's 2 CPUs: the submission asks 2 CPUs
+    and 2 min (the trains side by side: one layer), and it ends before the 60 s the two
+    sleeps take one after another (the Slurm plugin's own executor ran them as two job steps
+    in series and asked the sum of their runtimes)."""
     quick = {"runtime": 0}
     profile = profile_like(
         ROUNDS_PROFILE,
         tmp_path / "profile",
-        set_resources={"train": {"runtime": 1}, "start": quick, "average": quick},
+        set_resources={"train": {"runtime": 2}, "start": quick, "average": quick},
     )
-    slow = {"slow_client": -1, "seconds": 35, "inner": "soma.tasks.control", "examples": 32}
+    slow = {"slow_client": -1, "seconds": 30, "inner": "soma.tasks.control", "examples": 32}
     write_config(tmp_path, rounds=1, task="slow_task", task_options={"slow_task": slow},
                  metric="loss", clients_per_job=1)  # fmt: skip
     command = snakemake(tmp_path, AVERAGE_0, slurm=slurm, profile=profile)
@@ -945,24 +963,38 @@ def test_a_round_whose_train_jobs_run_past_the_groups_old_time_limit_finishes(
     (job,) = submitted(run.output)
     completed({job: ""})
     limit, elapsed = group_limit_and_elapsed(job)
-    assert limit == 2, limit  # 0 (start) + 1 + 1 (train) + 0 (average)
-    assert elapsed > 60, elapsed  # past the 1 min asked before
+    assert limit == 2, limit  # 0 (start) + 2 (both trains, one layer) + 0 (average)
+    assert elapsed < 60, elapsed  # the two 30 s sleeps overlapped
+    assert steps_of(job) == ["0"], steps_of(job)  # one step: no Snakemake step per job
+    asked = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-j", job, "-o", "ReqCPUS"],
+        env=slurm_env(), capture_output=True, text=True, timeout=30, check=True,
+    ).stdout.split()  # fmt: skip
+    assert asked == ["2"], asked
     average = json.loads((tmp_path / AVERAGE_0).read_text())
     assert [i["client"] for i in average["inputs"]] == [0, 1]
 
 
+@pytest.mark.parametrize("rounds", [False, True], ids=["a-job-per-submission", "a-round"])
 def test_a_client_signalled_before_its_time_limit_withdraws_and_the_quorum_goes_on(
-    cluster, tmp_path, slurm
+    cluster, tmp_path, slurm, rounds
 ) -> None:
     """`--signal=URG@30` on a train job of 2 min: Slurm signals it 30 to 90 s in (it may
     signal up to 60 s early), while it trains; client 1, sleeping 300 s in train, drops out
     saying "time limit, raise `runtime`", its job ends before its limit, not killed by it,
-    and the round is averaged over client 0 (quorum 1) at once, not at the deadline."""
+    and the round is averaged over client 0 (quorum 1) at once, not at the deadline. The same
+    with a round per submission (soma-slurm): its one job step, run by the local executor,
+    is signalled as the Slurm plugin's step per job was (the round asks 2 min: its other jobs
+    0)."""
+    quick = {"runtime": 0}
     profile = profile_like(
-        PROFILE,
+        ROUNDS_PROFILE if rounds else PROFILE,
         tmp_path / "profile",
         default_resources={"slurm_extra": "'--signal=URG@30'"},
-        set_resources={"train": {"runtime": 2}},
+        set_resources={
+            "train": {"runtime": 2},
+            **({"start": quick, "average": quick} if rounds else {}),
+        },
     )
     slow = {"slow_client": 1, "seconds": 300, "inner": "soma.tasks.control", "examples": 32}
     write_config(tmp_path, rounds=1, task="slow_task", task_options={"slow_task": slow},
@@ -975,6 +1007,6 @@ def test_a_client_signalled_before_its_time_limit_withdraws_and_the_quorum_goes_
     average = json.loads((tmp_path / AVERAGE_0).read_text())
     assert [i["client"] for i in average["inputs"]] == [0]
     assert average["left_out"] == [{"client": 1, "why": dropped["dropped"]}]
-    (job,) = [j for j, log in submitted(run.output).items() if "rule_train/0_1/" in log]
+    (job,) = [j for j, log in submitted(run.output).items() if rounds or "rule_train/0_1/" in log]
     assert ended(job) == "COMPLETED"  # not TIMEOUT
     assert group_limit_and_elapsed(job)[1] < 110  # ended at the signal, not at its limit

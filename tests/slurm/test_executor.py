@@ -1,0 +1,44 @@
+"""`--executor soma-slurm` (snakemake_executor_plugin_soma_slurm): what a submission runs,
+checked without a cluster (tests/slurm/test_slurm.py runs it on one)."""
+
+from __future__ import annotations
+
+import pytest
+from snakemake_interface_common.exceptions import WorkflowError
+
+import snakemake_executor_plugin_soma_slurm as plugin
+
+PYTHON = "/usr/bin/python3"
+JOB = f"{PYTHON} -m snakemake --snakefile Snakefile --target-jobs 'train:round=0' --cores 16"
+
+
+def submission(precommand: str = "") -> str:
+    """Snakemake's command for a job as the executor builds it (its arguments abridged)."""
+    arguments = plugin.Executor.additional_general_args(None)
+    return f"{precommand}{JOB} --nolock {arguments} --mode remote"
+
+
+def test_a_submission_runs_its_jobs_with_the_local_executor_in_one_srun_step():
+    ran = plugin.step_command(submission(), PYTHON, "srun -n1 --cpus-per-task=4", 4)
+    assert ran.startswith(f"srun -n1 --cpus-per-task=4 {PYTHON} -m snakemake ")
+    assert "--executor local" in ran and "slurm-jobstep" not in ran and "--jobs 1" not in ran
+    # the last --cores wins: the submission's CPUs, not the profile's
+    assert ran.endswith(" --cores 4"), ran
+
+
+def test_a_precommand_runs_before_the_step_in_the_batch_shell():
+    ran = plugin.step_command(submission("module load x && "), PYTHON, "srun -n1", 2)
+    assert ran.startswith(f"module load x && srun -n1 {PYTHON} -m snakemake ")
+
+
+def test_a_command_without_snakemake_is_refused_naming_it():
+    with pytest.raises(WorkflowError, match="soma-slurm: no `python -m snakemake`"):
+        plugin.step_command("sh -c true", "python", "srun -n1", 2)
+
+
+def test_snakemake_finds_the_executor_by_its_name():
+    from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry
+
+    found = ExecutorPluginRegistry().get_plugin("soma-slurm")
+    assert found.executor is plugin.Executor
+    assert found.settings_cls is plugin.ExecutorSettings  # the Slurm plugin's settings
