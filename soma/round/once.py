@@ -33,6 +33,7 @@ from soma.round import holders, layout
 from soma.round import lease as leases
 from soma.round.signing import Signing
 from soma.round.waiting import Waiting, clients
+from soma.slurm.time_limit import held_reason, raised_at_time_limit
 from soma.store import Store
 from soma.timing import DEADLINE, LEASE, Backoff
 
@@ -287,7 +288,7 @@ def once(
                 if settled is not None:
                     return work.settle(settled)
             elif _claim(store, place, who, check_holder=check_holder):
-                digest = work.compute(inputs, me)
+                digest = _computed(work, inputs, me)
                 with store.group():  # its names made durable in one pass (soma.files)
                     store.bind(place.computed_by(who), who)
                     publish(store, place.published, digest)
@@ -302,6 +303,14 @@ def once(
         else:
             waiting.tick(_inputs_awaited, work)
         sleep(next(delays))
+
+
+def _computed(work: Work[T], inputs: T, me: dict[str, Any]) -> str:
+    """The claimed work computed here; Slurm's signal before the job's time limit ends it
+    (soma.slurm.time_limit): a holder that has ended is taken over at once, where one killed at
+    the limit minutes later would have held everyone waiting on it until then."""
+    with raised_at_time_limit(held_reason(work.what)):
+        return work.compute(inputs, me)
 
 
 def _inputs_awaited(work: Work) -> str:
@@ -353,7 +362,7 @@ def _leased(
         publish(store, place.published, held)
         return store.resolve(place.published)
     try:
-        digest = work.compute(inputs, me)
+        digest = _computed(work, inputs, me)
     finally:
         held.stop()
     store.bind(place.computed_by(who), who)  # computed, whether or not it is published

@@ -8,6 +8,10 @@ not USR1: its default action is to be ignored, so the processes between Slurm an
 of a client listens (`raised_at_time_limit`, soma.run.step), and there the signal raises
 `TimeLimit`: the client drops out (or withdraws, under secure aggregation) with that reason,
 so its round's quorum goes on at once, and the job ends in time, its receipt saying why.
+So does the work a process claimed (a round's averaging, soma.round.once): signalled while it
+computes, the process lets go and ends, failing with `held_reason`; a holder that has ended is
+provably gone, so whoever runs the work next (the job's retry, or any process waiting on the
+round) takes it over at once, instead of waiting for the limit to kill it first.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from contextlib import contextmanager
 
 from soma.errors import SomaError
 
-__all__ = ["REASON", "SIGNAL", "TimeLimit", "raised_at_time_limit"]
+__all__ = ["REASON", "SIGNAL", "TimeLimit", "held_reason", "raised_at_time_limit"]
 
 SIGNAL = signal.SIGURG
 REASON = (
@@ -32,17 +36,26 @@ class TimeLimit(SomaError, RuntimeError):
     """Slurm signalled the job (`--signal=URG@...`): its time limit is near."""
 
 
-def _raise(signum: int, frame: object) -> None:
-    raise TimeLimit(REASON)
+def held_reason(what: str) -> str:
+    """Why a process let go of `what` (a round's averaging) it had claimed and was computing."""
+    return (
+        f"time limit, raise `runtime`: Slurm signalled the job before its time limit while it "
+        f"computed {what}, which it had claimed; it lets go and ends, so whoever runs it next "
+        "takes it over at once (the profile's runtime for rule average)"
+    )
 
 
 @contextmanager
-def raised_at_time_limit() -> Iterator[None]:
-    """Inside, Slurm's signal raises TimeLimit (in the main thread, the only one Python hands
-    signals to; elsewhere nothing changes); outside, it is what it was (ignored)."""
+def raised_at_time_limit(reason: str = REASON) -> Iterator[None]:
+    """Inside, Slurm's signal raises TimeLimit(reason) (in the main thread, the only one
+    Python hands signals to; elsewhere nothing changes); outside, it is what it was (ignored)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+
+    def _raise(signum: int, frame: object) -> None:
+        raise TimeLimit(reason)
+
     previous = signal.signal(SIGNAL, _raise)
     try:
         yield

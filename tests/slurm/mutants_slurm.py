@@ -32,7 +32,7 @@ def _time_limit_signal_unheard() -> None:
     limit (here: its task sleeps its 20 s out) and no reason is recorded."""
     import soma.run.step
 
-    _replace(soma.run.step, "raised_at_time_limit", lambda: nullcontext())
+    _replace(soma.run.step, "raised_at_time_limit", lambda reason="": nullcontext())
 
 
 @mutant(

@@ -1,0 +1,56 @@
+"""A round's averaging at its job's time limit (soma.round.once, soma.slurm.time_limit): Slurm's
+signal before the limit ends a process computing the averaging it claimed, and the next one
+takes the claim over at once, not when the limit would have killed the holder. A real
+averaging process (tests/lease_worker.py) on a folder store, signalled as Slurm signals it;
+tests/slurm/test_slurm.py has Slurm send the signal to a client."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from soma.round import Backoff, Meeting, arrivals, average_round, contribute, inputs_key, present
+from soma.round.once import Place, computations
+from soma.slurm.time_limit import SIGNAL
+from soma.store import Store
+
+HERE = Path(__file__).parents[1]
+
+
+def test_an_averager_signalled_before_its_time_limit_lets_go_and_is_taken_over_at_once(
+    tmp_path,
+) -> None:
+    store, meeting = Store(tmp_path / "store"), Meeting("r", 0, 2)
+    for k in range(2):
+        g = torch.Generator().manual_seed(k)
+        contribute(store, meeting, {"fc": {"weight": torch.randn(4, 3, generator=g)}}, mine=k)
+    command = [sys.executable, str(HERE / "lease_worker.py"), "--store", str(tmp_path / "store")]
+    command += ["--run", "r", "--lease", "1", "--hold", "60"]  # computes for 60 s unless told
+    holder = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        holder.stdin.write("go\n")
+        holder.stdin.flush()
+        assert json.loads(holder.stdout.readline()) == {"computing": holder.pid}
+        signalled = time.monotonic()
+        holder.send_signal(SIGNAL)
+        _, err = holder.communicate(timeout=30)
+    finally:
+        holder.kill()
+    assert time.monotonic() - signalled < 10, "it let go at the signal, not after its 60 s"
+    assert holder.returncode == 1
+    assert "TimeLimit: time limit, raise `runtime`" in err and "round 0 of run 'r'" in err, err
+    started = time.monotonic()
+    digest = average_round(store, meeting, deadline=30, backoff=Backoff(first=0.01, cap=0.1))
+    assert time.monotonic() - started < 5, "taken over at once: its holder had ended"
+    inputs, _ = arrivals(store, meeting, present(store, meeting))
+    place = Place(f"{meeting.prefix}/inputs/{inputs_key(meeting.key, inputs)}")
+    assert store.bound(place.takeovers) == [place.takeover(1)]
+    assert computations(store, place) == 1  # the signalled one never finished its computation
+    assert store.resolve(meeting.average) == digest
