@@ -95,12 +95,14 @@ def soma_averaging(task_name: str, rounds: int, clients: int, folder: str) -> No
     print(json.dumps({"averaging": spent[0], "inputs": inputs}))
 
 
-def timed(command: list[str], root: Path) -> tuple[float, float]:
-    """Wall and CPU seconds (user and system) of `command`, run with soma from `root`."""
+def timed(command: list[str], root: Path, cwd: str) -> tuple[float, float]:
+    """Wall and CPU seconds (user and system) of `command`, run with soma from `root`: in
+    `cwd`, a folder of no source tree (`python -m` puts the working folder before
+    PYTHONPATH, so run from a checkout every row would import that checkout's soma)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root)}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
-    subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
+    subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL, cwd=cwd)
     wall = time.monotonic() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
@@ -145,7 +147,7 @@ def main() -> None:
         best: dict[str, tuple[float, float]] = {}
         for _ in range(args.repeat):  # in turn, so that a change of load falls on every row
             for row, (root, command) in rows.items():
-                wall, cpu = timed(command, root)
+                wall, cpu = timed(command, root, folder)
                 shutil.rmtree(f"{folder}/{row}", ignore_errors=True)  # a fresh store each time
                 old = best.get(row, (float("inf"), float("inf")))
                 best[row] = (min(old[0], wall), min(old[1], cpu))
