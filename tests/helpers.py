@@ -133,10 +133,14 @@ def soma_processes(
     return lines
 
 
-def finished_together(running: list[subprocess.Popen], timeout: float) -> list[str]:
-    """Each process's stdout once all exit 0. The first to fail (or a timeout) kills the rest
-    and fails the test with every process's stderr: a process that dies early otherwise leaves
-    the others waiting for it at the barrier until the timeout, its own error unread."""
+def communicated(
+    running: list[subprocess.Popen], timeout: float, *, fail_fast: bool = False
+) -> list[tuple[str, str]]:
+    """Each process's (stdout, stderr), read from all of them at once: reading one process's
+    pipes to its end first leaves the others blocked writing to theirs once a pipe's buffer
+    (64 KiB) is full, each waiting on the other. A timeout (or, with `fail_fast`, the first
+    process to exit non-zero) kills them all and fails the test with every process's stderr:
+    a process that dies early otherwise leaves the others waiting for it at the barrier."""
     import threading
     import time
 
@@ -152,20 +156,25 @@ def finished_together(running: list[subprocess.Popen], timeout: float) -> list[s
         reader.start()
     deadline = time.monotonic() + timeout
     while any(reader.is_alive() for reader in readers):
-        failed = [p for p in running if p.poll() not in (None, 0)]
+        failed = [p for p in running if fail_fast and p.poll() not in (None, 0)]
         if failed or time.monotonic() > deadline:
             for process in running:
                 process.kill()
             for reader in readers:
                 reader.join()
             why = f"exit {failed[0].returncode}" if failed else f"outlived {timeout} s"
+            tails = [(said[k][1] or said[k][0] or "")[-3000:] for k in range(len(running))]
             errors = "\n".join(
-                f"--- process {k} (exit {p.returncode}):\n{said[k][1][-3000:]}"
-                for k, p in enumerate(running)
+                f"--- process {k} (exit {p.returncode}):\n{tails[k]}" for k, p in enumerate(running)
             )
             raise AssertionError(f"a process failed ({why}):\n{errors}")
-        time.sleep(0.2)
-    return [said[k][0] for k in range(len(running))]
+        time.sleep(0.1)
+    return [said[k] for k in range(len(running))]
+
+
+def finished_together(running: list[subprocess.Popen], timeout: float) -> list[str]:
+    """Each process's stdout once all exit 0 (`communicated`, the first to fail stopping all)."""
+    return [out for out, _ in communicated(running, timeout, fail_fast=True)]
 
 
 def same_weights(a: dict, b: dict) -> bool:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import communicated
 
 import soma
 from soma import health
@@ -566,9 +567,7 @@ def test_a_soma_client_rerun_as_advised_repairs_its_export(tmp_path: Path) -> No
         )
         for k in (0, 1)
     ]
-    for c in clients:
-        _, err = c.communicate(timeout=300)
-        assert c.returncode == 0, err
+    communicated(clients, 300, fail_fast=True)
     store = Store(tmp_path)
     meeting = status(store, "ctl")[1]["meeting"]
     record = store.recall(f"ctl/round/1/{meeting}/client/1")

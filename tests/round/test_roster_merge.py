@@ -13,6 +13,8 @@ import pytest
 
 pytest.importorskip("cryptography")
 
+from helpers import communicated
+
 from soma.cli import main  # noqa: E402
 from soma.round.signing import SigningError, merge_rosters, read_roster  # noqa: E402
 from soma.run.simulate import simulate  # noqa: E402
@@ -123,8 +125,7 @@ def test_two_sites_keys_merged_sign_a_run_that_ends_with_the_bits_of_one_site(
         for site, clients in SITES.items()
     ]  # fmt: skip
     lines = []
-    for process in sites:
-        out, err = process.communicate(timeout=300)
+    for process, (out, err) in zip(sites, communicated(sites, 300), strict=True):
         assert process.returncode == 0, err[-3000:]
         lines.append([json.loads(line) for line in out.splitlines() if '"round"' in line])
     one = simulate("soma.tasks.control", clients=4, rounds=2, task_options={"examples": 32})

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import same_weights
+from helpers import communicated, same_weights
 
 import soma
 from soma.round import (
@@ -268,7 +268,7 @@ def soma_client(
 @pytest.mark.slow
 def test_four_processes_one_folder_two_rounds(tmp_path) -> None:
     clients = [soma_client(tmp_path, k, rounds=2, clients=4) for k in range(4)]
-    outputs = [c.communicate(timeout=300) for c in clients]
+    outputs = communicated(clients, 300, fail_fast=True)
     for c, (_, err) in zip(clients, outputs, strict=True):
         assert c.returncode == 0, err
     lines = [[json.loads(line) for line in out.splitlines()] for out, _ in outputs]
@@ -297,8 +297,7 @@ def test_four_processes_one_folder_two_rounds(tmp_path) -> None:
 @pytest.mark.slow
 def test_a_client_that_never_starts_stops_the_others_by_name(tmp_path) -> None:
     clients = [soma_client(tmp_path, k, rounds=1, clients=4, deadline=3) for k in (0, 1, 3)]
-    for c in clients:
-        out, err = c.communicate(timeout=120)
+    for c, (out, err) in zip(clients, communicated(clients, 120), strict=True):
         assert c.returncode == 1, (out, err)
         assert "client 2 never came" in err
     assert all(row["average"] is None for row in status(Store(tmp_path), "ctl"))
@@ -427,7 +426,7 @@ def test_two_clients_given_other_task_options_both_say_the_key_at_once(tmp_path)
         soma_client(tmp_path, k, rounds=1, clients=2, deadline=120, examples=examples)
         for k, examples in ((0, 64), (1, 32))
     ]
-    said = [c.communicate(timeout=60)[1] for c in clients]
+    said = [err for _, err in communicated(clients, 60)]
     assert time.monotonic() - tic < 30, "told at once, not at the deadline"
     assert [c.returncode for c in clients] == [1, 1], said
     first, second = "task_options.examples 64", "task_options.examples 32"

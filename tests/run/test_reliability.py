@@ -26,6 +26,7 @@ import health_worker as worker
 import pytest
 import torch
 from figures import FIGURES, printed
+from helpers import communicated
 
 import soma
 from soma import health
@@ -477,9 +478,7 @@ def test_gc_in_a_loop_against_writers_that_put_old_unreachable_blobs_again(
         for w in writers:
             w.stdin.write("go\n")
             w.stdin.flush()
-        for w in writers:
-            _, err = w.communicate(timeout=300)
-            assert w.returncode == 0, err
+        communicated(writers, 300, fail_fast=True)
         stop.set()
         collector.join()
         assert not errors, errors
@@ -529,9 +528,7 @@ def test_gc_in_a_loop_while_soma_clients_keep_and_gather(
             for k in range(4)
         ]
 
-    for c in clients("before"):
-        _, err = c.communicate(timeout=300)
-        assert c.returncode == 0, err
+    communicated(clients("before"), 300, fail_fast=True)
     store = Store(tmp_path)
     before = [row["weights"] for row in status(store, "before")]
     old = {p.name for p in (tmp_path / "blobs").rglob("*") if p.is_file()}
@@ -547,9 +544,7 @@ def test_gc_in_a_loop_while_soma_clients_keep_and_gather(
     while not store.bound("ctl/") and time.monotonic() < deadline:
         time.sleep(0.005)  # the gc starts as the first client contributes to round 0
     collector.start()
-    for c in running:
-        _, err = c.communicate(timeout=300)
-        assert c.returncode == 0, err
+    communicated(running, 300, fail_fast=True)
     stop.set()
     collector.join()
     assert not errors, errors

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import communicated
 from secagg_worker import export_of, size_of
 
 import soma
@@ -721,7 +722,7 @@ def worker(
 @pytest.mark.slow
 def test_five_processes_sum_securely(tmp_path) -> None:
     workers = [worker(tmp_path, k, "full", deadline=120) for k in range(N)]
-    outputs = [w.communicate(timeout=300) for w in workers]
+    outputs = communicated(workers, 300, fail_fast=True)
     for w, (_, err) in zip(workers, outputs, strict=True):
         assert w.returncode == 0, err
     said = [json.loads(out.splitlines()[-1]) for out, _ in outputs]
@@ -741,7 +742,7 @@ def test_processes_recover_a_client_killed_after_sharing(tmp_path) -> None:
         k: worker(tmp_path, k, "die-after-share" if k == 2 else "full", deadline=deadline)
         for k in range(N)
     }
-    outputs = {k: w.communicate(timeout=300) for k, w in workers.items()}
+    outputs = dict(zip(workers, communicated(list(workers.values()), 300), strict=True))
     assert workers[2].returncode == 3, outputs[2][1]
     for k in (0, 1, 3, 4):
         assert workers[k].returncode == 0, outputs[k][1]

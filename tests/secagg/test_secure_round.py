@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import communicated, soma_processes
 from helpers import soma_clients as workflow_clients
-from helpers import soma_processes
 
 from soma.nodes import export, load
 from soma.round import status
@@ -150,7 +150,7 @@ def test_a_client_that_drops_out_after_sharing_is_unmasked_without_it(tmp_path) 
         )
         for mine in ("0-1", "2-3")
     ]  # fmt: skip
-    outputs = [p.communicate(timeout=300) for p in running]
+    outputs = communicated(running, 300, fail_fast=True)
     for p, (_, err) in zip(running, outputs, strict=True):
         assert p.returncode == 0, err
     assert "client 1 drops out of round 0" in outputs[0][1]

@@ -15,6 +15,8 @@ import torch
 
 pytest.importorskip("peft")
 
+from helpers import communicated
+
 import soma  # noqa: E402
 from soma.model import export_average, load_model, read_metadata  # noqa: E402
 from soma.nodes import export, load  # noqa: E402
@@ -147,7 +149,7 @@ def test_a_different_base_meets_apart_refused_naming_both_digests(base, tmp_path
         )
         for k, site in enumerate(sites)
     ]
-    said = [c.communicate(timeout=300)[1] for c in clients]
+    said = [err for _, err in communicated(clients, 300)]
     assert [c.returncode for c in clients] == [1, 1], said
     mine, theirs = (f"base {d[:12]}" for d in digests)
     assert f"client 1 joined with {theirs}; you have {mine}" in said[0], said[0]

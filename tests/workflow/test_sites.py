@@ -16,6 +16,7 @@ import pytest
 
 pytest.importorskip("boto3", reason="boto3 (soma[s3]) is not installed")
 
+from helpers import communicated
 from s3_bucket import BUCKET  # noqa: E402
 
 from soma.cli import main  # noqa: E402
@@ -136,8 +137,8 @@ def test_two_sites_on_one_bucket_reach_the_bits_of_one_site_averaging_each_round
         )  # each site's averages wait for the other's clients
         if site == "A":  # B starts once A says it waits for B's clients
             waited_for(folders["A"] / "logs/sites/round/0/round.log", processes["A"])
-    for site, process in processes.items():
-        out, _ = process.communicate(timeout=300)
+    outputs = communicated(list(processes.values()), 300)
+    for (site, process), (out, _) in zip(processes.items(), outputs, strict=True):
         assert process.returncode == 0, f"site {site}:\n{out[-4000:]}"
     logs = {s: [(f / f"logs/sites/round/{r}/round.log").read_text() for r in range(ROUNDS)]
             for s, f in folders.items()}  # fmt: skip
@@ -178,8 +179,7 @@ def test_soma_client_processes_on_a_bucket_each_hosting_some_clients(
                          stderr=subprocess.PIPE, text=True, env=env())
         for mine in SITES.values()
     ]  # fmt: skip
-    for process in processes:
-        out, err = process.communicate(timeout=300)
+    for process, (out, err) in zip(processes, communicated(processes, 300), strict=True):
         assert process.returncode == 0, err[-4000:]
         lines = [json.loads(line) for line in out.splitlines() if '"round"' in line]
         assert [line["weights"] for line in lines] == one_site

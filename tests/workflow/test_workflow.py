@@ -20,6 +20,7 @@ from helpers import (  # noqa: F401
     TINY,
     averaged_weights,
     averagings_per_round,
+    communicated,
     ok,
     receipts,
     snakemake,
@@ -284,8 +285,7 @@ def test_two_snakemakes_in_two_directories_sharing_one_store_average_each_round_
         )
         for w in runs
     ]
-    for p in processes:
-        out, _ = p.communicate(timeout=600)
+    for p, (out, _) in zip(processes, communicated(processes, 600), strict=True):
         assert p.returncode == 0, out[-3000:]
     assert averagings_per_round(store, "tiny") == {0: 1, 1: 1}
     assert receipts(runs[0]) == receipts(runs[1])
