@@ -5,6 +5,8 @@
     python benchmarks/slurm_rounds.py --only allocation   # local and one allocation only
     python benchmarks/slurm_rounds.py --size=10x10        # 10 rounds x 10 clients
     python benchmarks/slurm_rounds.py --only rounds       # local, a round per submission both ways
+    python benchmarks/slurm_rounds.py --only soma-slurm,allocation   # local and those two
+    (--only takes a comma list of: job-per-submission, jobstep, soma-slurm, allocation)
 
 The same config (tests/fixtures/tiny.yaml with 5 clients and no baselines) runs five ways,
 one after the other, each in a fresh folder: locally (`--cores 2`), and under Slurm with
@@ -136,15 +138,18 @@ def main() -> None:
     print("way | clients_per_job | submissions | wall s | x local | receipts as local")
     print("--- | --- | --- | --- | --- | ---")
     with tempfile.TemporaryDirectory(prefix="soma-slurm-rounds-") as tmp:
-        profiles = {
-            "profiles/slurm-test": ROOT / "profiles/slurm-test",
-            JOBSTEP: jobstep_profile(Path(tmp) / "jobstep-profile"),
-            f"{ROUNDS_PROFILE} (soma-slurm)": ROOT / ROUNDS_PROFILE,
-        }
+        ways = {"job-per-submission", "jobstep", "soma-slurm", "allocation"}
         if "--only" in sys.argv:
-            only = sys.argv[sys.argv.index("--only") + 1]
-            keep = (JOBSTEP, f"{ROUNDS_PROFILE} (soma-slurm)") if only == "rounds" else ()
-            profiles = {name: path for name, path in profiles.items() if name in keep}
+            ways = set(sys.argv[sys.argv.index("--only") + 1].split(","))
+            ways = {"jobstep", "soma-slurm"} if ways == {"rounds"} else ways
+        profiles = {
+            "profiles/slurm-test": ("job-per-submission", ROOT / "profiles/slurm-test"),
+            JOBSTEP: ("jobstep", Path(tmp) / "jobstep-profile"),
+            f"{ROUNDS_PROFILE} (soma-slurm)": ("soma-slurm", ROOT / ROUNDS_PROFILE),
+        }
+        profiles = {name: path for name, (way, path) in profiles.items() if way in ways}
+        if JOBSTEP in profiles:
+            jobstep_profile(profiles[JOBSTEP])
         for per_job in (1, CLIENTS):
             local = Path(tmp) / f"local-{per_job}"
             local.mkdir()
@@ -159,7 +164,7 @@ def main() -> None:
                     f"{profile} | {per_job} | {submissions} | {seconds:.1f} | "
                     f"{seconds / base:.2f} | {same}"
                 )
-            if "--only" in sys.argv and profiles:
+            if "allocation" not in ways:
                 continue
             workdir = Path(tmp) / f"allocation-{per_job}"
             workdir.mkdir()

@@ -13,6 +13,13 @@ group that way (its widest layer's CPUs and memory, the runtimes of its layers a
 request is what runs. The one step keeps the time limit's signal: Slurm's `--signal` reaches
 the processes of job steps, not the batch shell's (soma.slurm.time_limit).
 
+And a submission says when it ended: its last act is an empty file named for it in a folder
+of the run (`.snakemake/soma_slurm/<run>/`), which the main process lists every second
+between the plugin's status checks. Once one is there Slurm is asked again within a second,
+instead of at the plugin's next check (1 s after a submission, then 10, 20, 30 s... later
+while nothing ended: a round of 20 s was seen ended after 33 s). Where the file is not seen
+(a job killed, a file system that shows it late), the plugin's checks go on as before.
+
 Everything else is the Slurm plugin's: submission, status polling, cancelling, its settings
 (under this plugin's prefix: `--soma-slurm-status-command`, ...). Snakemake finds executor
 plugins by their module name (`snakemake_executor_plugin_<name>`), so this module is a
@@ -21,7 +28,13 @@ top-level package of the soma distribution.
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import os
 import re
+import shlex
+import shutil
+from pathlib import Path
 
 from snakemake_executor_plugin_slurm import Executor as SlurmExecutor
 from snakemake_executor_plugin_slurm import ExecutorSettings, common_settings
@@ -32,10 +45,12 @@ from snakemake_executor_plugin_slurm_jobstep import (
 )
 from snakemake_interface_common.exceptions import WorkflowError
 
-__all__ = ["Executor", "ExecutorSettings", "common_settings", "step_command"]
+__all__ = ["Executor", "ExecutorSettings", "common_settings", "ended_marker", "step_command"]
 
 # Snakemake's name for its executor that runs jobs as processes on this machine.
 LOCAL = "--executor local"
+# Seconds between two looks at the folder of ended submissions.
+TICK = 1.0
 
 
 def step_command(job_exec: str, python: str, srun: str, cpus: int) -> str:
@@ -52,6 +67,13 @@ def step_command(job_exec: str, python: str, srun: str, cpus: int) -> str:
     return job_exec.replace(start, f"{srun} {start}", 1) + f" --cores {cpus}"
 
 
+def ended_marker(command: str, marker: Path) -> str:
+    """`command`, then `marker` made whether it succeeded or failed (its failure kept: exit 1).
+    No `$` or double quote: the Slurm plugin hands the command to a shell inside `--wrap="..."`."""
+    made = f"touch {shlex.quote(str(marker))}"
+    return f"{command} && {made} || {{ {made}; exit 1; }}"
+
+
 def _cpus(job) -> int:
     """The CPUs the submission asks Slurm for (--cpus-per-task as the Slurm plugin sets it),
     or the job's threads when it asks per GPU or leaves CPUs to the partition."""
@@ -66,8 +88,18 @@ def _gpu(job) -> bool:
 class Executor(SlurmExecutor):
     """The Slurm plugin's executor; a submission runs its jobs with the local executor."""
 
+    def __init__(self, workflow, logger) -> None:
+        # before the plugin's __init__, which starts the thread that calls `sleep`
+        self._ended: Path | None = None  # the folder of ended submissions, once there
+        self._names = itertools.count()
+        self._marker: dict[int, str] = {}  # id(job) -> its marker's name, for its last submission
+        super().__init__(workflow, logger)
+
     def __post_init__(self, test_mode: bool = False) -> None:
         super().__post_init__(test_mode)
+        ended = Path(self.workflow.workdir_init, ".snakemake", "soma_slurm", self.run_uuid)
+        ended.mkdir(parents=True, exist_ok=True)
+        self._ended = ended
         if self.array_jobs:  # arrays run their tasks through slurm-jobstep's own options
             raise WorkflowError(
                 "soma-slurm does not submit job arrays (--soma-slurm-array-jobs): "
@@ -82,4 +114,32 @@ class Executor(SlurmExecutor):
         parts = ("srun -n1 --cpu-bind=q", get_cpu_setting(job, gpu), get_gpu_setting(job))
         srun = " ".join(part for part in (*parts, get_node_setting(job)) if part)
         python = self.get_python_executable()
-        return step_command(super().format_job_exec(job), python, srun, _cpus(job))
+        name = str(next(self._names))
+        self._marker[id(job)] = name
+        command = step_command(super().format_job_exec(job), python, srun, _cpus(job))
+        return ended_marker(command, self._ended / name)
+
+    async def sleep(self) -> None:
+        """The plugin's wait before its next status check, cut short by a submission's
+        marker: Slurm is then asked within TICK (and each TICK, until it says the job ended)."""
+        waited = 0.0
+        while waited < self.next_seconds_between_status_checks:
+            if self._one_ended():
+                await asyncio.sleep(TICK)  # Slurm needs a moment to call the job ended
+                return
+            await asyncio.sleep(TICK)
+            waited += TICK
+
+    def _one_ended(self) -> bool:
+        if self._ended is None:
+            return False
+        try:
+            there = set(os.listdir(self._ended))
+        except OSError:
+            return False
+        return any(self._marker.get(id(info.job)) in there for info in list(self.active_jobs))
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        if self._ended is not None:
+            shutil.rmtree(self._ended, ignore_errors=True)

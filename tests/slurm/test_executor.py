@@ -42,3 +42,17 @@ def test_snakemake_finds_the_executor_by_its_name():
     found = ExecutorPluginRegistry().get_plugin("soma-slurm")
     assert found.executor is plugin.Executor
     assert found.settings_cls is plugin.ExecutorSettings  # the Slurm plugin's settings
+
+
+@pytest.mark.parametrize("command, code", [("true", 0), ("false", 1)])
+def test_a_submission_leaves_its_marker_whether_it_ends_well_or_not(tmp_path, command, code):
+    """The main process looks for the marker between its status checks: a submission makes it
+    last, in either case, and keeps its failure."""
+    import subprocess
+
+    marker = tmp_path / "ended" / "0"
+    marker.parent.mkdir()
+    script = plugin.ended_marker(command, marker)
+    assert "$" not in script and '"' not in script  # it goes inside --wrap="..."
+    assert subprocess.run(["sh", "-c", script]).returncode == code
+    assert marker.is_file()

@@ -370,8 +370,8 @@ def test_the_workflow_under_slurm_gives_the_receipts_of_a_local_run(workflow_run
 @pytest.mark.parametrize("per_job", [1], ids=["a-job-per-client"])
 def test_a_round_per_submission_gives_the_receipts_of_a_local_run(cluster, tmp_path, per_job):
     """profiles/slurm-test-rounds groups each round's jobs into one Slurm job: 2 rounds x 3
-    clients are 2 submissions (the start in round 0's) and one each for the summary, the
-    model and the best round, and every receipt is the local run's, byte for byte."""
+    clients are 2 submissions (the start in round 0's) and one for the summary, the model and
+    the best round (group `finish`), and every receipt is the local run's, byte for byte."""
     session = Slurm(f"rounds-{per_job}")
     under_slurm, local = tmp_path / "slurm", tmp_path / "local"
     for workdir in (under_slurm, local):
@@ -397,7 +397,7 @@ def test_a_round_per_submission_gives_the_receipts_of_a_local_run(cluster, tmp_p
     else:  # a round is one job (rule `round`), and its evaluation
         rounds = ["group_round0_evaluate_round_start", "group_round1_evaluate_round"]
     # the digits task evaluates on each client's own data: its best round too (rule `best`)
-    assert folders == [*rounds, "rule_best", "rule_model", "rule_summary"], by_slurm.tail()
+    assert folders == ["group_finish_best_model_summary", *rounds], by_slurm.tail()
     assert receipts(under_slurm) == receipts(local)
     assert len(receipts(local)) == 7 + (6 if per_job == 1 else 2)  # run, start, 2+2, tsv
 
@@ -424,9 +424,10 @@ def test_a_secure_round_per_submission_gives_the_receipts_of_a_local_run(cluster
     jobs = submitted(by_slurm.output)
     completed(jobs)
     folders = sorted(Path(log).parent.name for log in jobs.values())
-    # a submission a round (the plugin cuts a group's long name: "..._keys_reveal_share_...")
-    assert len(folders) == 3 and folders[1:] == ["rule_model", "rule_summary"], by_slurm.tail()
-    assert folders[0].startswith("group_round0_average_evaluate_keys_reveal_share_"), folders
+    # a submission a round (the plugin cuts a group's long name: "..._keys_reveal_share_..."),
+    # and the summary and model as one
+    assert len(folders) == 2 and folders[0] == "group_finish_model_summary", by_slurm.tail()
+    assert folders[1].startswith("group_round0_average_evaluate_keys_reveal_share_"), folders
     assert receipts(under_slurm) == receipts(local)
     phases = [p.split("/")[4] for p in receipts(local) if p.count("/") == 5]
     assert sorted(phases) == sorted(["keys", "share", "client", "reveal"] * 3), phases
