@@ -56,3 +56,29 @@ def test_a_submission_leaves_its_marker_whether_it_ends_well_or_not(tmp_path, co
     assert "$" not in script and '"' not in script  # it goes inside --wrap="..."
     assert subprocess.run(["sh", "-c", script]).returncode == code
     assert marker.is_file()
+
+
+def test_without_the_slurm_plugin_snakemake_starts_and_soma_slurm_refuses_naming_it():
+    """Snakemake imports every executor plugin it finds at its start: soma's must import
+    where snakemake-executor-plugin-slurm is not installed (soma without its workflow extra),
+    and refuse only when used."""
+    import subprocess
+    import sys
+
+    hidden = """
+import pkgutil, sys
+for name in ("snakemake_executor_plugin_slurm", "snakemake_executor_plugin_slurm_jobstep"):
+    sys.modules[name] = None
+found = pkgutil.iter_modules
+pkgutil.iter_modules = lambda *a, **k: (
+    m for m in found(*a, **k) if not m.name.startswith("snakemake_executor_plugin_slurm")
+)
+from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry
+plugin = ExecutorPluginRegistry().get_plugin("soma-slurm")
+plugin.executor(None, None)
+"""
+    done = subprocess.run([sys.executable, "-c", hidden], capture_output=True, text=True)
+    assert done.returncode == 1
+    assert "WorkflowError: --executor soma-slurm needs snakemake-executor-plugin-slurm" in (
+        done.stderr
+    ), done.stderr[-2000:]
