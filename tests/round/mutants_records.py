@@ -15,7 +15,7 @@ def _averager_trusts_values() -> None:
     hand-written record's NaN is averaged, an overlap found after the claim."""
     import soma.round.checks
 
-    def check_input(store, meeting, given):
+    def check_input(store, meeting, given, *, kept=None):
         return soma.round.checks.signature(store, given.weights)
 
     _replace(soma.round.checks, "check_input", check_input)

@@ -57,14 +57,19 @@ def _gather_never_publishes() -> None:
 def _gather_does_not_weigh() -> None:
     import dataclasses
 
+    from soma.round.kept import Kept
     from soma.round.meeting import Input
 
-    real = Input.update
+    real, real_kept = Input.update, Kept.update
 
     def update(self, store):
         return dataclasses.replace(real(self, store), size=None)
 
+    def kept_update(self, store, given):  # what the averaging folds: the checks' values
+        return dataclasses.replace(real_kept(self, store, given), size=None)
+
     _replace(Input, "update", update)
+    _replace(Kept, "update", kept_update)
 
 
 # --- meetings of one round that differ (soma/round/apart.py) --------------------------------------
