@@ -104,15 +104,8 @@ def read_once(store: Store, digest: str) -> Callable[[], Export]:
     """The value of blob `digest`, read and verified by the first call and handed to the
     next: the round's start, which every client a process hosts trains from (read once a
     round, not once a client; `load` copies it, so no client's training can touch it). A
-    read that fails is not kept: the next call reads again."""
-    kept: list[Export] = []
-
-    def value() -> Export:
-        if not kept:
-            kept.append(store.recall_digest(digest))
-        return kept[0]
-
-    return value
+    read that fails is not kept (functools.cache keeps no exception): the next call reads again."""
+    return functools.cache(functools.partial(store.recall_digest, digest))
 
 
 def _train(
