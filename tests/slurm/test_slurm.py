@@ -370,8 +370,9 @@ def test_the_workflow_under_slurm_gives_the_receipts_of_a_local_run(workflow_run
 @pytest.mark.parametrize("per_job", [1], ids=["a-job-per-client"])
 def test_a_round_per_submission_gives_the_receipts_of_a_local_run(cluster, tmp_path, per_job):
     """profiles/slurm-test-rounds groups each round's jobs into one Slurm job: 2 rounds x 3
-    clients are 2 submissions (the start in round 0's) and one for the summary, the model and
-    the best round (group `finish`), and every receipt is the local run's, byte for byte."""
+    clients are 2 submissions (the start in round 0's; the summary, the model and the best
+    round in round 1's, no baseline being trained), and every receipt is the local run's,
+    byte for byte."""
     session = Slurm(f"rounds-{per_job}")
     under_slurm, local = tmp_path / "slurm", tmp_path / "local"
     for workdir in (under_slurm, local):
@@ -389,15 +390,19 @@ def test_a_round_per_submission_gives_the_receipts_of_a_local_run(cluster, tmp_p
     jobs = submitted(by_slurm.output)
     completed(jobs)
     folders = sorted(Path(log).parent.name for log in jobs.values())
+    # the digits task evaluates on each client's own data: its best round too (rule `best`);
+    # Snakemake names a group by its first five rules, sorted
     if per_job == 1:
         rounds = [
             "group_round0_average_evaluate_start_train",
-            "group_round1_average_evaluate_train",
+            "group_round1_average_best_evaluate_model_summary_...",
         ]
     else:  # a round is one job (rule `round`), and its evaluation
-        rounds = ["group_round0_evaluate_round_start", "group_round1_evaluate_round"]
-    # the digits task evaluates on each client's own data: its best round too (rule `best`)
-    assert folders == ["group_finish_best_model_summary", *rounds], by_slurm.tail()
+        rounds = [
+            "group_round0_evaluate_round_start",
+            "group_round1_best_evaluate_model_round_summary",
+        ]
+    assert folders == rounds, by_slurm.tail()
     assert receipts(under_slurm) == receipts(local)
     assert len(receipts(local)) == 7 + (6 if per_job == 1 else 2)  # run, start, 2+2, tsv
 
@@ -405,7 +410,8 @@ def test_a_round_per_submission_gives_the_receipts_of_a_local_run(cluster, tmp_p
 def test_a_secure_round_per_submission_gives_the_receipts_of_a_local_run(cluster, tmp_path):
     """Secure aggregation (1 round x 3 clients, threshold 2) under profiles/slurm-test-rounds:
     its phases (keys, share, train, reveal) are in their round's group, so a round is one
-    submission, and every receipt is the local run's, byte for byte."""
+    submission (the last with the summary and the model), and every receipt is the local
+    run's, byte for byte."""
     session = Slurm("secure-rounds")
     under_slurm, local = tmp_path / "slurm", tmp_path / "local"
     for workdir in (under_slurm, local):
@@ -424,10 +430,9 @@ def test_a_secure_round_per_submission_gives_the_receipts_of_a_local_run(cluster
     jobs = submitted(by_slurm.output)
     completed(jobs)
     folders = sorted(Path(log).parent.name for log in jobs.values())
-    # a submission a round (the plugin cuts a group's long name: "..._keys_reveal_share_..."),
-    # and the summary and model as one
-    assert len(folders) == 2 and folders[0] == "group_finish_model_summary", by_slurm.tail()
-    assert folders[1].startswith("group_round0_average_evaluate_keys_reveal_share_"), folders
+    # one submission, the round's, with the summary and the model (Snakemake names a group by
+    # its first five rules, sorted)
+    assert folders == ["group_round0_average_evaluate_keys_model_reveal_..."], by_slurm.tail()
     assert receipts(under_slurm) == receipts(local)
     phases = [p.split("/")[4] for p in receipts(local) if p.count("/") == 5]
     assert sorted(phases) == sorted(["keys", "share", "client", "reveal"] * 3), phases

@@ -50,6 +50,15 @@ if config.get("roster"):
     RunSpec.from_config(config).check_charter_at(config["store"])
 
 
+def last_round_group():
+    """The submission of the last round's averaging (the profile's `groups:`, e.g.
+    `average=round{round}`), which the finishing jobs join: one Slurm submission fewer a run
+    (issue 35). None without groups (every job its own submission) or run locally."""
+    averaging = "round" if ONE_JOB_A_ROUND else "average"
+    named = workflow.group_settings.overwrite_groups.get(averaging)
+    return None if named is None else named.format(round=ROUNDS - 1)
+
+
 def here(clients):
     """Of `clients`, those this snakemake hosts (config `site`; all of them without one)."""
     return list(clients) if HOSTED is None else [k for k in clients if k in HOSTED]

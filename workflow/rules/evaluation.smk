@@ -62,21 +62,26 @@ rule centralized:
         "../scripts/centralized.py"
 
 
+# The baselines the summary compares with: a site's own clients alone; no centralized
+# baseline at a site (no site holds all the data).
+ALONE = (
+    [receipts.alone_path(RUN, k) for k in here(range(CLIENTS))]
+    if BASELINES["alone"]
+    else []
+)
+CENTRALIZED = (
+    [receipts.centralized_path(RUN)]
+    if BASELINES["centralized"] and HOSTED is None
+    else []
+)
+
+
 rule summary:
     input:
         start=receipts.start_path(RUN),
         evaluations=evaluations(),
-        # a site's own clients alone; no centralized baseline (no site holds all the data)
-        alone=(
-            [receipts.alone_path(RUN, k) for k in here(range(CLIENTS))]
-            if BASELINES["alone"]
-            else []
-        ),
-        centralized=(
-            [receipts.centralized_path(RUN)]
-            if BASELINES["centralized"] and HOSTED is None
-            else []
-        ),
+        alone=ALONE,
+        centralized=CENTRALIZED,
         averages=[receipt_of_average(r) for r in range(ROUNDS)],
     output:
         table=report(
@@ -102,6 +107,10 @@ rule summary:
         f"{LOGS}/summary.log",
     benchmark:
         f"{LOGS}/benchmark/summary.tsv"
+    # In the last round's submission, unless it waits for baselines: there it would hold the
+    # last round back until they end (they train beside the rounds, as long as all of them).
+    group:
+        None if ALONE or CENTRALIZED else last_round_group()
     conda:
         "../envs/soma.yaml"
     params:

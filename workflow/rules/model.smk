@@ -10,6 +10,8 @@ rule model:
         f"{LOGS}/model.log",
     benchmark:
         f"{LOGS}/benchmark/model.tsv"
+    group:
+        last_round_group()  # in the last round's submission (issue 35)
     conda:
         "../envs/soma.yaml"
     script:
@@ -27,6 +29,8 @@ rule best:
         f"{LOGS}/best.log",
     benchmark:
         f"{LOGS}/benchmark/best.tsv"
+    group:
+        last_round_group()  # in the last round's submission (issue 35)
     conda:
         "../envs/soma.yaml"
     script:
