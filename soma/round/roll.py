@@ -37,9 +37,16 @@ def roll_call(
     or why its record cannot be taken (unreadable, malformed, not signed by it: a refusal
     of that client alone, which the caller may leave out under a quorum)."""
     inputs, dropped, unreadable = [], {}, {}
-    for k in here:
+    names = [meeting.client(k) for k in here]
+    try:
+        digests = store.resolve_many(names)  # the round's folder opened once, not once a name
+    except SomaError as error:
+        if isinstance(error, StoreUnavailable):
+            raise
+        digests = [_UNREAD] * len(names)  # one is refused: each read alone, naming its client
+    for k, digest in zip(here, digests, strict=True):
         try:
-            found = _arrival(store, meeting, k)
+            found = _arrival(store, meeting, k, digest)
         except SomaError as error:
             if isinstance(error, StoreUnavailable):
                 raise  # the store did not answer: nothing said about the client
@@ -52,10 +59,17 @@ def roll_call(
     return inputs, dropped, unreadable
 
 
-def _arrival(store: Store, meeting: Meeting, k: int) -> Input | str | None:
-    """Client k's part (an Input), its drop-out's reason, or None if its record is gone."""
+_UNREAD = ""  # a name not read yet (no digest is empty)
+
+
+def _arrival(
+    store: Store, meeting: Meeting, k: int, digest: str | None = _UNREAD
+) -> Input | str | None:
+    """Client k's part (an Input), its drop-out's reason, or None if its record is gone.
+    `digest`: what its name was found bound to (None: nothing), if it was read already."""
     name = meeting.client(k)
-    digest = store.resolve(name)
+    if digest == _UNREAD:
+        digest = store.resolve(name)
     if digest is None:
         return None
     check_signed(store, meeting, digest, name=name, writer=k, what=f"client {k}'s record")

@@ -37,7 +37,8 @@ Bytes — `put(data) -> digest`, `get(digest) -> bytes`. Putting what is already
 one stat and no write (and, at most once a minute, a utime: see "Health").
 
 Names — `bind(name, digest)` points a name at a blob, replacing; `resolve(name)` is its
-digest or None; `bound(prefix)` lists names, sorted; `claim(name, digest)` takes the name
+digest or None (`resolve_many(names)`: each one's, a folder opened once for its names);
+`bound(prefix)` lists names, sorted; `claim(name, digest)` takes the name
 only if nobody has it. Names are relative text paths (see `soma.store.names` for the rules); a
 name is a file, so it cannot also be the folder of other names: with `a/b` bound, `a/b/c`
 is refused (`NameConflict`), and the other way round. `bind` and `claim` refuse a digest

@@ -100,7 +100,7 @@ import hashlib
 import io
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import BinaryIO, Protocol
 
@@ -506,6 +506,10 @@ class BackendStore(Values):
         check_name(name)
         data = self.backend.resolve(name)
         return None if data is None else self._digest_in(name, data)
+
+    def resolve_many(self, names: Sequence[str]) -> list[str | None]:
+        """What `resolve` says of each of `names`, in order (one read a name)."""
+        return [self.resolve(name) for name in names]
 
     def _digest_in(self, name: str, data: bytes) -> str:
         """The digest a name's content holds, or CorruptName naming it."""

@@ -19,7 +19,7 @@ import secrets
 import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
@@ -34,13 +34,11 @@ from soma.files import (
     write_all,
     write_atomic,
 )
-from soma.store import commit, safe_open, tensorfile, unwritable
+from soma.store import commit, name_files, safe_open, tensorfile, unwritable
 from soma.store.commit import GroupCommit
 from soma.store.errors import (
     BadBlob,
-    BadDigest,
     CorruptBlob,
-    CorruptName,
     NameConflict,
     StoreError,
     UnknownDigest,
@@ -326,22 +324,14 @@ class FolderStore(Pipeline, GroupCommit, Values):
     def resolve(self, name: str) -> str | None:
         """The digest `name` points at, or None. One small file read; never a blob."""
         check_name(name)
-        path = self._names / name
-        for attempt in range(3):
-            try:
-                with _open_file(self._names, name.split("/"), "name file") as f:
-                    data = f.read(128)
-                break
-            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-                return None
-            except OSError as exc:  # a file replaced on another NFS client: look it up again
-                if exc.errno != errno.ESTALE or attempt == 2:
-                    raise
-        text = data.decode("ascii", errors="replace").strip()
-        try:
-            return check_digest(text)
-        except BadDigest:
-            raise CorruptName(f"name file {path} does not hold a digest: {data[:80]!r}") from None
+        return name_files.read_name(self._names, name)
+
+    def resolve_many(self, names: Sequence[str]) -> list[str | None]:
+        """What `resolve` says of each of `names`, in order: the names of one folder read
+        from one opening of it (soma.store.name_files)."""
+        for name in names:
+            check_name(name)
+        return name_files.read_names(self._names, names)
 
     def bound(self, prefix: str = "") -> list[str]:
         """The names starting with `prefix` (a plain text prefix), sorted.
@@ -423,6 +413,7 @@ class FolderStore(Pipeline, GroupCommit, Values):
     bind = _patiently(bind)
     forget = _patiently(forget)
     resolve = _patiently(resolve)
+    resolve_many = _patiently(resolve_many)
     bound = _patiently(bound)
     entries = _patiently(entries)
     get_tensors = _patiently(get_tensors)

@@ -144,6 +144,16 @@ def _open_file(folder: Path, segments: list[str], what: str) -> BinaryIO:
     below `folder` followed if it is a link (`SymlinkInStore`, naming it)."""
     fd = _open_in(folder, segments[:-1], f"folder of {what}s")
     try:
+        return _open_at(fd, folder, segments, what)
+    finally:
+        os.close(fd)
+
+
+def _open_at(fd: int, folder: Path, segments: list[str], what: str) -> BinaryIO:
+    """The file `segments[-1]` in the folder `fd` (opened by `_open_in(folder, segments[:-1],
+    ...)`) opened for reading (unbuffered), never through a link (`SymlinkInStore`, naming
+    `folder/segments...`): so that the files of one folder are opened from one opening of it."""
+    try:
         return open(
             segments[-1],
             "rb",
@@ -154,5 +164,3 @@ def _open_file(folder: Path, segments: list[str], what: str) -> BinaryIO:
         if _a_link(error, segments[-1], fd):
             raise symlink_refused(folder.joinpath(*segments), what) from None
         raise
-    finally:
-        os.close(fd)

@@ -71,6 +71,26 @@ def test_names_point_at_blobs_are_listed_by_prefix_and_bind_replaces(store: Stor
     ]
 
 
+def test_resolve_many_says_what_resolve_says_of_each_name_in_order(store: Store) -> None:
+    a, b = store.put(b"a"), store.put(b"b")
+    store.bind("run/round/0/client/0", a)
+    store.bind("run/round/0/client/2", b)
+    store.bind("run/round/1/average", b)
+    names = [
+        "run/round/0/client/2",
+        "run/round/1/average",
+        "run/round/0/client/1",  # not bound, in a folder that is there
+        "run/round/9/client/0",  # nor its folder
+        "run/round/0/client/0",
+        "run/round/0",  # a folder of names, not a name
+    ]
+    assert store.resolve_many(names) == [store.resolve(n) for n in names]
+    assert store.resolve_many(names) == [b, b, None, None, a, None]
+    store.bind("run/round/0/client/0", b)  # rebound: read again, never remembered
+    assert store.resolve_many(["run/round/0/client/0"]) == [b]
+    assert store.resolve_many([]) == []
+
+
 def test_bind_and_claim_refuse_a_digest_not_in_the_store(store: Store) -> None:
     missing = hashlib.sha256(b"never put").hexdigest()
     with pytest.raises(UnknownDigest):

@@ -23,7 +23,7 @@ import soma.run.step
 from soma import health
 from soma.cli import main
 from soma.round import layout
-from soma.store import BadStore, Store, SymlinkInStore
+from soma.store import BadStore, CorruptName, Store, SymlinkInStore
 
 HOUR = 3600.0
 KEY = "ab" * 32
@@ -125,6 +125,27 @@ def test_a_fan_out_folder_or_a_name_file_that_is_a_symlink_is_refused(tmp_path) 
         store.resolve("planted")
     paths = [p.path for p in health.verify(store).problems if p.kind == "symlink"]
     assert paths == sorted([str(folder), str(name)])
+
+
+def test_resolve_many_refuses_a_planted_link_or_a_corrupt_name_as_resolve_does(tmp_path) -> None:
+    """Names read from one opening of their folder: a name file or a folder of names that
+    is a link is refused naming it, a name that holds no digest is refused naming its file."""
+    store = Store(tmp_path / "store")
+    digest = store.put(b"x")
+    store.bind("run/round/0/client/0", digest)
+    folder = store.directory / "names" / "run" / "round" / "0" / "client"
+    assert store.resolve_many(["run/round/0/client/0", "run/round/0/client/1"]) == [digest, None]
+    os.symlink(outside_file(tmp_path), folder / "1")
+    with pytest.raises(SymlinkInStore, match=f"name file {folder / '1'} is a symbolic link"):
+        store.resolve_many(["run/round/0/client/0", "run/round/0/client/1"])
+    os.unlink(folder / "1")
+    (folder / "1").write_text("not a digest\n")
+    with pytest.raises(CorruptName, match=f"name file {folder / '1'} does not hold a digest"):
+        store.resolve_many(["run/round/0/client/1"])
+    os.rename(folder, tmp_path / "moved")
+    os.symlink(tmp_path / "moved", folder)
+    with pytest.raises(SymlinkInStore, match=f"{folder} is a symbolic link"):
+        store.resolve_many(["run/round/0/client/0"])
 
 
 def test_writes_never_go_through_a_planted_link(tmp_path) -> None:
