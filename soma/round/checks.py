@@ -17,6 +17,9 @@ import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy
+import torch
+
 from soma.arithmetic import Signature, first_difference
 from soma.errors import SomaError
 from soma.nodes import Export
@@ -53,8 +56,6 @@ class Refused(RoundError):
 
 def _check_finite(export: Export, mine: int) -> None:
     """Every float of the export is finite, or the refusal names the client, node and key."""
-    import torch
-
     if not isinstance(export, Mapping):
         raise RoundError(f"client {mine}: its export is a {type(export).__name__}, not a map")
     for node_id, keys in export.items():
@@ -66,15 +67,25 @@ def _check_finite(export: Export, mine: int) -> None:
                     f"client {mine}: node {node_id!r} key {key!r} is a "
                     f"{type(tensor).__name__}, not a tensor"
                 )
-            if (tensor.dtype.is_floating_point or tensor.dtype.is_complex) and not bool(
-                torch.isfinite(tensor).all()
-            ):
+            if (tensor.dtype.is_floating_point or tensor.dtype.is_complex) and not _finite(tensor):
                 bad = int((~torch.isfinite(tensor)).sum())
                 raise Refused(
                     f"client {mine}: node {node_id!r} key {key!r} holds {bad} value"
                     f"{'s' if bad > 1 else ''} that are NaN or infinite; refused, so that it "
                     "cannot poison the average"
                 )
+
+
+_NUMPY_FLOATS = (torch.float16, torch.float32, torch.float64)
+
+
+def _finite(tensor: torch.Tensor) -> bool:
+    """Whether every value of a float (or complex) tensor is finite: numpy's test where
+    numpy holds the tensor as it is (a CPU float tensor outside autograd: a fraction of
+    torch's two dispatches on a small tensor, ~4 a contribution), torch's elsewhere."""
+    if tensor.dtype in _NUMPY_FLOATS and tensor.device.type == "cpu" and not tensor.requires_grad:
+        return bool(numpy.isfinite(tensor.numpy()).all())
+    return bool(torch.isfinite(tensor).all())
 
 
 def signature(store: Store, digest: str) -> Signature:

@@ -21,6 +21,20 @@ def _averager_trusts_values() -> None:
     _replace(soma.round.checks, "check_input", check_input)
 
 
+@mutant("finite_check_blind_to_numpy_floats", caught_by=[_RECORDS, "-k", "any_float_dtype"])
+def _finite_check_blind_to_numpy_floats() -> None:
+    """The finite check's numpy path says every float16/32/64 tensor is finite: a NaN or an
+    infinity of those dtypes is averaged (bfloat16, checked by torch, would still be refused)."""
+    import torch
+
+    import soma.round.checks
+
+    def _finite(tensor):
+        return tensor.dtype in soma.round.checks._NUMPY_FLOATS or bool(torch.isfinite(tensor).all())
+
+    _replace(soma.round.checks, "_finite", _finite)
+
+
 @mutant("client_records_bound", caught_by=[_RECORDS, "-k", "second_contribution"])
 def _client_records_bound() -> None:
     """A client's record is bound, not claimed, and nothing looks before: the last

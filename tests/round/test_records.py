@@ -51,6 +51,22 @@ def test_a_hand_written_record_with_nan_is_refused_before_the_claim_naming_the_c
     assert _claimed(store) == []
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("bad_value", ["nan", "inf", "-inf"])
+def test_a_nan_or_infinity_of_any_float_dtype_is_refused_before_the_claim(
+    tmp_path, dtype: torch.dtype, bad_value: str
+) -> None:
+    """Checked by numpy where it holds the dtype, by torch elsewhere (bfloat16): both refuse."""
+    store = Store(tmp_path)
+    meeting = Meeting("r", 0, 2)
+    bad = {"fc": {k: t.to(dtype) for k, t in _export(1.0)["fc"].items()}}
+    bad["fc"]["b"][2] = float(bad_value)
+    store.keep(meeting.client(1), _client_record(store, store.put_value(bad)))
+    with pytest.raises(RoundError, match=r"client 1's weights .* key 'b' holds 1 value that"):
+        _gather0(store)
+    assert _claimed(store) == []
+
+
 def test_a_record_with_overlapping_tensor_offsets_is_refused_before_the_claim_naming_it(
     tmp_path,
 ) -> None:
