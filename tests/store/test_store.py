@@ -508,7 +508,8 @@ SCALARS = (
     | st.floats(allow_nan=True, allow_infinity=True)
     | st.text(max_size=6)
 )
-DTYPES = [torch.float32, torch.float64, torch.int64, torch.bool, torch.bfloat16, torch.uint8]
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.int64, torch.int32, torch.int8]
+DTYPES += [torch.bool, torch.bfloat16, torch.uint8]  # torch makes bool and bfloat16, numpy the rest
 TENSORS = st.builds(
     lambda dtype, shape, seed: (
         torch.randn(shape, generator=torch.Generator().manual_seed(seed)) * 10
