@@ -331,7 +331,8 @@ def decide(
     for i in inputs:
         meeting.check_client(i.client)
     _check_stored(store, meeting)
-    errors = _refusals(store, meeting, inputs, kept) if inputs else {}
+    with store.reading():  # ~4 blobs an input, from fan-out folders each opened once
+        errors = _refusals(store, meeting, inputs, kept) if inputs else {}
     if errors and not leaves_refused_out(meeting):
         raise next(iter(errors.values()))
     refused = {**(unreadable or {}), **{k: reason(meeting, k, e) for k, e in errors.items()}}

@@ -44,18 +44,19 @@ def roll_call(
         if isinstance(error, StoreUnavailable):
             raise
         digests = [_UNREAD] * len(names)  # one is refused: each read alone, naming its client
-    for k, digest in zip(here, digests, strict=True):
-        try:
-            found = _arrival(store, meeting, k, digest)
-        except SomaError as error:
-            if isinstance(error, StoreUnavailable):
-                raise  # the store did not answer: nothing said about the client
-            unreadable[k] = error
-            continue
-        if isinstance(found, Input):
-            inputs.append(found)
-        elif found is not None:
-            dropped[k] = found
+    with store.reading():  # each record's fan-out folder opened once for all of them
+        for k, digest in zip(here, digests, strict=True):
+            try:
+                found = _arrival(store, meeting, k, digest)
+            except SomaError as error:
+                if isinstance(error, StoreUnavailable):
+                    raise  # the store did not answer: nothing said about the client
+                unreadable[k] = error
+                continue
+            if isinstance(found, Input):
+                inputs.append(found)
+            elif found is not None:
+                dropped[k] = found
     return inputs, dropped, unreadable
 
 

@@ -97,7 +97,9 @@ What a network folder costs, in metadata round trips (NFS calls) per operation:
 - `bind`: stat of the blob, CREATE+WRITE of the temporary, a pass (COMMITs), RENAME, a pass.
 - `claim`: the same with LINK instead of RENAME, a GETATTR only if LINK reports an error,
   and the REMOVE of the temporary.
-- `get`/`recall`: OPEN, READs of the whole blob (verified), CLOSE.
+- `get`/`recall`: OPEN, READs of the whole blob (verified), CLOSE. Inside `reading()` a
+  thread opens each of the 256 fan-out folders once for all the blobs it reads there
+  (soma.store.held: a round's checks); `resolve_many` opens each folder of names once.
 
 What it needs from the folder: link(2) and rename(2) atomic (NFSv3/v4, Lustre, GPFS are);
 close-to-open consistency, so a name written and closed on one machine reads right after

@@ -96,6 +96,7 @@ Backends are found by URL scheme in one place, `BACKENDS` (`s3://` is soma.store
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import tempfile
@@ -506,6 +507,10 @@ class BackendStore(Values):
         check_name(name)
         data = self.backend.resolve(name)
         return None if data is None else self._digest_in(name, data)
+
+    def reading(self) -> contextlib.AbstractContextManager[None]:
+        """What the folder store's `reading` is for: nothing here (no folders to hold)."""
+        return contextlib.nullcontext()
 
     def resolve_many(self, names: Sequence[str]) -> list[str | None]:
         """What `resolve` says of each of `names`, in order (one read a name)."""

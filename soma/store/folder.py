@@ -43,6 +43,7 @@ from soma.store.errors import (
     StoreError,
     UnknownDigest,
 )
+from soma.store.held import HeldFolders
 from soma.store.names import check_name, split_prefix
 from soma.store.patience import Patience
 from soma.store.pipeline import (
@@ -62,7 +63,6 @@ from soma.store.pipeline import (
 from soma.store.safe_open import (
     _a_link,
     _is_folder,
-    _open_file,
     _open_in,
     check_folder,
     symlink_refused,
@@ -126,6 +126,7 @@ class FolderStore(Pipeline, GroupCommit, Values):
         commit._check_durability(self.directory, durability, shared)
         self.durability = durability
         self._blobs, self._paths = self.directory / "blobs", {}  # _paths: see blob_path
+        self._held = HeldFolders(self._blobs)  # see `reading`
         self._names = self.directory / "names"
         self._tmp = self.directory / "tmp"
         self._attic = self.directory / "attic"  # made by the first gc that needs it
@@ -213,6 +214,11 @@ class FolderStore(Pipeline, GroupCommit, Values):
         if stat.S_ISLNK(st.st_mode):
             raise symlink_refused(path, "blob")
         return True
+
+    def reading(self) -> contextlib.AbstractContextManager[None]:
+        """Inside, this thread opens each fan-out folder of blobs once for all the blobs it
+        reads there (soma.store.held): for reading many blobs, a round's inputs."""
+        return self._held.holding()
 
     def blob_path(self, digest: str) -> Path:
         """Where blob `digest` is (or would be); kept in `_paths` (~35 asks a contribution)."""
@@ -465,7 +471,7 @@ class FolderStore(Pipeline, GroupCommit, Values):
         path = self.blob_path(digest)
         for attempt in (0, 1):
             try:
-                f = _open_file(self._blobs, [digest[:2], digest], "blob")
+                f = self._held.open(digest)
             except FileNotFoundError:
                 if attempt or not self._rescue(digest):
                     break

@@ -35,3 +35,15 @@ def _health_ignores_symlinks() -> None:
     import soma.health.reach
 
     _replace(soma.health.reach, "symlinks", lambda store: [])
+
+
+@mutant("held_blob_folder_follows_links", caught_by=[_GUARD, "-k", "reading_many_blobs"])
+def _held_blob_folder_follows_links() -> None:
+    """A fan-out folder held for many reads is opened by its path, following a link planted
+    there: the blobs of a planted folder are read from outside the store."""
+    import soma.store.held
+
+    def _open_in(folder, segments, what):
+        return os.open(folder.joinpath(*segments), os.O_RDONLY | os.O_DIRECTORY)
+
+    _replace(soma.store.held, "_open_in", _open_in)

@@ -148,6 +148,31 @@ def test_resolve_many_refuses_a_planted_link_or_a_corrupt_name_as_resolve_does(t
         store.resolve_many(["run/round/0/client/0"])
 
 
+def test_reading_many_blobs_opens_their_folders_once_and_never_through_a_link(tmp_path) -> None:
+    """Inside `reading()` a thread opens each fan-out folder once (soma.store.held): a folder
+    that is a link is refused there as outside, one held is the store's own even if a link
+    replaces it meanwhile (refused at the next read outside), and nothing stays open after."""
+    store = Store(tmp_path / "store")
+    kept, planted = store.put(b"a blob read twice"), store.put(b"a blob behind a link")
+    kept_folder, planted_folder = store.blob_path(kept).parent, store.blob_path(planted).parent
+    assert kept_folder != planted_folder
+    os.rename(planted_folder, tmp_path / "elsewhere")
+    os.symlink(tmp_path / "elsewhere", planted_folder)
+    open_before = len(os.listdir("/proc/self/fd"))
+    with store.reading():
+        assert store.get(kept) == b"a blob read twice"
+        with pytest.raises(SymlinkInStore, match=f"blobs {planted_folder} is a symbolic link"):
+            store.get(planted)
+        os.rename(kept_folder, tmp_path / "moved")
+        os.symlink(tmp_path / "moved", kept_folder)
+        assert store.get(kept) == b"a blob read twice"  # from the folder held, not the link
+        with store.reading():  # nested: the outer one holds
+            assert store.get(kept) == b"a blob read twice"
+    assert len(os.listdir("/proc/self/fd")) == open_before
+    with pytest.raises(SymlinkInStore, match=f"blobs {kept_folder} is a symbolic link"):
+        store.get(kept)
+
+
 def test_writes_never_go_through_a_planted_link(tmp_path) -> None:
     """A bind, a claim and a blob's install open each folder on their way with no link
     followed: a link planted as a run's names or as a fan-out folder of blobs takes nothing
