@@ -341,7 +341,7 @@ class Pipeline:
             self._install(fd, tmp, digest, replace=existing == _BAD)
         return digest
 
-    def _read_verified(self, path: Path, f: BinaryIO, digest: str, lazy: bool) -> torch.Tensor:
+    def _read_verified(self, path: str, f: BinaryIO, digest: str, lazy: bool) -> torch.Tensor:
         """The whole blob as one uint8 tensor, verified: a view of a copy-on-write mmap of
         the file (lazy, from MAP_FROM bytes on), or memory of its own read while the hash runs
         beside (eager; and lazy below MAP_FROM, where mapping costs more than reading: there
@@ -393,6 +393,6 @@ class Pipeline:
     def _blob_size(self, digest: str) -> int:
         """The size of blob `digest` on disk; 0 when it cannot be told (its read says why)."""
         try:
-            return os.stat(self.blob_path(digest)).st_size
+            return os.stat(self._where(digest)).st_size
         except (OSError, ValueError):
             return 0

@@ -57,7 +57,7 @@ class Values:
 
     def recall_digest(self, digest: str, *, lazy: bool = False) -> object:
         """The value whose record is blob `digest`."""
-        where = str(self.blob_path(digest))
+        where = self._where(digest)
         tree, loose_digest = codecs.parse_record(
             self._get_at_most(digest, codecs.MAX_RECORD), where
         )
@@ -85,6 +85,10 @@ class Values:
             return loose[0]
 
         return codecs.decode(tree, where, tensors, loose_tensors)
+
+    def _where(self, digest: str) -> str:
+        """Where blob `digest` is, as text, for messages (the folder store's spares a Path)."""
+        return str(self.blob_path(digest))
 
     def _get_at_most(self, digest: str, limit: int) -> bytes:
         """The bytes of blob `digest`, verified, refused past `limit` (a record's cap).
