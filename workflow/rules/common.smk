@@ -50,10 +50,12 @@ if config.get("roster"):
     RunSpec.from_config(config).check_charter_at(config["store"])
 
 
-def last_round_group():
+def last_round_group(wildcards=None):
     """The submission of the last round's averaging (the profile's `groups:`, e.g.
     `average=round{round}`), which the finishing jobs join: one Slurm submission fewer a run
-    (issue 35). None without groups (every job its own submission) or run locally."""
+    (issue 35). None without groups (every job its own submission) or run locally. A rule's
+    `group:` function: Snakemake knows the profile's groups when it builds the DAG, not yet
+    when it reads the Snakefile."""
     averaging = "round" if ONE_JOB_A_ROUND else "average"
     named = workflow.group_settings.overwrite_groups.get(averaging)
     return None if named is None else named.format(round=ROUNDS - 1)

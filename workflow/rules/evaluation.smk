@@ -110,7 +110,7 @@ rule summary:
     # In the last round's submission, unless it waits for baselines: there it would hold the
     # last round back until they end (they train beside the rounds, as long as all of them).
     group:
-        None if ALONE or CENTRALIZED else last_round_group()
+        None if ALONE or CENTRALIZED else last_round_group
     conda:
         "../envs/soma.yaml"
     params:

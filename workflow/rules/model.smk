@@ -11,7 +11,7 @@ rule model:
     benchmark:
         f"{LOGS}/benchmark/model.tsv"
     group:
-        last_round_group()  # in the last round's submission (issue 35)
+        last_round_group  # in the last round's submission (issue 35)
     conda:
         "../envs/soma.yaml"
     script:
@@ -30,7 +30,7 @@ rule best:
     benchmark:
         f"{LOGS}/benchmark/best.tsv"
     group:
-        last_round_group()  # in the last round's submission (issue 35)
+        last_round_group  # in the last round's submission (issue 35)
     conda:
         "../envs/soma.yaml"
     script:
