@@ -10,7 +10,7 @@
 
 The same config (tests/fixtures/tiny.yaml with 5 clients and no baselines) runs five ways,
 one after the other, each in a fresh folder: locally (`--cores 2`), and under Slurm with
-profiles/slurm-test (every job its own submission, the Slurm plugin's executor), a round per
+profiles/slurm-test (every job its own submission, `soma-slurm`), a round per
 submission (Snakemake's `groups:`) run inside by the Slurm plugin's executor (`slurm`: the
 jobs one after another, each a job step of its own Snakemake; profiles/slurm-test-rounds as
 it was, with its rounds declared serial) and profiles/slurm-test-rounds (`soma-slurm`: the

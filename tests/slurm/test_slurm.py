@@ -827,8 +827,8 @@ def test_the_profiles_name_the_workflows_rules_and_the_test_cluster(tmp_path) ->
     user = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())
     test = yaml.safe_load((PROFILE / "config.yaml").read_text())
     rounds = yaml.safe_load((ROUNDS_PROFILE / "config.yaml").read_text())
-    assert user["executor"] == rounds["executor"] == "soma-slurm"  # a round side by side
-    assert test["executor"] == "slurm"  # a job per submission, as the plugin runs it
+    # a round side by side; a job per submission, its end seen within a second
+    assert user["executor"] == rounds["executor"] == test["executor"] == "soma-slurm"
     for profile in (user, test, rounds):
         assert profile["retries"] == 1
         assert set(profile.get("set-resources", {})) <= rules
@@ -841,7 +841,7 @@ def test_the_profiles_name_the_workflows_rules_and_the_test_cluster(tmp_path) ->
     assert "slurm_partition" not in user["default-resources"], "the user's to fill in"
     assert test["default-resources"]["slurm_partition"] == PARTITION
     assert test["default-resources"]["slurm_account"] == ACCOUNT
-    assert test["slurm-init-seconds-before-status-checks"] == 1
+    assert test["soma-slurm-init-seconds-before-status-checks"] == 1
     assert rounds["soma-slurm-init-seconds-before-status-checks"] == 1
 
 
