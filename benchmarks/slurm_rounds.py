@@ -22,9 +22,9 @@ its wall time counted from `sbatch --wait` to its end, queueing included). It pr
 wall time, the Slurm submissions, and the ratio to the local run of the same
 `clients_per_job`; and whether the receipts are the local run's, byte for byte. Targets: a
 round per submission within 2x local (issue 11), one allocation within 1.2x (issue 25), the
-profile path (profiles/slurm: soma-slurm) within 1.5x (issue 35: met by 10 rounds x 10
-clients with a train job a client, 1.32x; not by 2 x 5, 1.63x and 2.15x, nor by a round one
-job at 10 x 10, 3.34x: a submission, its queueing and a Snakemake start, ~7 s a round).
+profile path (profiles/slurm: soma-slurm) within 1.5x (issue 35: met with a train job a
+client, 1.45x at 2 rounds x 5 clients and 1.32x at 10 x 10; not with a round one job, 1.97x
+and 3.34x: a submission, its queueing and a Snakemake start, ~7 s a round).
 """
 
 from __future__ import annotations
