@@ -18,7 +18,19 @@ def _small_blobs_read_side_by_side() -> None:
 
 @mutant("small_blob_hashed_beside", caught_by=[_SMALL])
 def _small_blob_hashed_beside() -> None:
-    """A thread hashes beside the read of a blob of one chunk."""
+    """A thread hashes beside the read of a blob of one chunk (written or read small)."""
+    import threading
+
     from soma.store import pipeline
 
     pipeline._Inline = pipeline._Beside
+    real = pipeline._read_small
+
+    def read_small(f, size, h):
+        done = []
+        thread = threading.Thread(target=lambda: done.append(real(f, size, h)))
+        thread.start()
+        thread.join()
+        return done[0]
+
+    pipeline._read_small = read_small
