@@ -4,6 +4,11 @@ Tiers (markers, declared in pyproject.toml): `slurm` (needs the test cluster), `
 session's SeaweedFS), `workflow` (runs snakemake), `mutants` (reruns tests under each mutant),
 `slow` (spawns processes or trains for seconds). Every test with none of them is also marked
 `fast`: `python -m pytest -q -m fast` is the developer's tier, CI runs everything.
+
+CI runs two pytest-xdist workers (`-n 2 --dist loadgroup`, the README's command). Two tiers go
+to one worker whole (xdist_group): the Slurm tests share a cluster of one node, and the
+mutants' runs are started by one fixture, two at a time. Being the largest units, xdist hands
+them out first, one to each worker, and the other tests fill in beside and after them.
 """
 
 import sys
@@ -22,6 +27,7 @@ from s3_bucket import bucket  # noqa: E402,F401  (the session's S3 server, for a
 from tiny_run import tiny_run  # noqa: E402,F401  (one finished tiny run, read-only)
 
 HEAVY = ("slurm", "s3", "workflow", "mutants", "slow")
+WHOLE = ("slurm", "mutants")  # each run by one xdist worker, start to end
 
 
 def _tiers_of(item: pytest.Item) -> set[str]:
@@ -42,10 +48,13 @@ def _tiers_of(item: pytest.Item) -> set[str]:
     return tiers
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         tiers = _tiers_of(item)
         for tier in sorted(tiers):
             item.add_marker(tier)
+            if tier in WHOLE:
+                item.add_marker(pytest.mark.xdist_group(tier))
         if not tiers:
             item.add_marker("fast")
