@@ -92,8 +92,8 @@ def _stop(server: LocalBucket) -> None:
     the server."""
     if not server.running():
         return
-    print("soma bucket serve: stopping the S3 server (Ctrl-C again kills it)", file=sys.stderr)
-    try:
+    try:  # the line is said inside: a second signal right after it is caught, not escaped
+        print("soma bucket serve: stopping the S3 server (Ctrl-C again kills it)", file=sys.stderr)
         status = server.stop()
     except KeyboardInterrupt:
         server.kill()
