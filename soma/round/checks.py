@@ -120,7 +120,7 @@ def check_input(
     hand). The weights' signature (nodes, keys, shapes, dtypes). What was read, verified and
     found sound is kept in `kept` (by digest) for the averaging to fold without reading it
     again."""
-    from soma.store.errors import StoreError
+    from soma.store.errors import StoreError, UnknownDigest
 
     name = meeting.client(given.client)
     found: Signature = {}
@@ -133,6 +133,10 @@ def check_input(
         except (StoreError, OSError) as error:
             if _transient(error):
                 raise
+            if isinstance(error, UnknownDigest) and not store.has(digest):  # asked only now
+                raise RoundError(
+                    f"{meeting.what}: client {given.client}'s {what} {digest} are not in the store"
+                ) from None
             raise Refused(
                 f"{whose} cannot be read, refused before anything is claimed: "
                 f"{type(error).__name__}: {error}"
@@ -165,16 +169,12 @@ def refuse_input(
     """Everything about one client's input alone, refused naming the client (a RoundError,
     a RecordError, a SigningError...): its weights in the store and sound, its size, its
     network the round's start's (when there is one), its signed record. Its signature."""
-    where = f"{meeting.what}: client {given.client}"
-    for digest, what in [(given.weights, "weights"), (given.extra, "extra")]:
-        if digest is not None and not store.has(digest):
-            raise RoundError(f"{where}'s {what} {digest} are not in the store")
     try:
         _check_size(given.size, given.client)
     except RoundError as error:
         raise RoundError(f"{meeting.what}: {error}") from None
     theirs = check_input(store, meeting, given, kept=kept)
-    if start is not None:
+    if start is not None and theirs != start:  # spelled only where they differ
         problem = first_difference(start, theirs, "the round's start", f"client {given.client}")
         if problem:
             raise RoundError(f"{meeting.what}: two different networks: {problem}")

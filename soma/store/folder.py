@@ -97,14 +97,25 @@ def _patiently(method: F) -> F:
 
     @functools.wraps(method)
     def retried(self: FolderStore, *args: Any, **kwargs: Any) -> Any:
+        started = time.monotonic()
+        try:  # the first attempt bare: ~4 us a request less, ~5 requests a contribution
+            return method(self, *args, **kwargs)
+        except OSError as error:
+            if isinstance(error, StoreError) or not (
+                transient(error) or error.errno in unwritable.REFUSED_ERRNOS
+            ):
+                raise
+            failed = (started, error)
+
         def what() -> str:  # only when it failed: nothing spelled on the way through
             shown = ", ".join(repr(a)[:80] for a in args if not isinstance(a, bytes | memoryview))
             return f"{method.__name__}({shown}) in {self!r}"
 
         with unwritable.refusing(self.directory):
             return self.patience.retrying(
-                lambda: method(self, *args, **kwargs), transient=transient, what=what
-            )
+                lambda: method(self, *args, **kwargs), transient=transient, what=what,
+                failed=failed,
+            )  # fmt: skip
 
     return retried  # type: ignore[return-value]
 

@@ -66,27 +66,33 @@ class Patience:
         transient: Callable[[BaseException], bool],
         what: Callable[[], str],
         sleep: Callable[[float], None] = time.sleep,
+        failed: tuple[float, Exception] | None = None,
     ) -> T:
         """`call()`, repeated while it raises what `transient` says may pass, for up to
         `seconds`; then StoreUnavailable naming `what()` and the last error. Anything else
-        it raises goes through untouched."""
-        started = time.monotonic()
+        it raises goes through untouched. `failed`: (when it was started, what it raised),
+        where the caller made the first attempt itself (a request that succeeds then pays
+        no closure, no context and no clock of this one's)."""
+        started, error = (time.monotonic(), None) if failed is None else failed
         delay, attempts = self.first, 0
         while True:
-            try:
-                return call()
-            except Exception as error:
-                if not transient(error):
-                    raise
-                attempts += 1
-                spent = time.monotonic() - started
-                if spent + delay > self.seconds:
-                    raise StoreUnavailable(
-                        f"{what()} failed {attempts} time{'s' if attempts > 1 else ''} over "
-                        f"{spent:.1f}s, the store's patience being {self.seconds:g}s "
-                        f"({ENVIRONMENT}): {type(error).__name__}: {error}"
-                    ) from error
-                LOG.warning("%s failed (%s: %s); retrying in %.1fs", what(), type(error).__name__,
-                            error, delay)  # fmt: skip
-                sleep(delay)
-                delay = min(delay * 2, self.cap)
+            if error is None:
+                try:
+                    return call()
+                except Exception as raised:
+                    error = raised
+            if not transient(error):
+                raise error
+            attempts += 1
+            spent = time.monotonic() - started
+            if spent + delay > self.seconds:
+                raise StoreUnavailable(
+                    f"{what()} failed {attempts} time{'s' if attempts > 1 else ''} over "
+                    f"{spent:.1f}s, the store's patience being {self.seconds:g}s "
+                    f"({ENVIRONMENT}): {type(error).__name__}: {error}"
+                ) from error
+            LOG.warning("%s failed (%s: %s); retrying in %.1fs", what(), type(error).__name__,
+                        error, delay)  # fmt: skip
+            error = None
+            sleep(delay)
+            delay = min(delay * 2, self.cap)
