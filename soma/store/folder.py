@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import hashlib
 import os
 import secrets
@@ -21,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, BinaryIO
 
 import torch
 
@@ -34,15 +33,10 @@ from soma.files import (
     write_all,
     write_atomic,
 )
-from soma.store import commit, name_files, safe_open, tensorfile, unwritable
+from soma.store import commit, folder_retries, name_files, safe_open, tensorfile, unwritable
 from soma.store.commit import GroupCommit
-from soma.store.errors import (
-    BadBlob,
-    CorruptBlob,
-    NameConflict,
-    StoreError,
-    UnknownDigest,
-)
+from soma.store.errors import BadBlob, CorruptBlob, NameConflict, UnknownDigest
+from soma.store.folder_retries import patiently
 from soma.store.held import HeldFolders
 from soma.store.names import check_name, split_prefix
 from soma.store.patience import Patience
@@ -68,56 +62,6 @@ from soma.store.safe_open import (
     symlink_refused,
 )
 from soma.store.values import Values
-
-# What a file system says while it recovers (an NFS server restarting or failing over, a
-# handle gone stale, a lock or a device busy): retried within the store's patience
-# (soma.store.patience). A full disk or quota (ENOSPC, EDQUOT) is not: it is an operator's to
-# free, and a client that met it fails at once, naming the store; nor is anything that says
-# what is there (ENOENT, EEXIST) or what may not be done (EACCES, EROFS).
-TRANSIENT_ERRNOS = frozenset(
-    {errno.ESTALE, errno.EIO, errno.EAGAIN, errno.ETIMEDOUT, errno.EBUSY, errno.ENOLCK}
-)
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def transient(error: BaseException) -> bool:
-    """Whether the folder's `error` may pass if the request is made again."""
-    return (
-        isinstance(error, OSError)
-        and not isinstance(error, StoreError)
-        and error.errno in TRANSIENT_ERRNOS
-    )
-
-
-def _patiently(method: F) -> F:
-    """`method`, retried within the store's patience while the folder fails transiently: every
-    operation wrapped so is idempotent (a put of bytes already there, a bind of the same
-    digest, a read), so doing it again is safe whatever the failed attempt left."""
-
-    @functools.wraps(method)
-    def retried(self: FolderStore, *args: Any, **kwargs: Any) -> Any:
-        started = time.monotonic()
-        try:  # the first attempt bare: ~4 us a request less, ~5 requests a contribution
-            return method(self, *args, **kwargs)
-        except OSError as error:
-            if isinstance(error, StoreError) or not (
-                transient(error) or error.errno in unwritable.REFUSED_ERRNOS
-            ):
-                raise
-            failed = (started, error)
-
-        def what() -> str:  # only when it failed: nothing spelled on the way through
-            shown = ", ".join(repr(a)[:80] for a in args if not isinstance(a, bytes | memoryview))
-            return f"{method.__name__}({shown}) in {self!r}"
-
-        with unwritable.refusing(self.directory):
-            return self.patience.retrying(
-                lambda: method(self, *args, **kwargs), transient=transient, what=what,
-                failed=failed,
-            )  # fmt: skip
-
-    return retried  # type: ignore[return-value]
 
 
 class FolderStore(Pipeline, GroupCommit, Values):
@@ -275,7 +219,9 @@ class FolderStore(Pipeline, GroupCommit, Values):
 
         with unwritable.refusing(self.directory):
             return self.patience.retrying(
-                attempt, transient=transient, what=lambda: f"claim of {name!r} in {self!r}"
+                attempt,
+                transient=folder_retries.transient,
+                what=lambda: f"claim of {name!r} in {self!r}",
             )
 
     def _claim_once(self, name: str, digest: str, *, at_commit: bool = False) -> bool:
@@ -427,20 +373,20 @@ class FolderStore(Pipeline, GroupCommit, Values):
     # Every request the rest of soma makes, retried within the store's patience (`claim`
     # above has its own: see there). Nested ones (put_value's puts) retry innermost first;
     # one that ran out raises StoreUnavailable, which nothing retries again.
-    put = _patiently(put)
-    get = _patiently(get)
-    has = _patiently(has)
-    bind = _patiently(bind)
-    forget = _patiently(forget)
-    resolve = _patiently(resolve)
-    resolve_many = _patiently(resolve_many)
-    bound = _patiently(bound)
-    entries = _patiently(entries)
-    get_tensors = _patiently(get_tensors)
-    describe = _patiently(describe)
-    put_value = _patiently(Values.put_value)
-    put_tensors = _patiently(Values.put_tensors)
-    recall_digest = _patiently(Values.recall_digest)
+    put = patiently(put)
+    get = patiently(get)
+    has = patiently(has)
+    bind = patiently(bind)
+    forget = patiently(forget)
+    resolve = patiently(resolve)
+    resolve_many = patiently(resolve_many)
+    bound = patiently(bound)
+    entries = patiently(entries)
+    get_tensors = patiently(get_tensors)
+    describe = patiently(describe)
+    put_value = patiently(Values.put_value)
+    put_tensors = patiently(Values.put_tensors)
+    recall_digest = patiently(Values.recall_digest)
 
     def _commit(self, queued: list[Any]) -> None:
         """A group's end (soma.store.commit), an unwritable store said as at any write."""
