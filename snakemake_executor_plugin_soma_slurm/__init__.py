@@ -14,11 +14,13 @@ request is what runs. The one step keeps the time limit's signal: Slurm's `--sig
 the processes of job steps, not the batch shell's (soma.slurm.time_limit).
 
 And a submission says when it ended: its last act is an empty file named for it in a folder
-of the run (`.snakemake/soma_slurm/<run>/`), which the main process lists every second
-between the plugin's status checks. Once one is there Slurm is asked again within a second,
+of the run (`.snakemake/soma_slurm/<run>/`), which the main process lists four times a
+second between the plugin's status checks. Once one is there Slurm is asked again within a
+quarter of a second (then after a half, one, one... while it still says the job runs),
 instead of at the plugin's next check (1 s after a submission, then 10, 20, 30 s... later
 while nothing ended: a round of 20 s was seen ended after 33 s). Where the file is not seen
-(a job killed, a file system that shows it late), the plugin's checks go on as before.
+(a job killed, a file system that shows it late), the plugin's checks go on as before. The
+wait also ends at Snakemake's shutdown, which waits for it (up to the plugin's interval).
 
 Everything else is the Slurm plugin's: submission, status polling, cancelling, its settings
 (under this plugin's prefix: `--soma-slurm-status-command`, ...). Snakemake finds executor

@@ -24,8 +24,11 @@ __all__ = ["Executor", "ExecutorSettings", "common_settings", "ended_marker", "s
 
 # Snakemake's name for its executor that runs jobs as processes on this machine.
 LOCAL = "--executor local"
-# Seconds between two looks at the folder of ended submissions.
-TICK = 1.0
+# Seconds between two looks at the folder of ended submissions (a listdir: cheap), and the
+# first wait after a marker is seen before Slurm is asked; it doubles while Slurm still says
+# the job runs (its batch shell exiting, the node reporting), up to a second.
+TICK = 0.25
+HURRIED_MAX = 1.0
 
 
 def step_command(job_exec: str, python: str, srun: str, cpus: int) -> str:
@@ -68,6 +71,7 @@ class Executor(SlurmExecutor):
         self._ended: Path | None = None  # the folder of ended submissions, once there
         self._names = itertools.count()
         self._marker: dict[int, str] = {}  # id(job) -> its marker's name, for its last submission
+        self._hurried = TICK  # the wait after a marker is seen, until Slurm says it ended
         super().__init__(workflow, logger)
 
     def __post_init__(self, test_mode: bool = False) -> None:
@@ -96,12 +100,15 @@ class Executor(SlurmExecutor):
 
     async def sleep(self) -> None:
         """The plugin's wait before its next status check, cut short by a submission's
-        marker: Slurm is then asked within TICK (and each TICK, until it says the job ended)."""
+        marker (Slurm is then asked within TICK, again after 2, 4... TICKs while it says
+        the job runs) and by Snakemake's shutdown, which waits for this to return."""
         waited = 0.0
-        while waited < self.next_seconds_between_status_checks:
+        while waited < self.next_seconds_between_status_checks and self.wait:
             if self._one_ended():
-                await asyncio.sleep(TICK)  # Slurm needs a moment to call the job ended
+                await asyncio.sleep(self._hurried)  # Slurm needs a moment to call it ended
+                self._hurried = min(2 * self._hurried, HURRIED_MAX)
                 return
+            self._hurried = TICK
             await asyncio.sleep(TICK)
             waited += TICK
 

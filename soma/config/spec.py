@@ -599,13 +599,14 @@ class RunSpec:
     def _check_roster(self) -> None:
         """The roster names every client of the run; and this process (or site) holds the
         private key of each client it hosts, the roster's (soma.round.signing)."""
-        from soma.round.signing import SigningError
-
         if self.roster is None:
             for given in ("keys", "averagers"):
                 if getattr(self, given) is not None:
                     raise self.refused(f"{self.named(given)} given without a roster: nothing signs")
             return
+        # imported only for a roster: soma.round imports torch, 2 s of every Snakemake start
+        from soma.round.signing import SigningError
+
         for k in self.averagers or ():
             if not 0 <= k < self.clients:
                 raise self.refused(

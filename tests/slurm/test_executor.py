@@ -58,6 +58,39 @@ def test_a_submission_leaves_its_marker_whether_it_ends_well_or_not(tmp_path, co
     assert marker.is_file()
 
 
+def waiting(tmp_path, wait: bool = True):
+    """The executor as its status thread sees it between two checks: one submission active,
+    the plugin's next check 10 minutes away."""
+    from types import SimpleNamespace
+
+    from snakemake_executor_plugin_soma_slurm.executor import TICK
+
+    executor = object.__new__(plugin.Executor)
+    job = SimpleNamespace(name="round0")
+    executor._ended, executor._marker, executor._hurried = tmp_path, {id(job): "0"}, TICK
+    executor.active_jobs, executor.wait = [SimpleNamespace(job=job)], wait
+    executor.next_seconds_between_status_checks = 600
+    return executor
+
+
+def test_the_wait_for_a_status_check_ends_at_a_marker_and_at_shutdown(tmp_path):
+    """A submission's marker has Slurm asked at once, again sooner while it says the job
+    runs; Snakemake's shutdown, which waits for the wait, ends it too."""
+    import asyncio
+
+    from snakemake_executor_plugin_soma_slurm.executor import HURRIED_MAX, TICK
+
+    executor = waiting(tmp_path)
+    with pytest.raises(TimeoutError):  # nothing ended: the plugin's interval holds
+        asyncio.run(asyncio.wait_for(executor.sleep(), 3 * TICK))
+    (tmp_path / "0").touch()
+    for hurried in (2 * TICK, 4 * TICK, HURRIED_MAX, HURRIED_MAX):
+        asyncio.run(asyncio.wait_for(executor.sleep(), 5))
+        assert executor._hurried == hurried
+    (tmp_path / "0").unlink()
+    asyncio.run(asyncio.wait_for(waiting(tmp_path, wait=False).sleep(), 5))
+
+
 def test_without_the_slurm_plugin_snakemake_starts_and_soma_slurm_refuses_naming_it():
     """Snakemake imports every executor plugin it finds at its start: soma's must import
     where snakemake-executor-plugin-slurm is not installed (soma without its workflow extra),

@@ -143,6 +143,17 @@ def test_a_dry_run_shows_the_dag_of_rounds(tmp_path) -> None:
 
 
 @pytest.mark.workflow
+def test_reading_the_snakefile_imports_no_torch(tmp_path) -> None:
+    """Snakemake reads the Snakefile at every start, each Slurm submission's included: torch's
+    import (2 s on the test machine) belongs to the jobs that train, not to the parse."""
+    env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
+    plan = ok(snakemake(tmp_path, "-n", env=env))
+    imported = re.findall(r"^import time:.*\|\s*(\S+)$", plan, flags=re.MULTILINE)
+    assert "soma.config.spec" in imported and "snakemake.workflow" in imported
+    assert [name for name in imported if name.split(".")[0] == "torch"] == []
+
+
+@pytest.mark.workflow
 def test_a_thousand_rounds_build_their_dag(tmp_path) -> None:
     """A deep chain of rounds: each round's clients wait for the round before."""
     plan = ok(
