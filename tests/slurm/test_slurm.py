@@ -370,9 +370,9 @@ def test_the_workflow_under_slurm_gives_the_receipts_of_a_local_run(workflow_run
 @pytest.mark.parametrize("per_job", [1], ids=["a-job-per-client"])
 def test_a_round_per_submission_gives_the_receipts_of_a_local_run(cluster, tmp_path, per_job):
     """profiles/slurm-test-rounds groups each round's jobs into one Slurm job: 2 rounds x 3
-    clients are 2 submissions (the start in round 0's; the summary, the model and the best
-    round in round 1's, no baseline being trained), and every receipt is the local run's,
-    byte for byte."""
+    clients are 2 submissions (the start in round 0's; round 0's evaluation beside round 1's
+    training, in its submission, with the summary, the model and the best round, no baseline
+    being trained), and every receipt is the local run's, byte for byte."""
     session = Slurm(f"rounds-{per_job}")
     under_slurm, local = tmp_path / "slurm", tmp_path / "local"
     for workdir in (under_slurm, local):
@@ -394,12 +394,12 @@ def test_a_round_per_submission_gives_the_receipts_of_a_local_run(cluster, tmp_p
     # Snakemake names a group by its first five rules, sorted
     if per_job == 1:
         rounds = [
-            "group_round0_average_evaluate_start_train",
+            "group_round0_average_start_train",
             "group_round1_average_best_evaluate_model_summary_...",
         ]
-    else:  # a round is one job (rule `round`), and its evaluation
+    else:  # a round is one job (rule `round`)
         rounds = [
-            "group_round0_evaluate_round_start",
+            "group_round0_round_start",
             "group_round1_best_evaluate_model_round_summary",
         ]
     assert folders == rounds, by_slurm.tail()

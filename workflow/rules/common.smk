@@ -50,15 +50,27 @@ if config.get("roster"):
     RunSpec.from_config(config).check_charter_at(config["store"])
 
 
-def last_round_group(wildcards=None):
-    """The submission of the last round's averaging (the profile's `groups:`, e.g.
-    `average=round{round}`), which the finishing jobs join: one Slurm submission fewer a run
-    (issue 35). None without groups (every job its own submission) or run locally. A rule's
-    `group:` function: Snakemake knows the profile's groups when it builds the DAG, not yet
-    when it reads the Snakefile."""
+def averaging_group(round_):
+    """The submission of round `round_`'s averaging (the profile's `groups:`, e.g.
+    `average=round{round}`). None without groups (every job its own submission) or run
+    locally. For a rule's `group:` function: Snakemake knows the profile's groups when it
+    builds the DAG, not yet when it reads the Snakefile."""
     averaging = "round" if ONE_JOB_A_ROUND else "average"
     named = workflow.group_settings.overwrite_groups.get(averaging)
-    return None if named is None else named.format(round=ROUNDS - 1)
+    return None if named is None else named.format(round=round_)
+
+
+def last_round_group(wildcards=None):
+    """The last round's submission, which the finishing jobs join: one Slurm submission
+    fewer a run (issue 35)."""
+    return averaging_group(ROUNDS - 1)
+
+
+def evaluation_group(wildcards):
+    """Round r's evaluation in round r+1's submission (the last round's in its own), beside
+    r+1's training, which needs only r's average, as a local run runs them: the next round
+    is not submitted behind an evaluation (issue 35)."""
+    return averaging_group(min(int(wildcards.round) + 1, ROUNDS - 1))
 
 
 def here(clients):

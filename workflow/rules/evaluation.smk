@@ -13,6 +13,8 @@ rule evaluate:
         f"{LOGS}/round/{{round}}/evaluation.log",
     benchmark:
         f"{LOGS}/benchmark/round/{{round}}/evaluation.tsv"
+    group:
+        evaluation_group  # in the next round's submission (issue 35)
     conda:
         "../envs/soma.yaml"
     threads: config["threads"]
