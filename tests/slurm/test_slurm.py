@@ -369,15 +369,15 @@ def test_the_workflow_under_slurm_gives_the_receipts_of_a_local_run(workflow_run
 # run locally by test_scale, and here only a job per client, to keep the suite's time
 @pytest.mark.parametrize("per_job", [1], ids=["a-job-per-client"])
 def test_a_round_per_submission_gives_the_receipts_of_a_local_run(cluster, tmp_path, per_job):
-    """profiles/slurm-test-rounds groups each round's jobs into one Slurm job: 2 rounds x 3
-    clients are 2 submissions (the start in round 0's; round 0's evaluation beside round 1's
-    training, in its submission, with the summary, the model and the best round, no baseline
-    being trained), and every receipt is the local run's, byte for byte."""
+    """profiles/slurm-test-rounds groups each round's jobs into one Slurm job: 3 rounds x 3
+    clients are 3 submissions (the start in round 0's; a round's evaluation in the next
+    round's, beside its training, the last with the summary, the model and the best round,
+    no baseline being trained), and every receipt is the local run's, byte for byte."""
     session = Slurm(f"rounds-{per_job}")
     under_slurm, local = tmp_path / "slurm", tmp_path / "local"
     for workdir in (under_slurm, local):
         workdir.mkdir()
-        write_config(workdir, clients=3, clients_per_job=per_job)
+        write_config(workdir, clients=3, rounds=3, clients_per_job=per_job)
     try:  # the local run goes on beside the Slurm run, as in workflow_runs
         beside = session.start(snakemake(local), cwd=local)
         command = snakemake(under_slurm, slurm=session, profile=ROUNDS_PROFILE)
@@ -391,20 +391,24 @@ def test_a_round_per_submission_gives_the_receipts_of_a_local_run(cluster, tmp_p
     completed(jobs)
     folders = sorted(Path(log).parent.name for log in jobs.values())
     # the digits task evaluates on each client's own data: its best round too (rule `best`);
-    # Snakemake names a group by its first five rules, sorted
+    # Snakemake names a group by its first five rules, sorted; round 0's evaluation is a part
+    # of round 1's group apart from its jobs (the profile's group-components keep it in)
     if per_job == 1:
         rounds = [
             "group_round0_average_start_train",
-            "group_round1_average_best_evaluate_model_summary_...",
+            "group_round1_average_evaluate_train",
+            "group_round2_average_best_evaluate_model_summary_...",
         ]
     else:  # a round is one job (rule `round`)
         rounds = [
             "group_round0_round_start",
-            "group_round1_best_evaluate_model_round_summary",
+            "group_round1_evaluate_round",
+            "group_round2_best_evaluate_model_round_summary",
         ]
     assert folders == rounds, by_slurm.tail()
     assert receipts(under_slurm) == receipts(local)
-    assert len(receipts(local)) == 7 + (6 if per_job == 1 else 2)  # run, start, 2+2, tsv
+    # run, start, best; an average and an evaluation a round; a client's receipt or a round's
+    assert len(receipts(local)) == 3 + 2 * 3 + (3 * 3 if per_job == 1 else 3)
 
 
 def test_a_secure_round_per_submission_gives_the_receipts_of_a_local_run(cluster, tmp_path):
