@@ -31,7 +31,11 @@ is made the first time it is needed (and made durable by the pass after it).
 The hash is sha256 (hashlib, OpenSSL): it is the digest everybody can check with
 `sha256sum`, it runs at about the speed of a disk (~1 GB/s a core), and nobody can make two
 blobs collide. Every read verifies it: a blob whose bytes no longer hash to its name is
-refused with its path and both digests (`CorruptBlob`).
+refused with its path and both digests (`CorruptBlob`). The one exception is a small blob
+(at most 64 KiB) the same store object wrote in this process lately: its read returns the
+bytes that were hashed when it was written, from memory (soma.store.written), so a file
+damaged since is refused by every other reader, and by this one once the blob has left
+that memory (32 MiB, oldest first), not at once by its writer.
 
 Bytes — `put(data) -> digest`, `get(digest) -> bytes`. Putting what is already there is
 one stat and no write (and, at most once a minute, a utime: see "Health").
@@ -97,7 +101,8 @@ What a network folder costs, in metadata round trips (NFS calls) per operation:
 - `bind`: stat of the blob, CREATE+WRITE of the temporary, a pass (COMMITs), RENAME, a pass.
 - `claim`: the same with LINK instead of RENAME, a GETATTR only if LINK reports an error,
   and the REMOVE of the temporary.
-- `get`/`recall`: OPEN, READs of the whole blob (verified), CLOSE. Inside `reading()` a
+- `get`/`recall`: OPEN, READs of the whole blob (verified), CLOSE; none for a small blob
+  this store wrote lately (soma.store.written). Inside `reading()` a
   thread opens each of the 256 fan-out folders once for all the blobs it reads there
   (soma.store.held: a round's checks); `resolve_many` opens each folder of names once.
 

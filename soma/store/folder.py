@@ -33,7 +33,15 @@ from soma.files import (
     write_all,
     write_atomic,
 )
-from soma.store import commit, folder_retries, name_files, safe_open, tensorfile, unwritable
+from soma.store import (
+    commit,
+    folder_retries,
+    name_files,
+    safe_open,
+    tensorfile,
+    unwritable,
+    written,
+)
 from soma.store.commit import GroupCommit
 from soma.store.errors import BadBlob, CorruptBlob, NameConflict, UnknownDigest
 from soma.store.folder_retries import patiently
@@ -62,6 +70,7 @@ from soma.store.safe_open import (
     symlink_refused,
 )
 from soma.store.values import Values
+from soma.store.written import Written
 
 
 class FolderStore(Pipeline, GroupCommit, Values):
@@ -82,6 +91,7 @@ class FolderStore(Pipeline, GroupCommit, Values):
         self.durability = durability
         self._blobs, self._paths = self.directory / "blobs", {}  # _paths: see blob_path
         self._held = HeldFolders(self._blobs)  # see `reading`
+        self._written = Written()  # small blobs this store wrote: read from memory
         self._names = self.directory / "names"
         self._tmp = self.directory / "tmp"
         self._attic = self.directory / "attic"  # made by the first gc that needs it
@@ -127,6 +137,8 @@ class FolderStore(Pipeline, GroupCommit, Values):
         "Health"): no write at all."""
         view = memoryview(data).cast("B")
         digest = hashlib.sha256(view).hexdigest()
+        if len(view) <= written.SMALL:  # the very bytes hashed: what a read here returns
+            self._written.add(digest, data if isinstance(data, bytes) else view.tobytes())
         there = self._existing_blob(digest, len(view))
         if there != _SOUND:
             fd, tmp = self._temp("blob")
@@ -148,12 +160,15 @@ class FolderStore(Pipeline, GroupCommit, Values):
     def _get_at_most(self, digest: str, limit: int | None) -> bytes:
         """`get`, refused before a byte is read when the file is longer than `limit` (a
         record's cap, soma.store.values): a file planted under a record's digest costs its
-        size on disk, not its size in memory."""
+        size on disk, not its size in memory. A small blob this store wrote lately is the
+        bytes it hashed then (soma.store.written): no file is read."""
+        kept = self._written.get(check_digest(digest))
+        if kept is not None:
+            _within(self._where(digest), len(kept), limit)
+            return kept
         path, f = self._open_blob(digest)
         with f:
-            size = os.fstat(f.fileno()).st_size
-            if limit is not None and size > limit:
-                raise BadBlob(f"blob {path} is {size} bytes, more than the {limit} allowed here")
+            _within(path, os.fstat(f.fileno()).st_size, limit)
             data = f.read()
             self._verify(path, digest, hashlib.sha256(data).hexdigest(), f.fileno())
         return data
@@ -355,11 +370,17 @@ class FolderStore(Pipeline, GroupCommit, Values):
         """The tensors of safetensors blob `digest`, verified, then checked before use.
 
         Eager: one read into memory the tensors share. Lazy: a copy-on-write mmap of the
-        file, so the pages are the file's until a tensor is written to.
+        file, so the pages are the file's until a tensor is written to. A small blob this
+        store wrote lately: a copy of the bytes it hashed then (soma.store.written).
         """
-        path, f = self._open_blob(digest)
-        with f:
-            base = self._read_verified(path, f, digest, lazy)
+        kept = self._written.get(check_digest(digest))
+        if kept is not None:
+            path = self._where(digest)
+            base = torch.frombuffer(bytearray(kept), dtype=torch.uint8)
+        else:
+            path, f = self._open_blob(digest)
+            with f:
+                base = self._read_verified(path, f, digest, lazy)
         entries = tensorfile.read_header(memoryview(base.numpy()), path)
         return tensorfile.tensors_from(base, entries, path)
 
@@ -650,6 +671,12 @@ class FolderStore(Pipeline, GroupCommit, Values):
                 folder = inner
         finally:
             os.close(folder)
+
+
+def _within(path: str, size: int, limit: int | None) -> None:
+    """BadBlob unless a blob of `size` bytes is within `limit` (None: any size)."""
+    if limit is not None and size > limit:
+        raise BadBlob(f"blob {path} is {size} bytes, more than the {limit} allowed here")
 
 
 def _unlink_quietly(path: str) -> None:

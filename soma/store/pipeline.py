@@ -25,7 +25,7 @@ from typing import BinaryIO
 import torch
 
 from soma.files import write_all
-from soma.store import tensorfile
+from soma.store import tensorfile, written
 from soma.store.errors import BadDigest
 
 _DIGEST = re.compile("[0-9a-f]{64}")  # checked ~40 times a contribution: no set built
@@ -261,7 +261,7 @@ class Pipeline:
     """The folder store's hash-and-write of planned tensor blobs and its verified reads.
 
     A mixin of soma.store.folder.FolderStore, which provides `_existing_blob`, `_temp`,
-    `_abandon`, `_install`, `_verify`, `get_tensors`, `blob_path`, `_beside` and
+    `_abandon`, `_install`, `_verify`, `get_tensors`, `blob_path`, `_written`, `_beside` and
     `_always_beside`.
     """
 
@@ -299,7 +299,11 @@ class Pipeline:
 
     def _put_plan(self, plan: tensorfile.TensorPlan) -> str:
         """Write a planned safetensors blob: hash and write side by side (large, and likely
-        new), or hash first and write only if new (small, or these tensors kept before)."""
+        new), or hash first and write only if new (small, or these tensors kept before). A
+        small one is laid out as one bytes, hashed and written by `put`, which keeps it for
+        reads here (soma.store.written)."""
+        if plan.nbytes <= written.SMALL:
+            return self.put(b"".join(plan.chunks()))
         if plan.nbytes < _SPECULATE_FROM or not self._beside or _cpus() < 2:
             return self._write_new(plan, hash_plan(plan))
         seen = _fingerprint(plan)
@@ -384,14 +388,18 @@ class Pipeline:
         """Several tensor blobs, verified side by side (sha256 is one core per blob) when
         one is large enough to pay for the threads; small ones one after another here (a
         pool's threads cost more to start than a small model's blobs to read)."""
-        workers = min(len(digests), _cpus(), 4)
-        if workers <= 1 or max(map(self._blob_size, digests)) < _SPECULATE_FROM:
+        small = len(digests) < 2 or max(map(self._blob_size, digests)) < _SPECULATE_FROM
+        workers = 1 if small else min(len(digests), _cpus(), 4)
+        if workers <= 1:
             return [self.get_tensors(d, lazy=lazy) for d in digests]
         with ThreadPoolExecutor(workers) as pool:
             return list(pool.map(lambda d: self.get_tensors(d, lazy=lazy), digests))
 
     def _blob_size(self, digest: str) -> int:
         """The size of blob `digest` on disk; 0 when it cannot be told (its read says why)."""
+        kept = self._written.get(digest)
+        if kept is not None:
+            return len(kept)
         try:
             return os.stat(self._where(digest)).st_size
         except (OSError, ValueError):

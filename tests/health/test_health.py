@@ -199,7 +199,9 @@ def test_keeping_a_value_again_repairs_a_corrupt_blob_atomically(tmp_path: Path,
     broken = path.stat().st_ino
     if how == "flip-read":
         with pytest.raises(CorruptBlob):
-            store.recall("v")
+            Store(tmp_path).recall(
+                "v"
+            )  # another reader: the writer reads its small blobs from memory (soma.store.written)
         assert path.stat().st_mtime_ns == CORRUPT_MARK_NS, "the read marked it"
     keeper = Store(tmp_path, verify_existing=how == "flip-verify")
     keeper.keep("v", value)
@@ -219,7 +221,9 @@ def test_a_cheap_keep_trusts_an_unmarked_blob_of_the_right_size(tmp_path: Path) 
     damage(path, "flip")
     store.keep("v", value)
     with pytest.raises(CorruptBlob):
-        store.recall("v")
+        Store(tmp_path).recall(
+            "v"
+        )  # another reader: the writer reads its small blobs from memory (soma.store.written)
 
 
 def test_the_corrupt_blob_message_advises_only_what_works(tmp_path: Path) -> None:
@@ -227,7 +231,9 @@ def test_the_corrupt_blob_message_advises_only_what_works(tmp_path: Path) -> Non
     digest = store.put(b"the weights of round 3" * 100)
     damage(store.blob_path(digest), "flip")
     with pytest.raises(CorruptBlob) as refused:
-        store.get(digest)
+        Store(tmp_path).get(
+            digest
+        )  # another reader: the writer reads its small blobs from memory (soma.store.written)
     message = str(refused.value)
     assert f"soma repair --store {tmp_path}" in message
     assert "delete" not in message
@@ -488,8 +494,10 @@ def test_a_blob_put_between_gcs_listing_and_its_removal_stays(run, monkeypatch) 
 
 def test_a_blob_in_the_attic_is_found_by_every_read_and_put(tmp_path: Path) -> None:
     """What a gc killed between its move and its decision leaves: invisible to readers."""
-    store = Store(tmp_path)
-    digest = store.keep("v", {"w": torch.arange(10.0)})
+    digest = Store(tmp_path).keep("v", {"w": torch.arange(10.0)})
+    store = Store(
+        tmp_path
+    )  # another reader: the writer reads its small blobs from memory (soma.store.written)
     (tmp_path / "attic").mkdir()
     os.rename(store.blob_path(digest), tmp_path / "attic" / digest)
     assert torch.equal(store.recall("v")["w"], torch.arange(10.0))

@@ -92,8 +92,10 @@ def test_tmp_a_symlink_is_refused_and_gc_deletes_nothing_outside(tmp_path, capsy
 
 
 def test_a_blob_that_is_a_symlink_is_refused_by_reads_and_never_marked(tmp_path) -> None:
-    store = Store(tmp_path / "store")
-    digest = store.put(b"the bytes the name promises")
+    digest = Store(tmp_path / "store").put(b"the bytes the name promises")
+    store = Store(
+        tmp_path / "store"
+    )  # another reader: the writer reads its small blobs from memory (soma.store.written)
     path = store.blob_path(digest)
     outside = outside_file(tmp_path, data=b"not those bytes")
     os.chmod(path, 0o644)
@@ -112,8 +114,10 @@ def test_a_blob_that_is_a_symlink_is_refused_by_reads_and_never_marked(tmp_path)
 
 
 def test_a_fan_out_folder_or_a_name_file_that_is_a_symlink_is_refused(tmp_path) -> None:
-    store = Store(tmp_path / "store")
-    digest = store.put(b"a blob in a folder moved away")
+    digest = Store(tmp_path / "store").put(b"a blob in a folder moved away")
+    store = Store(
+        tmp_path / "store"
+    )  # another reader: the writer reads its small blobs from memory (soma.store.written)
     folder = store.blob_path(digest).parent
     os.rename(folder, tmp_path / "elsewhere")
     os.symlink(tmp_path / "elsewhere", folder)
@@ -152,8 +156,11 @@ def test_reading_many_blobs_opens_their_folders_once_and_never_through_a_link(tm
     """Inside `reading()` a thread opens each fan-out folder once (soma.store.held): a folder
     that is a link is refused there as outside, one held is the store's own even if a link
     replaces it meanwhile (refused at the next read outside), and nothing stays open after."""
-    store = Store(tmp_path / "store")
-    kept, planted = store.put(b"a blob read twice"), store.put(b"a blob behind a link")
+    writer = Store(tmp_path / "store")
+    kept, planted = writer.put(b"a blob read twice"), writer.put(b"a blob behind a link")
+    store = Store(
+        tmp_path / "store"
+    )  # another reader: the writer reads its small blobs from memory (soma.store.written)
     kept_folder, planted_folder = store.blob_path(kept).parent, store.blob_path(planted).parent
     assert kept_folder != planted_folder
     os.rename(planted_folder, tmp_path / "elsewhere")
