@@ -12,7 +12,7 @@ from typing import Any
 
 from soma.config.spec import RunSpec
 from soma.round import layout
-from soma.run import base, step
+from soma.run import base, heap, step
 from soma.run.step import Hosted
 from soma.store import Store
 from soma.timing import Timing
@@ -60,14 +60,11 @@ def drive(
     `soma.run.checked.checked(spec)`'s. A process that shares the run with others logs, each
     round, whether it computed the average or took another's, and whose."""
     from soma import transfer
-    from soma.nodes import export, load
-    from soma.round import announce, average_round, holders
-    from soma.round.once import read_record
+    from soma.nodes import export
     from soma.run.personal import shared
 
     spec.check_charter(store)  # another roster than the run's: refused before any write
     spec = base.keep(spec, store, task)  # a task's frozen base: in the store once, in the identity
-    timing = spec.timing
     nodes = task.nodes(spec.seed)
     hosted = []
     for k in spec.mine or ():
@@ -75,8 +72,29 @@ def drive(
         hosted.append(Hosted(k, data, task.size(data)))
     driven = Driven(nodes, hosted, [])
     start = store.put_value(transfer.at(shared(export(nodes), spec.personal), spec.transfer))
-    state = None
     store.claim(layout.starting(spec.run, start), start)  # reachable while round 0 trains
+    with heap.frozen():  # what is made above is never freed by the rounds (soma.run.heap)
+        _rounds(spec, store, task, strategy, driven, start, after)
+    _warn_never_trained(driven)
+    return driven
+
+
+def _rounds(
+    spec: RunSpec,
+    store: Store,
+    task: Any,
+    strategy: Any,
+    driven: Driven,
+    start: str,
+    after: Callable[[Round, Driven], None] | None,
+) -> None:
+    """`drive`'s rounds, from the run's start."""
+    from soma.nodes import load
+    from soma.round import announce, average_round, holders
+    from soma.round.once import read_record
+
+    timing, nodes, hosted = spec.timing, driven.nodes, driven.hosted
+    state = None
     for r in range(spec.rounds):
         meeting = spec.meeting(r, start, state)
         announce(store, meeting)  # the round is open from now: `gc --keep-runs` sees it
@@ -104,8 +122,6 @@ def drive(
         driven.rounds.append(Round(r, digest, record, metrics, federated))
         if after is not None:
             after(driven.rounds[-1], driven)
-    _warn_never_trained(driven)
-    return driven
 
 
 def _warn_never_trained(driven: Driven) -> None:
