@@ -136,9 +136,11 @@ class FolderStore(Pipeline, GroupCommit, Values):
         """Keep `data` as a blob; its sha256 hex digest. Already there (and sound, see
         "Health"): no write at all."""
         view = memoryview(data).cast("B")
+        kept = None
+        if len(view) <= written.SMALL:  # bytes of its own (a caller's buffer copied once):
+            kept = data if isinstance(data, bytes) else view.tobytes()  # hashed, written, kept
+            view = memoryview(kept)
         digest = hashlib.sha256(view).hexdigest()
-        if len(view) <= written.SMALL:  # the very bytes hashed: what a read here returns
-            self._written.add(digest, data if isinstance(data, bytes) else view.tobytes())
         there = self._existing_blob(digest, len(view))
         if there != _SOUND:
             fd, tmp = self._temp("blob")
@@ -151,6 +153,8 @@ class FolderStore(Pipeline, GroupCommit, Values):
                 self._abandon(fd, tmp)
                 raise
             self._install(fd, tmp, digest, replace=there == _BAD)
+        if kept is not None:  # the very bytes hashed and written: read from memory here
+            self._written.add(digest, kept)
         return digest
 
     def get(self, digest: str) -> bytes:
