@@ -107,7 +107,7 @@ def write_all(fd: int, data: memoryview) -> None:
         data = data[written:]
 
 
-def fsync_folder(folder: Path) -> None:
+def fsync_folder(folder: str | os.PathLike[str]) -> None:
     """Make the names in `folder` (a rename, a link) durable, where the filesystem can."""
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -185,7 +185,7 @@ SYNCFS_ABOVE = 1
 
 def make_durable(
     files: Iterable[str | os.PathLike[str]],
-    folders: Iterable[Path],
+    folders: Iterable[str | os.PathLike[str]],
     whole: Path | None = None,
 ) -> None:
     """One pass that makes `files` (their bytes) and `folders` (their entries) durable: a

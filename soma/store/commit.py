@@ -52,10 +52,10 @@ class GroupCommit:
             with self._unsynced_lock:
                 self._unsynced[0].append(os.fspath(path))
 
-    def _unsynced_folder(self, folder: Path) -> None:
+    def _unsynced_folder(self, folder: str | os.PathLike[str]) -> None:
         if self.durability == DURABLE:
             with self._unsynced_lock:
-                self._unsynced[1].append(folder)
+                self._unsynced[1].append(os.fspath(folder))
 
     def _sync(self) -> None:
         """One pass over what was written since the last (soma.files.make_durable)."""

@@ -108,7 +108,7 @@ class FolderStore(Pipeline, GroupCommit, Values):
         # What was written since the last pass (soma.files): files whose bytes, and
         # folders whose entries, must be durable before a name may reach them.
         self._whole = self.directory if can_syncfs(filesystem) else None
-        self._unsynced: tuple[list[str], list[Path]] = ([], [])
+        self._unsynced: tuple[list[str], list[str]] = ([], [])
         self._unsynced_lock = threading.Lock()
         # a group's names: (name, temporary, digest if claimed at commit, None if bound)
         self._queued: list[tuple[str, str, str | None]] | None = None
@@ -269,7 +269,6 @@ class FolderStore(Pipeline, GroupCommit, Values):
 
     def _link_onto(self, name: str, tmp: str) -> bool:
         """Link the temporary `tmp` onto `name` unless it exists: True if this call did."""
-        target = self._names / name
 
         def link(folder: int, base: str) -> bool:
             try:
@@ -279,7 +278,8 @@ class FolderStore(Pipeline, GroupCommit, Values):
                 if os.stat(tmp).st_nlink == 2:
                     return True
                 if exc.errno == errno.EEXIST and _is_folder(base, folder):
-                    raise IsADirectoryError(errno.EISDIR, "is a folder", str(target)) from None
+                    where = str(self._names / name)
+                    raise IsADirectoryError(errno.EISDIR, "is a folder", where) from None
                 if exc.errno == errno.EEXIST:
                     return False
                 raise
@@ -289,7 +289,7 @@ class FolderStore(Pipeline, GroupCommit, Values):
         finally:
             _unlink_quietly(tmp)
         if won:
-            self._unsynced_folder(target.parent)
+            self._unsynced_folder(self._folder_of(name))
         return won
 
     def forget(self, name: str) -> bool:
@@ -437,12 +437,16 @@ class FolderStore(Pipeline, GroupCommit, Values):
 
     def _rename_onto(self, name: str, tmp: str) -> None:
         """Rename the temporary `tmp` onto `name`, its folder left to the next pass."""
-        target = self._names / name
         try:
             self._placing(name, lambda folder, base: os.rename(tmp, base, dst_dir_fd=folder))
         finally:
             _unlink_quietly(tmp)
-        self._unsynced_folder(target.parent)
+        self._unsynced_folder(self._folder_of(name))
+
+    def _folder_of(self, name: str) -> str:
+        """The folder of `name`'s file, as text (a Path of a long name costs ~10 us)."""
+        above, _, _ = name.rpartition("/")
+        return f"{self._names}/{above}" if above else str(self._names)
 
     def _existing(self, digest: str, context: str = "") -> Path:
         if not self.has(digest):
@@ -481,7 +485,7 @@ class FolderStore(Pipeline, GroupCommit, Values):
         _SOUND (refreshed, nothing to write), _MISSING (write it) or _BAD (write it and
         replace what is there). Cheap: a stat, and the hash only when the size is wrong,
         the blob is marked corrupt, or this store was asked to (`verify_existing`)."""
-        path = self.blob_path(digest)
+        path = self._where(digest)
         for _ in range(3):  # a gc may move it between two looks: each time, fetch it back
             try:
                 st = os.lstat(path)
@@ -512,7 +516,7 @@ class FolderStore(Pipeline, GroupCommit, Values):
     def _rescue(self, digest: str) -> bool:
         """Link blob `digest` back from `attic/`, where a gc moves a blob before deciding
         to delete it (see soma.health); False when it is not there either."""
-        if not os.path.lexists(self._attic / digest):
+        if not os.path.lexists(f"{self._attic}/{digest}"):
             return False
         folder = self._blob_folder(digest)
         try:
@@ -585,7 +589,7 @@ class FolderStore(Pipeline, GroupCommit, Values):
         these are by definition the right ones)."""
         try:
             self._seal(fd)
-            final = self.blob_path(digest)
+            final = self._where(digest)
             folder = self._blob_folder(digest)
             try:
                 try:
@@ -602,7 +606,7 @@ class FolderStore(Pipeline, GroupCommit, Values):
             finally:
                 os.close(folder)
             self._unsynced_file(final)
-            self._unsynced_folder(final.parent)
+            self._unsynced_folder(final.rpartition("/")[0])
             if replace:  # names may reach it already: durable now, not at the next name
                 self._sync()
         finally:

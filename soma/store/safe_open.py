@@ -12,11 +12,12 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import unquote, urlsplit
 
+from soma.store.beneath import open_beneath
 from soma.store.errors import BadStore, SymlinkInStore
 from soma.store.names import MAX_STORE_PATH_BYTES
 
@@ -107,16 +108,22 @@ def symlink_refused(path: str | os.PathLike[str], what: str) -> SymlinkInStore:
     )
 
 
-def _open_in(folder: Path, segments: Iterable[str], what: str) -> int:
+def _open_in(folder: Path, segments: Sequence[str], what: str) -> int:
     """`folder` (the store's own, checked when the store was opened) and then each of
     `segments` below it opened as a folder, none followed if it is a link: its fd (the
-    caller closes it). FileNotFoundError or NotADirectoryError when one is not a folder."""
+    caller closes it). FileNotFoundError or NotADirectoryError when one is not a folder.
+    The way below `folder` is one openat2 where the kernel has it (soma.store.beneath)."""
+    fd = _open_store_folder(folder)
+    if not segments:
+        return fd
     try:
-        fd = os.open(folder, _FOLDER)
-    except OSError as error:  # made a link after the store was opened
-        if _a_link(error, folder, None):
-            raise symlink_refused(folder, "store folder") from None
+        inner = open_beneath(fd, "/".join(segments), _FOLDER)
+    except BaseException:
+        os.close(fd)
         raise
+    if inner is not None:
+        os.close(fd)
+        return inner
     for i, segment in enumerate(segments):
         try:
             inner = os.open(segment, _FOLDER, dir_fd=fd)
@@ -131,6 +138,16 @@ def _open_in(folder: Path, segments: Iterable[str], what: str) -> int:
     return fd
 
 
+def _open_store_folder(folder: Path) -> int:
+    """The store's own folder `folder` opened, refused if it was made a link since."""
+    try:
+        return os.open(folder, _FOLDER)
+    except OSError as error:  # made a link after the store was opened
+        if _a_link(error, folder, None):
+            raise symlink_refused(folder, "store folder") from None
+        raise
+
+
 def _is_folder(name: str, dir_fd: int) -> bool:
     """Whether `name` in `dir_fd` is a folder (never following a link)."""
     try:
@@ -141,7 +158,22 @@ def _is_folder(name: str, dir_fd: int) -> bool:
 
 def _open_file(folder: Path, segments: list[str], what: str) -> BinaryIO:
     """The file `folder/segments...` opened for reading (unbuffered), no part of the way
-    below `folder` followed if it is a link (`SymlinkInStore`, naming it)."""
+    below `folder` followed if it is a link (`SymlinkInStore`, naming it). One openat2
+    from `folder` where the kernel has it (soma.store.beneath); else, or when it fails for
+    anything but a missing part, folder by folder, which names what is wrong."""
+    fd = _open_store_folder(folder)
+    try:
+        found = open_beneath(fd, "/".join(segments), os.O_RDONLY | _NO_FOLLOW)
+    except BaseException:
+        os.close(fd)
+        raise
+    os.close(fd)
+    if found is not None:
+        try:
+            return open(found, "rb", buffering=0)
+        except BaseException:  # a folder where the file is: refused, and the fd not kept
+            os.close(found)
+            raise
     fd = _open_in(folder, segments[:-1], f"folder of {what}s")
     try:
         return _open_at(fd, folder, segments, what)

@@ -47,3 +47,15 @@ def _held_blob_folder_follows_links() -> None:
         return os.open(folder.joinpath(*segments), os.O_RDONLY | os.O_DIRECTORY)
 
     _replace(soma.store.held, "_open_in", _open_in)
+
+
+@mutant("beneath_follows_links", caught_by=[_GUARD, "-k", "fan_out_folder_or_a_name_file"])
+def _beneath_follows_links() -> None:
+    """The one-call open of a name or a blob (soma.store.beneath) walks through links on
+    its way: a fan-out folder planted as a link is read through, a name file behind one too."""
+    import soma.store.safe_open
+
+    def open_beneath(folder_fd, path, flags):
+        return os.open(path, flags & ~os.O_NOFOLLOW, dir_fd=folder_fd)
+
+    _replace(soma.store.safe_open, "open_beneath", open_beneath)
