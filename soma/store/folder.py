@@ -532,7 +532,7 @@ class FolderStore(Pipeline, GroupCommit, Values):
 
     def _temp(self, what: str) -> tuple[int, str]:
         name = f"{self._host}.{os.getpid()}.{threading.get_ident()}.{secrets.token_hex(6)}.{what}"
-        path = os.path.join(self._tmp, name)
+        path = f"{self._tmp}/{name}"
         try:
             return create_new(path), path
         except FileNotFoundError:  # tmp/ removed by hand: make it again

@@ -113,8 +113,21 @@ def _length_problem(text: str) -> str | None:
     )
 
 
+def _plain(name: str) -> bool:
+    """Whether `name` is printable ASCII without a backslash, relative, within the lengths,
+    and no segment of it empty or starting with '.': a name `check_name` passes (~1 us,
+    where the whole look costs ~10; a round reads and writes ~100 names a contribution)."""
+    if not (name.isascii() and name.isprintable()) or "\\" in name:
+        return False
+    if name.startswith("/") or len(name) > MAX_NAME_BYTES:
+        return False
+    return all(s and s[0] != "." and len(s) <= MAX_SEGMENT_BYTES for s in name.split("/"))
+
+
 def check_name(name: object) -> str:
     """Return `name` if it is a valid store name, else raise `BadName` saying why."""
+    if isinstance(name, str) and _plain(name):  # every name soma spells: the rest below
+        return name
     if not isinstance(name, str):
         raise BadName(f"a name is text, not {type(name).__name__}: {name!r}")
     if name == "":

@@ -41,6 +41,22 @@ def _claim_as_resolve_then_bind() -> None:
     _replace(soma.store.folder.FolderStore, "claim", claim)
 
 
+@mutant(
+    "plain_names_unchecked",
+    caught_by=[
+        "tests/store/test_store.py",
+        "-k",
+        "each_refused_name_is_refused_clearly and (hidden or long or empty)",
+    ],
+)
+def _plain_names_unchecked() -> None:
+    """The quick look at a name (printable ASCII) passes its segments unchecked: '..', an
+    empty segment, a hidden one, one too long reach the filesystem."""
+    import soma.store.names
+
+    _replace(soma.store.names, "_plain", lambda name: name.isascii() and name.isprintable())
+
+
 # --- the one atomic writer (soma/files.py) --------------------------------------------------
 
 
