@@ -19,9 +19,13 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import platform
 import sys
+from collections.abc import Callable
 
-_SYS_OPENAT2 = 437  # the same number on every Linux architecture of the common table
+_SYS_OPENAT2 = 437  # in the table every architecture below shares (alpha, MIPS differ)
+_MACHINES = {"x86_64", "i386", "i686", "aarch64", "armv7l", "armv6l", "ppc64le", "ppc64"}
+_MACHINES |= {"s390x", "riscv64", "loongarch64"}
 _RESOLVE_NO_SYMLINKS = 0x04
 _RESOLVE_BENEATH = 0x08
 
@@ -30,8 +34,9 @@ class _OpenHow(ctypes.Structure):
     _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
 
 
-def _syscall():  # noqa: ANN202 - a ctypes function, or None
-    if not sys.platform.startswith("linux"):
+def _syscall() -> Callable[..., int] | None:
+    """libc's syscall(2), where the kernel numbers openat2 as 437; else None (walk)."""
+    if not sys.platform.startswith("linux") or platform.machine() not in _MACHINES:
         return None
     try:
         call = ctypes.CDLL(None, use_errno=True).syscall
