@@ -23,9 +23,10 @@ wall time, the Slurm submissions, and the ratio to the local run of the same
 `clients_per_job`; and whether the receipts are the local run's, byte for byte. Targets: a
 round per submission within 2x local (issue 11), one allocation within 1.2x (issue 25), the
 profile path (profiles/slurm: soma-slurm) within 1.5x (issue 35: met with a train job a
-client, 1.18-1.19x at 2 rounds x 5 clients and 1.28x at 10 x 10; with a round one job at 2 x
-5 only in part, 1.47x and 1.62x in two runs; not at 10 x 10 with a round one job, 2.05x and 2.38x: a
-submission, its queueing and a Snakemake start, ~4.8 s a round of 2-5 s of work).
+client, 1.18-1.19x at 2 rounds x 5 clients and 1.28-1.35x at 10 x 10; with a round one job
+at 2 x 5 only in part, 1.47x and 1.62x in two runs; not at 10 x 10 with a round one job, 2.05x
+and 2.38x in two runs: a submission, its queueing and a Snakemake start, ~4-5 s a round of 2-5
+s of work).
 """
 
 from __future__ import annotations

@@ -1,13 +1,14 @@
 """A folder store's blobs opened from fan-out folders a thread holds open while it reads many.
 
 Why a module of its own: a blob is opened folder by folder from the store's own, no link
-followed (soma.store.safe_open): `blobs/`, then `blobs/<ab>/`, then the file, three opens.
-A round's checks read ~4 blobs a contribution, ~4,000 at 1,000 clients, from the same 256
-fan-out folders; inside `holding()` a thread opens each folder once and every blob in it
-from that opening. A folder held was opened with no link followed, and a file in it is
-opened likewise, so nothing is ever read through a link; a link planted as a fan-out folder
-meanwhile is met (refused, `SymlinkInStore`) at the next read outside. The fds are the
-thread's own and closed when it leaves, so no other thread can meet one closed under it.
+followed (soma.store.safe_open): `blobs/`, then `blobs/<ab>/`, then the file, three opens
+(two where the kernel has openat2, soma.store.beneath). A round's checks read ~4 blobs a
+contribution, ~4,000 at 1,000 clients, from the same 256 fan-out folders; inside `holding()`
+a thread opens each folder once and every blob in it from that opening. A folder held was
+opened with no link followed, and a file in it is opened likewise, so nothing is ever read
+through a link; a link planted as a fan-out folder meanwhile is met (refused,
+`SymlinkInStore`) at the next read outside. The fds are the thread's own and closed when it
+leaves, so no other thread can meet one closed under it.
 """
 
 from __future__ import annotations
