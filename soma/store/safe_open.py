@@ -113,17 +113,11 @@ def _open_in(folder: Path, segments: Sequence[str], what: str) -> int:
     `segments` below it opened as a folder, none followed if it is a link: its fd (the
     caller closes it). FileNotFoundError or NotADirectoryError when one is not a folder.
     The way below `folder` is one openat2 where the kernel has it (soma.store.beneath)."""
+    if segments:
+        inner = _beneath(folder, segments, _FOLDER)
+        if inner is not None:
+            return inner
     fd = _open_store_folder(folder)
-    if not segments:
-        return fd
-    try:
-        inner = open_beneath(fd, "/".join(segments), _FOLDER)
-    except BaseException:
-        os.close(fd)
-        raise
-    if inner is not None:
-        os.close(fd)
-        return inner
     for i, segment in enumerate(segments):
         try:
             inner = os.open(segment, _FOLDER, dir_fd=fd)
@@ -136,6 +130,16 @@ def _open_in(folder: Path, segments: Sequence[str], what: str) -> int:
         os.close(fd)
         fd = inner
     return fd
+
+
+def _beneath(folder: Path, segments: Sequence[str], flags: int) -> int | None:
+    """`folder/segments...` opened in one openat2 from the store's own folder `folder`
+    (soma.store.beneath): its fd, FileNotFoundError, or None to walk instead."""
+    fd = _open_store_folder(folder)
+    try:
+        return open_beneath(fd, "/".join(segments), flags)
+    finally:
+        os.close(fd)
 
 
 def _open_store_folder(folder: Path) -> int:
@@ -161,13 +165,7 @@ def _open_file(folder: Path, segments: list[str], what: str) -> BinaryIO:
     below `folder` followed if it is a link (`SymlinkInStore`, naming it). One openat2
     from `folder` where the kernel has it (soma.store.beneath); else, or when it fails for
     anything but a missing part, folder by folder, which names what is wrong."""
-    fd = _open_store_folder(folder)
-    try:
-        found = open_beneath(fd, "/".join(segments), os.O_RDONLY | _NO_FOLLOW)
-    except BaseException:
-        os.close(fd)
-        raise
-    os.close(fd)
+    found = _beneath(folder, segments, os.O_RDONLY | _NO_FOLLOW)
     if found is not None:
         try:
             return open(found, "rb", buffering=0)
