@@ -8,8 +8,12 @@ defaults (`--task control`: a tiny model, so what grows with the clients is soma
 work), every client hosted by one process. Each row is a fresh interpreter, timed from
 start to exit (imports included):
 
-- floor: a plain loop in one process (train the clients one after another, `soma.fedavg`,
-  evaluate), nothing written;
+- floor: a plain loop in one process, nothing written, computing what `soma simulate` computes
+  by default: train the clients one after another, `soma.fedavg`, then every client evaluates
+  the average on its own held-out split (soma's federated evaluation of the round's sample, as
+  Flower's FedAvg with `fraction_evaluate=1.0`), and the last average on the test set;
+- loop without evaluation: the same loop with no client evaluating (the floor before
+  2026-12-05; shown beside, its ratio to the floor is what the evaluation costs);
 - `soma simulate` without a store (its temporary store, made and dropped by the run);
 - `soma simulate --durability durable` and `--durability scratch`, a store in --dir.
 
@@ -42,8 +46,9 @@ TASKS = {
 }
 
 
-def floor(task_name: str, rounds: int, clients: int) -> None:
-    """The federation in this process, nothing written."""
+def floor(task_name: str, rounds: int, clients: int, evaluating: bool = True) -> None:
+    """The federation in this process, nothing written; `evaluating`: each round's average
+    judged by every client on its own held-out split, as soma's federated evaluation does."""
     import torch
 
     torch.set_num_threads(1)
@@ -66,6 +71,10 @@ def floor(task_name: str, rounds: int, clients: int) -> None:
         tic = time.perf_counter()
         weights = fedavg(exports, [task.size(data) for data in shards])
         averaging += time.perf_counter() - tic
+        if evaluating:
+            load(nodes, weights)
+            for k in range(clients):
+                task.evaluate_local(nodes, k, clients)
     load(nodes, weights)
     print(json.dumps({**task.evaluate(nodes), "averaging": averaging, "inputs": rounds * clients}))
 
@@ -123,17 +132,21 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2, help="runs of each, interleaved: best")
     parser.add_argument("--before", default=None, help="another source tree's soma rows too")
     parser.add_argument("--floor-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--no-evaluation", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--averaging-child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.floor_child:
-        floor(args.task, args.rounds, args.clients)
+        floor(args.task, args.rounds, args.clients, evaluating=not args.no_evaluation)
         return
     if args.averaging_child:
         soma_averaging(args.task, args.rounds, args.clients, args.averaging_child)
         return
-    rows = {"floor": (ROOT, [sys.executable, __file__, "--floor-child", "--rounds",
-                             str(args.rounds), "--clients", str(args.clients),
-                             "--task", args.task])}  # fmt: skip
+    looped = [sys.executable, __file__, "--floor-child", "--rounds", str(args.rounds),
+              "--clients", str(args.clients), "--task", args.task]  # fmt: skip
+    rows = {
+        "floor": (ROOT, looped),
+        "loop without evaluation": (ROOT, [*looped, "--no-evaluation"]),
+    }
     task, task_options = TASKS[args.task]
     options = [x for k, v in task_options.items() for x in ("--option", f"{k}={v}")]
     trees = {"": ROOT} if args.before is None else {"": ROOT, "before: ": Path(args.before)}
@@ -156,6 +169,7 @@ def main() -> None:
                 wall, cpu, user = timed([c.format(i) for c in command], root, folder)
                 old = best.get(row, (float("inf"),) * 3)
                 best[row] = (min(old[0], wall), min(old[1], cpu), min(old[2], user))
+        per = averaging_per_input(args)  # before the stores above are removed (see above)
     print(f"{args.task} {task_options}, {args.clients} clients x {args.rounds} rounds, "
           f"load {os.getloadavg()[0]:.1f}")  # fmt: skip
     wall0, cpu0, user0 = best["floor"]
@@ -165,10 +179,9 @@ def main() -> None:
         if target is not None:
             met = wall / wall0 <= target and cpu / cpu0 <= 1.1
             marks = f"  (targets wall <= {target}, CPU <= 1.1: {'met' if met else 'not met'})"
-        print(f"{row:>20}: wall {wall:6.1f} s {wall / wall0:5.2f} x, "
+        print(f"{row:>24}: wall {wall:6.1f} s {wall / wall0:5.2f} x, "
               f"CPU {cpu:6.1f} s {cpu / cpu0:5.2f} x, "
               f"user {user:6.1f} s {user / user0:5.2f} x floor{marks}")  # fmt: skip
-    per = averaging_per_input(args)
     print(f"averaging per contribution: the floor's fedavg {per['floor']:.1f} us, soma's "
           f"average_round {per['soma']:.1f} us, {per['soma'] / per['floor']:.1f} x "
           f"(issue 34's target <= 5 x)")  # fmt: skip
@@ -181,7 +194,10 @@ def averaging_per_input(args: argparse.Namespace) -> dict[str, float]:
     sizes = ["--task", args.task, "--rounds", str(args.rounds), "--clients", str(args.clients)]
     found = {}
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="soma-averaging-") as folder:
-        for row, flag in (("floor", ["--floor-child"]), ("soma", ["--averaging-child", folder])):
+        for row, flag in (
+            ("floor", ["--floor-child", "--no-evaluation"]),
+            ("soma", ["--averaging-child", folder]),
+        ):
             out = subprocess.run([sys.executable, __file__, *flag, *sizes], check=True, env=env,
                                  capture_output=True, text=True).stdout  # fmt: skip
             said = json.loads(out.strip().splitlines()[-1])
