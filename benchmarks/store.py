@@ -1,6 +1,7 @@
 """How fast the store keeps and recalls an export, against the disk and the hash it is made of.
 
     python benchmarks/store.py [--sizes 100MB,1GB] [--fedavg-size 100MB] [--n 8] [--dir /tmp]
+    python benchmarks/store.py --sizes 100MB --fedavg-size 1GB --n 4 --fedavg-on bucket
 
 For each size, one float32 export of ~130 tensors (65 weight/bias pairs, one node by
 default), and in the same run, on the same bytes:
@@ -20,8 +21,11 @@ default), and in the same run, on the same bytes:
 
 Then fedavg of N exports kept in the store, each variant in its own interpreter: streamed
 (`fedavg((r["export"], r["size"]) for r in store.recall_each(names))`) against loading them
-all first; time, and peak anonymous memory (RssAnon sampled every millisecond, less what the
-interpreter held before) in models (target for streamed: <= 1.2).
+all first; time, and peak memory (RssAnon and RssShmem sampled every millisecond, less what
+the interpreter held before: a bucket store keeps a large blob it read in a memfd, which is
+shared memory, not anonymous) in models (target for streamed: <= 1.2). `--fedavg-on bucket`
+keeps the N exports on a bucket instead of a folder: SeaweedFS started on loopback as
+benchmarks/s3_round.py starts it, or AWS_ENDPOINT_URL's (then --bucket, which must exist).
 
 Times are the best of --repeat runs. Everything is written under --dir and removed after.
 """
@@ -171,17 +175,18 @@ def bench_size(work: Path, nbytes: int, repeat: int, nodes: int) -> dict[str, fl
 
 
 def anon_sampler() -> tuple[threading.Event, dict[str, int]]:
-    """Sample RssAnon and RssFile (bytes) every millisecond until the event is set."""
+    """Sample RssAnon + RssShmem ("anon") and RssFile (bytes) every millisecond until the
+    event is set."""
     stop, peak = threading.Event(), {"anon": 0, "file": 0}
 
     def status() -> dict[str, int]:
         out = {}
         with open("/proc/self/status") as f:
             for line in f:
-                if line.startswith(("RssAnon:", "RssFile:")):
+                if line.startswith(("RssAnon:", "RssFile:", "RssShmem:")):
                     key, value = line.split(":")
                     out[key[3:].lower()] = int(value.split()[0]) * 1024
-        return out
+        return {"anon": out["anon"] + out["shmem"], "file": out["file"]}
 
     def run() -> None:
         while not stop.is_set():
@@ -214,9 +219,11 @@ def fedavg_child(variant: str, folder: str, n: int) -> None:
     print(json.dumps(dict(peak, seconds=seconds, checksum=checksum)))
 
 
-def bench_fedavg(work: Path, nbytes: int, n: int) -> dict[str, dict]:
+def bench_fedavg(work: Path, nbytes: int, n: int, where: str | None = None) -> dict[str, dict]:
+    """fedavg of `n` exports of `nbytes`, kept in a folder under `work`, or at `where` (a
+    bucket's URL: its blobs are not in this host's page cache to begin with)."""
     folder = work / "fedavg"
-    store = Store(folder)
+    store = Store(where or folder)
     for k in range(n):
         export = make_export(nbytes, seed=100 + k)
         model = sum(t.numel() * t.element_size() for t in export["node0"].values())
@@ -224,9 +231,10 @@ def bench_fedavg(work: Path, nbytes: int, n: int) -> dict[str, dict]:
         del export
     out = {}
     for variant in ("streamed", "loaded"):
-        drop_cache(folder / "blobs")
+        if where is None:
+            drop_cache(folder / "blobs")
         child = subprocess.run(
-            [sys.executable, __file__, "--fedavg-child", variant, str(folder), str(n)],
+            [sys.executable, __file__, "--fedavg-child", variant, where or str(folder), str(n)],
             capture_output=True,
             text=True,
             check=True,
@@ -235,7 +243,7 @@ def bench_fedavg(work: Path, nbytes: int, n: int) -> dict[str, dict]:
         result["models"] = (result["anon"] - result["base anon"]) / model
         out[variant] = result
     assert out["streamed"]["checksum"] == out["loaded"]["checksum"], "the two means differ"
-    shutil.rmtree(folder)
+    shutil.rmtree(folder, ignore_errors=True)
     out["model"] = model
     return out
 
@@ -248,6 +256,8 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=1, help="nodes the export is split over")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--dir", default="/tmp")
+    parser.add_argument("--fedavg-on", choices=("folder", "bucket"), default="folder")
+    parser.add_argument("--bucket", default="soma-bench", help="with AWS_ENDPOINT_URL: its bucket")
     parser.add_argument("--fedavg-child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.fedavg_child:
@@ -261,7 +271,7 @@ def main() -> None:
             bench_size(work, _measure.parse_size(s), args.repeat, args.nodes)
             for s in args.sizes.split(",")
         ]
-        fed = bench_fedavg(work, _measure.parse_size(args.fedavg_size), args.n)
+        fed = averaged(work, args)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -284,8 +294,9 @@ def main() -> None:
             + f" {recall_ratio:>11.2f}{'✓' if recall_ratio >= 0.8 else '✗'}"
             + f" {eager_ratio:>10.2f}{'✓' if eager_ratio >= 0.8 else '✗'}"
         )
-    print(f"\nfedavg of {args.n} exports of {human(fed['model'])} from the store (cold cache)")
-    print(f"{'variant':>10} {'seconds':>8} {'peak anon':>10} {'models':>7} {'peak file':>10}")
+    place = "a bucket" if args.fedavg_on == "bucket" else "a folder (cold cache)"
+    print(f"\nfedavg of {args.n} exports of {human(fed['model'])} from {place}")
+    print(f"{'variant':>10} {'seconds':>8} {'anon+shm':>10} {'models':>7} {'peak file':>10}")
     for variant in ("streamed", "loaded"):
         r = fed[variant]
         mark = ("✓" if r["models"] <= 1.2 else "✗") if variant == "streamed" else ""
@@ -293,6 +304,18 @@ def main() -> None:
             f"{variant:>10} {r['seconds']:>8.2f} {human(r['anon'] - r['base anon']):>10} "
             f"{r['models']:>6.2f}{mark:1} {human(r['file']):>10}"
         )
+
+
+def averaged(work: Path, args: argparse.Namespace) -> dict[str, dict]:
+    """bench_fedavg on a folder under `work`, or on a bucket (a server started here unless
+    AWS_ENDPOINT_URL is set)."""
+    nbytes = _measure.parse_size(args.fedavg_size)
+    if args.fedavg_on == "folder":
+        return bench_fedavg(work, nbytes, args.n)
+    from s3_round import server
+
+    with server(work, args.bucket):
+        return bench_fedavg(work, nbytes, args.n, f"s3://{args.bucket}/{work.name}")
 
 
 if __name__ == "__main__":
