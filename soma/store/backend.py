@@ -88,8 +88,10 @@ blob comes by ranged GETs side by side) is read without a copy: a size past the 
 refused before a byte is taken; `get` receives into the bytes object it returns (and the
 recent-blob cache keeps); a tensor blob into its one buffer, which for a blob of
 `SHARED_FROM` bytes or more the cache wants is memory the cache keeps and each reader maps
-copy-on-write (`Shared`); either way the bytes are hashed in order as they arrive, and
-nothing is returned before all of them hash to the digest.
+copy-on-write (`Shared`), and for one the cache does not keep, read lazily, an unlinked
+temporary file mapped the same way (file-backed pages, as a folder's lazy read); either
+way the bytes are hashed in order as they arrive, and nothing is returned before all of them
+hash to the digest.
 
 Backends are found by URL scheme in one place, `BACKENDS` (`s3://` is soma.store.s3).
 """
@@ -551,13 +553,14 @@ class BackendStore(Values):
 
     def get_tensors(self, digest: str, *, lazy: bool = False) -> dict[str, torch.Tensor]:
         """The tensors of safetensors blob `digest`, verified, then checked before use
-        (`lazy` is the same as eager here: the bytes are fetched whole)."""
-        base = self._read_tensor_file(digest)
+        (`lazy`: the bytes are fetched whole all the same, but a large blob's land on a
+        temporary file that is mapped, as a folder's blob is: see `_receive_tensor_file`)."""
+        base = self._read_tensor_file(digest, lazy=lazy)
         where = self.blob_path(digest)
         entries = tensorfile.read_header(memoryview(base.numpy()), where)
         return tensorfile.tensors_from(base, entries, where)
 
-    def _read_tensor_file(self, digest: str) -> torch.Tensor:
+    def _read_tensor_file(self, digest: str, *, lazy: bool = False) -> torch.Tensor:
         """Tensor blob `digest` verified, as one uint8 tensor of its own (the tensors made of
         it share it): read here recently (mapped copy-on-write, or copied), or received into
         one buffer of the size known for it (this process put it, its header declares it, or
@@ -573,7 +576,7 @@ class BackendStore(Values):
         exact = self._size_put(digest)
         body = self._chunks(digest, exact)
         try:
-            base, shared = self._receive_tensor_file(digest, body, exact)
+            base, shared = self._receive_tensor_file(digest, body, exact, lazy=lazy)
         finally:
             body.close()
         if shared is not None:
@@ -585,11 +588,15 @@ class BackendStore(Values):
         return base
 
     def _receive_tensor_file(
-        self, digest: str, body: _Body, exact: int | None
+        self, digest: str, body: _Body, exact: int | None, *, lazy: bool = False
     ) -> tuple[torch.Tensor, Shared | None]:
         """The bytes of tensor blob `digest` from `body`, verified (see `_read_tensor_file`),
         and, when the recent-blob cache is to keep them, the `Shared` memory they were
-        received into (the tensor is a copy-on-write mapping of it)."""
+        received into (the tensor is a copy-on-write mapping of it). A `lazy` read of a
+        blob of SHARED_FROM bytes or more that the cache does not keep is received into a
+        temporary file (`Shared.spooled`) and mapped the same way: its pages are the
+        file's, not the process's memory, so an averaging folding inputs one at a time
+        holds its mean and little else on a bucket as on a folder."""
         where = str(self.blob_path(digest))
         head, raw, why = bytearray(), bytearray(), f"it is {exact} bytes as this process put it"
         if exact is None:
@@ -605,9 +612,13 @@ class BackendStore(Values):
                 raise refusal from None
         if body.size is not None and body.size > exact:  # said before a byte of it arrives
             raise OversizedBlob(where, digest, exact, why)
-        shared = None
-        if body.size is not None and exact >= SHARED_FROM and self._recent.wants(digest, exact):
-            shared = Shared.make(exact)
+        shared, spooled = None, False
+        if body.size is not None and exact >= SHARED_FROM:
+            if self._recent.wants(digest, exact):
+                shared = Shared.make(exact)
+            elif lazy:
+                shared = Shared.spooled(exact)
+                spooled = shared is not None
         base = _buffer(exact) if shared is None else None
         if base is None and shared is None:  # cannot be held here: the blob's own, or a lie?
             if not body.skim(exact):
@@ -630,6 +641,9 @@ class BackendStore(Values):
         if shared is None:
             return base[:got], None
         view.release()
+        if spooled:  # nobody else's: nothing to seal, and not kept
+            shared.written()
+            return shared.tensor()[:got], None
         if got == exact and shared.seal():
             return shared.tensor(), shared
         return shared.tensor()[:got], None  # short (its header lies) or still written to

@@ -9,9 +9,11 @@ bytes kept stay the verified ones. Content addressing makes what is kept never s
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import mmap
 import os
+import tempfile
 import threading
 import time
 import weakref
@@ -73,7 +75,12 @@ class Shared:
     filled), which the recent-blob cache keeps: each reader gets a private copy-on-write
     mapping of it, so a bucket's blob is received once and copied never (issue 34: the
     cache's copy of a 100 MB read was one of its four passes), and whatever a reader does to
-    its tensors, the bytes kept stay the verified ones."""
+    its tensors, the bytes kept stay the verified ones.
+
+    Or (`spooled`) a lazy read's bytes on an unlinked temporary file, which nobody keeps:
+    file-backed pages, as a folder's blob mapped lazily is, which the kernel may write out
+    and drop where memfd pages are memory (issue 34: an averaging of 1 GB exports on a
+    bucket held each input in memory)."""
 
     def __init__(self, fd: int, size: int) -> None:
         self.fd, self.size = fd, size
@@ -95,8 +102,33 @@ class Shared:
             os.close(fd)
             return None
 
+    @classmethod
+    def spooled(cls, size: int) -> Shared | None:
+        """`size` bytes to fill through `writing`, on an unlinked file of the temporary folder
+        (TMPDIR, else /tmp: on a cluster, the node's scratch), its blocks reserved first (a
+        full disk refuses here, not as a SIGBUS mid-read); None where that cannot be had (no
+        O_TMPFILE there, no room): the caller then reads into memory of its own, as before."""
+        try:
+            fd = os.open(tempfile.gettempdir(), os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        except (AttributeError, OSError):  # not Linux, or a filesystem without O_TMPFILE
+            return None
+        try:
+            os.posix_fallocate(fd, 0, size)
+            return cls(fd, size)
+        except (OSError, ValueError, OverflowError):
+            os.close(fd)
+            return None
+
     def __len__(self) -> int:
         return self.size
+
+    def written(self) -> None:
+        """Filled: the writable mapping is let go (a view of it still held somewhere keeps
+        it until that view goes)."""
+        if self.writing is not None:
+            with contextlib.suppress(BufferError):
+                self.writing.close()
+                self.writing = None
 
     def seal(self) -> bool:
         """No more writes, by anybody (F_SEAL_WRITE); False (not to be kept) when a view of

@@ -103,7 +103,7 @@ def _tensor_read_unbounded() -> None:
 
     import soma.store.backend as backend
 
-    def _read_tensor_file(self, digest):
+    def _read_tensor_file(self, digest, lazy=False):
         chunks = self.backend.read_blob(digest)
         if chunks is None:
             raise backend.UnknownDigest(f"no blob {digest} in {self}")

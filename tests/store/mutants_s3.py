@@ -185,6 +185,18 @@ def _recent_tensor_blob_writable() -> None:
     _replace(recent.Shared, "tensor", tensor)
 
 
+@mutant("bucket_lazy_reads_in_memory", caught_by=[_S3, "-k", "lazy_read_of_a_large"])
+def _bucket_lazy_reads_in_memory() -> None:
+    """A lazy read of a large blob from a bucket received into the process's memory, as an
+    eager one is (no temporary file): an averaging of 1 GB exports holds each input too."""
+    import soma.store.recent as recent
+
+    def spooled(size):  # noqa: ANN001, ANN202
+        return None
+
+    _replace(recent.Shared, "spooled", staticmethod(spooled))
+
+
 @mutant(
     "s3_parts_one_after_another",
     caught_by=[f"{_S3}::test_the_parts_of_a_large_blob_go_up_side_by_side"],

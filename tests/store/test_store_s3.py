@@ -6,9 +6,11 @@ The server is SeaweedFS on 127.0.0.1, one for the test session (tests/s3_bucket.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -269,6 +271,44 @@ def test_a_tensor_blob_kept_by_the_recent_reads_stays_as_verified_whatever_a_rea
     (digest,) = [d for d, (_, kept) in reader._recent._kept.items() if len(kept) > 1 << 20]
     assert hashlib.sha256(reader.get(digest)).hexdigest() == digest
     assert torch.equal(reader.recall("v")["w"], w)
+
+
+def _mapped_from(folder: Path) -> list[int]:
+    """The sizes of this process's mappings of unlinked files in `folder` (/proc/self/maps)."""
+    sizes = []
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and fields[5].startswith(f"{folder}/") and "(deleted)" in fields[5]:
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            sizes.append(end - start)
+    return sizes
+
+
+def test_a_lazy_read_of_a_large_tensor_blob_the_recent_reads_do_not_keep_is_a_mapped_file(
+    store: BackendStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A large tensor blob read lazily, past what the recent-blob cache keeps, lands on an
+    unlinked file of the temporary folder and is mapped copy-on-write, as a folder store's
+    lazy read is (file pages, not the process's memory: an averaging of 1 GB exports holds
+    its mean and little more); an eager read stays in memory. Either way the bytes are the
+    verified ones, and a reader's writes into its tensors are its own."""
+    monkeypatch.setattr(backend, "SHARED_FROM", 64 << 10)
+    monkeypatch.setattr(recent, "RECENT_BYTES", 0)  # the cache keeps nothing
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    w = torch.randn(1 << 18)  # 1 MB
+    store.keep("v", {"w": w})
+    reader = Store(store.directory)
+    lazy = reader.recall("v", lazy=True)["w"]
+    assert torch.equal(lazy, w)
+    assert any(size >= w.nbytes for size in _mapped_from(tmp_path)), _mapped_from(tmp_path)
+    lazy.add_(1.0)  # its own pages
+    assert torch.equal(reader.recall("v", lazy=True)["w"], w)
+    del lazy
+    gc.collect()
+    assert _mapped_from(tmp_path) == []  # gone with its tensors
+    eager = reader.recall("v")["w"]
+    assert torch.equal(eager, w) and _mapped_from(tmp_path) == []
+    assert list(tmp_path.iterdir()) == []  # nothing left under a name
 
 
 # --- names -------------------------------------------------------------------------------
