@@ -6,9 +6,9 @@ from __future__ import annotations
 from mutants import _replace, mutant
 
 # --- slurm (soma/round/holders.py: is the holder of a claim provably gone?) -----------------------
-# Taking over an averaging is safe only when its holder is provably gone. tests/slurm/test_slurm.py
-# checks it against real Slurm jobs; these catchers are fast and in-process, because
-# Snakemake's jobs never apply a mutant.
+# Taking over an averaging is safe only when its holder is provably gone.
+# tests/slurm/test_slurm_faults.py checks it against real Slurm jobs; these catchers are fast
+# and in-process, because Snakemake's jobs never apply a mutant.
 
 
 @mutant(

@@ -2,7 +2,7 @@
 signal before the limit ends a process computing the averaging it claimed, and the next one
 takes the claim over at once, not when the limit would have killed the holder. A real
 averaging process (tests/lease_worker.py) on a folder store, signalled as Slurm signals it;
-tests/slurm/test_slurm.py has Slurm send the signal to a client."""
+tests/slurm/test_slurm_profiles.py has Slurm send the signal to a client."""
 
 from __future__ import annotations
 

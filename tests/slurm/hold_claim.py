@@ -1,4 +1,5 @@
-"""Claim a name in a store as this process, then sleep until killed (tests/slurm/test_slurm.py).
+"""Claim a name in a store as this process, then sleep until killed (for
+tests/slurm/test_slurm_faults.py).
 
     python tests/slurm/hold_claim.py STORE NAME [ROLE]
 

@@ -1,7 +1,7 @@
 """soma.slurm.time_limit: Slurm's signal before a job's time limit (SIGURG, `--signal=URG@...`)
 makes a client still training leave its round saying so, and the quorum goes on at once. The
 signal is sent here by the client's task itself (tests/fixtures/slow_task.py, `signalled`);
-tests/slurm/test_slurm.py has Slurm send it."""
+tests/slurm/test_slurm_profiles.py has Slurm send it."""
 
 from __future__ import annotations
 
