@@ -80,7 +80,6 @@ import argparse
 import json
 import os
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -443,7 +442,6 @@ def clients_in_processes(rounds: int, per_process: int, folder: Path) -> dict[st
         commands[f"p{first}"] = [sys.executable, "-m", "soma.cli", *argv]
     wall, done = run_together(commands, folder)
     accuracy = last_json(done[0].out).get("evaluation", {}).get("accuracy")
-    shutil.rmtree(store, ignore_errors=True)
     return {
         "row": f"soma client, {per_process} client(s) a process",
         "processes": len(done),
@@ -543,7 +541,6 @@ def the_workflow(rounds: int, per_job: int, folder: Path) -> dict[str, Any]:
         "snakemake_rss": done[0].max_rss,
         "steady": steady_per_round(folder, "bench", rounds),
     }
-    shutil.rmtree(folder, ignore_errors=True)
     return row
 
 
@@ -610,7 +607,6 @@ def one_round(clients: int, tree: int | None, folder: Path) -> dict[str, Any]:
     times = [json.loads(path.read_text()) for path in reports]
     averaging = max(t["averaged"]["0"] for t in times) - max(t["contributed"]["0"] for t in times)
     parts = {name: max(t["seconds"][name] for t in times) for name in ("check", "share", "compute")}
-    shutil.rmtree(folder, ignore_errors=True)
     how = f"soma client, tree {tree}" if tree else "soma client, flat"
     return {
         "clients": clients,
@@ -627,7 +623,6 @@ def one_client_rss(folder: Path) -> int:
     """The max RSS of a `soma client` process that trains one control client for one round."""
     argv = soma_client(folder / "store", 1, 1, "0", CONTROL)
     _, done = run_together({"one": [sys.executable, "-m", "soma.cli", *argv]}, folder)
-    shutil.rmtree(folder, ignore_errors=True)
     return done[0].max_rss
 
 
@@ -674,7 +669,6 @@ def dry_run(per_job: int, folder: Path) -> dict[str, Any]:
     config += [f"clients_per_job={per_job}", f"tree={{fan_in: {FAN_IN}}}", "run=dag"]
     wall, done = run_together({"dry": snakemake(folder, config, "-n")}, folder)
     total = re.search(r"^total\s+(\d+)", done[0].out.read_text(), re.MULTILINE)
-    shutil.rmtree(folder, ignore_errors=True)
     jobs = int(total.group(1)) if total else None
     return {"per_job": per_job, "wall": wall, "jobs": jobs, "rss": done[0].max_rss}
 
@@ -745,8 +739,6 @@ def memory_section(clients: int, folder: Path) -> dict[str, Any]:
     except ChildFailed as error:
         section["error"] = str(error)
         print(f"  memory: failed: {section['error'][:500]}", flush=True)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
     return section
 
 
@@ -1049,6 +1041,8 @@ def only_memory(args: argparse.Namespace) -> int:
         flush=True,
     )
     results: dict[str, Any] = {}
+    # every row's folder is kept until the end: on ext4 without a journal a file made among
+    # thousands removed moments ago costs ~0.3 ms of the kernel's time (benchmarks/simulation.py)
     with tempfile.TemporaryDirectory(prefix="soma-rounds-") as tmp:
         measure_memory(args, Path(tmp), results)
     memory_report(results["memory"])
@@ -1092,6 +1086,8 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     results: dict[str, Any] = {}
+    # every row's folder is kept until the end: on ext4 without a journal a file made among
+    # thousands removed moments ago costs ~0.3 ms of the kernel's time (benchmarks/simulation.py)
     with tempfile.TemporaryDirectory(prefix="soma-rounds-") as tmp:
         folder = Path(tmp)
         measure_processes(args, folder, results)
