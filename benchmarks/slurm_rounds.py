@@ -26,7 +26,7 @@ profile path (profiles/slurm: soma-slurm) within 1.5x (issue 35: met with a trai
 client, 1.18-1.19x at 2 rounds x 5 clients and 1.28-1.35x at 10 x 10; with a round one job
 at 2 x 5 only in part, 1.47x and 1.62x in two runs; not at 10 x 10 with a round one job, 2.05x
 and 2.38x in two runs: a submission, its queueing and a Snakemake start, ~4-5 s a round of 2-5
-s of work; Slurm's start of a batch job, 2.3 s on average on its default settings, and
+s of work; Slurm's start of a batch job, 2.4 s on average on its default settings, and
 Snakemake's start, 1.4-1.5 s, each alone exceed the 1.4 s that 1.5x leaves a 2.8 s round: see
 the README's "What the profile path costs").
 """
