@@ -74,7 +74,11 @@ def test_a_wait_is_said_first_after_a_while_then_at_doubling_intervals_up_to_a_c
     assert said and said[0] >= 0.2, "nothing is said of a wait shorter than FIRST"
     gaps = [b - a for a, b in zip(said, said[1:], strict=False)]
     assert len(said) >= 3, said
-    assert gaps[0] >= 0.3 and all(g >= 0.6 for g in gaps[1:]), gaps  # 0.3, then 0.6 (capped)
+    # each time is read just after its tick, so a gap may come out a few ms short of the
+    # interval the process kept (measured once: 0.29998 for 0.3); 20 ms of slack still
+    # tells 0.3 from 0.6, and a doubling from none
+    slack = 0.02
+    assert gaps[0] >= 0.3 - slack and all(g >= 0.6 - slack for g in gaps[1:]), gaps  # capped
     assert all(g < 1.2 for g in gaps), gaps  # never more than the cap (and some slack)
     assert all(re.fullmatch(r"round 0 of run 'w': waited \d s so far for client 1", x) for x in
                lines(quick_lines))  # fmt: skip
