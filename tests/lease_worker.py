@@ -4,13 +4,16 @@ works for `--hold` seconds of its own running time (steps of 0.1 s: a process st
 mid-way still has the rest to do when it wakes) before it computes the mean. It begins
 once told to (a line on its stdin), so that its imports are done before; with `--gate`, its
 averaging waits for another line after its hold. After its first turn that computed (its
-publish done, or refused), it says so (`{"turned": pid}`). With `--roster` and `--keys` its
-meeting is signed (soma.round.signing), and it signs with the first roster key it holds."""
+publish done, or refused), it says so (`{"turned": pid}`). Each renewal of its lease says
+whether it renewed (`{"renewed": true|false}`: false once a successor holds it). With
+`--roster` and `--keys` its meeting is signed (soma.round.signing), and it signs with the
+first roster key it holds."""
 
 import argparse
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -21,6 +24,7 @@ import mutants  # noqa: E402
 mutants.apply_from_environment()
 
 import soma.round  # noqa: E402
+import soma.round.lease  # noqa: E402
 import soma.round.once  # noqa: E402
 from soma.round import Backoff, Meeting, average_round  # noqa: E402
 from soma.store import Store  # noqa: E402
@@ -39,12 +43,20 @@ args = parser.parse_args()
 
 real = soma.round._Averaging.compute
 real_turn = soma.round.once._leased
+real_renew = soma.round.lease.Lease.renew
 computed: list[int] = []
+saying = threading.Lock()  # lines come from the main thread and the lease's renewals
+
+
+def say(line: dict) -> None:
+    with saying:
+        sys.stdout.write(json.dumps(line) + "\n")
+        sys.stdout.flush()
 
 
 def compute(self, inputs, me):  # noqa: ANN001, ANN202
     computed.append(1)
-    print(json.dumps({"computing": os.getpid()}), flush=True)
+    say({"computing": os.getpid()})
     for _ in range(round(args.hold * 10)):
         time.sleep(0.1)
     if args.gate:
@@ -56,12 +68,19 @@ def turn(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
     result = real_turn(*args, **kwargs)
     if computed and len(computed) < 2:
         computed.append(2)
-        print(json.dumps({"turned": os.getpid()}), flush=True)
+        say({"turned": os.getpid()})
     return result
+
+
+def renew(self):  # noqa: ANN001, ANN202
+    renewed = real_renew(self)
+    say({"renewed": renewed})
+    return renewed
 
 
 soma.round._Averaging.compute = compute
 soma.round.once._leased = turn
+soma.round.lease.Lease.renew = renew
 sys.stdin.readline()
 signing = None
 if args.roster:
@@ -76,4 +95,4 @@ digest = average_round(
     backoff=Backoff(first=0.01, cap=0.1),
     lease=args.lease,
 )
-print(json.dumps({"average": digest}), flush=True)
+say({"average": digest})
