@@ -134,6 +134,11 @@ def bench_size(work: Path, nbytes: int, repeat: int, nodes: int) -> dict[str, fl
 
     def fresh_store() -> None:
         shutil.rmtree(folder, ignore_errors=True)
+        os.sync()  # the removal's own writes done before the next timed step, not during it
+
+    def no_raw() -> None:
+        raw.unlink(missing_ok=True)
+        os.sync()
 
     def keep(beside: bool | None = None) -> None:
         Store(folder, write_beside_hash=beside).keep("bench", {"export": export, "size": 1})
@@ -155,7 +160,7 @@ def bench_size(work: Path, nbytes: int, repeat: int, nodes: int) -> dict[str, fl
     # (name, what to time, what to do first); run in turn, `repeat` times over, so that a
     # change in the machine's load falls on every column rather than on one
     steps = [
-        ("write", write_raw, lambda: raw.unlink(missing_ok=True)),
+        ("write", write_raw, no_raw),
         ("read", read_raw, lambda: drop_cache(raw)),
         ("sha256", sha, None),
         ("keep", keep, new_export),

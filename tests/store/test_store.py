@@ -396,48 +396,6 @@ def test_a_registered_codec_round_trips_and_an_unregistered_one_is_refused(store
         store.keep("fits", value)
 
 
-@pytest.mark.parametrize(
-    "beside, cpus, written_beside",
-    [(False, 2, 0), (True, 1, 0), (True, 2, 5), (None, 2, 3)],
-    ids=["hash-first", "beside-but-one-cpu", "written-beside-the-hash", "predicted"],
-)
-def test_an_export_is_kept_node_by_node_and_an_unchanged_node_costs_nothing(
-    tmp_path: Path,
-    beside: bool | None,
-    cpus: int,
-    written_beside: int,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Predicted (the default): a large blob is written while it is hashed unless a sample
-    of its bytes was kept lately (the unchanged backbone, the second time)."""
-    import soma.store
-    import soma.store.pipeline
-
-    monkeypatch.setattr(soma.store.pipeline, "_cpus", lambda: cpus)
-    monkeypatch.setattr(soma.store.pipeline, "_KEPT", {})
-    speculated = []
-    real = soma.store.Store._speculate
-    monkeypatch.setattr(
-        soma.store.Store, "_speculate", lambda self, plan: speculated.append(1) or real(self, plan)
-    )
-    store = Store(tmp_path / "store", write_beside_hash=beside)
-    assert store._beside == (beside is not False)  # tmp_path is on a local filesystem
-    g = torch.Generator().manual_seed(2)
-    frozen = {"weight": torch.randn(1100, 1024, generator=g)}  # above the 4 MB threshold
-    trained = {"weight": torch.randn(1100, 1024, generator=g), "bias": torch.zeros(3)}
-    store.keep("run/round/0", {"export": {"backbone": frozen, "head": trained}, "size": 1})
-    assert len(blob_files(store)) == 3  # two nodes and the record
-    backbone = store.put_tensors(frozen)
-    stamp = os.stat(store.blob_path(backbone)).st_mtime_ns
-    trained["weight"] += 1
-    store.keep("run/round/1", {"export": {"backbone": frozen, "head": trained}, "size": 1})
-    assert len(blob_files(store)) == 5  # only the new head and a new record
-    assert os.stat(store.blob_path(backbone)).st_mtime_ns == stamp
-    assert temporaries(store) == []
-    same(frozen, store.recall("run/round/1")["export"]["backbone"])
-    assert len(speculated) == written_beside
-
-
 def test_the_same_value_is_the_same_digest_whatever_order_it_was_built_in(store: Store) -> None:
     value = a_value()
     backwards = {key: value[key] for key in reversed(list(value))}
