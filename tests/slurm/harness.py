@@ -128,14 +128,7 @@ class Slurm:
 
     def jobs(self) -> list[Job]:
         """This test's jobs that squeue still knows (any state), by their name's prefix."""
-        out = subprocess.run(
-            ["squeue", "-h", "-t", "all", "-o", "%i|%j|%k|%T"],
-            env=slurm_env(),
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout
+        out = slurm_output("squeue", "-h", "-t", "all", "-o", "%i|%j|%k|%T")
         jobs = [Job(*line.split("|", 3)) for line in out.splitlines() if line.count("|") >= 3]
         return [j for j in jobs if j.name.startswith(self.prefix)]
 
@@ -159,6 +152,13 @@ def _kill(process: subprocess.Popen) -> None:
         process.wait(timeout=30)
 
 
+def slurm_output(*command: str) -> str:
+    """What a Slurm command (squeue, sacct, scancel, ...) printed; an error if it failed."""
+    return subprocess.run(
+        command, env=slurm_env(), capture_output=True, text=True, timeout=30, check=True
+    ).stdout
+
+
 def wait_for(what: str, check: Callable[[], T], timeout: float, every: float = 0.5) -> T:
     """check()'s first truthy answer, polled; fails the test naming `what` after timeout."""
     deadline = time.monotonic() + timeout
@@ -173,14 +173,7 @@ def wait_for(what: str, check: Callable[[], T], timeout: float, every: float = 0
 
 def sacct_states(job_ids: list[str]) -> dict[str, str]:
     """The allocation state of each job, as accounting has it (e.g. COMPLETED, CANCELLED)."""
-    out = subprocess.run(
-        ["sacct", "-X", "-n", "-P", "-j", ",".join(job_ids), "-o", "JobID,State"],
-        env=slurm_env(),
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    ).stdout
+    out = slurm_output("sacct", "-X", "-n", "-P", "-j", ",".join(job_ids), "-o", "JobID,State")
     states = {}
     for line in out.splitlines():
         if "|" in line:

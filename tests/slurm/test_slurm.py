@@ -11,12 +11,10 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from slurm.cluster import slurm_env
 from slurm.harness import (
     AVERAGE_0,
     CLIENTS_0,
@@ -32,6 +30,7 @@ from slurm.harness import (
     place_of_round,
     receipts,
     rule_of,
+    slurm_output,
     snakemake,
     submitted,
     write_config,
@@ -98,14 +97,7 @@ def test_the_workflow_under_slurm_gives_the_receipts_of_a_local_run(workflow_run
     jobs = submitted(by_slurm.output)
     assert len(jobs) == sum(WORKFLOW_JOBS.values()), by_slurm.tail()
     completed(jobs)
-    names = subprocess.run(
-        ["sacct", "-X", "-n", "-P", "-j", ",".join(jobs), "-o", "JobName"],
-        env=slurm_env(),
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    ).stdout.split()
+    names = slurm_output("sacct", "-X", "-n", "-P", "-j", ",".join(jobs), "-o", "JobName").split()
     assert set(names) == {run_id.group(1)}
     # ...and left its per-rule log where the plugin keeps them.
     logs = under_slurm / ".snakemake" / "slurm_logs"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from slurm.harness import (
     averagings,
     ended,
     place_of_round,
+    slurm_output,
     snakemake,
     submitted,
     wait_for,
@@ -57,7 +57,7 @@ def cancel_client_1_while_it_sleeps(workdir: Path, run, slurm: Slurm) -> Job:
         return next((j for j in jobs if j.state == "RUNNING"), None)
 
     job = wait_for("client 1's train job sleeping in train()", sleeping_client_1, FEW_JOBS / 2)
-    subprocess.run(["scancel", job.id], env=slurm_env(), timeout=30, check=True)
+    slurm_output("scancel", job.id)
     return job
 
 
@@ -162,7 +162,7 @@ def test_an_averager_killed_holding_the_claim_is_taken_over_once_slurm_says_it_e
     assert store.bound(place.takeovers) == [] and store.resolve(place.published) is None
 
     # Dead: scancel it; once Slurm says it ended, the average job under Slurm takes over.
-    subprocess.run(["scancel", holder_job], env=slurm_env(), timeout=30, check=True)
+    slurm_output("scancel", holder_job)
     assert ended(holder_job) == "CANCELLED"
     assert holders.gone(holder)
     taken = slurm.run(snakemake(tmp_path, AVERAGE_0, slurm=slurm), cwd=tmp_path, timeout=FEW_JOBS)
@@ -210,7 +210,7 @@ def test_a_holder_whose_step_ended_in_a_running_allocation_is_gone(cluster, tmp_
     elsewhere = {**holder, "host": "another-node-of-the-allocation"}
     assert not holders.gone(elsewhere), "its step runs"
 
-    subprocess.run(["scancel", f"{job}.0"], env=slurm_env(), timeout=30, check=True)
+    slurm_output("scancel", f"{job}.0")
     wait_for(
         f"step {job}.0 to end",
         lambda: holders.slurm_step_state(job, "0") not in (None, "RUNNING"),

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from slurm.harness import (
     averagings,
     ended,
     receipts,
+    slurm_output,
     snakemake,
     write_config,
 )
@@ -88,14 +88,7 @@ def test_srun_mode_four_tasks_in_one_sbatch_average_each_round_once(cluster, tmp
         assert row["averagings"] == 1
 
     # One batch job whose srun step ran four tasks.
-    steps = subprocess.run(
-        ["sacct", "-n", "-P", "-j", job, "-o", "JobID,NTasks,State"],
-        env=slurm_env(),
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    ).stdout
+    steps = slurm_output("sacct", "-n", "-P", "-j", job, "-o", "JobID,NTasks,State")
     assert f"{job}.0|4|COMPLETED" in steps.split(), steps
 
 

@@ -29,6 +29,7 @@ from slurm.harness import (
     RUN,
     completed,
     ended,
+    slurm_output,
     snakemake,
     submitted,
     write_config,
@@ -151,10 +152,7 @@ def test_a_submission_slurm_refuses_is_refused_before_any_with_slurms_message(
 
 def time_limit_of(job: str) -> int:
     """A finished job's time limit in minutes, from accounting."""
-    out = subprocess.run(
-        ["sacct", "-X", "-n", "-P", "-j", job, "-o", "TimelimitRaw"],
-        env=slurm_env(), capture_output=True, text=True, timeout=30, check=True,
-    ).stdout.split()  # fmt: skip
+    out = slurm_output("sacct", "-X", "-n", "-P", "-j", job, "-o", "TimelimitRaw").split()
     return int(out[0])
 
 
@@ -169,10 +167,7 @@ def sleep_of(workdir: Path, client: int) -> tuple[float, float]:
 
 def steps_of(job: str) -> list[str]:
     """The job steps Slurm's accounting lists for a job (batch and extern left out)."""
-    out = subprocess.run(
-        ["sacct", "-n", "-P", "-j", job, "-o", "JobID"],
-        env=slurm_env(), capture_output=True, text=True, timeout=30, check=True,
-    ).stdout.split()  # fmt: skip
+    out = slurm_output("sacct", "-n", "-P", "-j", job, "-o", "JobID").split()
     steps = [line.split(".", 1)[1] for line in out if "." in line]
     return [step for step in steps if step not in ("batch", "extern")]
 
@@ -206,10 +201,7 @@ def test_a_rounds_submission_runs_its_train_jobs_side_by_side_as_it_asked(
     (first, second) = (sleep_of(tmp_path, client) for client in (0, 1))
     assert first[0] < second[1] and second[0] < first[1], (first, second)  # side by side
     assert steps_of(job) == ["0"], steps_of(job)  # one step: no Snakemake step per job
-    asked = subprocess.run(
-        ["sacct", "-X", "-n", "-P", "-j", job, "-o", "ReqCPUS"],
-        env=slurm_env(), capture_output=True, text=True, timeout=30, check=True,
-    ).stdout.split()  # fmt: skip
+    asked = slurm_output("sacct", "-X", "-n", "-P", "-j", job, "-o", "ReqCPUS").split()
     assert asked == ["2"], asked
     average = json.loads((tmp_path / AVERAGE_0).read_text())
     assert [i["client"] for i in average["inputs"]] == [0, 1]
