@@ -9,6 +9,7 @@ from __future__ import annotations
 from mutants import _replace, mutant
 
 _T = "tests/secagg/test_secagg.py::"
+_PIECES = "tests/secagg/test_secagg_pieces.py::"
 
 
 @mutant(
@@ -76,8 +77,8 @@ def _secagg_writes_the_export() -> None:
 @mutant(
     "secagg_no_overflow_bound",
     caught_by=[
-        _T + "test_sums_at_the_bound_never_wrap_and_come_back_exact",
-        _T + "test_the_overflow_bound_is_the_ring_shared_among_the_members",
+        _PIECES + "test_sums_at_the_bound_never_wrap_and_come_back_exact",
+        _PIECES + "test_the_overflow_bound_is_the_ring_shared_among_the_members",
     ],
 )
 def _secagg_no_overflow_bound() -> None:
