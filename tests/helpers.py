@@ -186,6 +186,41 @@ def same_weights(a: dict, b: dict) -> bool:
     )
 
 
+def blob_files(store: Store) -> list[Path]:
+    """The blob files of a folder store, sorted."""
+    return sorted(p for p in (store.directory / "blobs").rglob("*") if p.is_file())
+
+
+def temporaries(store: Store) -> list[str]:
+    """What a folder store's tmp/ holds: writes under way, or left by a killed writer."""
+    return sorted(os.listdir(store.directory / "tmp"))
+
+
+def same(a: object, b: object, where: str = "value") -> None:
+    """Exactly the same value: the same types all the way down, tensors bit for bit."""
+    import torch
+
+    assert type(a) is type(b) or (isinstance(a, torch.Tensor) and type(b) is torch.Tensor), (
+        f"{where}: {type(a)} != {type(b)}"
+    )
+    if isinstance(a, torch.Tensor):
+        assert (a.dtype, a.shape) == (b.dtype, b.shape), f"{where}: {a.dtype}{list(a.shape)}"
+        bits = a.detach().contiguous().reshape(-1).view(torch.uint8)
+        assert torch.equal(bits, b.contiguous().reshape(-1).view(torch.uint8)), where
+    elif isinstance(a, dict):
+        assert sorted(a) == sorted(b), where
+        for key in a:
+            same(a[key], b[key], f"{where}[{key!r}]")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            same(x, y, f"{where}[{i}]")
+    elif isinstance(a, float):
+        assert repr(a) == repr(b), f"{where}: {a!r} != {b!r}"  # nan, -0.0 and all
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"
+
+
 def overlapping_export(store: Store) -> str:
     """An export whose tensor file says two tensors share bytes: it hashes right (it was put
     as bytes), so only its header is wrong, as a record written by hand may be."""

@@ -1,4 +1,5 @@
-"""A second interpreter for tests/store/test_store.py: it trains, races and gets killed for real.
+"""A second interpreter for the store's tests (tests/store/test_store_processes.py, and the
+contract's races): it trains, races and gets killed for real.
 
     python tests/store_worker.py train <store> <name> <seed> <out.safetensors>
     python tests/store_worker.py race <store> <name> <go-fd> <racers>

@@ -9,18 +9,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import blob_files, temporaries
 
 import soma.store
 import soma.store.pipeline
 from soma.store import Store
-
-
-def blob_files(store: Store) -> list[Path]:
-    return sorted(p for p in (store.directory / "blobs").rglob("*") if p.is_file())
-
-
-def temporaries(store: Store) -> list[str]:
-    return sorted(os.listdir(store.directory / "tmp"))
 
 
 def speculations(monkeypatch: pytest.MonkeyPatch, cpus: int = 2) -> list[int]:

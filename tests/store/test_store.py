@@ -2,12 +2,12 @@
 
 bytes by what they are, names that point at them, and both directions of each; a value
 with tensors in it goes in and comes out alive, and a bare tensor is kept; something
-nobody registered a codec for says which type it was and where; a training run written
-down by another interpreter is read back here to the same weights, and two processes that
-wrote the same weights wrote them once; eight threads on one name: exactly one wins, and
-the one told it won is the one written down; a claim leaves nothing behind in the
-temporaries; a flipped byte, a lying header and a killed writer are all caught. What every
-backend owes (claims that eight processes race for among them) is tests/contract/'s.
+nobody registered a codec for says which type it was and where; eight threads on one
+name: exactly one wins, and the one told it won is the one written down; a claim leaves
+nothing behind in the temporaries; a flipped byte and a lying header are caught. Other
+interpreters writing the store (and killed mid-write) are tests/store/test_store_processes.py's,
+the hash-and-write of large blobs tests/store/test_pipeline.py's. What every backend owes
+(claims that eight processes race for among them) is tests/contract/'s.
 """
 
 from __future__ import annotations
@@ -17,16 +17,14 @@ import dataclasses
 import hashlib
 import json
 import os
-import signal
 import struct
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import blob_files, same, temporaries
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -48,44 +46,10 @@ from soma.store import (
 
 torch.set_num_threads(1)
 
-WORKER = Path(__file__).resolve().parents[1] / "store_worker.py"
-ROOT = WORKER.parent.parent
-
 
 @pytest.fixture
 def store(tmp_path: Path) -> Store:
     return Store(tmp_path / "store")
-
-
-def blob_files(store: Store) -> list[Path]:
-    return sorted(p for p in (store.directory / "blobs").rglob("*") if p.is_file())
-
-
-def temporaries(store: Store) -> list[str]:
-    return sorted(os.listdir(store.directory / "tmp"))
-
-
-def same(a: object, b: object, where: str = "value") -> None:
-    """Exactly the same value: the same types all the way down, tensors bit for bit."""
-    assert type(a) is type(b) or (isinstance(a, torch.Tensor) and type(b) is torch.Tensor), (
-        f"{where}: {type(a)} != {type(b)}"
-    )
-    if isinstance(a, torch.Tensor):
-        assert (a.dtype, a.shape) == (b.dtype, b.shape), f"{where}: {a.dtype}{list(a.shape)}"
-        bits = a.detach().contiguous().reshape(-1).view(torch.uint8)
-        assert torch.equal(bits, b.contiguous().reshape(-1).view(torch.uint8)), where
-    elif isinstance(a, dict):
-        assert sorted(a) == sorted(b), where
-        for key in a:
-            same(a[key], b[key], f"{where}[{key!r}]")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            same(x, y, f"{where}[{i}]")
-    elif isinstance(a, float):
-        assert repr(a) == repr(b), f"{where}: {a!r} != {b!r}"  # nan, -0.0 and all
-    else:
-        assert a == b, f"{where}: {a!r} != {b!r}"
 
 
 def a_value() -> dict:
@@ -664,101 +628,7 @@ def test_race_eight_threads_for_one_name_exactly_one_wins_and_is_written_down(
         assert temporaries(store) == []
 
 
-def run_worker(*args: str, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, str(WORKER), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        **kwargs,
-    )
-
-
-# --- another interpreter -----------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def two_trainings(tmp_path_factory: pytest.TempPathFactory) -> tuple[Store, list[dict], Path]:
-    """Two interpreters train the same net from the same seed, at the same time, and keep
-    their exports under two names in one store; each also saves its export by hand."""
-    folder = tmp_path_factory.mktemp("trained")
-    store = Store(folder / "store")
-    runs = [
-        run_worker(
-            "train", str(store.directory), f"cifar/round/0/client/{k}", "7", str(folder / f"{k}.st")
-        )
-        for k in range(2)
-    ]
-    reports = []
-    for run in runs:
-        out, err = run.communicate(timeout=300)
-        assert run.returncode == 0, err
-        reports.append(json.loads(out))
-    return store, reports, folder
-
-
-@pytest.mark.slow
-def test_a_training_run_written_by_another_interpreter_reads_back_the_same(
-    two_trainings: tuple[Store, list[dict], Path],
-) -> None:
-    from safetensors.torch import load_file
-
-    store, reports, folder = two_trainings
-    assert store.resolve("cifar/round/0/client/0") == reports[0]["digest"]
-    record = store.recall("cifar/round/0/client/0")
-    assert record["size"] == 64 and sorted(record["export"]) == ["net"]
-    assert sorted(record["export"]["net"]) == reports[0]["keys"]
-    same(load_file(folder / "0.st"), record["export"]["net"])
-    untrained = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
-    from soma.nodes import load
-
-    load({"net": untrained}, record["export"])
-    same(load_file(folder / "0.st"), {k: v for k, v in untrained.state_dict().items()})
-
-
-def test_two_processes_writing_the_same_weights_wrote_one_blob(
-    two_trainings: tuple[Store, list[dict], Path],
-) -> None:
-    store, reports, _ = two_trainings
-    assert reports[0]["digest"] == reports[1]["digest"]
-    assert store.bound() == ["cifar/round/0/client/0", "cifar/round/0/client/1"]
-    assert len(blob_files(store)) == 2  # the node's tensors and the record, once each
-    assert temporaries(store) == []
-
-
-@pytest.mark.slow
-def test_a_writer_killed_mid_write_leaves_no_partial_file_under_a_final_name(
-    store: Store,
-) -> None:
-    writer = run_worker("write", str(store.directory))
-    try:
-        while writer.stdout.readline() != "writing 2\n":
-            assert writer.poll() is None, writer.communicate()[1]
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # kill it as soon as a blob is half written
-            partial = [
-                e
-                for e in os.scandir(store.directory / "tmp")
-                if e.name.endswith(".blob") and 0 < e.stat().st_size < 64 << 20
-            ]
-            if partial:
-                writer.send_signal(signal.SIGKILL)
-                break
-        else:
-            pytest.fail("never saw a blob being written")
-    finally:
-        writer.kill()
-        writer.communicate()
-    assert writer.returncode == -signal.SIGKILL
-    assert temporaries(store), "the kill did not land mid-write"
-    for path in blob_files(store):
-        assert hashlib.sha256(path.read_bytes()).hexdigest() == path.name, f"{path} is partial"
-    names = store.bound("kill/")
-    assert names[:2] == ["kill/0", "kill/1"]
-    for name in names:
-        value = store.recall(name)
-        assert value["weights"]["w"][0].item() == value["i"] == int(name.split("/")[1])
+# --- the store's folders ---------------------------------------------------------------
 
 
 def test_sweep_removes_only_old_temporaries(store: Store) -> None:
