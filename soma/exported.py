@@ -11,7 +11,7 @@ is written.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from soma.model import (
@@ -24,7 +24,7 @@ from soma.model import (
     save_model,
 )
 from soma.round import layout, readers
-from soma.round.signing import Signing, read_roster
+from soma.round.signing import Signing
 from soma.store import Store
 
 
@@ -34,15 +34,22 @@ class ForgedRound(ModelError):
 
 
 def reader_signing(
-    store: Store, run: str, roster: str | os.PathLike[str] | None, *, unchecked: bool = False
+    store: Store,
+    run: str,
+    roster: str | os.PathLike[str] | None,
+    *,
+    unchecked: bool = False,
+    averagers: Iterable[int] | None = None,
 ) -> Signing | None:
-    """The roster a reader checks `run`'s records against (the file `roster`); None when none
-    was given and the run's meetings say it has none. A run that has one, read without it, is
-    refused (UncheckedRun) unless `unchecked` says to take its records unchecked."""
+    """The roster a reader checks `run`'s records against (the file `roster`, with the
+    `averagers` the run declared: signing.for_reader); None when none was given and the
+    run's meetings say it has none. A run that has one, read without it, is refused
+    (UncheckedRun) unless `unchecked` says to take its records unchecked."""
     from soma.round import check_run
+    from soma.round.signing import for_reader
 
     if roster is not None:
-        return Signing.of(read_roster(roster), None)
+        return for_reader(store, run, roster, averagers)
     if not unchecked and readers.says_roster(store, run, check_run(store, run)):
         raise readers.UncheckedRun(
             readers.unchecked(run) + "; or --unchecked to export it without checking"

@@ -39,10 +39,15 @@ def roster_digests(store: Store, run: str, found: Iterable[tuple[int, str]]) -> 
 
 
 def from_store(
-    store: Store, run: str, found: list[tuple[int, str]], digests: set[str]
+    store: Store,
+    run: str,
+    found: list[tuple[int, str]],
+    digests: set[str],
+    averagers: Iterable[int] | None = None,
 ) -> signatures.Signing:
     """The roster whose digest the meetings name, rebuilt from the keys the run's client
-    records were signed with (each client's own: a record at client k's name). Refused
+    records were signed with (each client's own: a record at client k's name), with the
+    averagers the run declared (`averagers`, which that digest covers; None: none). Refused
     naming what is missing when the keys found do not hash to that digest (a client that
     never signed a record, or two keys for one client)."""
     keys: dict[int, set[str]] = {}
@@ -64,12 +69,13 @@ def from_store(
         )
     roster = {k: next(iter(found_keys)) for k, found_keys in keys.items()}
     if roster and len(digests) == 1:
-        signing = signatures.Signing.of(roster, None)
+        signing = signatures.Signing.of(roster, None, averagers)
         if signing.digest in digests:
             return signing
     named = ", ".join(sorted(d[:12] for d in digests))
+    chosen = "" if averagers is None else f" with averagers {sorted(set(averagers))}"
     raise NoRoster(
         f"{where} is signed (its meetings name roster {named}) "
-        f"and the keys its records were signed with (clients {sorted(roster)}) are not that "
-        "roster: give it (--roster FILE)"
+        f"and the keys its records were signed with (clients {sorted(roster)}){chosen} are "
+        "not that roster: give it (--roster FILE; --averagers, those the run declared)"
     )

@@ -8,10 +8,11 @@ run it, and running it changes nothing a run or another reader sees.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from soma.audit import roster as rosters
-from soma.audit.across import check_chain, check_ledger
+from soma.audit.across import check_chain, check_ledger, check_start, check_total
 from soma.audit.findings import AuditReport, Finding
 from soma.audit.rounds import audit_meeting
 from soma.round import layout
@@ -21,25 +22,38 @@ from soma.round.report import check_run
 from soma.store import Store
 
 
-def audit(store: Store, run: str, roster: str | Path | None = None) -> AuditReport:
+def audit(
+    store: Store,
+    run: str,
+    roster: str | Path | None = None,
+    averagers: Iterable[int] | None = None,
+    rounds: int | None = None,
+) -> AuditReport:
     """Every round of `run` checked (see soma.audit): the report, whose `failure()` names
     the first broken round. `roster` is the auditor's roster file; without one, the roster
-    is read back from the store (and labelled not anchored), or the run is unsigned. An
-    asynchronous run's versions are replayed instead (soma.audit.asynchronous)."""
+    is read back from the store (and labelled not anchored), or the run is unsigned.
+    `averagers` are those the run declared (its roster's digest covers them; refused when
+    not the charter's, signing.for_reader). `rounds` is how many rounds the reader says the
+    run was configured for (--rounds; the run signs it nowhere: soma.audit.across.check_total);
+    None: how many the store holds is said, unchecked. An asynchronous run's versions are
+    replayed instead (soma.audit.asynchronous)."""
     from soma.asynchronous.replay import is_asynchronous
     from soma.audit.asynchronous import audit_versions
 
     if is_asynchronous(store, run):
-        return audit_versions(store, run)
+        report = audit_versions(store, run)
+        if rounds is not None:
+            said = f"--rounds {rounds} is not checked: an asynchronous run has versions, not rounds"
+            report.findings.append(Finding("rounds", None, said))
+        return report
     found = check_run(store, run)
     said = rosters.roster_digests(store, run, found)
     if roster is not None:
-        signing: signatures.Signing | None = signatures.Signing.of(
-            signatures.read_roster(roster), None
-        )
+        signing: signatures.Signing | None = signatures.for_reader(store, run, roster, averagers)
         label = f"{rosters.GIVEN}: {roster}"
     elif said:
-        signing, label = rosters.from_store(store, run, found, said), rosters.FROM_STORE
+        signing = rosters.from_store(store, run, found, said, averagers)
+        label = rosters.FROM_STORE
     else:
         signing, label = None, rosters.UNSIGNED
     report = AuditReport(str(store.directory), run, label)
@@ -51,6 +65,8 @@ def audit(store: Store, run: str, roster: str | Path | None = None) -> AuditRepo
             meetings[len(report.rounds)] = meeting
         report.rounds.append(audited)
     check_chain(report.rounds)
+    report.findings += check_start(report.rounds)
+    report.findings.append(check_total(report.rounds, rounds))
     check_ledger(store, report.rounds, meetings)
     return report
 
@@ -76,7 +92,8 @@ def _run_findings(
                 "roster",
                 False,
                 f"the roster given (digest {signing.digest[:12]}) is not the one the run's "
-                f"meetings name ({', '.join(sorted(d[:12] for d in said))})",
+                f"meetings name ({', '.join(sorted(d[:12] for d in said))})"
+                + ("" if signing.averagers else " (did the run declare averagers? --averagers)"),
             )
         )
     elif given and not said:

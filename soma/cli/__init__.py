@@ -13,6 +13,11 @@ Each task is client `$SLURM_PROCID` unless `--mine` says otherwise.
     soma keys --out keys --client 0-4 > roster-A.json   a site's key pairs, their roster
     soma keys merge roster-A.json roster-B.json > roster.json   the sites' rosters as one
     soma bucket serve --dir bucket     a local S3 server and bucket, to try sites on one machine
+
+Starting imports no torch (seconds of CPU): `soma --help`, a command's help, `soma bucket
+serve`. soma.cli's modules import at module level only what parsing needs; each command
+imports what it runs inside its function, and soma.store its tensor modules on first use
+(soma/store/__init__.py). tests/cli/test_torch_free.py checks it.
 """
 
 from __future__ import annotations

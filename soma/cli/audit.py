@@ -17,7 +17,7 @@ def audit(args: argparse.Namespace) -> int:
     from soma.audit import document, lines
 
     store = existing_store(args.store)
-    report = audit_run(store, args.run, args.roster)
+    report = audit_run(store, args.run, args.roster, args.averagers, args.rounds)
     if args.json:
         print(json.dumps(report.as_dict(), indent=2, sort_keys=True))
     else:
@@ -31,6 +31,17 @@ def audit(args: argparse.Namespace) -> int:
     if failure is not None:
         raise failure
     return 0
+
+
+def _rounds(text: str) -> int:
+    """--rounds: a count of rounds, at least 1."""
+    try:
+        rounds = int(text)
+    except ValueError:
+        rounds = 0
+    if rounds < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count of rounds (an integer >= 1)")
+    return rounds
 
 
 def add_command(commands: argparse._SubParsersAction) -> None:
@@ -48,6 +59,15 @@ def add_command(commands: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="the run's roster (soma keys), the auditor's own (default: read back from the "
         "store, labelled not anchored)",
+    )
+    a.add_argument(
+        "--rounds",
+        type=_rounds,
+        default=None,
+        metavar="N",
+        help="the rounds the run was configured for (its config's `rounds`, which it signs "
+        "nowhere): rounds 0..N-1 must each be averaged, none beyond (default: how many the "
+        "store holds is said, marked not checked)",
     )
     a.add_argument("--json", action="store_true", help="machine-readable output")
     a.add_argument(

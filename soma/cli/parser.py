@@ -66,6 +66,8 @@ def check_arguments(args: argparse.Namespace) -> None:
         _check_client(args)
     if getattr(args, "unchecked", False) and args.roster is not None:
         raise BadArgument("--unchecked and --roster: give one (--roster checks the signatures)")
+    if args.command in ("status", "export") and args.averagers is not None and args.roster is None:
+        raise BadArgument("--averagers without --roster: they are of the run's roster, give it")
 
 
 def _at_least(option: str, value: int, least: int) -> None:
@@ -442,6 +444,7 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--json", action="store_true", help="machine-readable output")
     g.set_defaults(func=gc)
     add_audit(commands)
+    _reader_averagers(commands.choices["audit"])
     add_bucket(commands)
     return top
 
@@ -454,6 +457,20 @@ def _reader_roster(command: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="the run's roster (soma keys): only records a roster member signed are taken; "
         "the others are named and ignored",
+    )
+    _reader_averagers(command)
+
+
+def _reader_averagers(command: argparse.ArgumentParser) -> None:
+    """A reading command's --averagers: those the run declared (its roster's digest covers
+    them), refused when not the run's charter's (soma.round.signing.for_reader)."""
+    command.add_argument(
+        "--averagers",
+        type=clients_of,
+        default=None,
+        metavar="CLIENTS",
+        help="the clients the run let sign an average (its `averagers`, --averagers: 0-2, or "
+        "0,3), needed to read a run that declared them (default: any roster member)",
     )
 
 

@@ -9,7 +9,6 @@ from typing import Any
 
 from soma.cli.stores import existing_store
 from soma.config.spec import BadArgument
-from soma.round import holders
 
 
 def _metrics_text(metrics: Any) -> str:
@@ -55,13 +54,15 @@ def status(args: argparse.Namespace) -> int:
     from soma.asynchronous.replay import is_asynchronous
     from soma.round import check_run
     from soma.round import status as round_status
-    from soma.round.signing import Signing, read_roster
+    from soma.round.signing import for_reader
 
     store = existing_store(args.store)
     if is_asynchronous(store, args.run):  # versions, not rounds (soma.asynchronous)
         return _versions_status(store, args)
     check_run(store, args.run)
-    signing = None if args.roster is None else Signing.of(read_roster(args.roster), None)
+    signing = (
+        None if args.roster is None else for_reader(store, args.run, args.roster, args.averagers)
+    )
     table = round_status(store, args.run, clients=args.clients, signing=signing)
     unreadable = any(row["problems"] or row.get("ignored") for row in table)
     if args.json:
@@ -112,6 +113,8 @@ def _status_line(row: dict[str, Any], several: set[int]) -> str:
         if len(row["averages_by_inputs"]) > 1:
             state += f" ({len(row['averages_by_inputs'])} averages: the round was rerun)"
     elif holder:
+        from soma.round import holders  # imported by status() already (soma.round: torch)
+
         state = f"averaging held by {holders.describe(holder)}"
         state += " (gone)" if holder["gone"] else ""
     else:
@@ -154,7 +157,9 @@ def export(args: argparse.Namespace) -> int:
     store = existing_store(args.store)
     if is_asynchronous(store, args.run):  # a version (--round), not a round's average
         return _export_version(store, args)
-    signing = reader_signing(store, args.run, args.roster, unchecked=args.unchecked)
+    signing = reader_signing(
+        store, args.run, args.roster, unchecked=args.unchecked, averagers=args.averagers
+    )
     made = export_checked(
         store, args.run, args.output, signing=signing, round=args.round, average=args.average
     )
@@ -190,7 +195,9 @@ def _export_best(args: argparse.Namespace) -> int:
     if args.round is not None or args.average is not None:
         raise BadArgument("--best chooses the round itself: give it without --round or --average")
     store = existing_store(args.store)
-    signing = reader_signing(store, args.run, args.roster, unchecked=args.unchecked)
+    signing = reader_signing(
+        store, args.run, args.roster, unchecked=args.unchecked, averagers=args.averagers
+    )
     made = export_best_checked(store, args.run, args.output, args.metric, signing=signing)
     for why in made["ignored"]:
         print(f"soma: ignored (unsigned/forged): {why}", file=sys.stderr)

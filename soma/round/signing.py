@@ -368,6 +368,43 @@ def check_charter(store: Store, signing: Signing, run: str) -> None:
         _CHARTERS.setdefault(store, {})[run] = _read_charter(store, signing, run, digest)
 
 
+def charter_roster(store: Store, run: str) -> str | None:
+    """The roster digest `run`'s charter in `store` names (the roster and the averagers: the
+    charter holds their digest, not the averagers themselves); None without a charter. Its
+    signature is not checked here: every signed record's check reads it (`_read_charter`)."""
+    where = layout.charter(run)
+    digest = store.resolve(where)
+    if digest is None:
+        return None
+    tree, _ = codecs.parse_record(store.get(digest), f"run {run!r}'s charter ({where!r})")
+    said = tree.get("roster") if isinstance(tree, dict) else None
+    return said if isinstance(said, str) else None
+
+
+def for_reader(
+    store: Store,
+    run: str,
+    roster: str | os.PathLike[str],
+    averagers: Iterable[int] | None = None,
+) -> Signing:
+    """The roster file `roster` as a reader of `run` holds it (no private key), with the
+    averagers the run declared (`averagers`, --averagers; None: any member), which its
+    digest covers: without them a run that declared some is read as signed by another roster.
+    Averagers given that are not the run's (its charter's digest) are refused, naming both."""
+    signing = Signing.of(read_roster(roster), None, averagers)
+    said = None if signing.averagers is None else charter_roster(store, run)
+    if said is not None and said != signing.digest:
+        plain = Signing.of(signing.members, None).digest
+        declared = " (the run declared no averagers)" if said == plain else ""
+        raise SigningError(
+            f"averagers {list(signing.averagers or ())}: run {run!r}'s charter names roster "
+            f"{said[:12]}{declared}, and roster {str(roster)!r} with averagers "
+            f"{list(signing.averagers or ())} is {signing.digest[:12]}: another roster file "
+            "or other averagers than the run's"
+        )
+    return signing
+
+
 def _claim_charter(store: Store, signing: Signing, run: str, by: int) -> str:
     where = layout.charter(run)
     value = {"run": run, "value": os.urandom(32).hex(), "roster": signing.digest}

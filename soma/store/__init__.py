@@ -144,7 +144,8 @@ Health (soma.health has verify, repair and gc; these are the store's parts of it
 
 from __future__ import annotations
 
-import os
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from soma import files as files
 from soma.files import DURABILITIES as DURABILITIES
@@ -160,11 +161,11 @@ from soma.files import write_atomic as write_atomic
 
 # Every name importable from soma.store before it was split into modules still is: those
 # of `__all__`, and (as `x as x`, an explicit re-export) the others, from where they live.
-from soma.store import codecs as codecs
+# Those of the modules that import torch (the tensor codecs, the folder store) are imported
+# on first use (`_LAZY`, PEP 562), so that checking a path or a name, or serving a bucket,
+# does not import torch: the `soma` command line's start (see soma/cli/__init__.py).
 from soma.store import errors as errors
 from soma.store import names as names
-from soma.store import tensorfile as tensorfile
-from soma.store.codecs import register_codec, unregister_codec
 from soma.store.errors import (
     BadBlob,
     BadDigest,
@@ -182,19 +183,26 @@ from soma.store.errors import (
     UnknownName,
     UnwritableStore,
 )
-from soma.store.folder import FolderStore
 from soma.store.names import MAX_STORE_PATH_BYTES as MAX_STORE_PATH_BYTES
 from soma.store.names import check_name as check_name
 from soma.store.names import split_prefix as split_prefix
-from soma.store.pipeline import CORRUPT_MARK_NS as CORRUPT_MARK_NS
-from soma.store.pipeline import REFRESH_AFTER as REFRESH_AFTER
-from soma.store.pipeline import check_digest
-from soma.store.pipeline import hash_file as hash_file
-from soma.store.pipeline import hash_stream as hash_stream
-from soma.store.pipeline import mark_corrupt as mark_corrupt
 from soma.store.safe_open import check_folder
 from soma.store.safe_open import symlink_refused as symlink_refused
-from soma.store.values import Values as Values
+
+# name -> the module it is imported from on first use (a submodule, `codecs`, is its own)
+_LAZY = {
+    "Store": "soma.store.opening",
+    "FolderStore": "soma.store.folder",
+    "register_codec": "soma.store.codecs",
+    "unregister_codec": "soma.store.codecs",
+    "CORRUPT_MARK_NS": "soma.store.pipeline",
+    "REFRESH_AFTER": "soma.store.pipeline",
+    "check_digest": "soma.store.pipeline",
+    "hash_file": "soma.store.pipeline",
+    "hash_stream": "soma.store.pipeline",
+    "mark_corrupt": "soma.store.pipeline",
+    "Values": "soma.store.values",
+}
 
 __all__ = [
     "Store",
@@ -220,27 +228,38 @@ __all__ = [
 ]
 
 
-class Store(FolderStore):
-    """A content-addressed store in `directory` (made if missing; refused, with nothing made,
-    where it cannot be: see `check_folder`). See the module docs.
+def __getattr__(name: str) -> Any:
+    """A name of `_LAZY`, or a submodule (`soma.store.codecs`), imported on first use: the
+    lazy boundary that keeps torch out of `import soma.store`."""
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    elif name.startswith("_"):  # `__wrapped__` and the like, looked for by tools: no module
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    else:
+        try:
+            value = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as error:
+            if error.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    globals()[name] = value
+    return value
 
-    `write_beside_hash`: on a local filesystem with a second CPU, write a large tensor blob
-    while it is hashed instead of after: None, when it is likely new; True, always; False,
-    never (see "Large values" in the module docs).
-    `verify_existing`: a put of a blob already there hashes it, and replaces it when its
-    bytes are wrong (see "Health"); what `soma repair` uses.
-    `durability`: "durable" (names are durable before they are said bound, and never before
-    what they reach) or "scratch" (no fsync at all: a machine crash means rerunning the
-    round), refused on a store that says it is shared; `shared`: say so (writes its marker).
-    See soma.files for what each fsync protects.
-    """
 
-    def __new__(cls, directory: str | os.PathLike[str] = "", **options: object) -> Store:
-        """A path or a `file://` URL: this folder store. Any other URL (`s3://bucket/prefix`):
-        the store on the backend its scheme names (soma.store.backend, the one place)."""
-        head = str(directory).partition("://")[0].lower()
-        if "://" in str(directory) and head != "file":
-            from soma.store.backend import BackendStore, open_backend
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
 
-            return BackendStore(open_backend(str(directory)), **options)  # type: ignore[return-value]
-        return super().__new__(cls)
+
+if TYPE_CHECKING:  # for type checkers and editors: the same names, imported eagerly
+    from soma.store import codecs as codecs
+    from soma.store import tensorfile as tensorfile
+    from soma.store.codecs import register_codec, unregister_codec
+    from soma.store.folder import FolderStore as FolderStore
+    from soma.store.opening import Store
+    from soma.store.pipeline import CORRUPT_MARK_NS as CORRUPT_MARK_NS
+    from soma.store.pipeline import REFRESH_AFTER as REFRESH_AFTER
+    from soma.store.pipeline import check_digest
+    from soma.store.pipeline import hash_file as hash_file
+    from soma.store.pipeline import hash_stream as hash_stream
+    from soma.store.pipeline import mark_corrupt as mark_corrupt
+    from soma.store.values import Values as Values

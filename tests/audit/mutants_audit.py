@@ -110,3 +110,26 @@ def _audit_ledger_not_recomputed() -> None:
     import soma.audit.run as mod
 
     _replace(mod, "check_ledger", lambda store, audits, meetings: None)
+
+
+_AVERAGERS = "tests/audit/test_averagers.py::"
+
+
+@mutant(
+    "reader_drops_averagers",
+    caught_by=[
+        _AVERAGERS + "test_a_run_that_declared_averagers_audits_clean_with_them",
+        _AVERAGERS + "test_status_and_export_read_it_with_them",
+    ],
+)
+def _reader_drops_averagers() -> None:
+    """A reader (soma audit, status, export) builds its signing without the averagers it was
+    given: a run that declared some reads as another roster's, every round unsigned."""
+    import soma.round.signing as mod
+
+    original = mod.for_reader
+
+    def for_reader(store, run, roster, averagers=None):
+        return original(store, run, roster, None)
+
+    _replace(mod, "for_reader", for_reader)

@@ -140,9 +140,10 @@ def test_a_clean_signed_run_on_a_bucket_passes_and_the_bucket_is_unchanged(bucke
 BROKEN = 1  # the round every tampering below breaks (round 2 starts from it, and is printed)
 
 
-def _meeting(store: Store, keys: Path, r: int = BROKEN) -> Meeting:
+def _meeting(store: Store, keys: Path, r: int = BROKEN, averagers=None) -> Meeting:
     (key,) = [k for rr, k in layout.meetings(store.bound(layout.rounds(RUN)), RUN) if rr == r]
-    forger = Signing.of(read_roster(keys / "roster.json"), str(keys / "{client}.key"))
+    roster = read_roster(keys / "roster.json")
+    forger = Signing.of(roster, str(keys / "{client}.key"), averagers)
     return meeting_from_about(store, RUN, r, key, forger)
 
 
@@ -156,8 +157,8 @@ def _flip_a_byte(store: Store, meeting: Meeting) -> None:
     blob.write_bytes(bytes(data))
 
 
-def _replace_the_average(store: Store, meeting: Meeting) -> None:
-    """A roster member (client 0) signs an average of its own: other weights, same shape."""
+def _replace_the_average(store: Store, meeting: Meeting, by: int = 0) -> None:
+    """A roster member (client `by`) signs an average of its own: other weights, same shape."""
     import torch
 
     value = dict(store.recall(meeting.average))
@@ -165,7 +166,7 @@ def _replace_the_average(store: Store, meeting: Meeting) -> None:
     weights = store.recall_digest(value["weights"])
     garbage = {n: {k: torch.full_like(t, 7.0) for k, t in m.items()} for n, m in weights.items()}
     value["weights"] = store.put_value(garbage)
-    digest = signatures.put(store, meeting.signing, value, name=meeting.average, by=0)
+    digest = signatures.put(store, meeting.signing, value, name=meeting.average, by=by)
     store.bind(meeting.average, digest)
 
 
