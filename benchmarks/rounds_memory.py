@@ -60,9 +60,14 @@ def memory_child(job: dict[str, Any]) -> None:
             kept = json.loads(plan.read_text())
             pairs = list(zip(kept["digests"], kept["sizes"], strict=True))
             if what == "tree":
+                from soma.timing import DEADLINE, LEASE, Backoff
+
                 leaves = [Leaf(d, float(size)) for d, size in pairs]
                 me = holders.me(role="bench", what=job["name"])
-                root = reduce(store, "mem", leaves, job["fan_in"], me=me)
+                root = reduce(
+                    store, "mem", leaves, job["fan_in"], me=me, deadline=DEADLINE, lease=LEASE,
+                    backoff=Backoff(), signing=None,
+                )  # fmt: skip
                 made = {"root": root.mean}
             elif what == "flat":
                 fedavg((store.recall_digest(d, lazy=True), size) for d, size in pairs)

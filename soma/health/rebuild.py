@@ -402,7 +402,7 @@ def _name_candidates(store: Store, graph: Graph, m: layout.RoundName) -> Iterato
 
 def _tree_of(store: Store, meeting: Any, inputs: list) -> dict[str, Any] | None:
     """An average record's `tree` (fan-in, root mean, weight) when its round was averaged
-    as a tree (soma.round._uses_tree: more inputs than the fan-in), its nodes put again."""
+    as a tree (soma.round.verify.uses_tree: more inputs than the fan-in), its nodes put again."""
     from soma.round import tree
     from soma.strategies import uniform
 

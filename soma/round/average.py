@@ -50,14 +50,17 @@ def _average(
     me: dict[str, Any],
     refused: Mapping[int, str],
     kept: Kept | None = None,
+    *,
+    waits: Waits,
 ) -> str:
     """The strategy's arithmetic over the inputs, and the record that says what went in
     (and who was left out: `refused`, the clients whose inputs were refused, and why).
-    `kept`: the inputs' values the checks read and verified, folded without a second read."""
+    `kept`: the inputs' values the checks read and verified, folded without a second read;
+    `waits`: how the averaging waits, its tree's nodes too."""
     kept = Kept(budget=0) if kept is None else kept
     previous = None if meeting.start is None else store.recall_digest(meeting.start, lazy=True)
     state = None if meeting.state is None else store.recall_digest(meeting.state)
-    root = _tree_root(store, meeting, inputs, me)
+    root = _tree_root(store, meeting, inputs, me, waits)
     strategy = at_round(strategy, round=meeting.round, seed=meeting.config.get("seed"))
     if root is None:
         weights, new_state = strategy.aggregate(
@@ -111,20 +114,28 @@ class Ready:
     unreadable: tuple[tuple[int, str], ...] = ()
 
 
-def _uses_tree(meeting: Meeting, inputs: Sequence[Input]) -> bool:
-    """A tree only where it has more than one node: up to `fan_in` inputs, a tree is one
-    node, the flat average bit for bit, so it is computed flat without the tree's records."""
-    return meeting.tree is not None and len(inputs) > meeting.tree
+@dataclass(frozen=True)
+class Waits:
+    """How one averaging waits (its `once`'s deadline, lease, polling and sleep), handed
+    whole to its tree's nodes: a run's timing reaches them as it reaches the averaging."""
+
+    deadline: float | None
+    lease: float
+    backoff: Backoff
+    sleep: Callable[[float], None] = time.sleep
 
 
 def _tree_root(
-    store: Store, meeting: Meeting, inputs: Sequence[Input], me: dict[str, Any]
+    store: Store, meeting: Meeting, inputs: Sequence[Input], me: dict[str, Any], waits: Waits
 ) -> tree.Node | None:
-    if not _uses_tree(meeting, inputs):
+    if not verify.uses_tree(meeting, len(inputs)):
         return None
     place = meeting.averaging(inputs_key(meeting.key, inputs))
     leaves = tree.leaves_of(inputs, uniform=uniform(meeting.strategy_object()))
-    return tree.reduce(store, place, leaves, meeting.tree, me=me)
+    return tree.reduce(
+        store, place, leaves, meeting.tree, me=me, deadline=waits.deadline, lease=waits.lease,
+        backoff=waits.backoff, sleep=waits.sleep, signing=meeting.signing,
+    )  # fmt: skip
 
 
 class _Averaging:
@@ -140,10 +151,12 @@ class _Averaging:
         missing: Callable[[], tuple[list[int], str]],
         *,
         late: bool,
+        waits: Waits,
         sites: Mapping[str, Sequence[int]] | None = None,
     ) -> None:
         self.store, self.meeting, self.what = store, meeting, meeting.what
         self.ready, self.missing, self.late = ready, missing, late
+        self.waits = waits  # its once's, for its tree's nodes
         self.sites = sites  # which clients each site hosts: where a waiting line says they are
         self.strategy = meeting.strategy_object()
         self._decided: tuple[Ready, Decision] | None = None
@@ -192,13 +205,13 @@ class _Averaging:
 
     def share(self, inputs: Ready, me: dict[str, Any]) -> None:
         """Work any process may do before the claim: the tree's nodes, spread among all."""
-        _tree_root(self.store, self.meeting, self.decision(inputs).accepted, me)
+        _tree_root(self.store, self.meeting, self.decision(inputs).accepted, me, self.waits)
 
     def compute(self, inputs: Ready, me: dict[str, Any]) -> str:
         decided = self.decision(inputs)
         self.computed = _average(
             self.store, self.meeting, self.strategy, decided.accepted, me, decided.refused,
-            self.kept,
+            self.kept, waits=self.waits,
         )  # fmt: skip
         return self.computed
 
@@ -279,10 +292,11 @@ def average_round(
         detail += f"; {_left_out_text(left)})" if left else ")"
         return never, detail
 
-    work = _Averaging(store, meeting, ready, missing, late=True, sites=sites)
+    waits = Waits(deadline, lease, backoff, sleep)
+    work = _Averaging(store, meeting, ready, missing, late=True, waits=waits, sites=sites)
     digest = once.once(
-        store, work, deadline=deadline, backoff=backoff, sleep=sleep, lease=lease,
-        signing=meeting.signing, site=site,
+        store, work, deadline=waits.deadline, backoff=waits.backoff, sleep=waits.sleep,
+        lease=waits.lease, signing=meeting.signing, site=site,
     )  # fmt: skip
     return work.checked(digest)
 
@@ -307,10 +321,12 @@ def average_inputs(
     for i in inputs:
         meeting.check_client(i.client)
     given = Ready(tuple(inputs))
-    work = _Averaging(store, meeting, lambda past: given, lambda: ([], ""), late=False)
+    waits = Waits(deadline, lease, backoff)
+    work = _Averaging(store, meeting, lambda past: given, lambda: ([], ""), late=False, waits=waits)
     digest = once.once(
-        store, work, deadline=deadline, backoff=backoff, lease=lease, signing=meeting.signing
-    )
+        store, work, deadline=waits.deadline, backoff=waits.backoff, lease=waits.lease,
+        signing=meeting.signing,
+    )  # fmt: skip
     return work.checked(digest)
 
 

@@ -209,6 +209,9 @@ class Work(Protocol[T]):
     # Optionally, `awaited()`: whom a waiting line names while the inputs are not ready (see
     # soma.round.waiting), e.g. the missing clients by site; else `missing()` says it.
 
+    # Optionally, `nouns`: how messages name what it publishes and the work itself (a tree
+    # node's ("partial mean", "node")); else ("average", "averaging").
+
 
 def once(
     store: Store,
@@ -297,7 +300,7 @@ def once(
             # round going on with its quorum at the deadline is not called dead at once
             if at_deadline:
                 _raise_holder_died(store, place, work, deadline)
-            waiting.tick(_holder_awaited, store, place)
+            waiting.tick(_holder_awaited, store, place, work)
         elif past:
             _raise_incomplete(work, deadline)
         else:
@@ -322,12 +325,19 @@ def _inputs_awaited(work: Work) -> str:
     return f"{clients(missing)}{detail}"
 
 
-def _holder_awaited(store: Store, place: Place) -> str:
+def _nouns(work: Work) -> tuple[str, str]:
+    """How messages name what `work` publishes, and the work itself."""
+    result, task = getattr(work, "nouns", ("average", "averaging"))
+    return str(result), str(task)
+
+
+def _holder_awaited(store: Store, place: Place, work: Work) -> str:
     """Whom a waiting line names once the inputs are there: whoever holds the claim."""
+    result, task = _nouns(work)
     latest = current_holder(store, place)
     if latest is None:
-        return "the average, its averaging not claimed yet"
-    return f"the average, claimed by {holders.describe(latest[1])}"
+        return f"the {result}, its {task} not claimed yet"
+    return f"the {result}, claimed by {holders.describe(latest[1])}"
 
 
 def _leased(
@@ -384,9 +394,10 @@ def _raise_incomplete(work: Work, deadline: float) -> None:
 def _raise_holder_died(store: Store, place: Place, work: Work, deadline: float) -> None:
     latest = current_holder(store, place)
     holder = latest[1] if latest else {}
+    result, task = _nouns(work)
     raise AveragerDied(
-        f"{work.what} is complete, but no average after {deadline:g}s: "
-        f"the averaging was claimed by {holders.describe(holder)} and never published; "
+        f"{work.what} is complete, but no {result} after {deadline:g}s: "
+        f"the {task} was claimed by {holders.describe(holder)} and never published; "
         "whoever claimed it died holding it, and nobody else will try while it may be alive",
         holder,
     )

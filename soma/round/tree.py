@@ -8,6 +8,11 @@ once (by claim: `soma.round.once`), the size-weighted mean of its children and t
     <place>/tree/<level>/<index>/{claimed, takeover/<g>, computed/<who>, published}
     published -> {"mean": <digest of an export>, "weight": <sum of the children's weights>}
 
+On a store with compare-and-swap a node's claim comes with a `lease` there too
+(soma.round.lease). A node is waited for and claimed with the run's deadline, lease and
+roster, as its averaging is (`reduce`): a node held by a live process that never publishes
+ends the round at the run's deadline, naming the node and its holder.
+
 A mean and its weight say what a weighted sum and its weight say (the sum is mean x weight);
 keeping means keeps every node in the exports' own dtype and range, and makes a tree of one
 node exactly `soma.fedavg` of the inputs, bit for bit. The root's mean is the round's
@@ -40,9 +45,10 @@ from typing import Any
 
 from soma.errors import SomaError
 from soma.round import layout, once
-from soma.round.once import POLL, Backoff, Place, read_record
+from soma.round import lease as leases
+from soma.round.once import Backoff, Place, read_record
+from soma.round.signing import Signing
 from soma.store import Store
-from soma.timing import DEADLINE
 
 # The smallest fan-in: a node of one child would only copy it.
 MIN_FAN_IN = 2
@@ -138,6 +144,7 @@ class _NodeWork:
         self.store, self.place_ = store, node_place(prefix, level, index)
         self.parts = parts
         self.what = f"tree node {level}/{index} of {prefix}"
+        self.nouns = ("partial mean", "node")  # how once's messages name its result and it
 
     def done(self) -> str | None:
         return self.store.resolve(self.place_.published)
@@ -161,26 +168,65 @@ class _NodeWork:
         return [], " (its children were never all published)"
 
 
+def _take(
+    store: Store,
+    work: _NodeWork,
+    inputs: list,
+    me: dict[str, Any],
+    who: str,
+    *,
+    lease: float,
+    signing: Signing | None,
+) -> None:
+    """Compute and publish the node `work` (its children `inputs`) if nobody has claimed
+    it, without waiting. On a store with compare-and-swap it is claimed as `once` claims
+    there: by a holder record signed with `signing` for the node, with a lease of `lease`
+    seconds renewed while it computes (a bare claim would be nobody's to a waiter there, and
+    taken over at once); on a folder, by `who`."""
+    place = work.place_
+    if store.resolve(place.published) is not None:
+        return
+    if leases.leased(store):
+        if store.resolve(place.claimed) is None:
+            mine = leases.put_holder(store, signing, place.prefix, me)
+            watch = leases.Watch(store, signing, lease)
+            once._leased(store, work, inputs, place, me, mine, watch, lease, signing)
+    elif once._claim(store, place, who, check_holder=False):
+        digest = _fold(store, inputs)
+        store.bind(place.computed_by(who), who)
+        once.publish(store, place.published, digest)
+
+
 def reduce(
     store: Store,
     prefix: str,
     leaves: Sequence[Leaf],
     fan_in: int,
     *,
+    deadline: float | None,
+    lease: float,
+    backoff: Backoff,
+    signing: Signing | None,
     me: dict[str, Any] | None = None,
-    deadline: float | None = DEADLINE,
-    backoff: Backoff = POLL,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Node:
     """The root of the tree over `leaves` under `prefix`, helping to build it on the way.
 
     Every process of the round may call this with the same leaves: each node is computed
     exactly once, by whoever claims it, and every caller returns the same root.
+
+    A node is waited for as the round's averaging is (soma.round.once), with the run's
+    timing (soma.timing), which is why none of it has a default here: its holder for up to
+    `deadline` seconds (None: forever), then an AveragerDied names the node and its holder;
+    polling by `backoff`. On a store with compare-and-swap a node's claim comes with a lease
+    of `lease` seconds, and `signing` (the run's roster, or None) signs its holder and lease
+    records there, as the averaging's are.
     """
     from soma.round import holders
 
     plan = widths(len(leaves), check_fan_in(fan_in))
     me = me or holders.me(role="tree", what=prefix)
+    site = me.get("site")
     level_below: Sequence[Leaf | Node] = list(leaves)
     for level, width in enumerate(plan, start=1):
         who = store.put_value(me)  # again at each level: a re-put keeps it past gc's grace
@@ -192,20 +238,18 @@ def reduce(
         start = _offset(who, width)
         for step in range(width):  # first, whatever nobody has taken: no waiting
             index = (start + step) % width
-            place = node_place(prefix, level, index)
-            if store.resolve(place.published) is None and once._claim(
-                store, place, who, check_holder=False
-            ):
-                digest = _fold(store, parts(index))
-                store.bind(place.computed_by(who), who)
-                once.publish(store, place.published, digest)
+            work = _NodeWork(store, prefix, level, index, lambda i=index: parts(i))
+            _take(store, work, parts(index), me, who, lease=lease, signing=signing)
         nodes: list[Leaf | Node] = []
         for index in range(width):  # then the rest, taken over from whoever died holding it
             place = node_place(prefix, level, index)
             node = _published(store, place)
             if node is None:
                 work = _NodeWork(store, prefix, level, index, lambda i=index: parts(i))
-                once.once(store, work, deadline=deadline, backoff=backoff, sleep=sleep)
+                once.once(
+                    store, work, deadline=deadline, backoff=backoff, sleep=sleep, lease=lease,
+                    signing=signing, site=site,
+                )  # fmt: skip
                 node = _published(store, place)
                 assert node is not None
             nodes.append(node)
@@ -230,6 +274,33 @@ def recompute(store: Store, leaves: Sequence[Leaf], fan_in: int) -> Node:
     root = level[0]
     assert isinstance(root, Node)
     return root
+
+
+def mean_of(store: Store, leaves: Sequence[Leaf], fan_in: int) -> tuple[Any, float]:
+    """The root's mean (an export) and weight, as `reduce` publishes them, computed here
+    reading only: nothing is put, claimed or published (what `soma audit` and a client
+    checking an average may do). The same arithmetic in the same order as `_fold`'s, so the
+    same bits; depth first, so at most one partial mean per level is held at a time."""
+    from soma.aggregate import fedavg
+
+    plan = widths(len(leaves), check_fan_in(fan_in))
+    totals: list[list[float]] = [[leaf.weight for leaf in leaves]]
+    for width in plan:  # each node's weight first: numbers only, no tensor read
+        below = totals[-1]
+        totals.append(
+            [math.fsum(below[j] for j in children(i, len(below), fan_in)) for i in range(width)]
+        )
+
+    def node(level: int, index: int) -> Any:
+        if level == 0:
+            return store.recall_digest(leaves[index].weights, lazy=True)
+        kids = children(index, len(totals[level - 1]), fan_in)
+        weights = [totals[level - 1][j] for j in kids]
+        if totals[level][index] == 0:  # as _fold: children that weigh nothing, equal weights
+            weights = [1.0] * len(weights)
+        return fedavg((node(level - 1, j), w) for j, w in zip(kids, weights, strict=True))
+
+    return node(len(plan), 0), totals[-1][0]
 
 
 def leaves_of(inputs: Sequence[Any], *, uniform: bool = False) -> list[Leaf]:

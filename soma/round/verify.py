@@ -18,16 +18,19 @@ How much is checked is the meeting's `verify` (config `verify_averages`):
   `soma client`;
 - `signature`: the signature only (by a roster member allowed to average), as before.
 
-What cannot be recomputed is said, never passed silently as recomputed (`NotRecomputable`):
-a secure sum (nobody sees its inputs; its session's messages are checked by soma.secagg), a
-tree of partial means (its nodes are other processes' writes: only the signature and the
-record's consistency are checked, not yet the nodes), and a strategy that draws private
-noise (central DP-FedAvg: the noise is fresh from the operating system, so the record and
-its signed inputs are checked, not the weights).
+A record is checked against its round's identity field by field (`check_identity`): what
+the record says it is (a tree, a secure sum, its strategy or start) never chooses how it is
+checked; the meeting does. A tree of partial means is recomputed node by node from its
+signed inputs, reading only (`soma.round.tree.mean_of`). What cannot be recomputed is said,
+never passed silently as recomputed (`NotRecomputable`): a secure sum (nobody sees its
+inputs; its session's messages are checked by soma.secagg) and a strategy that draws private
+noise (central DP-FedAvg: the noise is fresh from the operating system, so the record and its
+signed inputs are checked, not the weights).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -37,13 +40,13 @@ import torch
 
 from soma.errors import SomaError
 from soma.nodes import Export
-from soma.round import records, signed
+from soma.round import records, signed, tree
 from soma.round import signing as signatures
 from soma.round.meeting import Input, Meeting
 from soma.round.records import AverageRecord
 from soma.store import Store
 from soma.store.values import value_digest
-from soma.strategies import Strategy, UntrustedStrategy, at_round
+from soma.strategies import Strategy, UntrustedStrategy, at_round, uniform
 
 log = logging.getLogger(__name__)
 
@@ -70,42 +73,110 @@ class Recomputed:
     exported: Export
 
 
-def not_recomputable(record: AverageRecord, strategy: Strategy) -> str | None:
-    """Why `record` cannot be recomputed from the store, or None when it can."""
-    if record.secure is not None:
+def not_recomputable(meeting: Meeting, strategy: Strategy) -> str | None:
+    """Why the meeting's average cannot be recomputed from the store, or None when it can.
+    Decided by the meeting (the round's identity), never by what the record says it is."""
+    if meeting.secure is not None:
         return "a secure sum (nobody sees its inputs; its session's messages are checked)"
-    if record.tree is not None:
-        return "a tree of partial means (its nodes are not yet recomputed)"
     if not getattr(strategy, "recomputable", True):
-        return f"strategy {record.strategy!r} draws private noise, which nobody can draw again"
+        return f"strategy {meeting.strategy!r} draws private noise, which nobody can draw again"
     return None
 
 
+def uses_tree(meeting: Meeting, inputs: int) -> bool:
+    """Whether a round of `inputs` inputs is averaged as a tree: only where the tree has more
+    than one node (up to `fan_in` inputs it is one node, the flat average bit for bit)."""
+    return meeting.tree is not None and inputs > meeting.tree
+
+
 def inputs_of(record: AverageRecord) -> list[Input]:
-    """The inputs an average record lists."""
+    """The inputs an average record lists (of a plain or tree round: each names weights)."""
     return [
         Input(int(i["client"]), i["weights"], i.get("size"), i.get("extra"), i.get("record"))
         for i in record.inputs
     ]
 
 
-def check_consistent(store: Store, meeting: Meeting, record: AverageRecord) -> None:
-    """Refuse a record that is not of this meeting (its run, round, key, start, state,
-    strategy), whose inputs and left-out are not exactly the members, or whose inputs are
-    not what their clients' records (signed, with a roster) say they brought."""
+# What an average record holds beyond its round's identity: what was averaged and by whom.
+# Every other field of the record is the identity's, filled from the meeting by the one
+# builder (records.average_record), and is compared with it field by field.
+_CONTENT = frozenset(
+    {"left_out", "inputs", "weights", "state", "averaged_by", "tree", "secure", "extra"}
+)
+IDENTITY_FIELDS = tuple(f.name for f in dataclasses.fields(AverageRecord) if f.name not in _CONTENT)
+
+
+def _shape(record: AverageRecord, what: str) -> tuple[Any, Any]:
+    """The record's tree fan-in and secure threshold (None where it says none), refused
+    when it says one in a form no averaging writes."""
+    tree = record.tree
+    if tree is not None and not (isinstance(tree, Mapping) and {"fan_in", "mean"} <= set(tree)):
+        raise AverageRefused(f"{what} says tree {tree!r}, which is no tree's record")
+    secure = record.secure
+    if secure is not None and not (isinstance(secure, Mapping) and "threshold" in secure):
+        raise AverageRefused(f"{what} says secure {secure!r}, which is no secure sum's record")
+    return (
+        None if tree is None else tree["fan_in"],
+        None if secure is None else secure["threshold"],
+    )
+
+
+def check_identity(meeting: Meeting, record: AverageRecord) -> None:
+    """Refuse a record that is not of this meeting: every field of the round's identity
+    (`IDENTITY_FIELDS`, as `records.average_record` fills them from the meeting) must equal
+    the record's, and so must how it was averaged: a tree exactly where the meeting's fan-in
+    makes one of its inputs, a secure sum exactly where the meeting is secure, its inputs
+    plain weights or secure entries accordingly. What a record says it is never chooses how
+    it is checked."""
     what = f"{meeting.what}: the average record"
-    said = {
-        "run": (record.run, meeting.run),
-        "round": (record.round, meeting.round),
-        "meeting": (record.meeting, meeting.key),
-        "start": (record.start, meeting.start),
-        "state_before": (record.state_before, meeting.state),
-        "strategy": (record.strategy, meeting.strategy),
-        "options": (dict(record.options), dict(meeting.options)),
-    }
-    for key, (found, wanted) in said.items():
-        if found != wanted:
-            raise AverageRefused(f"{what} says {key} {found!r}; the meeting's is {wanted!r}")
+    wanted = records.average_record(
+        meeting, left_out={}, inputs=[], weights="", state=None, averaged_by=None
+    )
+    for key in IDENTITY_FIELDS:
+        found, want = getattr(record, key), getattr(wanted, key)
+        if isinstance(want, Mapping):
+            found, want = (dict(found) if isinstance(found, Mapping) else found), dict(want)
+        if found != want:
+            raise AverageRefused(f"{what} says {key} {found!r}; the meeting's is {want!r}")
+    secure_entries = [isinstance(i, Mapping) and i.get("secure") is True for i in record.inputs]
+    if meeting.secure is None and any(secure_entries):
+        raise AverageRefused(f"{what} lists secure-sum entries as inputs; the round is not secure")
+    if meeting.secure is not None and not all(secure_entries):
+        raise AverageRefused(
+            f"{what} lists plain weights as inputs; the round is a secure sum (threshold "
+            f"{meeting.secure}), whose record lists none"
+        )
+    if any(not (isinstance(i, Mapping) and "client" in i) for i in record.inputs):
+        raise AverageRefused(f"{what} lists an input that names no client")
+    fan_in = meeting.tree if uses_tree(meeting, len(record.inputs)) else None
+    threshold = meeting.secure
+    found_fan_in, found_threshold = _shape(record, what)
+    if found_fan_in != fan_in:
+        raise AverageRefused(
+            f"{what} says tree {found_fan_in!r}; the meeting's is {fan_in!r} for "
+            f"{len(record.inputs)} inputs (fan-in {meeting.tree!r})"
+        )
+    if found_threshold != threshold:
+        raise AverageRefused(
+            f"{what} says secure {found_threshold!r}; the meeting's is {threshold!r}"
+        )
+
+
+def check_consistent(store: Store, meeting: Meeting, record: AverageRecord) -> None:
+    """Refuse a record that is not of this meeting (`check_identity`), whose inputs and
+    left-out are not exactly the members, or whose inputs are not what their clients'
+    records (signed, with a roster) say they brought."""
+    what = f"{meeting.what}: the average record"
+    check_identity(meeting, record)
+    if meeting.secure is not None:
+        came = [int(i["client"]) for i in record.inputs]
+        left = [e.get("client") for e in record.left_out]
+        if len(set(came)) != len(came) or sorted(came + left) != meeting.members:
+            raise AverageRefused(
+                f"{what} lists inputs of clients {came} and left out {left}: not each of the "
+                f"members {meeting.members} once"
+            )
+        return  # a secure sum's inputs are its session's messages, checked by soma.secagg
     inputs = inputs_of(record)
     came = [i.client for i in inputs]
     left = [e.get("client") for e in record.left_out]
@@ -138,17 +209,34 @@ def _strategy(meeting: Meeting) -> Strategy:
 
 def recompute(store: Store, meeting: Meeting, record: AverageRecord) -> Recomputed:
     """The average `record` recomputed from its inputs, its start, its state and the
-    meeting's strategy (bound to the round and the seed, as the averager bound it)."""
+    meeting's strategy (bound to the round and the seed, as the averager bound it); a tree
+    round's node by node (`tree.mean_of`: each node's partial mean from its children, in
+    the order the averaging folded them, nothing written), the root's mean then stepped by
+    the strategy."""
     strategy = _strategy(meeting)
-    why = not_recomputable(record, strategy)
+    why = not_recomputable(meeting, strategy)
     if why is not None:
         raise NotRecomputable(f"{meeting.what}: its average cannot be recomputed: {why}")
     previous = None if meeting.start is None else store.recall_digest(meeting.start, lazy=True)
     state = None if meeting.state is None else store.recall_digest(meeting.state)
     bound = at_round(strategy, round=meeting.round, seed=meeting.config.get("seed"))
-    weights, new_state = bound.aggregate(
-        previous, (i.update(store) for i in inputs_of(record)), state, clients=meeting.clients
-    )
+    inputs = inputs_of(record)
+    if uses_tree(meeting, len(inputs)):
+        assert meeting.tree is not None and record.tree is not None  # check_identity's
+        leaves = tree.leaves_of(inputs, uniform=uniform(strategy))
+        mean, weight = tree.mean_of(store, leaves, meeting.tree)
+        root = value_digest(mean)
+        if (root, weight) != (record.tree["mean"], record.tree.get("weight")):
+            raise AverageRefused(
+                f"{meeting.what}: the average record's tree root is mean "
+                f"{str(record.tree['mean'])[:12]}, weight {record.tree.get('weight')!r}; its "
+                f"inputs give mean {root[:12]}, weight {weight!r}"
+            )
+        weights, new_state = bound.from_mean(previous, mean, state, clients=meeting.clients)
+    else:
+        weights, new_state = bound.aggregate(
+            previous, (i.update(store) for i in inputs), state, clients=meeting.clients
+        )
     return Recomputed(
         value_digest(weights), None if new_state is None else value_digest(new_state), weights
     )
@@ -188,7 +276,7 @@ def verify_average(
     record = records.read_average(store, digest)
     check_consistent(store, meeting, record)
     try:
-        why = not_recomputable(record, _strategy(meeting))
+        why = not_recomputable(meeting, _strategy(meeting))
     except NotRecomputable as error:
         why = str(error)
     if why is not None:

@@ -18,10 +18,13 @@ from helpers import NO_BASELINES, TINY, ok, same_weights
 import soma
 from soma.round import Backoff, Meeting, RoundError, contribute, gather, holders, once, status, tree
 from soma.store import Store
+from soma.timing import LEASE
 
 torch.set_num_threads(1)
 HERE = Path(__file__).parents[1]
 QUICK = Backoff(first=0.005, cap=0.05)
+# a tree's waits, which tree.reduce takes from its round (soma.timing) and has no default for
+WAITS = {"deadline": 60, "lease": LEASE, "backoff": QUICK, "signing": None}
 
 
 def weights(seed: int) -> dict:
@@ -121,7 +124,7 @@ def leaves_in(store: Store, count: int, *, sizes=None) -> list[tree.Leaf]:
 def test_a_tree_of_one_node_is_fedavg_bit_for_bit(tmp_path) -> None:
     store = Store(tmp_path)
     leaves = leaves_in(store, 5)
-    root = tree.reduce(store, "t", leaves, 8)
+    root = tree.reduce(store, "t", leaves, 8, **WAITS)
     flat = soma.fedavg([weights(k) for k in range(5)], sizes=[1, 2, 3, 4, 5])
     assert same_weights(store.recall_digest(root.mean), flat) and root.weight == 15
 
@@ -129,7 +132,7 @@ def test_a_tree_of_one_node_is_fedavg_bit_for_bit(tmp_path) -> None:
 def test_a_deep_tree_is_the_weighted_mean_and_keeps_the_first_count(tmp_path) -> None:
     store = Store(tmp_path)
     leaves = leaves_in(store, 23, sizes=[(k % 5) for k in range(23)])  # some weigh nothing
-    root = tree.reduce(store, "t", leaves, 3)
+    root = tree.reduce(store, "t", leaves, 3, **WAITS)
     mean = store.recall_digest(root.mean)
     flat = soma.fedavg([weights(k) for k in range(23)], sizes=[k % 5 for k in range(23)])
     for node in flat:
@@ -141,14 +144,14 @@ def test_a_deep_tree_is_the_weighted_mean_and_keeps_the_first_count(tmp_path) ->
 
 def test_the_same_inputs_give_the_same_bits_whoever_does_which_node(tmp_path) -> None:
     alone = Store(tmp_path / "alone")
-    root_alone = tree.reduce(alone, "t", leaves_in(alone, 40), 3)
+    root_alone = tree.reduce(alone, "t", leaves_in(alone, 40), 3, **WAITS)
     shared = Store(tmp_path / "shared")
     leaves = leaves_in(shared, 40)
     roots: dict[int, tree.Node] = {}
 
     def helper(k: int) -> None:
         me = {**holders.me(), "helper": k}
-        roots[k] = tree.reduce(shared, "t", leaves, 3, me=me, backoff=QUICK)
+        roots[k] = tree.reduce(shared, "t", leaves, 3, me=me, **WAITS)
 
     threads = [threading.Thread(target=helper, args=(k,)) for k in range(4)]
     for t in threads:
@@ -177,7 +180,7 @@ def test_a_node_whose_holder_died_is_taken_over(tmp_path) -> None:
     once_every = once.HOLDER_CHECK_EVERY
     once.HOLDER_CHECK_EVERY = 0.0
     try:
-        root = tree.reduce(store, "t", leaves, 2, deadline=30, backoff=QUICK)
+        root = tree.reduce(store, "t", leaves, 2, **{**WAITS, "deadline": 30})
     finally:
         once.HOLDER_CHECK_EVERY = once_every
     assert store.resolve(tree.node_place("t", 1, 0).takeovers + "1") is not None

@@ -16,7 +16,12 @@ from signed_runs import CLIENTS, make_keys_and_roster  # noqa: E402
 from soma.round import Meeting, average_round, contribute, records  # noqa: E402
 from soma.round import signing as signatures  # noqa: E402
 from soma.round.signing import Signing, SigningError, read_roster  # noqa: E402
-from soma.round.verify import AverageRefused, meeting_from_about, verify_average  # noqa: E402
+from soma.round.verify import (  # noqa: E402
+    IDENTITY_FIELDS,
+    AverageRefused,
+    meeting_from_about,
+    verify_average,
+)
 from soma.store import Store  # noqa: E402
 
 pytestmark = pytest.mark.fast
@@ -121,3 +126,84 @@ def test_an_average_with_private_noise_is_said_not_recomputed_and_taken(tmp_path
     digest = average_round(store, meeting, deadline=5)
     why = verify_average(store, meeting, digest)
     assert why is not None and "private noise" in why
+
+
+def _forged(store: Store, meeting: Meeting, weights: dict, **claims) -> str:
+    """Roster member 1 publishes `weights` as the round's average, its record claiming
+    `claims` (a tree, a secure sum) and listing the round's real inputs."""
+    inputs = []
+    for k in meeting.members:
+        digest = store.resolve(meeting.client(k))
+        record = records.read_client(store, digest, client=k, name=meeting.client(k))
+        inputs.append(records.input_entry(k, record.weights, record.size, None, digest))
+    record = records.average_record(
+        meeting, left_out={}, inputs=inputs, weights=store.put_value(weights), state=None,
+        averaged_by={"client": 1}, **claims,
+    )  # fmt: skip
+    return signatures.keep(store, meeting.signing, record.value(), name=meeting.average, by=1)
+
+
+GARBAGE = {"fc": {"w": torch.full((3,), 1e15), "b": torch.tensor([-1e15])}}
+
+
+@pytest.mark.parametrize(
+    "claims, field",
+    [
+        ({"tree": {"fan_in": 2, "mean": "0" * 64, "weight": 6.0}}, "tree"),
+        ({"secure": {"sum": "0" * 64, "threshold": 2, "error_bound": 0.0}}, "secure"),
+    ],
+    ids=["tree", "secure"],
+)
+def test_an_average_that_says_it_is_a_tree_or_a_secure_sum_in_a_flat_round_is_refused(
+    tmp_path, keys, claims, field
+):
+    """What a record says it is never chooses how it is checked: the meeting does."""
+    store, meeting = _round(tmp_path, keys)
+    digest = _forged(store, meeting, GARBAGE, **claims)
+    with pytest.raises(AverageRefused, match=rf"says {field} .*; the meeting's is None"):
+        verify_average(store, meeting, digest)
+    with pytest.raises(AverageRefused, match=field):
+        average_round(store, meeting, deadline=5)  # a client about to train from it
+
+
+def test_every_field_of_the_rounds_identity_is_compared(tmp_path, keys):
+    store, meeting = _round(tmp_path, keys)
+    good = records.read_average(store, average_round(store, meeting, deadline=5))
+    assert set(IDENTITY_FIELDS) >= {"run", "round", "meeting", "strategy", "options", "start"}
+    for field in IDENTITY_FIELDS:
+        value = getattr(good, field)
+        other = "x" if isinstance(value, str) or value is None else value
+        other = {"forged": 1} if isinstance(value, dict) else other
+        other = value + 1 if isinstance(value, int) else other
+        other = [*value, 9] if isinstance(value, list) else other
+        forged = {**good.value(), field: other}
+        forged.pop(signatures.SIGNED, None)
+        digest = signatures.put(store, meeting.signing, forged, name=meeting.average, by=1)
+        with pytest.raises(AverageRefused, match=rf"says {field} "):
+            verify_average(store, meeting, digest)
+
+
+def _tree_round(tmp_path, keys) -> tuple[Store, Meeting]:
+    store = Store(tmp_path / "store")
+    meeting = Meeting("tree", 1, CLIENTS, tree=2, signing=signing_of(keys))
+    for k in range(CLIENTS):
+        contribute(store, meeting, export(float(k)), mine=k, size=1.0 + k)
+    return store, meeting
+
+
+def test_a_tree_average_is_recomputed_node_by_node(tmp_path, keys):
+    store, meeting = _tree_round(tmp_path, keys)
+    digest = average_round(store, meeting, deadline=5)
+    assert records.read_average(store, digest).tree is not None, "averaged as a tree"
+    other = Meeting("tree", 1, CLIENTS, tree=2, signing=meeting.signing)
+    assert verify_average(Store(tmp_path / "store"), other, digest) is None, "recomputed"
+
+
+def test_a_garbage_tree_average_is_refused(tmp_path, keys):
+    """A member publishes a tree record whose root is a mean of its choosing: the nodes
+    recomputed from the signed inputs give another root."""
+    store, meeting = _tree_round(tmp_path, keys)
+    fake_root = store.put_value(GARBAGE)
+    digest = _forged(store, meeting, GARBAGE, tree={"fan_in": 2, "mean": fake_root, "weight": 6.0})
+    with pytest.raises(AverageRefused, match="tree root"):
+        verify_average(store, meeting, digest)
