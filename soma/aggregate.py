@@ -1,11 +1,14 @@
 """FedAvg: the weighted mean of exports, node by node, key by key. Pure arithmetic, no I/O.
 
-The mean is kept as a running weighted mean, folded one export at a time with `lerp_`
-(mean += w * (x - mean), w = n_k / (n_0 + ... + n_k)), so that:
+The mean is kept as a running weighted mean, folded one export at a time with
+`soma.arithmetic.lerp` (mean += w * (x - mean), w = n_k / (n_0 + ... + n_k)), so that:
 - a list and an iterator take the same path, and an iterator holds one accumulator plus the
   export being folded in, whatever the number of clients;
 - the total of the sizes need not be known before the last export arrives;
-- the average of one is that one, bit for bit.
+- the average of one is that one, bit for bit;
+- the mean is the same bits on every machine: each step is a single correctly rounded
+  operation (torch's `lerp_` fuses them on some CPUs and not on others), and exports are
+  folded in the order given. Exports on a GPU are averaged on the CPU.
 
 What is not a number you can halve is not halved: integer and bool tensors (BatchNorm's
 `num_batches_tracked` is a count, and the mean of two counts is not a count) keep the first
@@ -22,7 +25,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import torch
 
-from soma.arithmetic import Signature, first_difference
+from soma.arithmetic import Signature, first_difference, lerp
 from soma.arithmetic import averageable as _averageable
 from soma.arithmetic import working_dtype as _accumulator_dtype
 from soma.errors import AggregationError
@@ -117,11 +120,13 @@ def _start(first: State, lend: bool = False) -> _Mean:
             mean[node_id] = {}
             for key, t in keys.items():
                 widened = _accumulator_dtype(t.dtype)
-                if lend and widened == t.dtype and _averageable(t.dtype):
+                if lend and widened == t.dtype and _averageable(t.dtype) and t.device.type == "cpu":
                     mean[node_id][key] = t
                     mean.lent.add((node_id, key))
-                else:
-                    mean[node_id][key] = t.to(widened, copy=True)
+                else:  # on the CPU, contiguous: `lerp` writes into it
+                    mean[node_id][key] = t.to(
+                        "cpu", widened, copy=True, memory_format=torch.contiguous_format
+                    )
     return mean
 
 
@@ -135,10 +140,11 @@ def _fold(mean: _Mean, export: State, weight: float) -> None:
             theirs = export[node_id]
             for key, acc in list(keys.items()):
                 if _averageable(acc.dtype):
+                    x = theirs[key].to("cpu", acc.dtype)
                     if (node_id, key) in lent:  # not ours to write into: a new tensor
-                        keys[key] = torch.lerp(acc, theirs[key].to(acc.dtype), weight)
+                        keys[key] = lerp(acc, x, weight)
                     else:
-                        acc.lerp_(theirs[key].to(acc.dtype), weight)
+                        lerp(acc, x, weight, out=acc)
     lent.clear()
 
 

@@ -13,9 +13,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+import numpy as np
 import torch
 
 # node -> key -> (shape, dtype); a value that is not a tensor is (None, its type's name)
@@ -66,3 +68,127 @@ def first_difference(a: Signature, b: Signature, a_is: str, b_is: str) -> str | 
             if da != db:
                 return f"node {node_id!r} key {key!r}: dtype {da} in {a_is}, {db} in {b_is}"
     return None
+
+
+# --- the same bits on every machine ----------------------------------------------------------
+# torch picks its SIMD kernels by the CPU (ATEN_CPU_CAPABILITY: default, avx2, avx512): a fused
+# operation (lerp, addcmul, add with alpha) rounds once where another kernel rounds twice, and
+# a reduction within a tensor adds in an order that follows the vector width. An average
+# recomputed on another machine would then differ in its last bits and be refused. So the
+# server's arithmetic (every average, server step, state and decision on them) is written
+# from single IEEE-754 operations, each correctly rounded (a sub, a mul, an add: the same bits
+# whatever kernel does it), and every sum across clients or within a tensor runs in an order
+# the code fixes, not the machine. Client training is not recomputed and is not held to this.
+
+# Numbers a step of `lerp` works on at once: its scratch (128 KiB of float32) stays in cache,
+# so three single operations cost about what one fused pass does.
+_CHUNK = 1 << 15
+# Running sums of the fixed-order sums of squares (`sum_of_squares`, `row_sums_of_squares`).
+_COLUMNS = 4096
+
+
+def _numbers(tensor: torch.Tensor) -> np.ndarray:
+    """A CPU tensor's numbers as a flat numpy view (complex as its real and imaginary parts);
+    a view of the same memory when the tensor is contiguous, so that writing to it writes
+    the tensor."""
+    if tensor.is_complex():
+        tensor = torch.view_as_real(tensor)
+    return tensor.detach().numpy().reshape(-1)
+
+
+def lerp(
+    start: torch.Tensor, end: torch.Tensor, weight: float, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """start + weight * (end - start), in `out` (a new tensor when None; `start` itself for
+    in place), the same bits on every machine.
+
+    torch.lerp's two-sided form (end - (1 - weight) * (end - start) from weight 0.5 up), so
+    that weight 1 gives `end` and weight 0 `start` exactly, and equal inputs give themselves;
+    but every step a single correctly rounded operation, worked in cache-sized chunks.
+    `start`, `end` and `out` are CPU tensors of one float or complex dtype and shape; half
+    precision is worked in float32 and rounded back once."""
+    if start.dtype != working_dtype(start.dtype):
+        wide = lerp(start.float(), end.float(), weight).to(start.dtype)
+        return wide if out is None else out.copy_(wide)
+    if out is None:
+        out = torch.empty(start.shape, dtype=start.dtype)
+    elif not out.is_contiguous():
+        raise ValueError("lerp writes into a contiguous tensor")
+    a, b, o = _numbers(start), _numbers(end), _numbers(out)
+    far = abs(weight) >= 0.5
+    w = a.dtype.type(1.0 - weight if far else weight)
+    scratch = np.empty(min(_CHUNK, o.size), dtype=o.dtype)
+    for first in range(0, o.size, _CHUNK):
+        last = min(first + _CHUNK, o.size)
+        t = scratch[: last - first]
+        np.subtract(b[first:last], a[first:last], out=t)
+        np.multiply(t, w, out=t)
+        if far:
+            np.subtract(b[first:last], t, out=o[first:last])
+        else:
+            np.add(a[first:last], t, out=o[first:last])
+    return out
+
+
+def add_scaled(total: torch.Tensor, addend: torch.Tensor, scale: float) -> torch.Tensor:
+    """total += scale * addend, in place, as two single operations (a multiply, then an add)
+    where `add_(addend, alpha=scale)` fuses them on some machines and not on others."""
+    return total.add_(addend * scale)
+
+
+def mean_of_rows(stacked: torch.Tensor) -> torch.Tensor:
+    """The mean over dim 0 of an (n, ...) tensor: its rows added in order, one at a time,
+    then divided by n (where `mean(dim=0)` adds in an order that follows the vector width)."""
+    total = stacked[0].clone()
+    for row in stacked[1:]:
+        total.add_(row)
+    return total.div_(stacked.shape[0])
+
+
+def _fixed_sums_of_squares(numbers: np.ndarray) -> list[float]:
+    """Per row of an (m, c) array, the sum of its numbers' squares in float64, in an order
+    fixed by this code: each row cut into lengths of `_COLUMNS`, added one after another
+    into `_COLUMNS` running sums (element-wise adds, the same bits at any vector width), the
+    last length short, and the running sums then summed exactly (math.fsum: correctly
+    rounded whatever the order). Worked a few MB at a time, so a large key costs no copy."""
+    m, c = numbers.shape
+    columns = np.zeros((m, _COLUMNS), dtype=np.float64)
+    step = _COLUMNS * max(1, (1 << 18) // (_COLUMNS * max(m, 1)))
+    for first in range(0, c, step):
+        piece = numbers[:, first : first + step].astype(np.float64)
+        np.square(piece, out=piece)
+        full, tail = divmod(piece.shape[1], _COLUMNS)
+        for r in range(full):
+            np.add(columns, piece[:, r * _COLUMNS : (r + 1) * _COLUMNS], out=columns)
+        if tail:
+            np.add(columns[:, :tail], piece[:, full * _COLUMNS :], out=columns[:, :tail])
+    return [math.fsum(row) for row in columns]
+
+
+def sum_of_squares(tensors: Iterable[torch.Tensor]) -> float:
+    """The sum of the squares of every number of `tensors` (complex: both parts), in float64
+    and in a fixed order: the same float on every machine, so a norm that scales or chooses
+    (clipping, centered clipping, a norm bound) decides alike wherever it is recomputed."""
+    parts = []
+    for tensor in tensors:
+        if tensor.dtype == torch.bfloat16:  # numpy has no bfloat16; float32 holds it exactly
+            tensor = tensor.float()
+        numbers = _numbers(tensor.cpu())
+        if numbers.size:
+            parts.extend(_fixed_sums_of_squares(numbers.reshape(1, -1)))
+    return math.fsum(parts)
+
+
+def row_sums_of_squares(rows: torch.Tensor) -> torch.Tensor:
+    """Per row of an (m, c) float64 tensor, the sum of its squares, in a fixed order
+    (`sum_of_squares`'s): Krum's distances, alike on every machine."""
+    sums = _fixed_sums_of_squares(rows.detach().cpu().numpy())
+    return torch.tensor(sums, dtype=torch.float64)
+
+
+def recomputed_under() -> str:
+    """Where a recomputation ran, for a refusal to say: the server's arithmetic gives the same
+    bits on any IEEE-754 machine, so a difference is the record's, not the CPU's; said anyway,
+    so that whoever doubts it can recompute on another machine and compare."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    return f"recomputed under torch {torch.__version__}, CPU capability {capability}"

@@ -67,7 +67,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from soma.arithmetic import working_dtype
+from soma.arithmetic import sum_of_squares, working_dtype
 from soma.errors import SomaError
 
 Tensors = Mapping[str, Mapping[str, torch.Tensor]]
@@ -107,12 +107,9 @@ def _coordinates(update: Tensors) -> list[tuple[str, str, torch.Tensor]]:
 
 
 def l2_norm(update: Tensors) -> float:
-    """The L2 norm of every float of every node together (accumulated in float64)."""
-    squares = [
-        float(torch.linalg.vector_norm(t.to(torch.float64))) ** 2
-        for _, _, t in _coordinates(update)
-    ]
-    return math.sqrt(math.fsum(squares))
+    """The L2 norm of every float of every node together, accumulated in float64 in a fixed
+    order (the same float on every machine: soma.arithmetic.sum_of_squares)."""
+    return math.sqrt(sum_of_squares(t for _, _, t in _coordinates(update)))
 
 
 def clip(update: Tensors, bound: float) -> tuple[TensorMap, float]:

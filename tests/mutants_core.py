@@ -92,3 +92,36 @@ def _fedavg_folds_any_tensor() -> None:
     import soma.aggregate
 
     _replace(soma.aggregate, "_unaverageable", lambda tensor: None)
+
+
+# --- the same bits on every machine (soma/arithmetic.py) -------------------------------------
+# torch's fused kernels round differently by CPU capability: each of these puts one back, and
+# the arithmetic run under each capability the machine has must tell.
+
+
+@mutant("fedavg_folds_with_fused_lerp", caught_by=["tests/test_capabilities.py"])
+def _fedavg_folds_with_fused_lerp() -> None:
+    import torch
+
+    import soma.aggregate
+
+    def lerp(start, end, weight, *, out=None):
+        return torch.lerp(start, end, weight, out=out)
+
+    _replace(soma.aggregate, "lerp", lerp)
+
+
+@mutant(
+    "server_step_adds_with_alpha",
+    caught_by=[
+        "tests/test_capabilities.py::"
+        "test_every_strategy_averages_to_the_same_bits_under_every_capability"
+    ],
+)
+def _server_step_adds_with_alpha() -> None:
+    import soma.strategies._fedopt
+
+    def add_scaled(total, addend, scale):
+        return total.add_(addend, alpha=scale)
+
+    _replace(soma.strategies._fedopt, "add_scaled", add_scaled)

@@ -8,6 +8,7 @@ s(s_i): (1 + s)^-a (polynomial) or 1 (constant). The step is
 
 computed as a weighted mean of points p_i = w_v + (x_i - w_{from_i}) (p_i = x_i, exactly,
 when the update is fresh), m = fedavg(p_i by n_i s(s_i)), and w_{v+1} = lerp(w_v, m, scale)
+(soma.arithmetic.lerp: single operations, the same bits on every machine)
 with scale = lr * sum_i n_i s(s_i) / sum_i n_i; when scale is 1 the step is m itself. So
 with nothing stale and lr 1, a version is bit for bit the synchronous FedAvg of the same
 updates (soma.aggregate.fedavg, folded in the same client order). What is not a float
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from soma.aggregate import fedavg
+from soma.arithmetic import lerp
 from soma.nodes import Export
 
 
@@ -76,5 +78,5 @@ def server_step(current: Export, points: Sequence[Point], server_lr: float) -> E
         out[node] = {}
         for key, m in keys.items():
             w = current[node][key]
-            out[node][key] = torch.lerp(w, m.to(w.dtype), scale) if w.is_floating_point() else m
+            out[node][key] = lerp(w, m.to(w.dtype), scale) if w.is_floating_point() else m
     return out

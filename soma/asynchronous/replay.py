@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from soma.arithmetic import recomputed_under
 from soma.asynchronous import arithmetic
 from soma.asynchronous.versions import Versions, step_of
 from soma.config.asynchronous import AsynchronousRefused, buffered
@@ -90,7 +91,9 @@ def _problems(
     )
     digest = value_digest(recomputed)
     if digest != record.get("weights"):
-        problems.append(f"its weights {record.get('weights')} recompute to {digest}")
+        problems.append(
+            f"its weights {record.get('weights')} recompute to {digest} ({recomputed_under()})"
+        )
     return problems
 
 

@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 
+from soma.arithmetic import recomputed_under
 from soma.errors import SomaError
 from soma.nodes import Export
 from soma.round import records, signed, tree
@@ -296,7 +297,7 @@ def verify_average(
         differs = f"its strategy state {str(record.state)[:12]} is not {str(found.state)[:12]}"
     raise AverageRefused(
         f"{meeting.what}: the average {digest[:12]} signed by {by} is not what its inputs "
-        f"give: {differs}; refused, nobody trains from it"
+        f"give: {differs} ({recomputed_under()}); refused, nobody trains from it"
     )
 
 

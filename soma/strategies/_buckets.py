@@ -28,6 +28,7 @@ from collections.abc import Sequence
 
 import torch
 
+from soma.arithmetic import mean_of_rows
 from soma.store import codecs
 from soma.strategies import StrategyError, Update
 
@@ -76,7 +77,7 @@ def in_client_order(rows: list[Update]) -> list[Update]:
 
 def means(stacked: torch.Tensor, buckets: Groups) -> torch.Tensor:
     """Per bucket, the unweighted mean of its clients' rows of an (n, c) block: (buckets, c)."""
-    return torch.stack([stacked[bucket].mean(dim=0) for bucket in buckets])
+    return torch.stack([mean_of_rows(stacked[bucket]) for bucket in buckets])
 
 
 class Bucketing:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import torch
 
-from soma.arithmetic import first_difference, signature, working_dtype
+from soma.arithmetic import first_difference, mean_of_rows, signature, working_dtype
 from soma.nodes import Export
 from soma.strategies import StrategyError, Update, floats
 
@@ -115,6 +115,6 @@ def sorted_mean(stacked: torch.Tensor, drop: int) -> torch.Tensor:
     more extreme to drop, not a poison."""
     n = stacked.shape[0]
     if drop == 0:
-        return stacked.mean(dim=0)
+        return mean_of_rows(stacked)
     ordered = stacked.sort(dim=0).values
-    return ordered[drop : n - drop].mean(dim=0)
+    return mean_of_rows(ordered[drop : n - drop])

@@ -53,7 +53,7 @@ from typing import ClassVar
 
 import torch
 
-from soma.arithmetic import first_difference, signature, working_dtype
+from soma.arithmetic import add_scaled, first_difference, lerp, signature, working_dtype
 from soma.nodes import Export
 from soma.strategies import State, Strategy, StrategyError, Update, floats
 from soma.strategies.fedavg import weighted_mean
@@ -109,8 +109,9 @@ def fraction(strategy: str, option: str, value: object) -> float:
 
 
 def heavy_ball(m: torch.Tensor, delta: torch.Tensor, momentum: float) -> torch.Tensor:
-    """FedAvgM's momentum buffer: momentum * m + delta."""
-    return torch.add(delta, m, alpha=momentum)
+    """FedAvgM's momentum buffer: momentum * m + delta (a multiply, then an add: never fused,
+    so the same bits on every machine, soma.arithmetic)."""
+    return delta + m * momentum
 
 
 def first_moment(m: torch.Tensor, delta: torch.Tensor, beta1: float) -> torch.Tensor:
@@ -147,12 +148,14 @@ def momentum_step(
 
     Written as lerp(previous, mean, server_lr) + server_lr * momentum * m, which is the same
     sum, because previous + (mean - previous) is not always mean in floating point, and
-    lerp at weight 1 is: with momentum 0 and server_lr 1, this is FedAvg bit for bit.
+    lerp at weight 1 is: with momentum 0 and server_lr 1, this is FedAvg bit for bit. Each
+    step a single correctly rounded operation (soma.arithmetic.lerp, add_scaled): the same
+    bits on every machine.
     """
     delta = mean - previous
-    x = torch.lerp(previous, mean, server_lr)
+    x = lerp(previous, mean, server_lr)
     if momentum:
-        x.add_(m, alpha=server_lr * momentum)
+        add_scaled(x, m, server_lr * momentum)
     return x, {"m": heavy_ball(m, delta, momentum)}
 
 

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import torch
 
-from soma.arithmetic import working_dtype
+from soma.arithmetic import sum_of_squares, working_dtype
 from soma.nodes import Export
 from soma.strategies import (
     State,
@@ -64,9 +64,10 @@ def bound_of(strategy: str, value: object) -> float | None:
 
 
 def update_norm(previous: Export, weights: Export, client: int) -> float:
-    """||weights - previous|| over every float key, in float64; refused by key when they are
+    """||weights - previous|| over every float key, in float64 and in a fixed order (the same
+    float on every machine, soma.arithmetic.sum_of_squares); refused by key when they are
     not the same network."""
-    total = 0.0
+    squares: list[float] = []
     with torch.no_grad():
         for node_id, key in floats(previous):
             try:
@@ -83,10 +84,8 @@ def update_norm(previous: Export, weights: Export, client: int) -> float:
                     f"{tuple(previous[node_id][key].shape)}"
                 )
             diff = tensor.to(torch.float64) - previous[node_id][key].to(torch.float64)
-            if diff.is_complex():
-                diff = torch.view_as_real(diff)
-            total += float(diff.square().sum())
-    return math.sqrt(total)
+            squares.append(sum_of_squares([diff]))
+    return math.sqrt(math.fsum(squares))
 
 
 def clipped(previous: Export, weights: Export, scale: float) -> Export:

@@ -45,7 +45,7 @@ from collections.abc import Iterable
 
 import torch
 
-from soma.arithmetic import working_dtype
+from soma.arithmetic import add_scaled, sum_of_squares, working_dtype
 from soma.nodes import Export
 from soma.strategies import State, Strategy, StrategyError, Update, floats
 from soma.strategies._buckets import Bucketing, Groups, bucket_size
@@ -81,12 +81,9 @@ def _difference(center: Flat, weights: Export, client: int) -> Flat:
 
 
 def norm(flat: Flat) -> float:
-    """The L2 norm over every tensor of `flat`, accumulated in float64."""
-    total = 0.0
-    for tensor in flat.values():
-        t = torch.view_as_real(tensor) if tensor.is_complex() else tensor
-        total += float(torch.linalg.vector_norm(t, dtype=torch.float64)) ** 2
-    return math.sqrt(total)
+    """The L2 norm over every tensor of `flat`, accumulated in float64 in a fixed order (the
+    same float on every machine: it scales the pull, soma.arithmetic.sum_of_squares)."""
+    return math.sqrt(sum_of_squares(flat.values()))
 
 
 def clip_pass(center: Flat, rows: Iterable[Update], tau: float) -> tuple[Flat, Export, int]:
@@ -103,7 +100,7 @@ def clip_pass(center: Flat, rows: Iterable[Update], tau: float) -> tuple[Flat, E
             continue  # NaN or inf: no pull at all (it still counts in n)
         scale = min(1.0, tau / size) if size > 0 else 1.0
         for k, d in diff.items():
-            total[k].add_(d, alpha=scale)
+            add_scaled(total[k], d, scale)
         del diff  # before the next client's: one difference held at a time
     if first is None:
         raise StrategyError("nothing to aggregate: no client sent an update")

@@ -43,6 +43,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
+from soma.arithmetic import row_sums_of_squares
 from soma.nodes import Export
 from soma.strategies import Arrival, State, Strategy, StrategyError, Update, floats
 from soma.strategies._buckets import Bucketing, Groups, bucket_size, means
@@ -65,8 +66,9 @@ def check_count(n: int, f: int, m: int) -> None:
 
 
 def distances(rows: Sequence[Update], buckets: Groups | None = None) -> torch.Tensor:
-    """The N x N squared L2 distances between the clients' whole exports, in float64 (or
-    between the means of the `buckets`, when given)."""
+    """The N x N squared L2 distances between the clients' whole exports, in float64 and in
+    a fixed order, the same on every machine (or between the means of the `buckets`, when
+    given)."""
     n = len(rows) if buckets is None else len(buckets)
     upper = torch.zeros((n, n), dtype=torch.float64)
     with torch.no_grad():
@@ -75,7 +77,7 @@ def distances(rows: Sequence[Update], buckets: Groups | None = None) -> torch.Te
                 if buckets is not None:
                     stacked = means(stacked, buckets)
                 for i in range(n - 1):
-                    upper[i, i + 1 :] += (stacked[i + 1 :] - stacked[i]).square_().sum(dim=1)
+                    upper[i, i + 1 :] += row_sums_of_squares(stacked[i + 1 :] - stacked[i])
     return upper + upper.T
 
 
@@ -85,7 +87,7 @@ def scores(squared: torch.Tensor, f: int) -> list[float]:
     out = []
     for i in range(n):
         others = torch.cat((squared[i, :i], squared[i, i + 1 :]))
-        out.append(float(others.sort().values[: n - f - 2].sum()))
+        out.append(math.fsum(others.sort().values[: n - f - 2].tolist()))  # exact, any order
     return out
 
 

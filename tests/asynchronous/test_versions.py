@@ -11,6 +11,7 @@ import pytest
 import torch
 from helpers import soma
 
+from soma.arithmetic import recomputed_under
 from soma.asynchronous.clients import run_clients
 from soma.asynchronous.clock import Clock, simulate_clock
 from soma.asynchronous.exported import export_version
@@ -123,7 +124,11 @@ def test_replay_names_a_version_whose_weights_do_not_recompute(tmp_path) -> None
     record = dict(versions.record(1)[1], weights=store.put_value(_w(1.5)))
     store.bind(layout.published(layout.version("a", 1)), store.put_value(record))
     problems = replay(store, "a")[1].problems
-    assert problems == [f"its weights {record['weights']} recompute to {value_digest(_w(1.0))}"]
+    assert problems == [
+        f"its weights {record['weights']} recompute to {value_digest(_w(1.0))} "
+        f"({recomputed_under()})"
+    ]
+    assert "CPU capability" in problems[0], "where it was recomputed, for whoever doubts it"
     audited = soma("audit", "--store", str(tmp_path), "--run", "a")
     assert audited.returncode == 1
     assert f"soma: audit: round 1 of run 'a': version 1: {problems[0]}" in audited.stderr

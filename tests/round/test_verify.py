@@ -73,6 +73,7 @@ def test_a_garbage_average_signed_by_a_roster_member_is_refused_by_the_next_clie
     message = str(refused.value)
     assert "round 1 of run 'trusted'" in message and "signed by client 2" in message
     assert "fc.b differs" in message, "the first differing tensor, in sorted order"
+    assert "CPU capability" in message, "where it was recomputed, for whoever doubts it"
 
 
 def test_an_honest_average_published_elsewhere_is_recomputed_and_taken(tmp_path, keys):
