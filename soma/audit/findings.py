@@ -8,12 +8,25 @@ not be made, and says why, e.g. an average whose noise came from the operating s
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from soma.errors import SomaError
 
 HOLDS, BROKEN, UNCHECKED = "holds", "broken", "unchecked"
+
+
+def spans(rounds: Iterable[int]) -> str:
+    """Rounds as their runs of consecutive numbers: `0..2, 5` ("none" for none)."""
+    found = sorted(set(rounds))
+    runs: list[list[int]] = []
+    for r in found:
+        if runs and r == runs[-1][-1] + 1:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    return ", ".join(f"{a[0]}..{a[-1]}" if len(a) > 1 else str(a[0]) for a in runs) or "none"
 
 
 class AuditFailed(SomaError):
@@ -25,7 +38,9 @@ class Finding:
     """One check's outcome: which check, whether it held, and what was seen (naming the
     client and the record where there is one)."""
 
-    check: str  # blobs | signature | average | chain | participation | privacy | left-out | roster
+    # blobs | signature | average | chain | participation | privacy | left-out | roster |
+    # charter | rounds
+    check: str
     ok: bool | None  # True: holds; False: broken; None: could not be checked (detail says why)
     detail: str
     client: int | None = None
@@ -122,6 +137,13 @@ class AuditReport:
     @property
     def clean(self) -> bool:
         return self.first_broken() is None
+
+    def unchecked(self) -> list[tuple[int | None, Finding]]:
+        """Every check that could not be made, with its round (None: the run's), the run's
+        first, then round by round."""
+        found: list[tuple[int | None, Finding]] = [(None, f) for f in self.findings]
+        found += [(r.round, f) for r in self.rounds for f in r.findings]
+        return [(r, f) for r, f in found if f.ok is None]
 
     def failure(self) -> AuditFailed | None:
         """The refusal naming the first broken round (None when every check held)."""

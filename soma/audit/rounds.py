@@ -1,6 +1,8 @@
 """One meeting of one round, checked from the store alone: its identity, its sample, its
 average's signature and recomputation, every contribution it names (bound, signed by its
-client, every blob hashed) and every client it left out (a drop-out signed by that client).
+client, every blob hashed), every client it left out (a drop-out signed by that client; one
+it says never came against the record of it the round holds) and its quorum (no averaging
+goes on with fewer inputs).
 
 Kept apart from what spans rounds (soma.audit.across: the chain, the privacy ledger) and from
 the output: each check adds findings to the meeting's RoundAudit and never raises for what it
@@ -10,6 +12,7 @@ answering (StoreUnavailable) stops the audit: that says nothing about the run.
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from soma.audit.blobs import value_blobs
@@ -31,6 +34,12 @@ from soma.store.errors import StoreUnavailable
 
 # Left-out reasons that are not a drop-out: nothing of the client's need be in the store.
 _NOT_DROPPED = ("never came", "came after the round was averaged")
+
+# How much earlier than an input the average took a left-out client's record must say it was
+# written for the two to be ordered: a record's time is read off its writer's clock before
+# the record is written (a put and a claim, each retried up to the store's patience, 120 s),
+# and two hosts' clocks differ a little. Within it, nothing orders the two.
+ORDER_MARGIN = datetime.timedelta(minutes=5)
 
 
 def _said(error: BaseException) -> str:
@@ -231,12 +240,125 @@ def _left_out(
         if records.is_refused(why):
             audited.add("left-out", None, f"client {k}'s input was refused ({why})", k)
         elif why in _NOT_DROPPED:
-            audited.add("left-out", True, f"client {k} {why}", k)
+            try:
+                _absent(store, meeting, k, why, audited)
+            except SomaError as error:
+                audited.add("left-out", False, f"client {k}'s record: {_said(error)}", k)
         else:
             try:
                 _dropped(store, meeting, k, why, audited)
             except SomaError as error:
                 audited.add("left-out", False, f"client {k}'s drop-out: {_said(error)}", k)
+    _quorum(meeting, audited)
+
+
+def _quorum(meeting: Meeting, audited: RoundAudit) -> None:
+    """No averaging goes on with fewer inputs than the round's quorum (every member where
+    the run set none: soma.round.roll), so an average of fewer was made by leaving clients
+    out. A secure sum goes on down to its threshold instead (soma.secagg), checked there."""
+    came = sorted(set(audited.took_part))
+    if meeting.secure is not None or len(came) >= meeting.needed:
+        return
+    needs = (
+        f"all its {meeting.needed} members (the run set no quorum)"
+        if meeting.quorum is None
+        else f"a quorum of {meeting.needed}"
+    )
+    audited.add(
+        "left-out",
+        False,
+        f"the average took {len(came)} input{'' if len(came) == 1 else 's'} (clients {came}), "
+        f"and the round needs {needs}: no averaging goes on below it",
+    )
+
+
+def _absent(store: Store, meeting: Meeting, k: int, why: str, audited: RoundAudit) -> None:
+    """A member the average says never came (or came after it was averaged), against the
+    record of it the round holds. None, or a drop-out: nothing contradicts it. An input's
+    record, signed by it: it came, after the average (a late client under a quorum: its
+    record is bound after the average, and the average honestly says it never came) or
+    before (the averager left it out). Broken where the round needed every member, or where
+    its record says it was written well before an input the average took (`_came_before`);
+    otherwise said, unchecked: the store keeps no trustworthy order of the two."""
+    name = meeting.client(k)
+    bound = store.resolve(name)
+    found = None
+    if bound is not None:
+        _signed_by(store, meeting, bound, name=name, writer=k, what="its record")
+        found = records.read_client(store, bound, client=k, name=name)
+    if bound is None or not isinstance(found, records.ClientRecord):
+        audited.add("left-out", True, f"client {k} {why}", k)
+        return
+    signed = "signed " if meeting.signing is not None else ""
+    said = f"the average says client {k} {why}, but client {k}'s {signed}record {bound[:12]} is"
+    if meeting.secure is None and not meeting.may_go_on_without_some:
+        audited.add(
+            "left-out",
+            False,
+            f"{said} bound in the round, and the round needed all its {meeting.needed} members "
+            f"(no quorum): it was never averaged without client {k}",
+            k,
+        )
+        return
+    before = _came_before(store, meeting, found, audited)
+    if before is not None:
+        audited.add("left-out", False, f"{said} {before}: it was there before the average", k)
+        return
+    at = _written_at(found.by)
+    written = "" if at is None else f" (written at {at.isoformat()})"
+    audited.add(
+        "left-out",
+        None,
+        f"{said} bound in the round{written}: it came after the average, or the averager left "
+        "it out; the store keeps no trustworthy order of the two (a record's time is its "
+        "writer's clock), so this could not be checked",
+        k,
+    )
+
+
+def _came_before(
+    store: Store, meeting: Meeting, found: records.ClientRecord, audited: RoundAudit
+) -> str | None:
+    """How client `found.client`'s record says it was written more than ORDER_MARGIN before
+    an input the average took (each time signed by its own client where the run is signed,
+    so an averager chooses neither): the record was there before the average read its
+    inputs. None: not so, or a time is missing."""
+    at = _written_at(found.by)
+    if at is None:
+        return None
+    latest: tuple[datetime.datetime, int] | None = None
+    for entry in audited.inputs:
+        j, digest = entry.get("client"), entry.get("record")
+        if not isinstance(j, int) or not isinstance(digest, str):
+            continue
+        try:
+            taken = records.read_client(store, digest, client=j, name=meeting.client(j))
+        except SomaError:
+            continue  # said by the contribution's own check
+        when = _written_at(taken.by)
+        if when is not None and (latest is None or when > latest[0]):
+            latest = (when, j)
+    if latest is None or latest[0] - at <= ORDER_MARGIN:
+        return None
+    minutes = (latest[0] - at).total_seconds() / 60
+    return (
+        f"bound in the round, written at {at.isoformat()}, {minutes:.0f} minutes before client "
+        f"{latest[1]}'s input the average took ({latest[0].isoformat()}; each by its client's "
+        f"clock{', signed' if meeting.signing is not None else ''})"
+    )
+
+
+def _written_at(by: object) -> datetime.datetime | None:
+    """When a record says it was written (its `by`, soma.round.holders.me()), in UTC; None
+    where it says no time."""
+    when = by.get("when") if isinstance(by, dict) else None
+    if not isinstance(when, str):
+        return None
+    try:
+        at = datetime.datetime.fromisoformat(when)
+    except ValueError:
+        return None
+    return at.replace(tzinfo=datetime.timezone.utc) if at.tzinfo is None else at
 
 
 def _dropped(store: Store, meeting: Meeting, k: int, why: str, audited: RoundAudit) -> None:

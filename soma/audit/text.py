@@ -1,12 +1,13 @@
 """An audit report as lines a person reads: the roster and how far it is trusted, then per
-round who took part, who was left out and why, and every check with its outcome.
+round who took part, who was left out and why, and every check with its outcome; last, the
+checks that could not be made and why, and the verdict.
 
 Output only: everything here is read from the report (soma.audit.findings).
 """
 
 from __future__ import annotations
 
-from soma.audit.findings import AuditReport, Finding, RoundAudit
+from soma.audit.findings import AuditReport, Finding, RoundAudit, spans
 
 _MARK = {True: "ok  ", False: "FAIL", None: "--  "}
 
@@ -31,18 +32,37 @@ def _round(audited: RoundAudit) -> list[str]:
     return lines + [_finding(f) for f in audited.findings]
 
 
+def _unchecked(report: AuditReport) -> list[str]:
+    """The checks that could not be made, each said once with the rounds it was said of
+    (the run's first), so the verdict's count is read with its reasons."""
+    said: dict[tuple[str, str], list[int | None]] = {}
+    for r, finding in report.unchecked():
+        said.setdefault((finding.check, finding.detail), []).append(r)
+    if not said:
+        return []
+    count = sum(map(len, said.values()))
+    out = [f"could not be made ({count} check{'' if count == 1 else 's'}, marked --):"]
+    for (check, detail), where in said.items():
+        rounds = [r for r in where if r is not None]
+        of = ["the run"] if None in where else []
+        of += [f"round{'' if len(rounds) == 1 else 's'} {spans(rounds)}"] if rounds else []
+        out.append(f"    --   {check} ({', '.join(of)}): {detail}")
+    return out
+
+
 def lines(report: AuditReport) -> list[str]:
     """The whole report, the verdict last."""
     out = [f"audit of run {report.run!r} in {report.store}", f"roster: {report.roster}"]
     out += [_finding(f) for f in report.findings]
     for audited in report.rounds:
         out += _round(audited)
+    out += _unchecked(report)
     failure = report.failure()
     if failure is None:
         model = "no average yet" if report.model is None else f"the model is {report.model}"
-        unchecked = sum(f.ok is None for r in report.rounds for f in r.findings)
+        unchecked = len(report.unchecked())
         out.append(
-            f"every check held ({unchecked} could not be made, marked --): {model}"
+            f"every check held ({unchecked} could not be made, listed above): {model}"
             if unchecked
             else f"every check held: {model}"
         )

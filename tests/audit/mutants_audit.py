@@ -133,3 +133,100 @@ def _reader_drops_averagers() -> None:
         return original(store, run, roster, None)
 
     _replace(mod, "for_reader", for_reader)
+
+
+_TRUNCATED = "tests/audit/test_truncated.py::"
+
+
+@mutant(
+    "audit_total_not_checked",
+    caught_by=[
+        _TRUNCATED + "test_every_name_of_the_last_round_forgotten_fails_against_the_rounds",
+        _TRUNCATED + "test_rounds_other_than_given_fail",
+    ],
+)
+def _audit_total_not_checked() -> None:
+    """The rounds the reader gives (--rounds) are never compared with those the store holds:
+    a run whose last rounds were deleted passes as a shorter one."""
+    import soma.audit.run as mod
+    from soma.audit.findings import Finding
+
+    _replace(mod, "check_total", lambda audits, rounds: Finding("rounds", True, "not counted"))
+
+
+@mutant(
+    "audit_round_0_not_required",
+    caught_by=[_TRUNCATED + "test_round_0_forgotten_fails_and_round_1_is_not_taken_as_the_first"],
+)
+def _audit_round_0_not_required() -> None:
+    """A run whose round 0 is gone is not named so at the run's level."""
+    import soma.audit.run as mod
+
+    _replace(mod, "check_start", lambda audits: [])
+
+
+@mutant(
+    "audit_chain_starts_at_the_first_round_found",
+    caught_by=[_TRUNCATED + "test_round_0_forgotten_fails_and_round_1_is_not_taken_as_the_first"],
+)
+def _audit_chain_starts_at_the_first_round_found() -> None:
+    """The chain takes the first round the store holds as the run's first: with round 0
+    deleted, round 1 starts the run from nothing."""
+    import soma.audit.across as mod
+
+    _replace(mod, "first_round", lambda averaged: min(averaged))
+
+
+@mutant(
+    "audit_never_came_taken_as_said",
+    caught_by=[
+        _TRUNCATED + "test_never_came_while_its_record_is_bound_in_a_round_that_needed_it_fails",
+        _TRUNCATED + "test_never_came_under_a_quorum_fails_only_where_the_signed_times_order_it",
+    ],
+)
+def _audit_never_came_taken_as_said() -> None:
+    """A client the average says never came is taken at its word, whatever of it is bound."""
+    import soma.audit.rounds as mod
+
+    def _absent(store, meeting, k, why, audited):
+        audited.add("left-out", True, f"client {k} {why}", k)
+
+    _replace(mod, "_absent", _absent)
+
+
+@mutant(
+    "audit_quorum_not_checked",
+    caught_by=[_TRUNCATED + "test_an_average_below_its_quorum_fails"],
+)
+def _audit_quorum_not_checked() -> None:
+    """An average of fewer inputs than its round's quorum passes."""
+    import soma.audit.rounds as mod
+
+    _replace(mod, "_quorum", lambda meeting, audited: None)
+
+
+@mutant(
+    "audit_signed_times_not_ordered",
+    caught_by=[
+        _TRUNCATED + "test_never_came_under_a_quorum_fails_only_where_the_signed_times_order_it"
+    ],
+)
+def _audit_signed_times_not_ordered() -> None:
+    """Under a quorum, a record its client signed as written an hour before the others' is
+    taken as a late client's."""
+    import soma.audit.rounds as mod
+
+    _replace(mod, "_came_before", lambda store, meeting, found, audited: None)
+
+
+@mutant(
+    "audit_unchecked_not_listed",
+    caught_by=[
+        _TRUNCATED + "test_a_clean_run_holds_against_its_rounds_and_says_what_it_could_not_check"
+    ],
+)
+def _audit_unchecked_not_listed() -> None:
+    """The verdict counts the checks that could not be made and never says which, or why."""
+    import soma.audit.text as mod
+
+    _replace(mod, "_unchecked", lambda report: [])
