@@ -137,3 +137,7 @@ def test_a_run_made_under_one_capability_audits_clean_under_another(tmp_path, as
             f"made under {made}, audited under {audited}:\n{audit.stdout}\n{audit.stderr}"
         )
         assert "every check held" in audit.stdout
+        if not asynchronous:  # each average says where it was computed, and recomputed
+            assert "computed under torch" in audit.stdout
+            assert f"{made.upper()}; recomputed under" in audit.stdout, audit.stdout
+            assert f"CPU capability {audited.upper()}" in audit.stdout, audit.stdout

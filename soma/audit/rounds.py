@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from soma.arithmetic import recomputed_under
 from soma.audit.blobs import value_blobs
 from soma.audit.findings import RoundAudit
 from soma.config.participation import sampled
@@ -403,4 +404,21 @@ def _recomputed(store: Store, meeting: Meeting, digest: str, audited: RoundAudit
                 "average", None, f"its record and signed inputs checked, not recomputed: {why}"
             )
         else:
-            audited.add("average", True, "recomputed from its inputs: the same weights and state")
+            audited.add(
+                "average",
+                True,
+                "recomputed from its inputs: the same weights and state"
+                + _computed_under(store, digest),
+            )
+
+
+def _computed_under(store: Store, digest: str) -> str:
+    """Where the average was computed and where it was recomputed (torch version and CPU
+    capability: the same bits under any, soma.arithmetic), as its averager's record says."""
+    try:
+        by = records.read_average(store, digest).averaged_by
+    except SomaError:
+        return ""
+    made = by if isinstance(by, dict) and by.get("cpu") else None
+    there = "" if made is None else f"computed under torch {made.get('torch')}, {made['cpu']}; "
+    return f" ({there}{recomputed_under()})"

@@ -9,9 +9,13 @@ still running, e.g. an srun task on another node of the allocation, whose pid ca
 checked from here).
 
     holder record   {"host", "pid", "pid_start", "thread", "slurm_job", "slurm_step", "when",
-                     "site"?, ...}   (`me`; "site" only in a run across sites, so a record
+                     "site"?, "torch"?, "cpu"?, ...}
+                                    (`me`; "site" only in a run across sites, so a record
                                      without it, as every earlier one, is read the same;
-                                     the rest as its writer adds: "role", "what")
+                                     "torch" and "cpu", the torch version and the CPU
+                                     capability its kernels were picked for, where torch is
+                                     loaded: an average's `averaged_by` says what computed
+                                     it; the rest as its writer adds: "role", "what")
 
 Others name a holder by it (`describe`: its site first, when it has one), and a process that
 leaves a round with its average says whether it computed it or took another's (`averaged`).
@@ -24,6 +28,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 from typing import Any
 
@@ -83,9 +88,27 @@ def me(*, site: str | None = None, **extra: Any) -> dict[str, Any]:
         "slurm_step": os.environ.get("SLURM_STEP_ID"),
         "when": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         **({} if site is None else {"site": site}),
+        **_computing(),
     }
     record.update(extra)
     return record
+
+
+_COMPUTING: dict[str, str] = {}
+
+
+def _computing() -> dict[str, str]:
+    """The torch version and CPU capability this process computes under, once torch is
+    loaded (nothing before: a command that never imports torch computes nothing). The server's
+    arithmetic gives the same bits under any (soma.arithmetic); said so that a reader who
+    doubts a recomputation can see where each side ran."""
+    if not _COMPUTING:
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return {}
+        capability = str(torch.backends.cpu.get_cpu_capability())
+        _COMPUTING.update(torch=str(torch.__version__), cpu=capability)
+    return _COMPUTING
 
 
 def _where(holder: dict[str, Any]) -> list[str]:
