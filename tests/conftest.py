@@ -5,6 +5,10 @@ session's SeaweedFS), `workflow` (runs snakemake), `mutants` (reruns tests under
 `slow` (spawns processes or trains for seconds). Every test with none of them is also marked
 `fast`: `python -m pytest -q -m fast` is the developer's tier, CI runs everything.
 
+A test whose code or fixtures start a process is marked `slow` by tests/tiers.py's static rule,
+and a fast test that starts one all the same fails at once (tiers.guarding, in the hooks below):
+a test in the wrong tier is a loud failure, not a slow fast tier (tests/README.md).
+
 CI runs two pytest-xdist workers (`-n 2 --dist loadgroup`, the README's command). Two tiers go
 to one worker whole (xdist_group): the Slurm tests share a cluster of one node, and the
 mutants' runs are started by one fixture, two at a time. Being the largest units, xdist hands
@@ -12,6 +16,7 @@ them out first, one to each worker, and the other tests fill in beside and after
 """
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +28,7 @@ import mutants  # noqa: E402
 
 mutants.apply_from_environment()
 
+import tiers as tier_rules  # noqa: E402
 from s3_bucket import bucket  # noqa: E402,F401  (the session's S3 server, for any test file)
 from tiny_run import tiny_run  # noqa: E402,F401  (one finished tiny run, read-only)
 
@@ -45,6 +51,8 @@ def _tiers_of(item: pytest.Item) -> set[str]:
         tiers.add("s3")
     if "tiny_run" in fixtures:
         tiers.add("workflow")
+    if not tiers and tier_rules.item_starts_a_process(item):
+        tiers.add("slow")
     return tiers
 
 
@@ -58,3 +66,45 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.xdist_group(tier))
         if not tiers:
             item.add_marker("fast")
+
+
+# The guard: while a fast test runs (its setup with every fixture set up for it, its call, and
+# its teardown up to its function-scoped fixtures), starting a process raises
+# tiers.StartedAProcess. A higher-scoped fixture's finalizer (a session's S3 server, say) runs
+# in the teardown of whichever test comes last, unguarded: `_end_of_the_tests_teardown`.
+
+
+def _fast(item: pytest.Item) -> bool:
+    return item.get_closest_marker("fast") is not None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    if not _fast(item):
+        return (yield)
+    with tier_rules.guarding(item.nodeid, "setup"):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    if not _fast(item):
+        return (yield)
+    with tier_rules.guarding(item.nodeid, "call"):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    if not _fast(item):
+        return (yield)
+    with tier_rules.guarding(item.nodeid, "teardown"):
+        return (yield)
+
+
+@pytest.fixture(autouse=True)
+def _end_of_the_tests_teardown() -> Iterator[None]:
+    """The first function-scoped fixture set up, so the last torn down: the guard ends here,
+    before the finalizers of fixtures that other tests share."""
+    yield
+    tier_rules.uninstall()
