@@ -66,6 +66,7 @@ from soma.nodes import export as export_of  # noqa: E402
 from soma.round import Meeting, average_round, contribute, weights_of_average  # noqa: E402
 from soma.store import Store  # noqa: E402
 from soma.tasks import load_task  # noqa: E402
+from soma.timing import LEASE  # noqa: E402
 
 torch.set_num_threads(1)
 BUCKET = "soma-bench"
@@ -275,7 +276,9 @@ def round_by_library(
             contribute(store, meeting, export, mine=k, size=1)
 
     timed(samples["contributions"], contributions)
-    digest = timed(samples["averaging"], lambda: average_round(store, meeting, deadline=60))
+    digest = timed(
+        samples["averaging"], lambda: average_round(store, meeting, deadline=60, lease=LEASE)
+    )
     timed(samples["read average"], lambda: weights_of_average(store, digest))
 
 

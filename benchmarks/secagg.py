@@ -45,6 +45,7 @@ import torch  # noqa: E402
 import soma  # noqa: E402
 from soma import secagg  # noqa: E402
 from soma.store import Store  # noqa: E402
+from soma.timing import LEASE  # noqa: E402
 
 torch.set_num_threads(1)
 PREFIX = "bench/round/0"
@@ -134,7 +135,7 @@ def secure(directory: Path, exports: list, sizes: list, dropped: set[int]) -> di
     )
     timed("reveal", alive, lambda k: secagg.reveal(store, session, keep[k], deadline=deadline))
     clock = Clock()
-    weighted, total = secagg.unmask(store, session, deadline=None)
+    weighted, total = secagg.unmask(store, session, deadline=None, lease=LEASE)
     mean = secagg.average(weighted, total, like=exports[0])
     averager = clock.lap()
     return {

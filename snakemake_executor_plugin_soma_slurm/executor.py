@@ -9,6 +9,7 @@ import os
 import re
 import shlex
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 from snakemake_executor_plugin_slurm import Executor as SlurmExecutor
@@ -45,9 +46,41 @@ def step_command(job_exec: str, python: str, srun: str, cpus: int) -> str:
     return job_exec.replace(start, f"{srun} {start}", 1) + f" --cores {cpus}"
 
 
+def quoted_config(command: str, config_args: object) -> str:
+    """`command` with Snakemake's `--config` arguments (`config_args`, as the job's command
+    carries them) quoted for a shell with `shlex.quote`: Snakemake writes each as Python's
+    `repr`, which a shell reads back only while the value holds no single quote (`"it's
+    $(x)"` runs `x`) and no backslash (doubled). Refused, naming it, where the command does
+    not carry them as Snakemake writes them: a value never reaches a shell unquoted."""
+    from snakemake_interface_executor_plugins.utils import format_cli_arg, format_cli_value
+
+    if not config_args:
+        return command
+    if isinstance(config_args, Mapping):
+        values = [f"{key}={format_cli_value(value)}" for key, value in config_args.items()]
+    else:
+        values = [str(value) for value in config_args]  # type: ignore[union-attr]
+    written = f" {format_cli_arg('--config', config_args)} "
+    if command.count(written) != 1:
+        raise WorkflowError(
+            "soma-slurm: the job's command does not carry the --config values as Snakemake "
+            f"writes them, so they cannot be quoted for its shell: {command[:200]}"
+        )
+    return command.replace(written, f" --config {' '.join(map(shlex.quote, values))} ")
+
+
+def for_wrap(command: str) -> str:
+    """`command` as the Slurm plugin must be handed it for its `--wrap="..."` to reach sbatch
+    as `command` itself: each character a double-quoted shell word still reads (a backslash,
+    `$`, a backquote) escaped with a backslash (the plugin escapes the double quotes itself),
+    so the submission shell runs nothing of it. Not for `--pass-command-as-script`, whose
+    script reaches sbatch through stdin, unread by a shell."""
+    return re.sub(r"([\\$`])", r"\\\1", command)
+
+
 def ended_marker(command: str, marker: Path) -> str:
     """`command`, then `marker` made whether it succeeded or failed (its failure kept: exit 1).
-    No `$` or double quote: the Slurm plugin hands the command to a shell inside `--wrap="..."`."""
+    No `$` or double quote of its own (the marker's path is quoted for the shell)."""
     made = f"touch {shlex.quote(str(marker))}"
     return f"{command} && {made} || {{ {made}; exit 1; }}"
 
@@ -95,8 +128,12 @@ class Executor(SlurmExecutor):
         python = self.get_python_executable()
         name = str(next(self._names))
         self._marker[id(job)] = name
-        command = step_command(super().format_job_exec(job), python, srun, _cpus(job))
-        return ended_marker(command, self._ended / name)
+        job_exec = super().format_job_exec(job)
+        job_exec = quoted_config(job_exec, self.workflow.config_settings.config_args)
+        command = ended_marker(step_command(job_exec, python, srun, _cpus(job)), self._ended / name)
+        if self.workflow.executor_settings.pass_command_as_script:
+            return command
+        return for_wrap(command)  # the plugin runs `sbatch ... --wrap="<it>"` in a shell
 
     async def sleep(self) -> None:
         """The plugin's wait before its next status check, cut short by a submission's

@@ -11,6 +11,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from soma.asynchronous import arithmetic, versions  # noqa: E402
 from soma.config.asynchronous import Buffered  # noqa: E402
 from soma.store import Store  # noqa: E402
+from soma.timing import DEADLINE  # noqa: E402
 
 original = arithmetic.server_step
 
@@ -22,5 +23,7 @@ def slow(current, points, server_lr):
 
 
 arithmetic.server_step = slow
-made = versions.Versions(Store(sys.argv[1]), "a", Buffered(buffer=1)).advance(lease=1.0)
+made = versions.Versions(Store(sys.argv[1]), "a", Buffered(buffer=1)).advance(
+    lease=1.0, deadline=DEADLINE
+)
 print(made, flush=True)

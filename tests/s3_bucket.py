@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from helpers import HANG
 
 from soma.store.local_bucket import LocalBucketError, environment, free_port, server_command
 
@@ -67,7 +68,7 @@ def bucket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     try:
         client = boto3.client("s3")
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + HANG  # for a hang: a server that died is seen at once
         while True:
             if server.poll() is not None:
                 with open(log_path, errors="replace") as f:

@@ -42,6 +42,7 @@ def size_of(client: int) -> int:
 def main(argv: list[str]) -> int:
     from soma.secagg import Session, advertise, published, secure_sum, share
     from soma.store import Store
+    from soma.timing import LEASE
 
     directory, prefix, mine, members, threshold, deadline, how = argv
     store = Store(directory)
@@ -60,6 +61,7 @@ def main(argv: list[str]) -> int:
         members=members_k,
         threshold=int(threshold),
         deadline=float(deadline),
+        lease=LEASE,
     )
     record = published(store, prefix)
     assert record is not None

@@ -22,6 +22,7 @@ from soma.strategies import (
     takes_mean,
     uniform,
 )
+from soma.timing import LEASE
 
 torch.set_num_threads(1)
 
@@ -100,7 +101,7 @@ def test_a_users_own_strategy_reports_its_privacy_in_soma_status(tmp_path, monke
     for r in range(2):
         meeting = Meeting("mine", r, 1, start=start, state=state, strategy="mydp")
         contribute(store, meeting, net(r + 1), mine=0, size=1)
-        record = store.recall_digest(average_round(store, meeting, deadline=5))
+        record = store.recall_digest(average_round(store, meeting, deadline=5, lease=LEASE))
         start, state = record["weights"], record["state"]
     assert [row["privacy"] for row in status(store, "mine")] == [None, None], "never imported"
     spent = [row["privacy"] for row in status(store, "mine", trusted={"mydp"})]
@@ -145,7 +146,7 @@ def test_the_round_binds_the_strategy_to_its_round_and_the_runs_seed(tmp_path, m
     for r, config, wanted in [(0, {"seed": 11}, [0.0, 11.0]), (3, {}, [3.0, -1.0])]:
         meeting = Meeting("mine", r, 1, strategy="rounded", config=config)
         contribute(store, meeting, net(1.0), mine=0, size=1)
-        record = store.recall_digest(average_round(store, meeting, deadline=5))
+        record = store.recall_digest(average_round(store, meeting, deadline=5, lease=LEASE))
         assert store.recall_digest(record["weights"])["fc"]["w"].tolist() == wanted
     plain = OnlyAggregate()
     assert at_round(plain, round=1, seed=2) is plain  # without its own: the strategy itself

@@ -23,6 +23,7 @@ import inspect
 import os
 import re
 import subprocess
+import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -254,14 +255,37 @@ def _routes() -> list[tuple[object, str, Callable]]:
     return routes
 
 
+def _in_an_import() -> bool:
+    """Whether the caller runs inside an `import`: a library's own start-up (snakemake's Slurm
+    plugin runs `which sacct` when it is first imported), which is not the test's doing and
+    happens in whichever test imports it first."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _unless_importing(refusal: Callable, original: object) -> Callable:
+    def call(*args, **named):
+        if _in_an_import():
+            return original(*args, **named)  # type: ignore[operator]
+        return refusal(*args, **named)
+
+    return call
+
+
 def install(test: str, phase: str) -> None:
-    """Refuse every process start, for `test`'s `phase`, until `uninstall`."""
+    """Refuse every process start, for `test`'s `phase`, until `uninstall` (except inside an
+    import: `_in_an_import`)."""
     if _ORIGINALS:
         uninstall()
     _GUARDED.update(test=test, phase=phase)
     for owner, name, refusal in _routes():
-        _ORIGINALS.append((owner, name, inspect.getattr_static(owner, name)))
-        setattr(owner, name, refusal)
+        original = inspect.getattr_static(owner, name)
+        _ORIGINALS.append((owner, name, original))
+        setattr(owner, name, _unless_importing(refusal, getattr(owner, name)))
 
 
 def uninstall() -> None:

@@ -199,7 +199,7 @@ def simulate_clock(
             line.contributed.append(Contributed(k, v, metrics, name))
         except TooStale as error:
             line.contributed.append(Contributed(k, v, metrics, None, refused=str(error)))
-        made = versions.latest() < versions.advance(deadline=0.0)
+        made = versions.latest() < versions.advance(deadline=0.0, lease=spec.timing.lease)
         version_made(now)
         if versions.latest() >= spec.rounds:
             line.stopped = f"{spec.rounds} versions"

@@ -39,7 +39,6 @@ from soma.round import holders, layout, once
 from soma.round.once import POLL, Backoff, Place, RoundError, read_record
 from soma.store import Store
 from soma.store.values import value_digest
-from soma.timing import DEADLINE, LEASE
 
 
 class VersionError(RoundError):
@@ -210,10 +209,10 @@ class Versions:
     def advance(
         self,
         *,
-        deadline: float | None = DEADLINE,
+        deadline: float | None,
         backoff: Backoff = POLL,
         sleep: Callable[[float], None] = time.sleep,
-        lease: float = LEASE,
+        lease: float,
     ) -> int:
         """Make every version the pending updates allow (exactly once each, whoever else
         tries); the latest version after."""

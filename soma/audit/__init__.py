@@ -8,7 +8,8 @@ average, that its sample is the one the run's public seed draws, that a DP run's
 the accountant's over the rounds, and that every client left out as dropped out signed its own
 drop-out. The modules, one job each: `findings` (what was found), `blobs`, `roster` (which
 roster, and how far it is trusted), `rounds` (one meeting's checks), `across` (the chain and
-the ledger), `run` (the whole run), and the outputs `text` and `prov` (W3C PROV-JSON).
+the ledger), `run` (the whole run), and the outputs `text`, `prov` (W3C PROV-JSON) and
+`crate` (an RO-Crate).
 """
 
 from __future__ import annotations

@@ -109,14 +109,17 @@ class RoundAudit:
 @dataclass
 class AuditReport:
     """A run's audit: the store, the run, which roster the signatures were checked against
-    (and how far it is to be trusted), each meeting's audit in round order, and what
-    concerns the run as a whole (a stray name, the roster)."""
+    (and how far it is to be trusted; its digest, with the averagers, and the run's charter's),
+    each meeting's audit in round order, and what concerns the run as a whole (a stray name,
+    the roster)."""
 
     store: str
     run: str
     roster: str  # how the roster was found (given, read from the store, none)
     rounds: list[RoundAudit] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)  # the run's, not one round's
+    roster_digest: str | None = None  # the roster's the signatures were checked against
+    charter: str | None = None  # the digest of the run's charter in the store (a signed run's)
 
     @property
     def model(self) -> str | None:
@@ -138,6 +141,13 @@ class AuditReport:
     def clean(self) -> bool:
         return self.first_broken() is None
 
+    def failed(self) -> list[tuple[int | None, Finding]]:
+        """Every broken finding, with its round (None: the run's), the run's first, then round
+        by round (the first of them is `first_broken()`'s)."""
+        found: list[tuple[int | None, Finding]] = [(None, f) for f in self.findings]
+        found += [(r.round, f) for r in self.rounds for f in r.findings]
+        return [(r, f) for r, f in found if f.ok is False]
+
     def unchecked(self) -> list[tuple[int | None, Finding]]:
         """Every check that could not be made, with its round (None: the run's), the run's
         first, then round by round."""
@@ -152,7 +162,8 @@ class AuditReport:
             return None
         r, finding = found
         where = f"run {self.run!r}" if r is None else f"round {r} of run {self.run!r}"
-        return AuditFailed(f"audit: {where}: {finding.detail}")
+        detail = finding.detail.removeprefix(f"{where}: ")  # a refusal that names it already
+        return AuditFailed(f"audit: {where}: {detail}")
 
     def as_dict(self) -> dict[str, Any]:
         found = self.first_broken()
@@ -160,6 +171,8 @@ class AuditReport:
             "store": self.store,
             "run": self.run,
             "roster": self.roster,
+            "roster_digest": self.roster_digest,
+            "charter": self.charter,
             "clean": found is None,
             "first_broken": None if found is None else found[0],
             "model": self.model,

@@ -28,6 +28,7 @@ def audit(
     roster: str | Path | None = None,
     averagers: Iterable[int] | None = None,
     rounds: int | None = None,
+    charter: str | None = None,
 ) -> AuditReport:
     """Every round of `run` checked (see soma.audit): the report, whose `failure()` names
     the first broken round. `roster` is the auditor's roster file; without one, the roster
@@ -35,8 +36,10 @@ def audit(
     `averagers` are those the run declared (its roster's digest covers them; refused when
     not the charter's, signing.for_reader). `rounds` is how many rounds the reader says the
     run was configured for (--rounds; the run signs it nowhere: soma.audit.across.check_total);
-    None: how many the store holds is said, unchecked. An asynchronous run's versions are
-    replayed instead (soma.audit.asynchronous)."""
+    None: how many the store holds is said, unchecked. `charter` is the digest the reader
+    pinned the run's charter to (--charter; None: the store's is taken on first use, said as a
+    check not made). An asynchronous run's versions are replayed instead
+    (soma.audit.asynchronous)."""
     from soma.asynchronous.replay import is_asynchronous
     from soma.audit.asynchronous import audit_versions
 
@@ -45,6 +48,8 @@ def audit(
         if rounds is not None:
             said = f"--rounds {rounds} is not checked: an asynchronous run has versions, not rounds"
             report.findings.append(Finding("rounds", None, said))
+        if charter is not None:  # an asynchronous run is unsigned: it has no charter
+            report.findings += _charter_findings(run, None, charter)
         return report
     found = check_run(store, run)
     said = rosters.roster_digests(store, run, found)
@@ -57,7 +62,9 @@ def audit(
     else:
         signing, label = None, rosters.UNSIGNED
     report = AuditReport(str(store.directory), run, label)
-    report.findings += _run_findings(store, run, signing, said, roster is not None)
+    report.roster_digest = None if signing is None else signing.digest
+    report.charter = store.resolve(layout.charter(run))
+    report.findings += _run_findings(store, run, signing, said, roster is not None, charter)
     meetings: dict[int, Meeting] = {}
     for r, key in found:
         audited, meeting = audit_meeting(store, run, r, key, signing if said else None)
@@ -77,9 +84,11 @@ def _run_findings(
     signing: signatures.Signing | None,
     said: set[str],
     given: bool,
+    charter: str | None = None,
 ) -> list[Finding]:
-    """What concerns the run as a whole: names where a round belongs (never skipped), and
-    whether the roster given is the one the run's meetings name."""
+    """What concerns the run as a whole: names where a round belongs (never skipped),
+    whether the roster given is the one the run's meetings name, and the run's charter
+    (against the one pinned, `charter`)."""
     out = [
         Finding("roster", False, f"{name!r} stands where a round's or a meeting's folder belongs")
         for name in layout.strays(store.bound(layout.rounds(run)), run)
@@ -100,11 +109,29 @@ def _run_findings(
         out.append(Finding("roster", None, "a roster was given, and the run is unsigned"))
     else:
         out.append(Finding("roster", True, f"roster {signing.digest[:12]}, the run's meetings'"))
-    if signing is not None and said:
-        charter = store.resolve(layout.charter(run))
-        out.append(
-            Finding("charter", False, "none in this store: no signed record can be of its run")
-            if charter is None
-            else Finding("charter", True, f"{charter} (two stores that began apart never share it)")
-        )
+    if (signing is not None and said) or charter is not None:
+        out += _charter_findings(run, store.resolve(layout.charter(run)), charter)
     return out
+
+
+def _charter_findings(run: str, found: str | None, pinned: str | None) -> list[Finding]:
+    """The run's charter in the store (`found`; None: none) against the one the reader
+    pinned (`pinned`, --charter: another, or none, fails, naming both); not pinned, it was
+    taken on first use, which is said as a check not made (a charter copied from another
+    store's run, with its records, before the run began, is what a pin refuses)."""
+    try:
+        signatures.check_pin(run, found, pinned)
+    except signatures.SigningError as error:
+        return [Finding("charter", False, str(error))]
+    if found is None:
+        return [Finding("charter", False, "none in this store: no signed record can be of its run")]
+    if pinned is not None:
+        return [Finding("charter", True, f"{found}, the one pinned (--charter)")]
+    return [
+        Finding("charter", True, f"{found} (two stores that began apart never share it)"),
+        Finding(
+            "charter",
+            None,
+            f"charter {found[:12]}: taken on first use; pin it (--charter) to refuse a planted one",
+        ),
+    ]

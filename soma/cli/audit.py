@@ -4,6 +4,7 @@ exit 1 naming the first broken round."""
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import sys
 
@@ -11,13 +12,18 @@ from soma.cli.stores import existing_store
 
 
 def audit(args: argparse.Namespace) -> int:
-    """The full report (text, or --json), the PROV-JSON document to --prov; then the first
-    broken round as the command's one-line refusal (exit 1), or exit 0."""
+    """The full report (text, or --json), the PROV-JSON document to --prov and the RO-Crate
+    to --crate (both written whatever the verdict, which they hold); then the first broken
+    round as the command's one-line refusal (exit 1), or exit 0."""
     from soma.audit import audit as audit_run
-    from soma.audit import document, lines
+    from soma.audit import crate, document, lines
 
     store = existing_store(args.store)
-    report = audit_run(store, args.run, args.roster, args.averagers, args.rounds)
+    started = _now()
+    report = audit_run(
+        store, args.run, args.roster, args.averagers, args.rounds, charter=args.charter
+    )
+    ended = _now()
     if args.json:
         print(json.dumps(report.as_dict(), indent=2, sort_keys=True))
     else:
@@ -25,12 +31,19 @@ def audit(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     if args.prov is not None:
         with open(args.prov, "w") as out:
-            json.dump(document(report), out, indent=2, sort_keys=True)
+            json.dump(document(report, started, ended), out, indent=2, sort_keys=True)
             out.write("\n")
+    if args.crate is not None:
+        crate.write(args.crate, report, started, ended)
     failure = report.failure()
     if failure is not None:
         raise failure
     return 0
+
+
+def _now() -> str:
+    """The time now, ISO 8601 in UTC to the second."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def _rounds(text: str) -> int:
@@ -71,6 +84,21 @@ def add_command(commands: argparse._SubParsersAction) -> None:
     )
     a.add_argument("--json", action="store_true", help="machine-readable output")
     a.add_argument(
-        "--prov", default=None, metavar="FILE", help="write the run's provenance as W3C PROV-JSON"
+        "--prov",
+        default=None,
+        metavar="FILE",
+        help="write the run's provenance as W3C PROV-JSON, with the audit's verdict (clean or "
+        "failed), each failed check and each one not made (by round, with why), the roster's "
+        "and the charter's digests, who each round left out and why, and the model's digest; "
+        "written whatever the verdict",
+    )
+    a.add_argument(
+        "--crate",
+        default=None,
+        metavar="DIR",
+        help="write an RO-Crate into DIR (ro-crate-metadata.json: RO-Crate 1.1, Workflow Run "
+        "Crate 0.5; with audit.json and prov.json): the run as a CreateAction with the model as "
+        "its result, marked FailedActionStatus when a check failed, and the audit with its "
+        "verdict; written whatever the verdict",
     )
     a.set_defaults(func=audit)

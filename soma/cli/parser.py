@@ -68,6 +68,22 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise BadArgument("--unchecked and --roster: give one (--roster checks the signatures)")
     if args.command in ("status", "export") and args.averagers is not None and args.roster is None:
         raise BadArgument("--averagers without --roster: they are of the run's roster, give it")
+    if getattr(args, "charter", None) is not None:
+        _check_charter(args)
+
+
+def _check_charter(args: argparse.Namespace) -> None:
+    """--charter: a charter's full digest, of a signed run (a roster: its own, or for `soma
+    audit` the one the store holds)."""
+    from soma.config.spec import CHARTER_DIGEST
+
+    if not CHARTER_DIGEST.fullmatch(args.charter):
+        raise BadArgument(
+            f"--charter {args.charter!r} is not a charter's digest (64 hex digits, as the run's "
+            "first start printed it)"
+        )
+    if args.command != "audit" and args.roster is None:
+        raise BadArgument("--charter without --roster: only a signed run has a charter, give it")
 
 
 def _at_least(option: str, value: int, least: int) -> None:
@@ -214,6 +230,14 @@ def _run_arguments(c: argparse.ArgumentParser) -> None:
         metavar="CLIENTS",
         help="with --roster, the clients whose keys may sign an average (0-2, or 0,3; "
         "default: any roster member)",
+    )
+    c.add_argument(
+        "--charter",
+        default=None,
+        metavar="DIGEST",
+        help="with --roster, the digest of the run's charter, as its first start printed it: "
+        "any other charter in the store is refused, and none is claimed (default: the "
+        "store's, taken on first use)",
     )
     c.add_argument(
         "--verify-averages",
@@ -445,6 +469,7 @@ def parser() -> argparse.ArgumentParser:
     g.set_defaults(func=gc)
     add_audit(commands)
     _reader_averagers(commands.choices["audit"])
+    _reader_charter(commands.choices["audit"])
     add_bucket(commands)
     return top
 
@@ -459,6 +484,18 @@ def _reader_roster(command: argparse.ArgumentParser) -> None:
         "the others are named and ignored",
     )
     _reader_averagers(command)
+    _reader_charter(command)
+
+
+def _reader_charter(command: argparse.ArgumentParser) -> None:
+    """A reading command's --charter: the run's charter pinned (soma.round.signing.pinned)."""
+    command.add_argument(
+        "--charter",
+        default=None,
+        metavar="DIGEST",
+        help="the digest of the run's charter, as its first start printed it: a store that "
+        "holds another (or none) is refused (default: the store's, taken on first use)",
+    )
 
 
 def _reader_averagers(command: argparse.ArgumentParser) -> None:

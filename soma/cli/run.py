@@ -41,6 +41,8 @@ def client(args: argparse.Namespace) -> int:
         )
     spec = RunSpec.from_args(args)
     task, strategy = checked.checked(spec)
+    if spec.charter is not None and args.store is not None:
+        spec.check_charter_at(args.store)  # a pinned run on a store not yet made: none made
     with store_at(args.store, spec, task=task) as store:  # once the run was checked whole
         driven = drive(spec, store, task, strategy, after=_printer(args, task))
         evaluation = task.evaluate(driven.nodes) if has_central(task) else None

@@ -54,15 +54,17 @@ def status(args: argparse.Namespace) -> int:
     from soma.asynchronous.replay import is_asynchronous
     from soma.round import check_run
     from soma.round import status as round_status
-    from soma.round.signing import for_reader
+    from soma.round.signing import for_reader, pinned
 
     store = existing_store(args.store)
+    pinned(store, args.run, None, args.charter)  # a store with another charter: refused now
     if is_asynchronous(store, args.run):  # versions, not rounds (soma.asynchronous)
         return _versions_status(store, args)
     check_run(store, args.run)
     signing = (
         None if args.roster is None else for_reader(store, args.run, args.roster, args.averagers)
     )
+    signing = pinned(store, args.run, signing, args.charter)
     table = round_status(store, args.run, clients=args.clients, signing=signing)
     unreadable = any(row["problems"] or row.get("ignored") for row in table)
     if args.json:
@@ -151,15 +153,18 @@ def export(args: argparse.Namespace) -> int:
     without it, unless --unchecked."""
     from soma.asynchronous.replay import is_asynchronous
     from soma.exported import export_checked, reader_signing
+    from soma.round.signing import pinned
 
     if args.best:
         return _export_best(args)
     store = existing_store(args.store)
+    pinned(store, args.run, None, args.charter)  # a store with another charter: refused now
     if is_asynchronous(store, args.run):  # a version (--round), not a round's average
         return _export_version(store, args)
     signing = reader_signing(
         store, args.run, args.roster, unchecked=args.unchecked, averagers=args.averagers
     )
+    signing = pinned(store, args.run, signing, args.charter)
     made = export_checked(
         store, args.run, args.output, signing=signing, round=args.round, average=args.average
     )
@@ -191,13 +196,16 @@ def _export_best(args: argparse.Namespace) -> int:
     """`soma export --best`: the round whose federated validation `--metric` is best; with
     --roster among signed records only, each one left out named on stderr."""
     from soma.exported import export_best_checked, reader_signing
+    from soma.round.signing import pinned
 
     if args.round is not None or args.average is not None:
         raise BadArgument("--best chooses the round itself: give it without --round or --average")
     store = existing_store(args.store)
+    pinned(store, args.run, None, args.charter)  # a store with another charter: refused now
     signing = reader_signing(
         store, args.run, args.roster, unchecked=args.unchecked, averagers=args.averagers
     )
+    signing = pinned(store, args.run, signing, args.charter)
     made = export_best_checked(store, args.run, args.output, args.metric, signing=signing)
     for why in made["ignored"]:
         print(f"soma: ignored (unsigned/forged): {why}", file=sys.stderr)

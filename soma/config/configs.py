@@ -30,8 +30,9 @@ from typing import Any
 from soma.config import options
 from soma.errors import SomaError
 
-# Top-level keys that are names, whatever they look like.
-TEXT_KEYS = ("run", "store", "task", "metric", "strategy", "site")
+# Top-level keys that are names, whatever they look like (a charter's digest of digits alone
+# is text too).
+TEXT_KEYS = ("run", "store", "task", "metric", "strategy", "site", "charter")
 
 
 class ConfigRefused(SomaError, ValueError):

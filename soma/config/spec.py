@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import functools
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +74,7 @@ CONFIG_KEYS = {
     "roster": "roster",
     "keys": "keys",
     "averagers": "averagers",
+    "charter": "charter",
     "verify_averages": "verify_averages",
     "site": "site",
     "sites": "sites",
@@ -103,6 +105,7 @@ OPTIONS = {
     "roster": "--roster",
     "keys": "--keys",
     "averagers": "--averagers",
+    "charter": "--charter",
     "verify_averages": "--verify-averages",
     "lease": "--lease",
     "deadline": "--deadline",
@@ -131,6 +134,11 @@ def open_store(
     if isinstance(store, FolderStore):
         store.check_writable()
     return store
+
+
+# What a pinned charter is (config `charter`, --charter): the full digest of the charter the
+# run's first start claimed and logged (soma.round.signing.check_pin).
+CHARTER_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 # soma.simulate's keyword argument of a field, where its name is not the field's.
@@ -175,6 +183,9 @@ class RunSpec:
     roster: str | None = None  # the roster file: its records signed (soma.round.signing)
     keys: str | None = None  # where this process finds a client's private key ({client})
     averagers: tuple[int, ...] | None = None  # who may sign an average; None: any member
+    # the digest of the run's charter, pinned (soma.round.signing.check_pin); None: the
+    # store's, taken on first use
+    charter: str | None = None
     # how an average another process published is checked before use (soma.round.verify);
     # None: recompute when the run has a roster or spans sites, else the signature only
     verify_averages: str | None = None
@@ -244,6 +255,7 @@ class RunSpec:
             roster=config.get("roster"),
             keys=config.get("keys"),
             averagers=config.get("averagers"),
+            charter=config.get("charter"),
             verify_averages=config.get("verify_averages"),
             site=None if config.get("site") is None else str(config["site"]),
             sites=config.get("sites"),
@@ -280,6 +292,7 @@ class RunSpec:
             roster=getattr(args, "roster", None),
             keys=getattr(args, "keys", None),
             averagers=getattr(args, "averagers", None),
+            charter=getattr(args, "charter", None),
             verify_averages=getattr(args, "verify_averages", None),
             given="args",
             evaluate_participation=getattr(args, "evaluate_participation", None),
@@ -409,28 +422,43 @@ class RunSpec:
         if self.roster is None:
             return None
         try:
-            return Signing.of(read_roster(self.roster), self.keys, self.averagers)
+            return Signing.of(read_roster(self.roster), self.keys, self.averagers, self.charter)
         except SigningError as error:
             raise self.refused(f"{self.named('roster')}: {error}") from None
 
     def check_charter_at(self, where: str | Path) -> None:
         """`check_charter` at parse time, of the store at `where` (not made here if it is
-        not there yet)."""
-        if self.signing is not None and ("://" in str(where) or Path(where).exists()):
+        not there yet: then refused when the run is pinned to a charter, which it cannot hold)."""
+        if self.signing is None:
+            return
+        if "://" in str(where) or Path(where).exists():
             self.check_charter(self.store(where))
+        elif self.charter is not None:
+            self._check_pin(None)
 
     def check_charter(self, store: Store) -> None:
         """With a roster, refuse a run whose store holds its charter under another roster
-        file (or other averagers), naming the file (soma.round.signing), before anything
-        is written."""
+        file (or other averagers), naming the file (soma.round.signing), or another charter
+        than the one it is pinned to (or none), naming both, before anything is written."""
+        from soma.round import layout
         from soma.round.signing import SigningError, check_charter
 
         if self.signing is None:
             return
+        self._check_pin(store.resolve(layout.charter(self.run)))
         try:
             check_charter(store, self.signing, self.run)
         except SigningError as error:
             raise self.refused(f"{self.named('roster')} {self.roster!r}: {error}") from None
+
+    def _check_pin(self, found: str | None) -> None:
+        """The store's charter (`found`; None: none) against the one pinned, naming the key."""
+        from soma.round.signing import SigningError, check_pin
+
+        try:
+            check_pin(self.run, found, self.charter)
+        except SigningError as error:
+            raise self.refused(f"{self.named('charter')}: {error}") from None
 
     # --- the checks --------------------------------------------------------------------------
 
@@ -599,8 +627,14 @@ class RunSpec:
     def _check_roster(self) -> None:
         """The roster names every client of the run; and this process (or site) holds the
         private key of each client it hosts, the roster's (soma.round.signing)."""
+        if self.charter is not None and (
+            not isinstance(self.charter, str) or not CHARTER_DIGEST.fullmatch(self.charter)
+        ):
+            raise self.refused(
+                must_be(self.named("charter"), "a charter's digest (64 hex digits)", self.charter)
+            )
         if self.roster is None:
-            for given in ("keys", "averagers"):
+            for given in ("keys", "averagers", "charter"):
                 if getattr(self, given) is not None:
                     raise self.refused(f"{self.named(given)} given without a roster: nothing signs")
             return

@@ -226,10 +226,10 @@ def average_round(
     store: Store,
     meeting: Meeting,
     *,
-    deadline: float | None = DEADLINE,
+    deadline: float | None,
     backoff: Backoff = POLL,
     sleep: Callable[[float], None] = time.sleep,
-    lease: float = LEASE,
+    lease: float,
     site: str | None = None,
     sites: Mapping[str, Sequence[int]] | None = None,
 ) -> str:
@@ -306,9 +306,9 @@ def average_inputs(
     meeting: Meeting,
     inputs: Sequence[Input],
     *,
-    deadline: float | None = DEADLINE,
+    deadline: float | None,
     backoff: Backoff = POLL,
-    lease: float = LEASE,
+    lease: float,
 ) -> str:
     """Average exactly these clients' weights, once; the record's digest.
 
@@ -346,6 +346,7 @@ def gather(
     size: float | None = None,
     deadline: float | None = DEADLINE,
     backoff: Backoff = POLL,
+    lease: float = LEASE,
     start: str | None = None,
     state: str | None = None,
     strategy: str = "fedavg",
@@ -364,7 +365,8 @@ def gather(
     takes part (None: everyone) and `quorum` how many must come for the round to be averaged
     without the rest once `deadline` has passed (None: all of them). `tree` is a fan-in:
     the round's mean is then built as a tree of partial means that every client helps with
-    (soma.round.tree), for rounds of many clients.
+    (soma.round.tree), for rounds of many clients. `deadline` and `lease` are the run's
+    waits (soma.timing): on a bucket the averaging's claim comes with a lease of `lease` seconds.
     """
     meeting = Meeting(
         run,
@@ -380,5 +382,5 @@ def gather(
         tree,
     )
     contribute(store, meeting, export, mine=mine, size=size)
-    digest = average_round(store, meeting, deadline=deadline, backoff=backoff)
+    digest = average_round(store, meeting, deadline=deadline, backoff=backoff, lease=lease)
     return weights_of_average(store, digest)

@@ -35,7 +35,7 @@ from soma.round.signing import Signing
 from soma.round.waiting import Waiting, clients
 from soma.slurm.time_limit import held_reason, raised_at_time_limit
 from soma.store import Store
-from soma.timing import DEADLINE, LEASE, Backoff
+from soma.timing import Backoff
 
 T = TypeVar("T")
 
@@ -217,10 +217,10 @@ def once(
     store: Store,
     work: Work[T],
     *,
-    deadline: float | None = DEADLINE,
+    deadline: float | None,
     backoff: Backoff = POLL,
     sleep: Callable[[float], None] = time.sleep,
-    lease: float = LEASE,
+    lease: float,
     signing: Signing | None = None,
     site: str | None = None,
 ) -> str:

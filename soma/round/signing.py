@@ -27,15 +27,20 @@ restart in a fresh bucket, staging vs production) or another run does not verify
 a process whose roster is not the charter's is refused at its first signed write or read.
 It holds against records copied into a store where the run has begun; a whole store copied,
 charter and all, before the rightful run writes anything, is that run's copy (`soma audit`
-reports its charter's digest, which two stores that began apart never share). `cryptography`
-is imported on first use (the `privacy` extra).
+reports its charter's digest, which two stores that began apart never share). Its starter
+pins it against that: the process that claims a charter logs its digest, and a run pinned to
+it (`Signing.charter`: config `charter`, `--charter`) takes no other and claims none
+(`check_pin`), so a charter copied into a fresh store is refused, naming both digests.
+`cryptography` is imported on first use (the `privacy` extra).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
+import logging
 import os
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
@@ -55,6 +60,7 @@ SIGNED = "signed"  # the key of a record's signature
 _LABEL = "soma-signed-record/1"
 _CHARTER_LABEL = "soma-run-charter/1"
 PRIVATE = 0o600
+LOG = logging.getLogger("soma.round.signing")
 
 
 class SigningError(SomaError, ValueError):
@@ -206,11 +212,13 @@ def _load_private(path: str, stamp: tuple[int, int]) -> Any:
 class Signing:
     """A run's roster (client -> public key, hex), where this process finds a client's
     private key (`keys`: a path, `{client}` in it standing for the client; None: nowhere),
-    and who may sign an average (`averagers`: None, any member)."""
+    who may sign an average (`averagers`: None, any member), and the digest of the charter
+    the run is pinned to (`charter`: None, whichever the store holds, taken on first use)."""
 
     roster: tuple[tuple[int, str], ...]
     keys: str | None = None
     averagers: tuple[int, ...] | None = None
+    charter: str | None = None
 
     @classmethod
     def of(
@@ -218,6 +226,7 @@ class Signing:
         roster: Mapping[int, str],
         keys: str | os.PathLike[str] | None,
         averagers: Iterable[int] | None = None,
+        charter: str | None = None,
     ) -> Signing:
         chosen = None if averagers is None else tuple(sorted(set(averagers)))
         if chosen is not None:
@@ -227,7 +236,8 @@ class Signing:
                     f"averagers {list(chosen)}: "
                     + (f"clients {strangers} are not on the roster" if chosen else "none named")
                 )
-        return cls(tuple(sorted(roster.items())), None if keys is None else str(keys), chosen)
+        keys = None if keys is None else str(keys)
+        return cls(tuple(sorted(roster.items())), keys, chosen, charter)
 
     @property
     def members(self) -> dict[int, str]:
@@ -330,9 +340,11 @@ def _message(name: str, tree: object, loose: str | None, run: str) -> bytes:
 
 # --- the run's charter ------------------------------------------------------------------------
 
-# Each store's charter values as this process found them ({run: value}): a charter is
+# Each store's charters as this process found them ({run: (digest, value)}): a charter is
 # claimed once and never changes, so it is read (and checked) once per process and store.
-_CHARTERS: weakref.WeakKeyDictionary[Store, dict[str, str]] = weakref.WeakKeyDictionary()
+_CHARTERS: weakref.WeakKeyDictionary[Store, dict[str, tuple[str, str]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _charter_message(name: str, tree: object) -> bytes:
@@ -343,29 +355,69 @@ def run_value(store: Store, signing: Signing, name: str, *, by: int | None) -> s
     """The charter value of the run `name` belongs to, which every signature of it binds.
     The first signed write of a run (`by`, a roster member whose key this process holds)
     claims the charter; a reader (`by` None) finds it or is refused: a signed record of a
-    run with no charter was never written by that run."""
+    run with no charter was never written by that run. A run pinned to a charter
+    (`signing.charter`) takes no other and claims none (`check_pin`)."""
     run = layout.run_of(name) or name.split("/", 1)[0]  # a session's own names: their first part
     known = _CHARTERS.setdefault(store, {})
-    if run not in known:
+    if run in known:
+        check_pin(run, known[run][0], signing.charter)
+    else:
         where = layout.charter(run)
         digest = store.resolve(where)
+        if digest is None and by is None:
+            raise SigningError(
+                f"run {run!r} has no charter ({where!r}) in this store, so none of its "
+                "signed records can be from it (copied from another store?)"
+            )
+        check_pin(run, digest, signing.charter)  # before it is read, or one is claimed
         if digest is None:
-            if by is None:
-                raise SigningError(
-                    f"run {run!r} has no charter ({where!r}) in this store, so none of its "
-                    "signed records can be from it (copied from another store?)"
-                )
+            assert by is not None
             digest = _claim_charter(store, signing, run, by)
-        known[run] = _read_charter(store, signing, run, digest)
-    return known[run]
+        known[run] = digest, _read_charter(store, signing, run, digest)
+    return known[run][1]
+
+
+def check_pin(run: str, found: str | None, pinned: str | None) -> None:
+    """Refuse `run`'s charter `found` (its digest in the store; None: the store holds none)
+    unless it is the one the run is pinned to (`pinned`: config `charter`, --charter; None:
+    nothing pinned, the store's is taken on first use). A pinned run claims no charter: a
+    charter is a random value signed once, so the one pinned can only be the store's where it
+    was claimed, and found anywhere else it was copied there."""
+    if pinned is None or found == pinned:
+        return
+    if found is None:
+        raise SigningError(
+            f"run {run!r} is pinned to charter {pinned[:12]}, and this store holds no charter "
+            "of it: a pinned run claims none (start the run without a pin first, no --charter "
+            "nor config `charter`, then pin the digest it prints)"
+        )
+    raise SigningError(
+        f"run {run!r}'s charter in this store is {found[:12]}, and the run is pinned to "
+        f"charter {pinned[:12]}: another store's charter (planted, or copied with its records), "
+        "so this store is not the run's"
+    )
 
 
 def check_charter(store: Store, signing: Signing, run: str) -> None:
     """Refuse, before anything is written, a process whose roster (or averagers) is not the
-    charter's of `run` in `store`; nothing to say of a run not yet begun."""
+    charter's of `run` in `store`, or whose pinned charter (`signing.charter`) the store does
+    not hold (`check_pin`); nothing else to say of a run not yet begun."""
     digest = store.resolve(layout.charter(run))
+    check_pin(run, digest, signing.charter)
     if digest is not None:
-        _CHARTERS.setdefault(store, {})[run] = _read_charter(store, signing, run, digest)
+        _CHARTERS.setdefault(store, {})[run] = digest, _read_charter(store, signing, run, digest)
+
+
+def pinned(store: Store, run: str, signing: Signing | None, charter: str | None) -> Signing | None:
+    """A reader's `signing` pinned to the charter `charter` (--charter; None: as it is),
+    refused now (`check_pin`) when `run`'s charter in `store` is another, or none."""
+    if charter is None:
+        return signing
+    try:
+        check_pin(run, store.resolve(layout.charter(run)), charter)
+    except SigningError as error:
+        raise SigningError(f"--charter: {error}") from None
+    return None if signing is None else dataclasses.replace(signing, charter=charter)
 
 
 def charter_roster(store: Store, run: str) -> str | None:
@@ -415,6 +467,13 @@ def _claim_charter(store: Store, signing: Signing, run: str, by: int) -> str:
     found = store.resolve(where)  # this call's, or whoever's came first
     if found is None:
         raise SigningError(f"run {run!r}'s charter {where!r} was unbound as it was claimed")
+    if found == digest:  # this process's claim: the digest its starter pins
+        LOG.info(
+            "charter %s: pin it with --charter %s (config charter: %s) so that no other is "
+            "taken (run %r's charter, claimed now)",
+            found, found, found, run,
+            extra={"progress": True},
+        )  # fmt: skip
     return found
 
 

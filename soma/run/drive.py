@@ -71,8 +71,9 @@ def drive(
         data = task.shard(k, spec.clients)
         hosted.append(Hosted(k, data, task.size(data)))
     driven = Driven(nodes, hosted, [])
-    start = store.put_value(transfer.at(shared(export(nodes), spec.personal), spec.transfer))
-    store.claim(layout.starting(spec.run, start), start)  # reachable while round 0 trains
+    with step.store_work(store, f"run {spec.run!r}", spec.mine or (), "keeping the run's start"):
+        start = store.put_value(transfer.at(shared(export(nodes), spec.personal), spec.transfer))
+        store.claim(layout.starting(spec.run, start), start)  # reachable while round 0 trains
     with heap.frozen():  # what is made above is never freed by the rounds (soma.run.heap)
         _rounds(spec, store, task, strategy, driven, start, after)
     _warn_never_trained(driven)
@@ -97,26 +98,28 @@ def _rounds(
     state = None
     for r in range(spec.rounds):
         meeting = spec.meeting(r, start, state)
-        announce(store, meeting)  # the round is open from now: `gc --keep-runs` sees it
-        taking_part = [h for h in hosted if h.index in meeting.members]
-        metrics: dict[int, Any] = {}
-        if meeting.secure is not None:
-            digest = _secure_round(
-                store, meeting, task, strategy, nodes, taking_part, metrics, timing, spec.rounds
-            )
-        else:
-            starting = step.read_once(store, start)  # one read of the start a round
-            with store.group():  # one commit for every client hosted here (soma.files)
-                for h in taking_part:
-                    metrics[h.index] = step.plain(
-                        store, meeting, task, strategy, nodes, h, rounds=spec.rounds,
-                        start=starting,
-                    ).metrics  # fmt: skip
-            digest = average_round(store, meeting, deadline=timing.deadline, lease=timing.lease)
-        record = read_record(store, digest)
-        if len(hosted) < spec.clients:  # other processes host the rest: say who averaged
-            step.LOG.info("%s: %s", meeting.what, holders.averaged(record.get("averaged_by")))
-        load(nodes, store.recall_digest(record["weights"]), partial=bool(spec.personal))
+        records = "reading or writing the round's records"
+        with step.store_work(store, meeting.what, spec.mine or (), records):
+            announce(store, meeting)  # the round is open from now: `gc --keep-runs` sees it
+            taking_part = [h for h in hosted if h.index in meeting.members]
+            metrics: dict[int, Any] = {}
+            if meeting.secure is not None:
+                digest = _secure_round(
+                    store, meeting, task, strategy, nodes, taking_part, metrics, timing, spec.rounds
+                )
+            else:
+                starting = step.read_once(store, start)  # one read of the start a round
+                with store.group():  # one commit for every client hosted here (soma.files)
+                    for h in taking_part:
+                        metrics[h.index] = step.plain(
+                            store, meeting, task, strategy, nodes, h, rounds=spec.rounds,
+                            start=starting,
+                        ).metrics  # fmt: skip
+                digest = average_round(store, meeting, deadline=timing.deadline, lease=timing.lease)
+            record = read_record(store, digest)
+            if len(hosted) < spec.clients:  # other processes host the rest: say who averaged
+                step.LOG.info("%s: %s", meeting.what, holders.averaged(record.get("averaged_by")))
+            load(nodes, store.recall_digest(record["weights"]), partial=bool(spec.personal))
         start, state = record["weights"], record["state"]
         federated = evaluate_hosted(spec, store, task, nodes, meeting, record, hosted)
         driven.rounds.append(Round(r, digest, record, metrics, federated))

@@ -160,27 +160,37 @@ def evaluate_round(
     the weights afresh for each client, so one client's evaluation cannot touch another's.
     With `personal` nodes (soma.run.personal), each client evaluates the shared weights with
     its own personal nodes, so only the evaluators whose record the average took in (their
-    own state is in it, the same in every mode) evaluate; the run's `seed` makes the nodes."""
+    own state is in it, the same in every mode) evaluate; the run's `seed` makes the nodes.
+    A store that fails any of it is a `StoreFault` naming the clients, the round and the
+    store (soma.run.step.store_work); the task's own errors are its own."""
     from soma.nodes import load
     from soma.run.personal import load_round
+    from soma.run.step import store_work
 
-    average = store.recall_digest(weights)
-    owns = _own_states(store, meeting) if personal else {}
+    mine = sorted(set(mine))
+    with store_work(store, meeting.what, mine, "reading the round's average to evaluate it"):
+        average = store.recall_digest(weights)
+        owns = _own_states(store, meeting) if personal else {}
     if personal:
         evaluators = [k for k in evaluators if k in owns]
-    with store.group():  # one commit for every client hosted here (soma.files)
-        for k in sorted(set(mine) & set(evaluators)):
-            if personal:
-                load_round(nodes, average, owns[k], personal, lambda: task.nodes(seed))
-            else:
-                load(nodes, average)
-            metrics, size = local_metrics(task, nodes, k, meeting.clients)
-            record = {"client": k, "weights": weights, "metrics": metrics, "size": size}
+    records = {}
+    for k in sorted(set(mine) & set(evaluators)):  # the task's code: outside store_work
+        if personal:
+            load_round(nodes, average, owns[k], personal, lambda: task.nodes(seed))
+        else:
+            load(nodes, average)
+        metrics, size = local_metrics(task, nodes, k, meeting.clients)
+        records[k] = {"client": k, "weights": weights, "metrics": metrics, "size": size}
+    keeping = "keeping the evaluation records"
+    with store_work(store, meeting.what, records, keeping), store.group():  # one commit
+        for k, record in records.items():
             name = layout.evaluated(meeting.prefix, k, meeting.clients)
-            signatures.keep(store, meeting.signing, record, name=name, by=k)
+            with store_work(store, meeting.what, [k], f"keeping its evaluation record {name}"):
+                signatures.keep(store, meeting.signing, record, name=name, by=k)
     if not personal:
         load(nodes, average)
-    return settle(store, meeting, weights, evaluators)
+    with store_work(store, meeting.what, mine, "keeping the round's federated evaluation"):
+        return settle(store, meeting, weights, evaluators)
 
 
 def _own_states(store: Store, meeting: Any) -> dict[int, Any]:

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from soma import transfer
+from soma.errors import SomaError
 from soma.nodes import Export, export, load
 from soma.round import Contradicts, Contribution, Meeting, contribute, drop, dropout_reason
 from soma.round.client import forget_fault, note_fault
@@ -230,6 +231,44 @@ def store_fault(
         f"client {client} cannot take part in {meeting.what}: the store {store} failed "
         f"({type(error).__name__}: {error}); that is not the client's failure, so it does not "
         "drop out (its peers would average without it): once the store works, run again"
+    )
+
+
+@contextmanager
+def store_work(store: Store, what: str, clients: Iterable[int], doing: str) -> Iterator[None]:
+    """What a process does in the store outside a client's train step (the run's start, a
+    round's announcement, its average, each evaluation record, the round's `federated`): an
+    error of the store met inside (a `StoreError`, or an OS error that is no refusal of
+    soma's own: a round's `RoundIncomplete` is a TimeoutError) is raised as a `StoreFault`
+    (`StoreDamaged`: a blob missing or corrupt) naming the process's `clients`, `what` (the
+    round, or the run), the store, what it was `doing` and the error, so the command says it
+    in one line. Keep task code outside: its own OSError is the task's, not the store's."""
+    try:
+        yield
+    except (StoreError, OSError) as error:
+        if isinstance(error, SomaError) and not isinstance(error, StoreError):
+            raise
+        raise outside_fault(store, what, clients, doing, error) from error
+
+
+def outside_fault(
+    store: Store, what: str, clients: Iterable[int], doing: str, error: BaseException
+) -> StoreFault:
+    """`store_work`'s refusal: the store's `error`, met while `doing` in `what`."""
+    ks = sorted(set(clients))
+    who = f"client {ks[0]}" if len(ks) == 1 else "this process"
+    if len(ks) > 1:
+        more = f" and {len(ks) - 6} more" if len(ks) > 6 else ""
+        who = f"clients {', '.join(map(str, ks[:6]))}{more}"
+    said = f"{type(error).__name__}: {error}"
+    if isinstance(error, (UnknownDigest, CorruptBlob)):
+        return StoreDamaged(
+            f"{who} cannot go on in {what}: the store {store} is damaged ({said}), met while "
+            f"{doing}: run `soma verify` and `soma repair` on the store, then run again"
+        )
+    return StoreFault(
+        f"{who} cannot go on in {what}: the store {store} failed while {doing} ({said}): "
+        "once the store works, run again"
     )
 
 

@@ -9,8 +9,8 @@ generator (`masks`), the primitives taken from `cryptography` (`crypto`), the re
 
     from soma.secagg import secure_sum, average
 
-    weighted, total = secure_sum(store, prefix, export, size,
-                                 mine=k, members=range(10), threshold=6)
+    weighted, total = secure_sum(store, prefix, export, size, mine=k, members=range(10),
+                                 threshold=6, deadline=600, lease=60)
     mean = average(weighted, total, like=export)
 """
 

@@ -15,7 +15,7 @@ from soma.round.waiting import Waiting, clients
 from soma.secagg.errors import BelowThreshold, SecAggError
 from soma.secagg.messages import check_signed, clients_in, record_of, write_signed
 from soma.secagg.roster import barrier_digest, must_be_in, read_roster
-from soma.secagg.session import DEADLINE, Secrets, Session, plural
+from soma.secagg.session import Secrets, Session, plural
 from soma.store import Store
 
 
@@ -29,7 +29,7 @@ def confirm(
     session: Session,
     secrets: Secrets,
     *,
-    deadline: float | None = DEADLINE,
+    deadline: float | None,
     backoff: Backoff = POLL,
 ) -> str:
     """Client `secrets.mine` signs the survivors it saw (the masked roster, by digest), under
@@ -50,7 +50,7 @@ def consistent(
     mine: int,
     masked: str,
     *,
-    deadline: float | None = DEADLINE,
+    deadline: float | None,
     backoff: Backoff = POLL,
     sleep: Callable[[float], None] = time.sleep,
 ) -> list[int]:

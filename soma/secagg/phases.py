@@ -28,7 +28,7 @@ from soma.secagg.roster import (
     read_roster,
     roster_before,
 )
-from soma.secagg.session import DEADLINE, Secrets, Session, is_int, settle_about
+from soma.secagg.session import Secrets, Session, is_int, settle_about
 from soma.store import Store
 
 
@@ -51,7 +51,7 @@ def share(
     session: Session,
     secrets: Secrets,
     *,
-    deadline: float | None = DEADLINE,
+    deadline: float | None,
     backoff: Backoff = POLL,
 ) -> list[int]:
     """Phase 2: once the keys are there, share b and s among them, each share encrypted to its
@@ -95,7 +95,7 @@ def masked_input(
     export: Export,
     size: float | None,
     *,
-    deadline: float | None = DEADLINE,
+    deadline: float | None,
     backoff: Backoff = POLL,
 ) -> list[int]:
     """Phase 3: once the shares are there, write y = q(size * export) + self-mask + pairwise
@@ -202,7 +202,7 @@ def reveal(
     session: Session,
     secrets: Secrets,
     *,
-    deadline: float | None = DEADLINE,
+    deadline: float | None,
     backoff: Backoff = POLL,
 ) -> list[int]:
     """Phase 4: once the masked inputs are there, publish the shares that unmask their sum: of

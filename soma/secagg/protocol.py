@@ -8,8 +8,8 @@ size, and nothing else about any one client's export or size. So does anyone els
 the shared folder: everything the unmasker reads is in the store, and nothing in the store
 gives a client's export away.
 
-    weighted, total = secure_sum(store, "run/round/3/secagg", export, size,
-                                 mine=k, members=range(10), threshold=6)
+    weighted, total = secure_sum(store, "run/round/3/secagg", export, size, mine=k,
+                                 members=range(10), threshold=6, deadline=600, lease=60)
     mean = average(weighted, total, like=export)
 
 Phases (a client's; each starts with a barrier on the phase before):
@@ -115,7 +115,7 @@ from soma.round.once import POLL, Backoff
 from soma.secagg.phases import advertise, masked_input, reveal, share
 from soma.secagg.quantize import DEFAULT_PRECISION_BITS, DEFAULT_RING_BITS
 from soma.secagg.ring import check_input
-from soma.secagg.session import DEADLINE, Session
+from soma.secagg.session import Session
 from soma.secagg.unmask import sum_of, unmask
 from soma.store import Store
 
@@ -131,7 +131,8 @@ def secure_sum(
     mine: int,
     members: Iterable[int],
     threshold: int,
-    deadline: float | None = DEADLINE,
+    deadline: float | None,
+    lease: float,
     precision_bits: int = DEFAULT_PRECISION_BITS,
     ring_bits: int = DEFAULT_RING_BITS,
     backoff: Backoff = POLL,
@@ -139,11 +140,11 @@ def secure_sum(
     """All the phases for one client: (sum of size * export over the contributors, their total
     size). Every member calls it, with the same prefix, members, threshold and fixed point.
 
-    Blocks at each barrier (`deadline` seconds each); one of the clients unmasks and publishes,
-    everyone leaves with the same answer. A client arriving after the sum was published gets
-    it at once. The export is refused (`BadInput`) before anything is written. A client left
-    out of a phase gets `LeftOut` (`result` then waits for the others' sum); too few clients
-    to go on, `BelowThreshold`.
+    Blocks at each barrier (`deadline` seconds each); one of the clients unmasks and publishes
+    (on a bucket its claim leased for `lease` seconds), everyone leaves with the same answer.
+    A client arriving after the sum was published gets it at once. The export is refused
+    (`BadInput`) before anything is written. A client left out of a phase gets `LeftOut`
+    (`result` then waits for the others' sum); too few clients to go on, `BelowThreshold`.
     """
     session = Session(prefix, tuple(members), threshold, precision_bits, ring_bits)
     digest = store.resolve(session.name("sum"))
@@ -154,4 +155,4 @@ def secure_sum(
     share(store, session, secrets, deadline=deadline, backoff=backoff)
     masked_input(store, session, secrets, export, size, deadline=deadline, backoff=backoff)
     reveal(store, session, secrets, deadline=deadline, backoff=backoff)
-    return unmask(store, session, deadline=deadline, backoff=backoff)
+    return unmask(store, session, deadline=deadline, backoff=backoff, lease=lease)

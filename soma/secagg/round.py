@@ -52,7 +52,6 @@ from soma.strategies import (
     under_secure_aggregation,
     uniform,
 )
-from soma.timing import DEADLINE, LEASE
 
 
 def session_prefix(meeting: Meeting) -> str:
@@ -103,7 +102,7 @@ def take_part(
     clients: Sequence[int],
     train: Callable[[int], tuple[Export, float | None] | str],
     *,
-    deadline: float | None = DEADLINE,
+    deadline: float | None,
     backoff: Backoff = POLL,
 ) -> list[int]:
     """Clients `clients` of this process through every phase; `train(k)` is client k's
@@ -144,10 +143,18 @@ class _SecureAveraging:
     """The averaging of a published secure sum, as `soma.round.once` asks about it."""
 
     def __init__(
-        self, store: Store, meeting: Meeting, strategy: Strategy, unmask: bool, lease: float
+        self,
+        store: Store,
+        meeting: Meeting,
+        strategy: Strategy,
+        unmask: bool,
+        *,
+        deadline: float | None,
+        lease: float,
     ) -> None:
         self.store, self.meeting, self.strategy = store, meeting, strategy
-        self.what, self.unmask, self.lease = meeting.what, unmask, lease
+        self.what, self.unmask = meeting.what, unmask
+        self.deadline, self.lease = deadline, lease
 
     def done(self) -> str | None:
         return self.store.resolve(self.meeting.average)
@@ -156,7 +163,7 @@ class _SecureAveraging:
         if self.unmask:  # a client of the round: unmask (once, whoever claims it), then go on
             from soma.secagg import unmask
 
-            unmask(self.store, session_of(self.meeting), lease=self.lease)
+            unmask(self.store, session_of(self.meeting), deadline=self.deadline, lease=self.lease)
             self.unmask = False
         return self.store.resolve(layout.session(session_prefix(self.meeting), "sum"))
 
@@ -283,10 +290,10 @@ def average_round(
     strategy: Strategy,
     *,
     took_part: bool,
-    deadline: float | None = DEADLINE,
+    deadline: float | None,
     backoff: Backoff = POLL,
     sleep: Callable[[float], None] = time.sleep,
-    lease: float = LEASE,
+    lease: float,
 ) -> str:
     """The meeting's average record (digest), once the secure sum is published: a process
     whose clients took part unmasks (whoever claims it first), any other waits for it. On a
@@ -294,7 +301,9 @@ def average_round(
     their records signed with the run's roster."""
     if meeting.start is None:
         raise RoundError(f"{meeting.what}: a secure round needs the weights it started from")
-    work = _SecureAveraging(store, meeting, strategy, unmask=took_part, lease=lease)
+    work = _SecureAveraging(
+        store, meeting, strategy, unmask=took_part, deadline=deadline, lease=lease
+    )
     digest = once.once(
         store,
         work,

@@ -22,9 +22,8 @@ from soma.secagg.errors import BelowThreshold, InconsistentShares, SecAggError
 from soma.secagg.messages import anyone, check_signed, clients_in, put_signed, record_of, tree_of
 from soma.secagg.ring import Layout, flat_of, layout_of, tensors_of
 from soma.secagg.roster import public_keys, roster_before, roster_now
-from soma.secagg.session import DEADLINE, VERSION, Session, commitment, plural
+from soma.secagg.session import VERSION, Session, commitment, plural
 from soma.store import Store
-from soma.timing import LEASE
 
 
 class _Unmasking:
@@ -215,9 +214,9 @@ def unmask(
     store: Store,
     session: Session,
     *,
-    deadline: float | None = DEADLINE,
+    deadline: float | None,
     backoff: Backoff = POLL,
-    lease: float = LEASE,
+    lease: float,
 ) -> tuple[Export, float]:
     """Phase 5: the weighted sum (float64 tensors) and the total size, unmasked once.
 
@@ -248,7 +247,7 @@ def published(store: Store, prefix: str) -> dict[str, Any] | None:
 
 
 def result(
-    store: Store, prefix: str, *, deadline: float | None = DEADLINE, backoff: Backoff = POLL
+    store: Store, prefix: str, *, deadline: float | None, backoff: Backoff = POLL
 ) -> tuple[Export, float]:
     """Wait for the sum at `prefix` to be published; (weighted, total). For a client that was
     left out, or any process that only wants the answer."""

@@ -25,7 +25,7 @@ from soma.run import checked
 from soma.run.simulate import simulate
 from soma.store import Store
 from soma.store.values import value_digest
-from soma.timing import Backoff
+from soma.timing import DEADLINE, LEASE, Backoff
 
 QUICK = Backoff(first=0.002, cap=0.02)
 
@@ -68,12 +68,12 @@ def test_a_stale_update_weighs_as_the_settings_say_and_the_step_is_fedbuffs(tmp_
     versions = _versions(store, buffer=2, server_lr=0.5)
     versions.contribute(0, 0, _w(1.0), 10)
     versions.contribute(1, 0, _w(3.0), 30)
-    assert versions.advance(backoff=QUICK) == 1
+    assert versions.advance(backoff=QUICK, deadline=DEADLINE, lease=LEASE) == 1
     w1 = versions.weights(1)["fc"]["w"]  # 0 + 0.5 * (10 * 1 + 30 * 3) / 40
     assert torch.equal(w1, torch.full((3,), 1.25))
     versions.contribute(2, 0, _w(2.0), 20)  # one version old by now
     versions.contribute(0, 1, _w(5.0), 10)
-    assert versions.advance(backoff=QUICK) == 2
+    assert versions.advance(backoff=QUICK, deadline=DEADLINE, lease=LEASE) == 2
     record = versions.record(2)[1]
     said = [(e["client"], e["from"], e["staleness"], e["weight"]) for e in record["consumed"]]
     assert said == [(0, 1, 0, 1.0), (2, 0, 1, 2**-0.5)]
@@ -88,12 +88,13 @@ def test_too_stale_is_refused_before_it_is_written_or_when_a_version_finds_it(tm
     versions = _versions(store, buffer=1, limit=0, kind="constant")
     versions.contribute(0, 0, _w(1.0), 1)
     versions.contribute(1, 0, _w(2.0), 1)  # fresh when contributed
-    assert versions.advance(backoff=QUICK) == 1  # consumes client 0's; client 1's is stale now
+    # consumes client 0's; client 1's is stale now
+    assert versions.advance(backoff=QUICK, deadline=DEADLINE, lease=LEASE) == 1
     with pytest.raises(TooStale, match=r"client 2's update from version 0 .* 1 versions old"):
         versions.contribute(2, 0, _w(9.0), 1)
     assert store.resolve(layout.update("a", 0, 2)) is None
     versions.contribute(0, 1, _w(3.0), 1)
-    assert versions.advance(backoff=QUICK) == 2
+    assert versions.advance(backoff=QUICK, deadline=DEADLINE, lease=LEASE) == 2
     record = versions.record(2)[1]
     assert [e["update"] for e in record["consumed"]] == [layout.update("a", 1, 0)]
     assert [(e["update"], e["staleness"]) for e in record["refused"]] == [
@@ -111,7 +112,7 @@ def test_a_claimer_that_died_mid_version_is_taken_over(tmp_path) -> None:
     holder = {**holders.me(), "pid": dead.pid, "pid_start": 1}
     place = Place(layout.version("a", 1))
     assert store.claim(place.claimed, store.put_value(holder))
-    assert versions.advance(backoff=QUICK, deadline=30) == 1
+    assert versions.advance(backoff=QUICK, deadline=30, lease=LEASE) == 1
     assert store.resolve(place.takeover(1)) is not None
     assert all(not r.problems for r in replay(store, "a"))
 
@@ -120,7 +121,7 @@ def test_replay_names_a_version_whose_weights_do_not_recompute(tmp_path) -> None
     store = Store(tmp_path)
     versions = _versions(store, buffer=1)
     versions.contribute(0, 0, _w(1.0), 1)
-    versions.advance(backoff=QUICK)
+    versions.advance(backoff=QUICK, deadline=DEADLINE, lease=LEASE)
     record = dict(versions.record(1)[1], weights=store.put_value(_w(1.5)))
     store.bind(layout.published(layout.version("a", 1)), store.put_value(record))
     problems = replay(store, "a")[1].problems

@@ -230,3 +230,22 @@ def _audit_unchecked_not_listed() -> None:
     import soma.audit.text as mod
 
     _replace(mod, "_unchecked", lambda report: [])
+
+
+_PROVENANCE = "tests/audit/test_provenance.py::"
+
+
+@mutant(
+    "audit_prov_verdict_left_out",
+    caught_by=[
+        _PROVENANCE
+        + "test_a_clean_audits_provenance_says_clean_naming_the_roster_charter_and_model",
+        _PROVENANCE + "test_a_failed_audit_writes_provenance_and_a_crate_saying_failed",
+    ],
+)
+def _audit_prov_verdict_left_out() -> None:
+    """The PROV-JSON document names the audit and its report, never the verdict, the failed
+    checks or those not made: a failed audit's provenance reads like a clean one's."""
+    import soma.audit.prov as mod
+
+    _replace(mod, "_verdict", lambda doc, report, audit, entity: None)

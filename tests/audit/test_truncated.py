@@ -106,9 +106,14 @@ def test_a_clean_run_holds_against_its_rounds_and_says_what_it_could_not_check(
         f"    ok   rounds: the run was configured for {ROUNDS} rounds (--rounds {ROUNDS}): "
         f"{ROUNDS} rounds averaged (0..{LAST})" in out
     )
-    assert out[-1].startswith("every check held (1 could not be made, listed above): the model")
-    assert out[-3:-1] == [
-        "could not be made (1 check, marked --):",
+    assert out[-1].startswith("every check held (2 could not be made, listed above): the model")
+    charter = (
+        f"    --   charter (the run): charter {store.resolve(layout.charter(RUN))[:12]}: taken "
+        "on first use; pin it (--charter) to refuse a planted one"
+    )
+    assert out[-4:-1] == [
+        "could not be made (2 checks, marked --):",
+        charter,
         f"    --   chain (round 0): the run's first round starts from {_start(store)[:12]}",
     ]
     # without --rounds the count is said, and listed with the verdict as not checked
@@ -118,8 +123,8 @@ def test_a_clean_run_holds_against_its_rounds_and_says_what_it_could_not_check(
         f"    --   rounds (the run): {ROUNDS} rounds averaged (0..{LAST}); the configured total "
         "was not checked: the run signs it nowhere (give --rounds N)"
     )
-    assert out[-4:-1] == ["could not be made (2 checks, marked --):", unchecked, out[-2]]
-    assert out[-1].startswith("every check held (2 could not be made, listed above): the model")
+    assert out[-5:-1] == ["could not be made (3 checks, marked --):", charter, unchecked, out[-2]]
+    assert out[-1].startswith("every check held (3 could not be made, listed above): the model")
 
 
 def _start(store: Store) -> str:

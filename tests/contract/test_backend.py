@@ -16,7 +16,7 @@ import sys
 
 import pytest
 import torch
-from helpers import ROOT, TESTS
+from helpers import HANG, ROOT, TESTS
 
 from soma.store import Store
 from soma.store.errors import BadDigest, CorruptBlob, UnknownDigest
@@ -129,10 +129,10 @@ def test_eight_processes_racing_for_one_name_exactly_one_wins_and_is_written_dow
     try:
         for _ in range(8):
             ready = racers.stdout.readline()
-            assert ready == "ready\n", ready + racers.communicate(timeout=60)[1]
+            assert ready == "ready\n", ready + racers.communicate(timeout=HANG)[1]
     finally:
         os.close(go_write)  # the start: every racer's read returns at once
-    out, err = racers.communicate(timeout=120)
+    out, err = racers.communicate(timeout=HANG)
     assert racers.returncode == 0, err
     reports = [json.loads(line) for line in out.splitlines()]
     winners = [r for r in reports if r["won"]]

@@ -20,3 +20,26 @@ def _signatures_bind_no_run() -> None:
         return name.split("/", 1)[0]
 
     _replace(mod, "run_value", run_value)
+
+
+_P = "tests/round/test_charter_pin.py::"
+
+
+@mutant(
+    "charter_pin_not_compared",
+    caught_by=[
+        _P + "test_a_planted_charter_is_refused_by_the_pinned_run_and_taken_without_a_pin",
+        _P + "test_an_audit_pinned_to_another_charter_fails_naming_both",
+        _P + "test_a_pinned_start_where_the_store_holds_no_charter_claims_none",
+        _P + "test_a_pinned_signing_refuses_a_record_under_another_charter",
+    ],
+)
+def _charter_pin_not_compared() -> None:
+    """The charter pinned (--charter, config `charter`) is never compared with the store's:
+    a run pinned to its own charter takes a planted one, and claims one in a fresh store."""
+    import soma.round.signing as mod
+
+    def check_pin(run, found, pinned):
+        return None
+
+    _replace(mod, "check_pin", check_pin)

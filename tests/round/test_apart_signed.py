@@ -19,6 +19,7 @@ import soma.round  # noqa: E402
 from soma.round import Backoff, Meeting, RoundIncomplete, average_round, contribute, holders, layout  # noqa: E402  # noqa: E402
 from soma.round.signing import Signing, make_keys, read_roster  # noqa: E402
 from soma.store import Store  # noqa: E402
+from soma.timing import LEASE  # noqa: E402
 
 QUICK = Backoff(first=0.01, cap=0.1)
 OUTSIDER = 7
@@ -74,7 +75,7 @@ def test_a_forged_rival_meeting_stops_no_signed_round(tmp_path, keys, how) -> No
     contribute(store, rival, weights(9), mine=1)
     contribute(store, mine, weights(0), mine=0)
     coming = late(store, mine, 1, after=1.5)
-    digest = average_round(store, mine, deadline=30, backoff=QUICK)
+    digest = average_round(store, mine, deadline=30, backoff=QUICK, lease=LEASE)
     coming.join()
     assert store.resolve(mine.average) == digest
 
@@ -92,7 +93,7 @@ def test_a_forged_apart_note_stops_no_signed_round(tmp_path, keys) -> None:
     store.keep(layout.note(mine.prefix, rival.key), note)
     contribute(store, mine, weights(0), mine=0)
     coming = late(store, mine, 1, after=1.5)
-    digest = average_round(store, mine, deadline=30, backoff=QUICK)
+    digest = average_round(store, mine, deadline=30, backoff=QUICK, lease=LEASE)
     coming.join()
     assert store.resolve(mine.average) == digest
 
@@ -107,14 +108,14 @@ def test_a_signed_client_in_another_meeting_is_still_told_and_its_note_heeded(
     contribute(store, theirs, weights(1), mine=1)  # still training its other clients
     contribute(store, mine, weights(0), mine=0)
     with pytest.raises(soma.round.MeetingsDiffer, match="client 1 joined with seed 2"):
-        average_round(store, mine, deadline=5, backoff=QUICK)
+        average_round(store, mine, deadline=5, backoff=QUICK, lease=LEASE)
     # the finder has stopped: only its note, signed, tells the rival
     gone_writer(store, mine.client(0))
     (note,) = store.bound(layout.notes(theirs.prefix))
     assert "signed" in store.recall(note)
     with pytest.raises(soma.round.MeetingsDiffer, match="client 0 joined with seed 1"):
-        average_round(store, theirs, deadline=5, backoff=QUICK)
+        average_round(store, theirs, deadline=5, backoff=QUICK, lease=LEASE)
     # and the note unsigned (a forger's copy) would have stopped nobody
     store.keep(note, {k: v for k, v in store.recall(note).items() if k != "signed"})
     with pytest.raises(RoundIncomplete, match="client 0 never came"):
-        average_round(store, theirs, deadline=1.5, backoff=QUICK)
+        average_round(store, theirs, deadline=1.5, backoff=QUICK, lease=LEASE)

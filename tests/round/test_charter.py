@@ -17,6 +17,7 @@ from signed_runs import CLIENTS, make_keys_and_roster  # noqa: E402
 from soma.round import Meeting, average_round, contribute, layout  # noqa: E402
 from soma.round.signing import Signing, SigningError, read_roster  # noqa: E402
 from soma.store import Store  # noqa: E402
+from soma.timing import LEASE  # noqa: E402
 
 pytestmark = pytest.mark.fast
 
@@ -49,11 +50,11 @@ def test_signed_records_copied_into_another_store_do_not_verify(tmp_path, keys):
     a, b = Store(tmp_path / "a"), Store(tmp_path / "b")
     for k in range(CLIENTS):  # the whole round in store A, signed
         contribute(a, meeting, export(float(k)), mine=k, size=1.0)
-    average_round(a, meeting, deadline=5)
+    average_round(a, meeting, deadline=5, lease=LEASE)
     contribute(b, meeting, export(0.0), mine=0, size=1.0)  # the run begins in store B
     _copy(a, b, [meeting.client(1), meeting.client(2)])
     with pytest.raises(SigningError) as refused:
-        average_round(b, meeting, deadline=5)
+        average_round(b, meeting, deadline=5, lease=LEASE)
     assert "client 1's record" in str(refused.value)
     assert "another store's run" in str(refused.value)
     assert b.resolve(meeting.average) is None, "nothing averaged from the copies"
@@ -68,7 +69,7 @@ def test_a_store_with_signed_records_and_no_charter_is_refused_by_its_readers(tm
     _copy(a, b, [meeting.client(k) for k in range(CLIENTS)])  # all but the charter
     assert b.resolve(layout.charter("uncharted")) is None
     with pytest.raises(SigningError, match="has no charter"):
-        average_round(b, meeting, deadline=5)
+        average_round(b, meeting, deadline=5, lease=LEASE)
 
 
 def test_a_process_with_another_roster_is_refused_at_its_first_signed_write(tmp_path, keys):

@@ -8,6 +8,7 @@ import torch
 from soma.round import Contradicts, Meeting, contribute
 from soma.store import Store
 from soma.strategies import load_strategy
+from soma.timing import LEASE
 
 torch.set_num_threads(1)
 
@@ -74,7 +75,9 @@ def test_a_peers_fault_note_stops_the_round_once_it_has_stood_for_its_grace(
     note_fault(store, meeting, 2, "the store failed (OSError: [Errno 28] No space left)")
     started = time.monotonic()
     with pytest.raises(StoreFailedPeer, match=r"round 0 of run 'f' stops: .*client 2.*No space"):
-        average_round(store, meeting, deadline=5, backoff=Backoff(first=0.01, cap=0.05))
+        average_round(
+            store, meeting, deadline=5, backoff=Backoff(first=0.01, cap=0.05), lease=LEASE
+        )
     assert 0.5 <= time.monotonic() - started < 10
     assert store.resolve(meeting.average) is None
 

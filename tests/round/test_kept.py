@@ -10,6 +10,7 @@ from soma.round import Backoff, Input, Meeting, average_round, contribute, read_
 from soma.round.average import weights_of_average
 from soma.round.kept import Kept
 from soma.store import Store
+from soma.timing import LEASE
 
 QUICK = Backoff(first=0.002, cap=0.02)
 
@@ -40,7 +41,7 @@ def test_the_averaging_reads_each_inputs_weights_once_and_averages_the_same_bits
         return real(digest, lazy=lazy)
 
     monkeypatch.setattr(store, "recall_digest", counted)
-    digest = average_round(store, m, deadline=5, backoff=QUICK)
+    digest = average_round(store, m, deadline=5, backoff=QUICK, lease=LEASE)
     monkeypatch.undo()
     inputs = [i["weights"] for i in read_record(store, digest)["inputs"]]
     assert [read.count(d) for d in inputs] == [1, 1, 1, 1]
@@ -67,7 +68,7 @@ def test_a_checked_input_left_out_is_never_folded_in_place_of_another(tmp_path) 
     contribute(store, m, weights(0, rows=5), mine=0, size=10)
     for k in (1, 2):
         contribute(store, m, weights(k), mine=k, size=10 + k)
-    digest = average_round(store, m, deadline=5, backoff=QUICK)
+    digest = average_round(store, m, deadline=5, backoff=QUICK, lease=LEASE)
     assert [i["client"] for i in read_record(store, digest)["inputs"]] == [1, 2]
     expected = fedavg([weights(1), weights(2)], [11, 12])
     assert same_bits(weights_of_average(store, digest), expected)

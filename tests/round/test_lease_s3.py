@@ -20,6 +20,7 @@ import torch
 
 pytest.importorskip("boto3", reason="boto3 (soma[s3]) is not installed")
 
+from helpers import HANG  # noqa: E402
 from s3_bucket import BUCKET  # noqa: E402
 
 from soma.cli import main as soma  # noqa: E402
@@ -93,7 +94,7 @@ class Worker:
         self.process.stdin.flush()
         return self
 
-    def said(self, key: str, timeout: float = 30) -> object:
+    def said(self, key: str, timeout: float = HANG) -> object:
         """The value of the next line saying `key` (the others skipped)."""
         end = time.monotonic() + timeout
         while True:
@@ -177,7 +178,7 @@ def test_a_holder_stopped_past_its_lease_wakes_and_cannot_publish_over_its_succe
     assert late.said("average") == digest, "the late holder leaves with its successor's average"
     said = {}
     for w in (late, successor):
-        assert w.process.wait(timeout=20) == 0, w.process.stderr.read()
+        assert w.process.wait(timeout=HANG) == 0, w.process.stderr.read()
         said[w] = w.process.stderr.read()
     place = place_of(store, meeting)
     assert "overwritten by no successor" not in said[successor], "the late holder wrote it"

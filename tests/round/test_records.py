@@ -13,6 +13,7 @@ from helpers import overlapping_export
 from soma.round import Backoff, Contradicts, Meeting, RoundError, contribute, drop, gather
 from soma.round.records import RecordError
 from soma.store import Store
+from soma.timing import LEASE
 
 QUICK = Backoff(first=0.002, cap=0.02)
 
@@ -133,7 +134,7 @@ def test_a_holder_that_died_since_the_last_check_is_taken_over_at_the_deadline(t
                   "pid_start": holders._process_start(sleeper.pid)}  # fmt: skip
         assert store.claim(place.claimed, store.put_value(holder))
         threading.Timer(0.3, sleeper.kill).start()  # alive at the first check, dead after
-        digest = average_round(store, meeting, deadline=1.0, backoff=QUICK)
+        digest = average_round(store, meeting, deadline=1.0, backoff=QUICK, lease=LEASE)
     finally:
         sleeper.kill()
         sleeper.wait()
@@ -265,5 +266,7 @@ def test_a_hand_written_secure_sum_with_nan_is_refused_before_the_claim(tmp_path
                {"secagg": 1, "weighted": weighted, "total": 2.0, "contributors": [0, 1],
                 "dropped": [], "error_bound": 0.0})  # fmt: skip
     with pytest.raises(RoundError, match=r"secure sum .*node 'fc' key 'b' is not a tensor of"):
-        average_round(store, meeting, load_strategy("fedavg"), took_part=False, deadline=1)
+        average_round(
+            store, meeting, load_strategy("fedavg"), took_part=False, deadline=1, lease=LEASE
+        )
     assert _claimed(store) == []

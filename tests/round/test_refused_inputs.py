@@ -35,6 +35,7 @@ from soma.round import (
 )
 from soma.round.records import is_refused
 from soma.store import Store, codecs
+from soma.timing import LEASE
 
 torch.set_num_threads(1)
 QUICK = Backoff(first=0.002, cap=0.02)
@@ -93,7 +94,7 @@ def race(store: Store, m: Meeting, processes: int = 2) -> list[str]:
 
     def one(i: int) -> None:
         try:
-            out[i] = average_round(store, m, deadline=10, backoff=QUICK)
+            out[i] = average_round(store, m, deadline=10, backoff=QUICK, lease=LEASE)
         except Exception as error:  # noqa: BLE001 - the test says which
             out[i] = error
 
@@ -113,7 +114,9 @@ def average_of_two(tmp_path: Path, m: Meeting) -> dict:
     other = Store(tmp_path / "alone")
     two = Meeting("two", 0, 2, start=other.put_value(weights(99)))
     honest(other, two)
-    return weights_of_average(other, average_round(other, two, deadline=5, backoff=QUICK))
+    return weights_of_average(
+        other, average_round(other, two, deadline=5, backoff=QUICK, lease=LEASE)
+    )
 
 
 def claimed(store: Store, m: Meeting) -> list[str]:
@@ -190,7 +193,7 @@ def test_every_kind_of_bad_record_is_left_out_under_a_quorum_naming_the_record(
         write_by_hand(store, m, value)
         figures["trials"] += 1
         figures["faults"] += 1
-        digest = average_round(store, m, deadline=5, backoff=QUICK)
+        digest = average_round(store, m, deadline=5, backoff=QUICK, lease=LEASE)
         why = refused_entry(store, digest)["why"]
         figures["detected"] += is_refused(why)
         figures["different"] += not same_weights(weights_of_average(store, digest), two)
@@ -205,7 +208,7 @@ def test_each_client_is_compared_to_the_start_not_to_the_first_client(tmp_path) 
     contribute(store, m, weights(0, rows=5), mine=0, size=10)
     for k in (1, 2):
         contribute(store, m, weights(k), mine=k, size=10)
-    average = read_record(store, average_round(store, m, deadline=5, backoff=QUICK))
+    average = read_record(store, average_round(store, m, deadline=5, backoff=QUICK, lease=LEASE))
     assert [i["client"] for i in average["inputs"]] == [1, 2]
     (left,) = average["left_out"]
     assert left["client"] == 0 and "two different networks" in left["why"]
@@ -218,7 +221,7 @@ def test_without_a_start_the_network_most_clients_brought_is_the_rounds(tmp_path
     contribute(store, m, weights(0, rows=5), mine=0, size=10)
     for k in (1, 2):
         contribute(store, m, weights(k), mine=k, size=10)
-    average = read_record(store, average_round(store, m, deadline=5, backoff=QUICK))
+    average = read_record(store, average_round(store, m, deadline=5, backoff=QUICK, lease=LEASE))
     assert [i["client"] for i in average["inputs"]] == [1, 2]
     assert average["left_out"][0]["client"] == 0
 
@@ -233,10 +236,10 @@ def test_the_workflows_averaging_leaves_a_refused_input_out_too(tmp_path) -> Non
         given.append(Input(2, nan_weights(store), 12))
         if quorum is None:
             with pytest.raises(RoundError, match=r"client 2's weights .*NaN or infinite"):
-                average_inputs(store, m, given, deadline=5, backoff=QUICK)
+                average_inputs(store, m, given, deadline=5, backoff=QUICK, lease=LEASE)
             assert claimed(store, m) == []
             continue
-        digest = average_inputs(store, m, given, deadline=5, backoff=QUICK)
+        digest = average_inputs(store, m, given, deadline=5, backoff=QUICK, lease=LEASE)
         assert same_weights(weights_of_average(store, digest), average_of_two(tmp_path, m))
         assert "NaN or infinite" in refused_entry(store, digest)["why"]
 
@@ -253,7 +256,7 @@ def test_without_a_quorum_the_same_record_stops_the_round_naming_it(tmp_path) ->
         race(store, m)
     write_by_hand(store, m, {"client": 2, "size": 10})
     with pytest.raises(RoundError, match=r"client 2's record .*has no 'weights'"):
-        average_round(store, m, deadline=5, backoff=QUICK)
+        average_round(store, m, deadline=5, backoff=QUICK, lease=LEASE)
     assert claimed(store, m) == []
 
 
@@ -270,7 +273,7 @@ def below_the_quorum(tmp_path: Path, bad: Callable[[Store], object]) -> tuple[St
 def test_below_the_quorum_round_incomplete_names_the_refused_client_and_why(tmp_path) -> None:
     store, m = below_the_quorum(tmp_path, lambda store: record(nan_weights(store)))
     with pytest.raises(RoundIncomplete) as below:
-        average_round(store, m, deadline=5, backoff=QUICK)
+        average_round(store, m, deadline=5, backoff=QUICK, lease=LEASE)
     message = str(below.value)
     assert "fewer than the quorum of 2" in message and "client 1 failed: RuntimeError" in message
     assert "client 2 input refused: round 0 of run 'r': client 2's weights" in message
@@ -282,7 +285,7 @@ def test_below_the_quorum_round_incomplete_names_the_refused_client_and_why(tmp_
 def test_below_the_quorum_with_an_unreadable_record_names_it_at_once(tmp_path) -> None:
     store, m = below_the_quorum(tmp_path, lambda store: {"client": 2, "size": 10})
     with pytest.raises(RoundIncomplete, match=r"client 2 input refused: .*has no 'weights'"):
-        average_round(store, m, deadline=5, backoff=QUICK)
+        average_round(store, m, deadline=5, backoff=QUICK, lease=LEASE)
     assert claimed(store, m) == []
 
 
@@ -299,6 +302,6 @@ def test_under_a_quorum_a_record_not_signed_by_its_client_is_left_out(tmp_path) 
     m = Meeting("signed", 0, 3, start=store.put_value(weights(99)), quorum=2, signing=signing)
     honest(store, m)
     store.keep(m.client(2), record(store.put_value(weights(2))))
-    digest = average_round(store, m, deadline=5, backoff=QUICK)
+    digest = average_round(store, m, deadline=5, backoff=QUICK, lease=LEASE)
     why = refused_entry(store, digest)["why"]
     assert "client 2's record" in why and "unsigned" in why

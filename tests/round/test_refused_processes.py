@@ -23,6 +23,7 @@ from soma.round import (
 )
 from soma.round.records import is_refused
 from soma.store import Store, codecs
+from soma.timing import LEASE
 
 RUN = "hostile"
 
@@ -78,7 +79,7 @@ def test_two_honest_soma_clients_average_without_a_hostile_nan_record(tmp_path) 
     came = [Input(i["client"], i["weights"], i["size"]) for i in average["inputs"]]
     assert [i.client for i in came] == [0, 1]
     alone = Meeting("two", 0, 2, start=average["start"])
-    again = average_inputs(store, alone, came, deadline=30, backoff=Backoff())
+    again = average_inputs(store, alone, came, deadline=30, backoff=Backoff(), lease=LEASE)
     assert same_weights(
         weights_of_average(store, again), weights_of_average(store, first["average"])
     )

@@ -33,6 +33,7 @@ from soma.round import (
 )
 from soma.round.once import Place
 from soma.store import Store
+from soma.timing import LEASE
 
 torch.set_num_threads(1)
 HERE = Path(__file__).parents[1]
@@ -82,9 +83,9 @@ def test_a_client_that_arrives_after_the_average_finds_it_and_does_not_wait(tmp_
         contribute(store, M("r", 0, 3), weights(2), mine=2)
 
     threading.Thread(target=third).start()
-    first = average_round(store, M("r", 0, 3), deadline=10, backoff=QUICK)
+    first = average_round(store, M("r", 0, 3), deadline=10, backoff=QUICK, lease=LEASE)
     slept: list[float] = []
-    late = average_round(store, M("r", 0, 3), deadline=0, sleep=slept.append)
+    late = average_round(store, M("r", 0, 3), deadline=0, sleep=slept.append, lease=LEASE)
     assert late == first and slept == []
     # and a client that gathers late leaves with the published mean at once
     started = time.monotonic()
@@ -106,14 +107,14 @@ def test_two_runs_sharing_a_directory_are_two_runs_and_two_rounds_are_two_rounds
     contribute(store, M("b", 5, 2), weights(4), mine=1)
     contribute(store, M("a", 5, 2), weights(5), mine=0)
     with pytest.raises(RoundIncomplete, match=r"client 1 never came"):
-        average_round(store, M("a", 5, 2), deadline=0.1, backoff=QUICK)
+        average_round(store, M("a", 5, 2), deadline=0.1, backoff=QUICK, lease=LEASE)
 
 
 def test_the_deadline_says_which_clients_are_missing(tmp_path) -> None:
     store = Store(tmp_path)
     contribute(store, M("r", 3, 4), weights(0), mine=1)
     with pytest.raises(RoundIncomplete) as missing:
-        average_round(store, M("r", 3, 4), deadline=0.2, backoff=QUICK)
+        average_round(store, M("r", 3, 4), deadline=0.2, backoff=QUICK, lease=LEASE)
     assert missing.value.missing == [0, 2, 3]
     assert "round 3" in str(missing.value) and "clients 0, 2, 3 never came" in str(missing.value)
 
@@ -127,7 +128,7 @@ def test_and_says_a_different_thing_when_complete_and_the_average_never_came(tmp
     holder["host"], holder["slurm_job"] = "gpu-node-07", "999999999"
     assert store.claim(averaging_place(store, M("r", 0, 2)).claimed, store.put_value(holder))
     with pytest.raises(AveragerDied) as died:
-        average_round(store, M("r", 0, 2), deadline=0.2, backoff=QUICK)
+        average_round(store, M("r", 0, 2), deadline=0.2, backoff=QUICK, lease=LEASE)
     message = str(died.value)
     assert "complete" in message and "never published" in message
     assert "gpu-node-07" in message and "999999999" in message and str(holder["pid"]) in message
@@ -156,12 +157,12 @@ def test_a_holder_that_is_provably_gone_is_taken_over_and_the_average_published_
     assert holders.gone(corpse)
     place = averaging_place(store, M("r", 0, 2))
     assert store.claim(place.claimed, store.put_value(corpse))
-    digest = average_round(store, M("r", 0, 2), deadline=5, backoff=QUICK)
+    digest = average_round(store, M("r", 0, 2), deadline=5, backoff=QUICK, lease=LEASE)
     assert store.resolve(M("r", 0, 2).average) == digest
     assert store.bound(place.takeovers) == [f"{place.takeovers}1"]
     assert averagings(store, "r") == 1
     # a second retry finds it published and changes nothing
-    assert average_round(store, M("r", 0, 2), deadline=0) == digest
+    assert average_round(store, M("r", 0, 2), deadline=0, lease=LEASE) == digest
 
 
 def test_the_size_travels_in_the_record_and_the_average_weighs_by_it(tmp_path) -> None:
@@ -169,7 +170,7 @@ def test_the_size_travels_in_the_record_and_the_average_weighs_by_it(tmp_path) -
     contribute(store, M("r", 0, 2), weights(1), mine=0, size=10)
     contribute(store, M("r", 0, 2), weights(2), mine=1, size=1)
     assert store.recall(M("r", 0, 2).client(1))["size"] == 1
-    digest = average_round(store, M("r", 0, 2), deadline=5, backoff=QUICK)
+    digest = average_round(store, M("r", 0, 2), deadline=5, backoff=QUICK, lease=LEASE)
     record = store.recall_digest(digest)
     assert same_weights(
         weights_of_average(store, digest), soma.fedavg([weights(1), weights(2)], sizes=[10, 1])
@@ -188,7 +189,7 @@ def test_all_of_a_rounds_clients_say_a_size_or_none_does(tmp_path) -> None:
     contribute(store, M("r", 0, 3), weights(2), mine=1)
     contribute(store, M("r", 0, 3), weights(3), mine=2, size=5)
     with pytest.raises(RoundError, match=r"clients \[1\] did not"):
-        average_round(store, M("r", 0, 3), deadline=1, backoff=QUICK)
+        average_round(store, M("r", 0, 3), deadline=1, backoff=QUICK, lease=LEASE)
     assert store.resolve(M("r", 0, 3).average) is None
 
 
@@ -196,7 +197,7 @@ def test_no_sizes_means_equal_weights(tmp_path) -> None:
     store = Store(tmp_path)
     for k in range(3):
         contribute(store, M("r", 0, 3), weights(k), mine=k)
-    digest = average_round(store, M("r", 0, 3), deadline=5)
+    digest = average_round(store, M("r", 0, 3), deadline=5, lease=LEASE)
     assert same_weights(
         weights_of_average(store, digest), soma.fedavg([weights(k) for k in range(3)])
     )
@@ -208,10 +209,10 @@ def test_a_client_that_rewrites_its_export_after_the_average_changes_nothing_pub
     store = Store(tmp_path)
     for k in range(2):
         contribute(store, M("r", 0, 2), weights(k), mine=k)
-    digest = average_round(store, M("r", 0, 2), deadline=5)
+    digest = average_round(store, M("r", 0, 2), deadline=5, lease=LEASE)
     with pytest.raises(RoundError, match="client 1 already contributed"):  # claimed, not bound
         contribute(store, M("r", 0, 2), weights(99), mine=1)
-    assert average_round(store, M("r", 0, 2), deadline=0) == digest
+    assert average_round(store, M("r", 0, 2), deadline=0, lease=LEASE) == digest
     assert same_weights(weights_of_average(store, digest), soma.fedavg([weights(0), weights(1)]))
 
 
@@ -334,7 +335,7 @@ def test_eight_threads_that_find_the_round_complete_average_it_once(tmp_path) ->
 
     def racer() -> None:
         start.wait()
-        results.append(average_round(store, M("r", 0, 3), deadline=10, backoff=QUICK))
+        results.append(average_round(store, M("r", 0, 3), deadline=10, backoff=QUICK, lease=LEASE))
 
     threads = [threading.Thread(target=racer) for _ in range(8)]
     for t in threads:
@@ -391,7 +392,7 @@ def test_sizes_that_add_up_to_nothing_or_overflow_are_refused_before_the_claim(
     for k, size in enumerate(sizes):
         contribute(store, M("r", 0, 2), weights(k), mine=k, size=size)
     with pytest.raises(RoundError, match=match):
-        average_round(store, M("r", 0, 2), deadline=1, backoff=QUICK)
+        average_round(store, M("r", 0, 2), deadline=1, backoff=QUICK, lease=LEASE)
     assert claims(store) == []
 
 
@@ -401,7 +402,7 @@ def test_a_strategys_own_precondition_is_refused_before_the_claim(tmp_path) -> N
     for k in range(3):
         contribute(store, meeting, weights(k), mine=k)
     with pytest.raises(soma.StrategyError, match="krum"):
-        average_round(store, meeting, deadline=1, backoff=QUICK)
+        average_round(store, meeting, deadline=1, backoff=QUICK, lease=LEASE)
     assert claims(store) == []
 
 
@@ -440,7 +441,7 @@ def test_a_client_in_an_averaged_or_abandoned_meeting_of_the_round_is_no_rival(t
     past = M("r", 0, 2, config={"seed": 1})
     for k in range(2):
         contribute(store, past, weights(k), mine=k)
-    average_round(store, past, deadline=5, backoff=QUICK)
+    average_round(store, past, deadline=5, backoff=QUICK, lease=LEASE)
     # an abandoned one: its client's process is gone (a crashed run on this host)
     gone = holders.me()
     gone["pid_start"] = -1
@@ -451,13 +452,13 @@ def test_a_client_in_an_averaged_or_abandoned_meeting_of_the_round_is_no_rival(t
     store.keep(name, {**record, "by": gone})
     contribute(store, M("r", 0, 2), weights(3), mine=0)
     with pytest.raises(RoundIncomplete, match="client 1 never came"):
-        average_round(store, M("r", 0, 2), deadline=0.5, backoff=QUICK)
+        average_round(store, M("r", 0, 2), deadline=0.5, backoff=QUICK, lease=LEASE)
     # but the same record written by somebody who may be alive: told at once, naming the key
     store.keep(name, record)
     with pytest.raises(
         soma.round.MeetingsDiffer, match="client 1 joined with seed 2; you have seed n"
     ):
-        average_round(store, M("r", 0, 2), deadline=60, backoff=QUICK)
+        average_round(store, M("r", 0, 2), deadline=60, backoff=QUICK, lease=LEASE)
 
 
 def test_who_finds_a_rival_leaves_it_a_note_it_heeds_when_the_finder_is_gone(tmp_path) -> None:
@@ -466,18 +467,19 @@ def test_who_finds_a_rival_leaves_it_a_note_it_heeds_when_the_finder_is_gone(tmp
     contribute(store, theirs, weights(1), mine=1)  # still training its other clients
     contribute(store, mine, weights(0), mine=0)
     with pytest.raises(soma.round.MeetingsDiffer, match="client 1 joined with seed 2"):
-        average_round(store, mine, deadline=60, backoff=QUICK)
+        average_round(store, mine, deadline=60, backoff=QUICK, lease=LEASE)
     # the finder has stopped: its record is a gone process's, and only the note tells
     gone = holders.me()
     gone["pid_start"] = -1
     store.keep(mine.client(0), {**store.recall(mine.client(0)), "by": gone})
     with pytest.raises(soma.round.MeetingsDiffer, match="client 0 joined with seed 1"):
-        average_round(store, theirs, deadline=5, backoff=QUICK)  # the note is read at once
+        # the note is read at once
+        average_round(store, theirs, deadline=5, backoff=QUICK, lease=LEASE)
     # a note older than this process is some run long gone's: no rival then
     (note,) = store.bound(f"{theirs.prefix}/apart/")
     store.keep(note, {**store.recall(note), "at": 0})
     with pytest.raises(RoundIncomplete, match="client 0 never came"):
-        average_round(store, theirs, deadline=0.5, backoff=QUICK)
+        average_round(store, theirs, deadline=0.5, backoff=QUICK, lease=LEASE)
 
 
 def test_only_another_start_is_said_so(tmp_path) -> None:
@@ -487,7 +489,7 @@ def test_only_another_start_is_said_so(tmp_path) -> None:
     contribute(store, M("r", 1, 2), weights(2), mine=0)
     # told at its first look: under a deadline of 5 s, never looking fails in 5 s, not 60
     with pytest.raises(soma.round.MeetingsDiffer, match="same settings but another start") as e:
-        average_round(store, M("r", 1, 2), deadline=5, backoff=QUICK)
+        average_round(store, M("r", 1, 2), deadline=5, backoff=QUICK, lease=LEASE)
     assert f"start weights {start[:12]}; you have start weights null" in str(e.value)
 
 

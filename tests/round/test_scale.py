@@ -222,7 +222,7 @@ def test_a_strategy_that_needs_every_update_is_refused_under_a_tree(tmp_path, st
     from soma.round import average_round
 
     with pytest.raises(RoundError, match=f"strategy '{strategy}' needs every client's update"):
-        average_round(store, meeting, deadline=5, backoff=QUICK)
+        average_round(store, meeting, deadline=5, backoff=QUICK, lease=LEASE)
     assert not [n for n in store.bound() if n.endswith("/claimed")], "refused before any claim"
 
 

@@ -25,6 +25,7 @@ from soma.secagg.consistency import SplitRoster, confirm  # noqa: E402
 from soma.secagg.messages import put_signed  # noqa: E402
 from soma.secagg.session import Secrets, Session  # noqa: E402
 from soma.store import Store  # noqa: E402
+from soma.timing import LEASE  # noqa: E402
 
 CLIENTS = 3
 OUTSIDER = 7  # a key pair whose public key is on no roster
@@ -115,7 +116,7 @@ def test_a_forged_client_record_is_refused_naming_the_client_and_the_key(tmp_pat
     _forge(store, meeting, keys, how)
     drop(store, meeting, mine=2, why="failed: test")
     with pytest.raises(SigningError) as refused:
-        average_round(store, meeting, deadline=5)
+        average_round(store, meeting, deadline=5, lease=LEASE)
     message = str(refused.value)
     assert "client 1's record" in message
     expected = {
@@ -145,7 +146,7 @@ def test_an_average_signed_by_nobody_on_the_roster_is_refused(tmp_path, keys, ho
         outsider = pretending(keys, 0, OUTSIDER)
         signatures.keep(store, outsider, forged, name=meeting.average, by=0)
     with pytest.raises(SigningError) as refused:
-        average_round(store, meeting, deadline=5)
+        average_round(store, meeting, deadline=5, lease=LEASE)
     message = str(refused.value)
     assert "the average record" in message
     # refused for its signature, before its content is looked at (soma.round.verify)
@@ -163,10 +164,10 @@ def test_the_workflows_inputs_must_be_what_the_clients_signed(tmp_path, keys):
     other = store.put_value(export(42.0))
     inputs = [Input(0, made[0].weights, 1.0), Input(1, other, 1.0)]
     with pytest.raises(SigningError, match="client 1's signed record .* is not the input"):
-        average_inputs(store, meeting, inputs, deadline=5)
+        average_inputs(store, meeting, inputs, deadline=5, lease=LEASE)
     assert store.resolve(meeting.average) is None
     inputs[1] = Input(1, made[1].weights, 1.0)
-    average_inputs(store, meeting, inputs, deadline=5)
+    average_inputs(store, meeting, inputs, deadline=5, lease=LEASE)
 
 
 def test_a_whole_signed_run_trains_the_bits_of_an_unsigned_one_and_signs_every_record(

@@ -23,6 +23,7 @@ from soma.round import (
     status,
 )
 from soma.store import Store
+from soma.timing import LEASE
 
 torch.set_num_threads(1)
 
@@ -51,7 +52,7 @@ def store(tmp_path) -> Path:
     first = Meeting("ctl", 0, 2)
     for k in (0, 1):
         contribute(s, first, weights(k), mine=k, size=10)
-    averaged = read_record(s, average_round(s, first, deadline=5))["weights"]
+    averaged = read_record(s, average_round(s, first, deadline=5, lease=LEASE))["weights"]
     s.keep(
         evaluation_name("ctl", averaged),
         {"metrics": {"accuracy": 0.936, "loss": 0.25}, "weights": averaged},
@@ -62,7 +63,7 @@ def store(tmp_path) -> Path:
     for k in (0, 1):
         contribute(s, third, weights(10 + k), mine=k, size=10)
     drop(s, third, mine=2, why="failed: RuntimeError: boom")
-    average_round(s, third, deadline=5)
+    average_round(s, third, deadline=5, lease=LEASE)
     contribute(s, Meeting("other", 0, 1), weights(9), mine=0)
     return folder
 
@@ -107,7 +108,7 @@ def test_a_drop_out_is_counted_apart_from_the_writes_and_is_not_missing(tmp_path
     assert row["written"] == [0, 1, 3] and row["missing"] == [4]
     assert row["dropped"] == [{"client": 2, "why": "died: its previous job ended"}]
     contribute(s, meeting, weights(4), mine=4, size=10)
-    average_round(s, meeting, deadline=5)
+    average_round(s, meeting, deadline=5, lease=LEASE)
     line = line_of(soma_status(tmp_path, "ctl").stdout, 0)
     assert "4/5 written, 1 dropped out; average " in line
 

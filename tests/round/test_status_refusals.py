@@ -17,6 +17,7 @@ from helpers import soma
 from soma.cli import main
 from soma.round import Backoff, Meeting, average_round, contribute, drop, status
 from soma.store import Store, codecs
+from soma.timing import LEASE
 
 torch.set_num_threads(1)
 QUICK = Backoff(first=0.002, cap=0.02)
@@ -40,11 +41,11 @@ def store(tmp_path: Path) -> Path:
     bad["fc"]["w"][0, 0] = float("nan")
     value = {"client": 2, "size": 10, "weights": s.put_value(bad), "extra": None, "own": None}
     s.bind(first.client(2), s.put(codecs.record_bytes({**value, "by": None}, None)))
-    average_round(s, first, deadline=5, backoff=QUICK)
+    average_round(s, first, deadline=5, backoff=QUICK, lease=LEASE)
     second = Meeting("ctl", 1, 2, quorum=1)
     contribute(s, second, weights(3), mine=0, size=10)
     drop(s, second, mine=1, why="failed: RuntimeError: boom")
-    average_round(s, second, deadline=5, backoff=QUICK)
+    average_round(s, second, deadline=5, backoff=QUICK, lease=LEASE)
     return folder
 
 

@@ -12,6 +12,7 @@ import time
 import pytest
 import torch
 
+from soma import timing
 from soma.round import (
     AveragerDied,
     Backoff,
@@ -84,7 +85,9 @@ def test_a_tree_node_held_by_a_live_process_ends_the_round_at_its_deadline_namin
     holder = held_by_a_live_process(store, node)
     sleeps = Sleeps(DEADLINE)
     with pytest.raises(AveragerDied) as died:
-        average_round(store, meeting, deadline=DEADLINE, backoff=QUICK, sleep=sleeps)
+        average_round(
+            store, meeting, deadline=DEADLINE, backoff=QUICK, sleep=sleeps, lease=timing.LEASE
+        )
     message = str(died.value)
     assert f"tree node 1/1 of {averaging} is complete" in message, message
     assert f"no partial mean after {DEADLINE:g}s" in message, message

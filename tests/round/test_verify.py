@@ -23,6 +23,7 @@ from soma.round.verify import (  # noqa: E402
     verify_average,
 )
 from soma.store import Store  # noqa: E402
+from soma.timing import LEASE  # noqa: E402
 
 pytestmark = pytest.mark.fast
 
@@ -69,7 +70,7 @@ def test_a_garbage_average_signed_by_a_roster_member_is_refused_by_the_next_clie
     store, meeting = _round(tmp_path, keys)
     _publish_garbage(store, meeting, 2, {"fc": {"w": torch.zeros(3), "b": torch.tensor([1.0])}})
     with pytest.raises(AverageRefused) as refused:
-        average_round(store, meeting, deadline=5)
+        average_round(store, meeting, deadline=5, lease=LEASE)
     message = str(refused.value)
     assert "round 1 of run 'trusted'" in message and "signed by client 2" in message
     assert "fc.b differs" in message, "the first differing tensor, in sorted order"
@@ -78,15 +79,15 @@ def test_a_garbage_average_signed_by_a_roster_member_is_refused_by_the_next_clie
 
 def test_an_honest_average_published_elsewhere_is_recomputed_and_taken(tmp_path, keys):
     store, meeting = _round(tmp_path, keys)
-    mine = average_round(store, meeting, deadline=5)  # computed here
+    mine = average_round(store, meeting, deadline=5, lease=LEASE)  # computed here
     assert verify_average(store, meeting, mine) is None, "recomputed bit for bit"
     again = Meeting("trusted", 1, CLIENTS, signing=meeting.signing)  # another process's view
-    assert average_round(Store(tmp_path / "store"), again, deadline=5) == mine
+    assert average_round(Store(tmp_path / "store"), again, deadline=5, lease=LEASE) == mine
 
 
 def test_an_average_that_drops_an_input_it_lists_is_refused(tmp_path, keys):
     store, meeting = _round(tmp_path, keys)
-    good = average_round(store, meeting, deadline=5)
+    good = average_round(store, meeting, deadline=5, lease=LEASE)
     record = records.read_average(store, good)
     forged = {**record.value(), "inputs": record.inputs[:2]}  # client 2 silently missing
     forged.pop(signatures.SIGNED, None)
@@ -124,7 +125,7 @@ def test_an_average_with_private_noise_is_said_not_recomputed_and_taken(tmp_path
                       signing=signing_of(keys))  # fmt: skip
     for k in range(CLIENTS):
         contribute(store, meeting, export(0.1 * k), mine=k, size=1.0)
-    digest = average_round(store, meeting, deadline=5)
+    digest = average_round(store, meeting, deadline=5, lease=LEASE)
     why = verify_average(store, meeting, digest)
     assert why is not None and "private noise" in why
 
@@ -164,12 +165,12 @@ def test_an_average_that_says_it_is_a_tree_or_a_secure_sum_in_a_flat_round_is_re
     with pytest.raises(AverageRefused, match=rf"says {field} .*; the meeting's is None"):
         verify_average(store, meeting, digest)
     with pytest.raises(AverageRefused, match=field):
-        average_round(store, meeting, deadline=5)  # a client about to train from it
+        average_round(store, meeting, deadline=5, lease=LEASE)  # a client about to train from it
 
 
 def test_every_field_of_the_rounds_identity_is_compared(tmp_path, keys):
     store, meeting = _round(tmp_path, keys)
-    good = records.read_average(store, average_round(store, meeting, deadline=5))
+    good = records.read_average(store, average_round(store, meeting, deadline=5, lease=LEASE))
     assert set(IDENTITY_FIELDS) >= {"run", "round", "meeting", "strategy", "options", "start"}
     for field in IDENTITY_FIELDS:
         value = getattr(good, field)
@@ -194,7 +195,7 @@ def _tree_round(tmp_path, keys) -> tuple[Store, Meeting]:
 
 def test_a_tree_average_is_recomputed_node_by_node(tmp_path, keys):
     store, meeting = _tree_round(tmp_path, keys)
-    digest = average_round(store, meeting, deadline=5)
+    digest = average_round(store, meeting, deadline=5, lease=LEASE)
     assert records.read_average(store, digest).tree is not None, "averaged as a tree"
     other = Meeting("tree", 1, CLIENTS, tree=2, signing=meeting.signing)
     assert verify_average(Store(tmp_path / "store"), other, digest) is None, "recomputed"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import HANG
 
 from soma.cli import main
 from soma.round import (
@@ -33,6 +34,7 @@ from soma.round import (
 )
 from soma.round.once import Backoff, Place
 from soma.store import Store
+from soma.timing import LEASE
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,12 +102,14 @@ def test_a_site_waiting_for_the_round_names_the_missing_clients_and_their_site(
     done: list[str] = []
     waiter = threading.Thread(
         target=lambda: done.append(
-            average_round(store, meeting, deadline=60, backoff=QUICK, site="A", sites=SITES)
+            average_round(
+                store, meeting, deadline=60, backoff=QUICK, site="A", sites=SITES, lease=LEASE
+            )
         )
     )
     waiter.start()
-    until = time.monotonic() + 30
-    while not lines(quick_lines) and time.monotonic() < until:
+    until = time.monotonic() + HANG  # for a hang: the waiter's line comes within its poll
+    while not lines(quick_lines) and time.monotonic() < until and waiter.is_alive():
         time.sleep(0.05)
     for k in SITES["B"]:
         contribute(store, meeting, weights(k), mine=k)
@@ -131,7 +135,9 @@ def test_a_process_waiting_for_an_average_another_holds_names_its_site_and_host(
     place = Place(meeting.averaging(inputs_key(meeting.key, inputs)))
     assert store.claim(place.claimed, store.put_value(holder))
     with pytest.raises(AveragerDied) as died:
-        average_round(store, meeting, deadline=1.0, backoff=QUICK, site="A", sites={"A": [0, 1]})
+        average_round(
+            store, meeting, deadline=1.0, backoff=QUICK, site="A", sites={"A": [0, 1]}, lease=LEASE
+        )
     where = f"site B (host gpu-node-07, pid {holder['pid']}, since {holder['when']})"
     assert f"claimed by {where}" in str(died.value)
     said = lines(quick_lines)
@@ -151,7 +157,9 @@ def test_the_average_says_who_computed_it_and_soma_status_names_its_site(tmp_pat
     assert holders.averaged(old).startswith(f"took the average computed by {there}")
     store, meeting = Store(tmp_path), Meeting("s", 0, 1)
     contribute(store, meeting, weights(0), mine=0)
-    average_round(store, meeting, deadline=5, backoff=QUICK, site="B", sites={"B": [0]})
+    average_round(
+        store, meeting, deadline=5, backoff=QUICK, site="B", sites={"B": [0]}, lease=LEASE
+    )
     assert main(["status", "--store", str(tmp_path), "--run", "s"]) == 0
     line = r"round    0: 1/1 written; average [0-9a-f]{16} by site B"
     assert re.search(line, capsys.readouterr().out)
@@ -174,14 +182,14 @@ def test_a_soma_client_waiting_for_a_late_one_says_so_and_one_says_it_took_the_o
     logs = [tmp_path / f"{k}.log" for k in range(2)]
     first = subprocess.Popen([*command, "--mine", "0"], stdout=subprocess.DEVNULL,
                              stderr=logs[0].open("w"), env=env)  # fmt: skip
-    until = time.monotonic() + 180
+    until = time.monotonic() + HANG  # for a hang: the first's exit fails at once
     while "waited" not in logs[0].read_text() and first.poll() is None:
         assert time.monotonic() < until, logs[0].read_text()
         time.sleep(0.2)
     second = subprocess.Popen([*command, "--mine", "1"], stdout=subprocess.DEVNULL,
                               stderr=logs[1].open("w"), env=env)  # fmt: skip
     for process in (first, second):
-        assert process.wait(timeout=300) == 0, [log.read_text() for log in logs]
+        assert process.wait(timeout=HANG) == 0, [log.read_text() for log in logs]
     said = [log.read_text() for log in logs]
     waited = [x for x in said[0].splitlines() if "waited" in x]
     assert waited and all("round 0 of run 'late': waited" in x for x in waited), said[0]

@@ -64,10 +64,10 @@ def _barrier_sleeps_before_it_looks() -> None:
         store,
         work,
         *,
-        deadline=soma.round.once.DEADLINE,
+        deadline,
         backoff=soma.round.once.POLL,
         sleep=soma.round.once.time.sleep,
-        lease=soma.round.once.LEASE,
+        lease,
         signing=None,
         site=None,
     ):

@@ -28,6 +28,7 @@ from soma.round import (
     weights_of_average,
 )
 from soma.store import Store
+from soma.timing import LEASE
 
 torch.set_num_threads(1)
 HERE = Path(__file__).parents[1]
@@ -101,7 +102,7 @@ def test_past_the_deadline_the_round_is_averaged_over_whoever_came_if_they_are_a
     contribute(store, meeting, weights(0), mine=0, size=1)
     contribute(store, meeting, weights(1), mine=1, size=3)
     started = time.monotonic()
-    digest = average_round(store, meeting, deadline=0.3, backoff=QUICK)
+    digest = average_round(store, meeting, deadline=0.3, backoff=QUICK, lease=LEASE)
     assert time.monotonic() - started >= 0.3, "it waited for client 2 until the deadline"
     record = store.recall_digest(digest)
     assert same(weights_of_average(store, digest), soma.fedavg([weights(0), weights(1)], [1, 3]))
@@ -110,7 +111,7 @@ def test_past_the_deadline_the_round_is_averaged_over_whoever_came_if_they_are_a
     assert record["left_out"] == [{"client": 2, "why": "never came"}]
     # client 2 arrives late: it leaves with the round's average, which stays as it was
     contribute(store, meeting, weights(2), mine=2, size=5)
-    assert average_round(store, meeting, deadline=0) == digest
+    assert average_round(store, meeting, deadline=0, lease=LEASE) == digest
     (row,) = status(store, "r")
     assert row["average"] == digest and row["written"] == [0, 1, 2]
 
@@ -121,7 +122,7 @@ def test_below_the_quorum_the_deadline_names_who_is_missing(tmp_path) -> None:
     contribute(store, meeting, weights(0), mine=0)
     contribute(store, meeting, weights(1), mine=1)
     with pytest.raises(RoundIncomplete) as missing:
-        average_round(store, meeting, deadline=0.2, backoff=QUICK)
+        average_round(store, meeting, deadline=0.2, backoff=QUICK, lease=LEASE)
     assert missing.value.missing == [2, 3]
     assert "clients 2, 3 never came" in str(missing.value) and "quorum 3 of 4" in str(missing.value)
     assert not [n for n in store.bound() if n.endswith("/claimed")]
@@ -135,7 +136,7 @@ def test_a_client_that_drops_out_is_not_waited_for_and_the_record_says_why(tmp_p
     contribute(store, meeting, weights(1), mine=1)
     drop(store, meeting, mine=2, why="failed: RuntimeError: out of memory")
     started = time.monotonic()
-    digest = average_round(store, meeting, deadline=60, backoff=QUICK)
+    digest = average_round(store, meeting, deadline=60, backoff=QUICK, lease=LEASE)
     assert time.monotonic() - started < 10, "everyone was accounted for: no deadline to wait"
     record = store.recall_digest(digest)
     assert record["left_out"] == [{"client": 2, "why": "failed: RuntimeError: out of memory"}]
@@ -157,7 +158,7 @@ def test_when_the_drop_outs_leave_fewer_than_the_quorum_everyone_is_told_at_once
     drop(store, meeting, mine=2, why="refused: NaN")
     started = time.monotonic()
     with pytest.raises(RoundIncomplete, match=r"fewer than the quorum of 3: client 2 refused: NaN"):
-        average_round(store, meeting, deadline=60, backoff=QUICK)
+        average_round(store, meeting, deadline=60, backoff=QUICK, lease=LEASE)
     assert time.monotonic() - started < 10
 
 
@@ -168,7 +169,7 @@ def test_only_the_sampled_clients_are_expected_and_sizes_weigh_only_them(tmp_pat
         contribute(store, meeting, weights(0), mine=0)
     contribute(store, meeting, weights(1), mine=1, size=2)
     contribute(store, meeting, weights(3), mine=3, size=6)
-    digest = average_round(store, meeting, deadline=5, backoff=QUICK)
+    digest = average_round(store, meeting, deadline=5, backoff=QUICK, lease=LEASE)
     assert same(weights_of_average(store, digest), soma.fedavg([weights(1), weights(3)], [2, 6]))
     assert store.recall_digest(digest)["left_out"] == []
 

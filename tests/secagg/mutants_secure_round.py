@@ -19,7 +19,7 @@ def _secure_round_keeps_the_export_in_the_clear() -> None:
 
     real = soma.secagg.round.take_part
 
-    def leaky(store, meeting, clients, train, *, deadline=3600.0, backoff=POLL):
+    def leaky(store, meeting, clients, train, *, deadline, backoff=POLL):
         def leak(k):
             trained = train(k)
             if not isinstance(trained, str):
@@ -40,13 +40,12 @@ def _unmasking_forgets_the_lease() -> None:
     (what it did before the lease travelled on RunSpec.timing)."""
     import soma.secagg
     from soma.round.once import POLL
-    from soma.secagg.session import DEADLINE
     from soma.timing import LEASE
 
     real = soma.secagg.unmask
 
-    def forgetful(store, session, *, deadline=DEADLINE, backoff=POLL, lease=LEASE):
-        return real(store, session, deadline=deadline, backoff=backoff)
+    def forgetful(store, session, *, deadline, backoff=POLL, lease):
+        return real(store, session, deadline=deadline, backoff=backoff, lease=LEASE)
 
     _replace(soma.secagg, "unmask", forgetful)
 

@@ -35,6 +35,7 @@ from secagg_worker import export_of, size_of
 import soma
 from soma.round import once
 from soma.secagg import (
+    DEADLINE,
     BelowThreshold,
     FixedPoint,
     LeftOut,
@@ -58,6 +59,7 @@ from soma.secagg import (
 )
 from soma.secagg.ring import flat_of, layout_of
 from soma.store import Store, codecs
+from soma.timing import LEASE
 
 HERE = Path(__file__).resolve().parents[1]
 PREFIX = "run/round/0/secagg"
@@ -140,7 +142,7 @@ def phases(
         reveal(store, session, keep[k], deadline=deadline)
         if stop_after == "reveal":
             return "stopped"
-        return unmask(store, session, deadline=deadline)
+        return unmask(store, session, deadline=deadline, lease=LEASE)
 
     return job
 
@@ -175,6 +177,7 @@ def test_the_secure_sum_is_the_weighted_sum_and_its_mean_is_fedavg_within_the_bo
                 members=range(N),
                 threshold=3,
                 deadline=30,
+                lease=LEASE,
             )
         )
         for k in range(N)
@@ -199,7 +202,15 @@ def test_the_secure_sum_is_the_weighted_sum_and_its_mean_is_fedavg_within_the_bo
     assert once.computations(store, once.Place(f"{PREFIX}/unmasked")) == 1, "unmasked once"
     # a client arriving late leaves with the published sum at once
     late = secure_sum(
-        store, PREFIX, export_of(0), size_of(0), mine=0, members=range(N), threshold=3
+        store,
+        PREFIX,
+        export_of(0),
+        size_of(0),
+        mine=0,
+        members=range(N),
+        threshold=3,
+        deadline=DEADLINE,
+        lease=LEASE,
     )
     assert late[1] == total
 

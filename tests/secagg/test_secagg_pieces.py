@@ -17,6 +17,7 @@ import torch
 from secagg_worker import export_of, size_of
 
 from soma.secagg import (
+    DEADLINE,
     BadInput,
     FixedPoint,
     SecAggError,
@@ -28,6 +29,7 @@ from soma.secagg import (
     secure_sum,
 )
 from soma.store import Store
+from soma.timing import LEASE
 
 HERE = Path(__file__).resolve().parents[1]
 PREFIX = "run/round/0/secagg"
@@ -64,7 +66,15 @@ def test_exports_that_cannot_be_summed_are_refused_by_name_before_anything_is_wr
     change(export)
     with pytest.raises(BadInput, match=match):
         secure_sum(
-            Store(tmp_path), PREFIX, export, size_of(1), mine=1, members=range(N), threshold=3
+            Store(tmp_path),
+            PREFIX,
+            export,
+            size_of(1),
+            mine=1,
+            members=range(N),
+            threshold=3,
+            deadline=DEADLINE,
+            lease=LEASE,
         )
     assert Store(tmp_path).bound() == []
 

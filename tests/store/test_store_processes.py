@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ROOT, TESTS, blob_files, same, temporaries
+from helpers import HANG, ROOT, TESTS, blob_files, same, temporaries
 
 from soma.store import Store
 
@@ -97,8 +97,8 @@ def test_a_writer_killed_mid_write_leaves_no_partial_file_under_a_final_name(
     try:
         while writer.stdout.readline() != "writing 2\n":
             assert writer.poll() is None, writer.communicate()[1]
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # kill it as soon as a blob is half written
+        deadline = time.monotonic() + HANG  # for a hang; the writer's death fails at once
+        while time.monotonic() < deadline and writer.poll() is None:  # kill it mid-blob
             partial = [
                 e
                 for e in os.scandir(store.directory / "tmp")

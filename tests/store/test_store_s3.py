@@ -34,6 +34,7 @@ from soma.cli import main as soma  # noqa: E402
 from soma.store import Store  # noqa: E402
 from soma.store.backend import BackendStore  # noqa: E402
 from soma.store.errors import BadStore, CorruptBlob, StoreError, UnknownDigest  # noqa: E402
+from soma.timing import LEASE  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -541,5 +542,5 @@ def test_an_averaging_on_a_bucket_downloads_each_clients_weights_once(bucket: st
             fetched.append(params["url"].rsplit("/", 1)[1])
 
     averager.backend.client.meta.events.register("before-call.s3.GetObject", count)
-    average_round(averager, meeting, deadline=30)
+    average_round(averager, meeting, deadline=30, lease=LEASE)
     assert fetched and len(fetched) == len(set(fetched)), sorted(fetched)

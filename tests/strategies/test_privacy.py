@@ -19,6 +19,7 @@ from torch import nn
 import soma
 from soma import privacy
 from soma.strategies import Arrival, StrategyError, Update, load_strategy, train_locally
+from soma.timing import LEASE
 
 torch.set_num_threads(1)
 
@@ -564,7 +565,7 @@ def test_soma_status_shows_the_privacy_spent_per_round(tmp_path) -> None:
             "dp", r, 1, start=start, state=state, strategy="dp_fedavg", options=options
         )
         contribute(store, meeting, net(1, 0, 0), mine=0, size=1)
-        record = store.recall_digest(average_round(store, meeting, deadline=5))
+        record = store.recall_digest(average_round(store, meeting, deadline=5, lease=LEASE))
         start, state = record["weights"], record["state"]
     rows = status(store, "dp")
     spent = [row["privacy"] for row in rows]

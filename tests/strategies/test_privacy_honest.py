@@ -25,6 +25,7 @@ import soma
 from soma import privacy
 from soma.config.participation import sampled
 from soma.strategies import StrategyError, Update, load_strategy
+from soma.timing import LEASE
 
 torch.set_num_threads(1)
 
@@ -114,7 +115,7 @@ def test_the_noise_key_never_touches_the_store(tmp_path, monkeypatch) -> None:
         )
         for k in range(2):
             contribute(store, meeting, big(k + 1.0), mine=k, size=1)
-        record = store.recall_digest(average_round(store, meeting, deadline=5))
+        record = store.recall_digest(average_round(store, meeting, deadline=5, lease=LEASE))
         start, state = record["weights"], record["state"]
     assert len(keys) >= 2, "each round drew a key"
     forms = [form for key in keys for form in (key, key.hex().encode(), base64.b64encode(key))]

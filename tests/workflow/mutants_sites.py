@@ -16,6 +16,8 @@ def _a_site_averages_only_its_own_clients() -> None:
     from soma.round import average_inputs
 
     def averaged(store, meeting, spec, inputs):
-        return average_inputs(store, meeting, inputs, deadline=spec.timing.average_deadline)
+        return average_inputs(
+            store, meeting, inputs, deadline=spec.timing.average_deadline, lease=spec.timing.lease
+        )
 
     _replace(soma.workflow.averaging, "averaged", averaged)

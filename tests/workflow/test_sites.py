@@ -25,6 +25,7 @@ from soma.config.identity import declared  # noqa: E402
 from soma.config.spec import RunSpec  # noqa: E402
 from soma.run.simulate import simulate  # noqa: E402
 from soma.store import Store  # noqa: E402
+from soma.timing import LEASE  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
@@ -226,6 +227,6 @@ def test_a_site_writing_as_another_sites_client_is_refused_naming_the_client(
         signatures.keep(store, mine, forged, name=name, by=0)
     for site in "AB":
         with pytest.raises(SigningError) as refused:
-            average_round(store, meeting[site], deadline=5)
+            average_round(store, meeting[site], deadline=5, lease=LEASE)
         assert "client 0's record" in str(refused.value), site
     assert store.resolve(meeting["A"].average) is None, "refused before anything was averaged"
