@@ -34,7 +34,7 @@ def begin(spec: RunSpec, store: Store, task: Any) -> tuple[Versions, Any, list[H
     settings = spec.buffered()
     if settings is None:
         raise VersionError(f"run {spec.run!r} is not asynchronous (no `asynchronous` settings)")
-    versions = Versions(store, spec.run, settings)
+    versions = Versions(store, spec.run, settings, spec.rounds)  # none past its rounds made
     nodes = task.nodes(spec.seed)
     versions.begin(store.put_value(export(nodes)))
     hosted = []

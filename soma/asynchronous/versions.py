@@ -16,6 +16,11 @@ from the records, and no update is consumed twice. An update older than the stal
 limit is refused: named once in the version's `refused`, never consumed, and a client about
 to contribute one is told so (`TooStale`) and starts again from the latest version.
 
+A run asked for `rounds` versions makes exactly those: version v + 1 is claimed only when
+v + 1 <= rounds, a bound on the version claimed itself (its place is its number), not on a
+count read before, so whoever races, and whatever updates are left pending once the last is
+made (a slower process's, trained from a version before it), no version past it is made.
+
     version record  {"run", "version", "from", "weights", "settings", "consumed", "refused",
                      "averaged_by"}; `from` is version v's record digest (None for version 0)
     consumed entry  {"update", "record", "client", "from", "weights", "staleness", "weight",
@@ -72,8 +77,12 @@ def _update_of(name: str, digest: str, value: dict[str, Any], start: int, k: int
 class Versions:
     """One asynchronous run's versions in one store; records are read once (they never change)."""
 
-    def __init__(self, store: Store, run: str, settings: Buffered) -> None:
-        self.store, self.run, self.settings = store, run, settings
+    def __init__(
+        self, store: Store, run: str, settings: Buffered, rounds: int | None = None
+    ) -> None:
+        """`rounds`: the run's last version, none past it made here (None: read only, as the
+        replay does; it is recorded nowhere in the store)."""
+        self.store, self.run, self.settings, self.rounds = store, run, settings, rounds
         self._records: dict[int, tuple[str, dict[str, Any]]] = {}
         self._updates: dict[str, Update] = {}
         self._weights: dict[int, Export] = {}
@@ -214,10 +223,12 @@ class Versions:
         sleep: Callable[[float], None] = time.sleep,
         lease: float,
     ) -> int:
-        """Make every version the pending updates allow (exactly once each, whoever else
-        tries); the latest version after."""
+        """Make every version the pending updates allow up to the run's `rounds` (exactly once
+        each, whoever else tries); the latest version after."""
         while True:
             v = self.latest()
+            if self.rounds is not None and v >= self.rounds:
+                return v  # the run's last version is made: what is still pending stays so
             fresh, _ = self.pending(v)
             if len(fresh) < self.settings.buffer:
                 return v
@@ -297,6 +308,11 @@ class _Next:
     exactly one process makes it; whoever wins consumes what it found pending."""
 
     def __init__(self, versions: Versions, v: int) -> None:
+        if versions.rounds is not None and v + 1 > versions.rounds:  # refused before any claim
+            raise VersionError(
+                f"version {v + 1} of asynchronous run {versions.run!r} is past the run's "
+                f"{versions.rounds} versions: it is not made"
+            )
         self.versions, self.v = versions, v
         self.what = f"version {v + 1} of asynchronous run {versions.run!r}"
         self._place = versions.place(v + 1)

@@ -10,6 +10,10 @@ _RACING = (
     "tests/asynchronous/test_racing.py::test_racing_clients_leave_a_run_that_replays_bit_for_bit"
 )
 _VERSIONS = "tests/asynchronous/test_versions.py"
+_PAST_ROUNDS = (
+    "tests/asynchronous/test_versions.py"
+    "::test_a_version_past_the_runs_rounds_is_never_made_whoever_races"
+)
 
 
 @mutant("async_update_consumed_twice", caught_by=[_RACING, _VERSIONS])
@@ -52,6 +56,28 @@ def _async_two_versions() -> None:
     _replace(versions._Next, "done", done)
     _replace(versions._Next, "place", place)
     _replace(versions._Next, "settle", settle)
+
+
+@mutant("async_versions_past_rounds", caught_by=[_PAST_ROUNDS])
+def _async_versions_past_rounds() -> None:
+    """The run's `rounds` is a check-then-act again: a process looks at the latest version
+    once, finds it short of the run's last, then makes every version the pending updates
+    allow, claiming versions past the last once another process made it."""
+    from soma.asynchronous import versions
+
+    original = versions.Versions.advance
+
+    def advance(self, *, deadline, backoff=versions.POLL, sleep=versions.time.sleep, lease):
+        rounds = self.rounds
+        if rounds is not None and self.latest() >= rounds:
+            return self.latest()
+        self.rounds = None  # the bound checked, then not part of what is claimed
+        try:
+            return original(self, deadline=deadline, backoff=backoff, sleep=sleep, lease=lease)
+        finally:
+            self.rounds = rounds
+
+    _replace(versions.Versions, "advance", advance)
 
 
 @mutant("async_staleness_unweighed", caught_by=[_VERSIONS])

@@ -4,6 +4,7 @@ dead claimer taken over, the run replayed from its records."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -12,7 +13,7 @@ import torch
 from helpers import soma
 
 from soma.arithmetic import recomputed_under
-from soma.asynchronous.clients import run_clients
+from soma.asynchronous.clients import begin, run_clients, train_from
 from soma.asynchronous.clock import Clock, simulate_clock
 from soma.asynchronous.exported import export_version
 from soma.asynchronous.replay import replay
@@ -206,3 +207,28 @@ def test_command_line_settings_read_as_the_configs() -> None:
         BadArgument, match="--buffer: asynchronous.staleness.a must be a number >= 0"
     ):
         RunSpec.from_args(args).check()
+
+
+def test_a_version_past_the_runs_rounds_is_never_made_whoever_races(tmp_path) -> None:
+    """Two processes (clients 0 and 1, buffer 1, one version asked for) both read version 0
+    and train from it; the other contributes and advances while this one's update is pending
+    too: version 1 is made once, and no process makes a version 2 of the updates left."""
+    store = Store(tmp_path)
+    spec = _spec(2, 1, buffer=1)
+    mine, theirs = (dataclasses.replace(spec, mine=(k,)) for k in (0, 1))
+    task, strategy = checked.checked(mine)
+    other, nodes, (hosted,) = begin(theirs, store, task)
+    raced = []
+
+    def after(contributed, ran) -> None:  # between this process's contribute and its advance
+        if raced:
+            return
+        _, trained = train_from(theirs, other, task, strategy, nodes, hosted, 0)
+        other.contribute(1, 0, trained, hosted.size)
+        raced.append(other.advance(backoff=QUICK, deadline=DEADLINE, lease=LEASE))
+
+    ran = run_clients(mine, store, task, strategy, after=after)
+    assert raced == [1] and ran.latest == 1 and ran.versions.latest() == 1
+    assert store.resolve(layout.published(layout.version("a", 2))) is None
+    assert [len(r.value["consumed"]) for r in replay(store, "a")] == [0, 1]
+    assert all(not r.problems for r in replay(store, "a"))
