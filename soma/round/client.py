@@ -54,11 +54,16 @@ def contribute(
     size: float | None = None,
     extra: Export | None = None,
     own: object = None,
+    release: bool = False,
 ) -> Contribution:
     """Write what client `mine` learnt, its size, and what its strategy sends beside, to the round.
 
     `own` is the client's own strategy state (SCAFFOLD's c_i): kept under this client and
     round, and named by its record, for the next round this client trains.
+
+    `release`: the export is a distributed-DP release (noise drawn by this attempt): it is
+    claimed once for the client and round before any of it is written (`_release`); an
+    attempt that finds the client's release there contributes that one, never its own.
     """
     meeting.check_client(mine)
     signatures.holds(meeting.signing, mine)
@@ -66,6 +71,8 @@ def contribute(
     _check_finite(export, mine)
     if extra is not None:
         _check_finite(extra, mine)
+    if release:
+        return _release(store, meeting, export, mine=mine, size=size, extra=extra, own=own)
     _refuse_other_weights(store, meeting, mine, export, size, extra, own)
     weights = store.put_value(export)
     extra_digest = None if extra is None else store.put_value(extra)
@@ -149,6 +156,13 @@ def _claim_record(store: Store, meeting: Meeting, record: records.ClientRecord) 
     (the client came back, or `soma verify` advised this rerun)."""
     name = meeting.client(record.client)
     digest = signatures.put(store, meeting.signing, record.value(), name=name, by=record.client)
+    return _hold_record(store, meeting, record, digest)
+
+
+def _hold_record(store: Store, meeting: Meeting, record: records.ClientRecord, digest: str) -> str:
+    """The client's record name claimed with `digest` (the signed `record`), as `_claim_record`
+    says; the digest that stands."""
+    name = meeting.client(record.client)
     if store.claim(name, digest, at_commit=True):  # only this client claims its record
         return digest
     from soma.errors import SomaError
@@ -170,6 +184,99 @@ def _claim_record(store: Store, meeting: Meeting, record: records.ClientRecord) 
     )
     assert there is not None
     return there
+
+
+# --- a distributed-DP release: once per client and round ------------------------------------
+
+
+def release_name(meeting: Meeting, k: int) -> str:
+    """Where client k's distributed-DP release of the meeting is claimed (soma.round.layout)."""
+    return layout.release(meeting.prefix, k, meeting.clients)
+
+
+def released(store: Store, meeting: Meeting, mine: int) -> Contribution | None:
+    """Client `mine`'s distributed-DP release of the round, when one is in the store: its
+    contribution (its record held under the client's name, once its weights are there).
+    A restarted client goes on from it instead of training again (soma.run.step), so fresh
+    noise is never drawn for a round it already released. None when there is none, or when
+    the one there never landed: its weights are not in the store and its writer is provably
+    gone (killed between its claim and its weights), which is then forgotten (none of its
+    noise reached the store) and the client releases afresh."""
+    name = release_name(meeting, mine)
+    there = store.resolve(name)
+    if there is None:
+        return None
+    earlier = records.read_client(store, there, client=mine, name=meeting.client(mine))
+    if not isinstance(earlier, records.ClientRecord):
+        raise Contradicts(
+            f"client {mine}'s release in {meeting.what} ({name!r}) is no client record: "
+            "run `soma verify` on the store"
+        )
+    made = Contribution(there, earlier.weights, earlier.extra, earlier.own)
+    if not all(store.has(d) for d in (earlier.weights, earlier.extra, earlier.own) if d):
+        if holders.gone(earlier.by if isinstance(earlier.by, dict) else {}):
+            LOG.warning(
+                "client %d: its release in %s never landed (its writer is gone): released afresh",
+                mine,
+                meeting.what,
+            )
+            store.forget(name)
+            return None
+        return made  # its writer, a racing attempt, is putting its weights and its record
+    announce(store, meeting, by=mine)
+    kept = _hold_record(store, meeting, earlier, there)
+    return Contribution(kept, earlier.weights, earlier.extra, earlier.own)
+
+
+def _release(
+    store: Store,
+    meeting: Meeting,
+    export: Export,
+    *,
+    mine: int,
+    size: float | None,
+    extra: Export | None,
+    own: object,
+) -> Contribution:
+    """Client `mine`'s distributed-DP release: its record (the digests of its weights,
+    computed in memory) is claimed under `release_name` before any of them is written, and
+    only the winner of that claim writes its weights and its record. An attempt that finds
+    the release there, before its claim or by losing it, contributes that one: a second
+    noisy release of one clipped update never reaches the store."""
+    from soma.store.values import value_digest
+
+    for _ in range(2):  # again once when the release there never landed (`released`)
+        earlier = released(store, meeting, mine)
+        if earlier is not None:
+            return earlier
+        record = records.ClientRecord(
+            mine,
+            value_digest(export),
+            size,
+            None if extra is None else value_digest(extra),
+            None if own is None else value_digest(own),
+            holders.me(),
+        )
+        value = record.value()
+        digest = signatures.put(store, meeting.signing, value, name=meeting.client(mine), by=mine)
+        if _claim_release(store, release_name(meeting, mine), digest):
+            break
+    else:
+        raise Contradicts(f"client {mine}'s release in {meeting.what} could not be claimed")
+    weights = store.put_value(export)
+    extra_digest = None if extra is None else store.put_value(extra)
+    own_digest = None if own is None else store.put_value(own)
+    assert (weights, extra_digest, own_digest) == (record.weights, record.extra, record.own)
+    announce(store, meeting, by=mine)
+    return Contribution(
+        _hold_record(store, meeting, record, digest), weights, extra_digest, own_digest
+    )
+
+
+def _claim_release(store: Store, name: str, digest: str) -> bool:
+    """The release's claim: atomic in the store (create-if-absent), at once (not at the end
+    of a group), so that of two attempts exactly one releases."""
+    return store.claim(name, digest)
 
 
 def drop(store: Store, meeting: Meeting, *, mine: int, why: str) -> str:

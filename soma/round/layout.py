@@ -13,6 +13,8 @@ advice, rebuild) must spell it alike; here is the one spelling:
     <run>/round/<r>/<meeting>/about                the meeting's identity (claimed once)
     <run>/round/<r>/<meeting>/client/<k>           what client k brought (or why it dropped)
     <run>/round/<r>/<meeting>/started/<k>          a workflow train job's "I started"
+    <run>/round/<r>/<meeting>/release/<k>          client k's distributed-DP release: its
+                                                   record, claimed once (soma.round.client)
     <run>/round/<r>/<meeting>/trained/<k>          client k's training metrics (soma.run.evaluation)
     <run>/round/<r>/<meeting>/evaluated/<k>        client k's metrics of the average on its own
                                                    held-out data (soma.run.evaluation)
@@ -153,6 +155,12 @@ def fault(meeting: str, k: int, clients: int) -> str:
     """Client k's note that the store failed its part (soma.run.step): fanned out as its
     record, so that its peers stop at once instead of averaging around a broken store."""
     return _member(meeting, "fault", k, clients)
+
+
+def release(meeting: str, k: int, clients: int) -> str:
+    """Client k's distributed-DP release in a meeting (soma.round.client): claimed once, with
+    the record of the one noisy release of its update; fanned out as its record."""
+    return _member(meeting, "release", k, clients)
 
 
 def faults(meeting: str) -> str:

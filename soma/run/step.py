@@ -31,7 +31,7 @@ from soma import transfer
 from soma.errors import SomaError
 from soma.nodes import Export, export, load
 from soma.round import Contradicts, Contribution, Meeting, contribute, drop, dropout_reason
-from soma.round.client import forget_fault, note_fault
+from soma.round.client import forget_fault, note_fault, released
 from soma.round.once import RoundError
 from soma.run.evaluation import keep_training
 from soma.run.personal import load_round, own_state, shared
@@ -157,9 +157,19 @@ def plain(
 ) -> Outcome:
     """Train and contribute, or leave saying why (see the module). `hosted.own` becomes the
     client's new own state. `start`: the round's start as `read_once` hands it to every
-    client a process hosts (None: read from the store)."""
+    client a process hosts (None: read from the store).
+
+    A client whose distributed-DP release of the round is in the store already (a restart
+    after a kill) goes on from it, without training: fresh noise is never drawn for a round
+    it released (soma.round.client.released); its metrics are then none ({})."""
+    release = releases(strategy)
     try:
         _forget_note(store, meeting, hosted.index)  # it tries again: its old note stops nobody
+        done = released(store, meeting, hosted.index) if release else None
+        if done is not None:
+            LOG.info("client %d goes on from its release in %s", hosted.index, meeting.what)
+            hosted.own = None if done.own is None else store.recall_digest(done.own)
+            return Outcome(hosted.index, metrics={}, contribution=done)
         metrics, extra, own = _train(store, meeting, task, strategy, nodes, hosted, rounds, start)
         keep_training(store, meeting, hosted.index, metrics, hosted.size)
         sent, personal = export(nodes), personal_of(meeting)
@@ -167,7 +177,14 @@ def plain(
             sent, own = shared(sent, personal), own_state(sent, personal)
         sent = transfer.at(sent, meeting.config.get("transfer", transfer.FULL))
         made = contribute(
-            store, meeting, sent, mine=hosted.index, size=hosted.size, extra=extra, own=own
+            store,
+            meeting,
+            sent,
+            mine=hosted.index,
+            size=hosted.size,
+            extra=extra,
+            own=own,
+            release=release,
         )
     except Contradicts:  # it already brought other weights: not a drop-out, a refusal
         raise
@@ -175,6 +192,12 @@ def plain(
         return failed(store, meeting, hosted.index, error)
     hosted.own = own
     return Outcome(hosted.index, metrics=metrics, contribution=made)
+
+
+def releases(strategy: Strategy) -> bool:
+    """Whether each client's export under `strategy` is a release (distributed DP: its noise
+    is drawn by the attempt), claimed once per client and round (soma.round.client)."""
+    return getattr(strategy, "releases", False) is True
 
 
 def secure(
@@ -237,16 +260,19 @@ def store_fault(
 @contextmanager
 def store_work(store: Store, what: str, clients: Iterable[int], doing: str) -> Iterator[None]:
     """What a process does in the store outside a client's train step (the run's start, a
-    round's announcement, its average, each evaluation record, the round's `federated`): an
-    error of the store met inside (a `StoreError`, or an OS error that is no refusal of
-    soma's own: a round's `RoundIncomplete` is a TimeoutError) is raised as a `StoreFault`
-    (`StoreDamaged`: a blob missing or corrupt) naming the process's `clients`, `what` (the
-    round, or the run), the store, what it was `doing` and the error, so the command says it
-    in one line. Keep task code outside: its own OSError is the task's, not the store's."""
+    round's announcement, its average, each evaluation record, the round's `federated`): a
+    fault of the store met inside (an OS error, the store's own `StoreUnavailable` and
+    `UnwritableStore` among them; a blob missing or corrupt) is raised as a `StoreFault`
+    (`StoreDamaged` for the blob) naming the process's `clients`, `what` (the round, or the
+    run), the store, what it was `doing` and the error, so the command says it in one line,
+    never a traceback. Soma's other refusals pass as they are: each names itself (a store's
+    missing bucket, a round's `RoundIncomplete`, which is a TimeoutError). Keep task code
+    outside: its own OSError is the task's, not the store's."""
     try:
         yield
-    except (StoreError, OSError) as error:
-        if isinstance(error, SomaError) and not isinstance(error, StoreError):
+    except (OSError, UnknownDigest, CorruptBlob) as error:
+        faulty = isinstance(error, StoreError) or not isinstance(error, SomaError)
+        if not faulty:
             raise
         raise outside_fault(store, what, clients, doing, error) from error
 

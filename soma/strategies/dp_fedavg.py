@@ -35,6 +35,17 @@ Two modes:
   FedAvg. Every one of the m must come (a round with fewer is refused: their shares would
   add up to less noise than the accountant counts), so run it with the quorum at its
   default.
+  Colluding clients: k of the m clients who pool what they know can take their own k
+  shares off the sum, leaving the other m - k shares, variance (m - k) / m of (z C)^2: the
+  published weights then hold against them with multiplier z sqrt((m - k) / m), not z (the
+  weights reader's epsilon assumes no client colludes; k = m - 1 leaves z / sqrt(m)). The
+  store reader's figure, z / sqrt(m), is one honest client's own share, which no coalition
+  of the others can take off: it holds against any k <= m - 1. Under secure aggregation
+  the store reader's z (the sum's) falls to z sqrt((m - k) / m) too. Nothing reports a
+  figure for k > 0.
+  Each release is claimed once per client and round (soma.round.client), so a rerun or a
+  racing attempt never puts a second noisy release of one update in the store, and a
+  restarted client goes on from the release it wrote instead of drawing fresh noise.
 
 Adaptive clipping (Andrew et al. 2021, `adaptive`): the clip follows the `quantile` of the
 update norms, C <- C exp(-lr (b - quantile)), b being the fraction of updates that were within
@@ -365,6 +376,9 @@ class DistributedDPFedAvg(DPFedAvg):
     against: ClassVar[str] = privacy.STORE_READER
 
     recomputable = True  # type: ignore[assignment]  # the noise is in the clients' releases
+    # Each client's export is a release (noise drawn by the attempt): claimed once per client
+    # and round, and a restarted client goes on from it (soma.round.client.released).
+    releases: ClassVar[bool] = True
 
     def __init__(self, options: Options, *, secure: bool = False) -> None:
         super().__init__(options)

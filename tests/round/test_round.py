@@ -119,6 +119,7 @@ def test_the_deadline_says_which_clients_are_missing(tmp_path) -> None:
     assert "round 3" in str(missing.value) and "clients 0, 2, 3 never came" in str(missing.value)
 
 
+@pytest.mark.slow  # soma asks Slurm (squeue, sacct) whether the holder's job lives, where installed
 def test_and_says_a_different_thing_when_complete_and_the_average_never_came(tmp_path) -> None:
     store = Store(tmp_path)
     for k in range(2):
