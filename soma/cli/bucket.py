@@ -25,7 +25,10 @@ def add_command(commands: Any) -> None:
         "'soma[bucket]') on 127.0.0.1 keeping its data in --dir, with the bucket made; prints "
         "the `export AWS_...` line each site's shell runs, then stays in the foreground until "
         "Ctrl-C or SIGTERM, which stop the server cleanly (~15 s). It takes one key and "
-        "secret, made on the first start and kept in --dir: a restart serves the same line.",
+        "secret, made on the first start and kept in --dir: a restart serves the same line. "
+        "Only its S3 port serves the bucket: SeaweedFS's other ports take only the "
+        "certificate and keys it is given at each start, and --dir is made its owner's only "
+        "(0700).",
     )
     s.add_argument("--dir", required=True, metavar="FOLDER", help="where the server keeps its data")
     s.add_argument(

