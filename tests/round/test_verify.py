@@ -43,9 +43,10 @@ def export(x: float) -> dict:
     return {"fc": {"w": torch.full((3,), x), "b": torch.tensor([x])}}
 
 
-def _publish_garbage(store: Store, meeting: Meeting, by: int, weights: dict) -> str:
+def _publish_garbage(store: Store, meeting: Meeting, by: int, weights: dict, **claims) -> str:
     """What roster member `by` can do with its own key: publish an average of its choosing,
-    listing the round's real inputs, before anyone averages."""
+    listing the round's real inputs, before anyone averages; its record may claim `claims`
+    too (a tree, a secure sum)."""
     inputs = []
     for k in meeting.members:
         digest = store.resolve(meeting.client(k))
@@ -53,7 +54,7 @@ def _publish_garbage(store: Store, meeting: Meeting, by: int, weights: dict) -> 
         inputs.append(records.input_entry(k, record.weights, record.size, None, digest))
     record = records.average_record(
         meeting, left_out={}, inputs=inputs, weights=store.put_value(weights), state=None,
-        averaged_by={"client": by},
+        averaged_by={"client": by}, **claims,
     )  # fmt: skip
     return signatures.keep(store, meeting.signing, record.value(), name=meeting.average, by=by)
 
@@ -131,18 +132,8 @@ def test_an_average_with_private_noise_is_said_not_recomputed_and_taken(tmp_path
 
 
 def _forged(store: Store, meeting: Meeting, weights: dict, **claims) -> str:
-    """Roster member 1 publishes `weights` as the round's average, its record claiming
-    `claims` (a tree, a secure sum) and listing the round's real inputs."""
-    inputs = []
-    for k in meeting.members:
-        digest = store.resolve(meeting.client(k))
-        record = records.read_client(store, digest, client=k, name=meeting.client(k))
-        inputs.append(records.input_entry(k, record.weights, record.size, None, digest))
-    record = records.average_record(
-        meeting, left_out={}, inputs=inputs, weights=store.put_value(weights), state=None,
-        averaged_by={"client": 1}, **claims,
-    )  # fmt: skip
-    return signatures.keep(store, meeting.signing, record.value(), name=meeting.average, by=1)
+    """Roster member 1 publishes `weights` as the round's average, claiming `claims`."""
+    return _publish_garbage(store, meeting, 1, weights, **claims)
 
 
 GARBAGE = {"fc": {"w": torch.full((3,), 1e15), "b": torch.tensor([-1e15])}}
