@@ -24,7 +24,7 @@ _WHERE = {
     "RoundError": "soma.round",
     "RoundIncomplete": "soma.round",
     "average_round": "soma.round",
-    "gather": "soma.round",
+    "gather": "soma.run.gather",
     "Store": "soma.store",
     "StoreError": "soma.store.errors",
     "StrategyError": "soma.strategies",
@@ -86,8 +86,8 @@ if TYPE_CHECKING:  # for type checkers and editors: the same names, imported eag
         RoundError,
         RoundIncomplete,
         average_round,
-        gather,
     )
+    from soma.run.gather import gather
     from soma.run.simulate import simulate
     from soma.store import Store
     from soma.store.codecs import register_codec

@@ -32,7 +32,7 @@ DRIVER_MODULES = {
 }
 DRIVER_FUNCTIONS = {
     # soma.gather: the public API's round barrier, a user's deadline/lease or the defaults
-    ("round/average.py", "gather"),
+    ("run/gather.py", "gather"),
     # soma.simulate: the public API's whole run, its deadline/lease into the run's Timing
     ("run/simulate.py", "simulate"),
 }

@@ -1,4 +1,4 @@
-"""A federated round on a shared folder, with nobody in charge: the layout, contribute, gather.
+"""A federated round on a shared folder, with nobody in charge: the layout, contribute, average.
 
 A round is remembered by what went into it. Its clients meet under a name keyed by the
 weights they started from and the run's identity (the client count, the strategy, its
@@ -16,10 +16,10 @@ digest of exactly what the clients brought:
     <run>/round/<r>/<meeting>/average         the meeting's average (claimed: the first one)
 
 Both modes use this one layout (spelled and parsed by soma.round.layout alone, its records typed
-by soma.round.records). `gather` (the same call on every client, `soma client` under srun)
-averages whoever's records are there once all are; the workflow's averaging job averages
-exactly the inputs its client jobs reported (`average_inputs`). A round rerun with different
-weights is a different averaging; one with the same weights finds the
+by soma.round.records). `average_round` (under soma.gather, the same call on every client, and
+`soma client` under srun) averages whoever's records are there once all are; the workflow's
+averaging job averages exactly the inputs its client jobs reported (`average_inputs`). A round
+rerun with different weights is a different averaging; one with the same weights finds the
 average it already had. Weights and strategy states are values of their own in the store
 (`Store.put_value`), and records name them by digest, so a record is a few hundred bytes
 of JSON that a waiting client reads without touching a tensor.
@@ -27,7 +27,7 @@ of JSON that a waiting client reads without touching a tensor.
 The package, one job a module, each importing only those before it: `meeting` (Meeting,
 Input), `signed` (records checked against the run's roster), `roll` (who came), `checks`
 (what is refused before anything is claimed), `client` (contribute, drop), `apart`
-(meetings of one round that differ), `average` (the averaging, gather) and `report` (what
+(meetings of one round that differ), `average` (the averaging) and `report` (what
 `soma status` shows); beneath them `layout`, `records`, `once`, `lease`, `holders`,
 `waiting` (what a waiting process says), `signing` and `tree`. This module only re-exports
 their names.
@@ -54,7 +54,6 @@ from soma.round.average import (
     _Averaging,
     average_inputs,
     average_round,
-    gather,
     inputs_key,
     weights_of_average,
 )
@@ -109,7 +108,6 @@ __all__ = [
     "average_inputs",
     "average_round",
     "contribute",
-    "gather",
     "read_record",
     "status",
     "weights_of_average",

@@ -24,14 +24,13 @@ from soma.round import checks, once, records, roll, signed, tree, verify, waitin
 from soma.round import signing as signatures
 from soma.round.apart import _Elsewhere
 from soma.round.checks import Decision, decide
-from soma.round.client import Faults, contribute
+from soma.round.client import Faults
 from soma.round.kept import Kept
 from soma.round.meeting import Input, Meeting
 from soma.round.once import POLL, Backoff, Place, RoundIncomplete
 from soma.round.roll import _left_out_text, present
 from soma.store import Store, codecs
 from soma.strategies import Strategy, at_round, uniform
-from soma.timing import DEADLINE, LEASE
 
 
 def inputs_key(meeting: str, inputs: Sequence[Input]) -> str:
@@ -333,54 +332,3 @@ def average_inputs(
 def weights_of_average(store: Store, digest: str) -> Export:
     """The mean weights an average record (by digest) names."""
     return store.recall_digest(records.read_average(store, digest).weights)
-
-
-def gather(
-    store: Store,
-    export: Export,
-    *,
-    run: str,
-    round: int,
-    clients: int,
-    mine: int,
-    size: float | None = None,
-    deadline: float | None = DEADLINE,
-    backoff: Backoff = POLL,
-    lease: float = LEASE,
-    start: str | None = None,
-    state: str | None = None,
-    strategy: str = "fedavg",
-    options: Mapping[str, Any] | None = None,
-    config: Mapping[str, Any] | None = None,
-    expected: Sequence[int] | None = None,
-    quorum: int | None = None,
-    tree: int | None = None,
-) -> Export:
-    """The round barrier: write mine, wait for all, one of us averages, all leave with the mean.
-
-    The same call on every client. A client arriving after the average exists finds it and
-    does not wait; the only client of a round averages it itself. `start`, `state`,
-    `strategy`, `options` and `config` say which run this is (see `Meeting`); a strategy
-    that steps from the round's start (FedAdam, SCAFFOLD) needs `start`. `expected` is who
-    takes part (None: everyone) and `quorum` how many must come for the round to be averaged
-    without the rest once `deadline` has passed (None: all of them). `tree` is a fan-in:
-    the round's mean is then built as a tree of partial means that every client helps with
-    (soma.round.tree), for rounds of many clients. `deadline` and `lease` are the run's
-    waits (soma.timing): on a bucket the averaging's claim comes with a lease of `lease` seconds.
-    """
-    meeting = Meeting(
-        run,
-        round,
-        clients,
-        start,
-        state,
-        strategy,
-        dict(options or {}),
-        dict(config or {}),
-        None if expected is None else tuple(expected),
-        quorum,
-        tree,
-    )
-    contribute(store, meeting, export, mine=mine, size=size)
-    digest = average_round(store, meeting, deadline=deadline, backoff=backoff, lease=lease)
-    return weights_of_average(store, digest)

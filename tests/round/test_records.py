@@ -10,8 +10,9 @@ import pytest
 import torch
 from helpers import overlapping_export
 
-from soma.round import Backoff, Contradicts, Meeting, RoundError, contribute, drop, gather
+from soma.round import Backoff, Contradicts, Meeting, RoundError, contribute, drop
 from soma.round.records import RecordError
+from soma.run.gather import gather
 from soma.store import Store
 from soma.timing import LEASE
 

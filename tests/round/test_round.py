@@ -24,7 +24,6 @@ from soma.round import (
     arrivals,
     average_round,
     contribute,
-    gather,
     holders,
     inputs_key,
     present,
@@ -32,6 +31,7 @@ from soma.round import (
     weights_of_average,
 )
 from soma.round.once import Place
+from soma.run.gather import gather
 from soma.store import Store
 from soma.timing import LEASE
 

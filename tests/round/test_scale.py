@@ -16,7 +16,8 @@ import torch
 from helpers import NO_BASELINES, TINY, ok, same_weights
 
 import soma
-from soma.round import Backoff, Meeting, RoundError, contribute, gather, holders, once, status, tree
+from soma.round import Backoff, Meeting, RoundError, contribute, holders, once, status, tree
+from soma.run.gather import gather
 from soma.store import Store
 from soma.timing import LEASE
 
