@@ -21,7 +21,7 @@ import argparse
 import functools
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from soma.config.configs import ConfigRefused
 from soma.config.options import must_be, pairs, typed
+from soma.config.stores import open_store
 from soma.errors import SomaError
 from soma.files import DURABILITIES, DURABLE
 from soma.timing import DEADLINE, LEASE, Timing
@@ -114,30 +115,7 @@ OPTIONS = {
 }
 
 
-def open_store(
-    path: str | Path, durability: str, named: str, refused: Callable[[str], SomaError]
-) -> Store:
-    """The store at `path` with `durability`, for a process that runs a round: its refusal
-    (scratch on a store that says it is shared) as `refused`, naming the setting (`named`);
-    a folder this process may not write refused now, in one line (`UnwritableStore`), not
-    at its first write."""
-    from soma.store import Store
-    from soma.store.errors import BadStore
-    from soma.store.folder import FolderStore
-
-    try:
-        store = Store(path, durability=durability)
-    except BadStore as error:
-        if durability == DURABLE:
-            raise
-        raise refused(f"{named}: {error}") from None
-    if isinstance(store, FolderStore):
-        store.check_writable()
-    return store
-
-
-# What a pinned charter is (config `charter`, --charter): the full digest of the charter the
-# run's first start claimed and logged (soma.round.signing.check_pin).
+# A pinned charter (config `charter`, --charter): the digest its first start logged (check_pin).
 CHARTER_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
@@ -427,8 +405,7 @@ class RunSpec:
             raise self.refused(f"{self.named('roster')}: {error}") from None
 
     def check_charter_at(self, where: str | Path) -> None:
-        """`check_charter` at parse time, of the store at `where` (not made here if it is
-        not there yet: then refused when the run is pinned to a charter, which it cannot hold)."""
+        """`check_charter` of the store at `where`, not made here (a pinned run refused there)."""
         if self.signing is None:
             return
         if "://" in str(where) or Path(where).exists():

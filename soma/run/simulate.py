@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from soma.config.options import typed
-from soma.config.spec import RunSpec, open_store
+from soma.config.spec import RunSpec
+from soma.config.stores import open_store
 from soma.files import DURABLE, SCRATCH
 from soma.run import checked
 from soma.run.drive import Round, drive

@@ -119,7 +119,7 @@ class FolderStore(Pipeline, GroupCommit, Values):
 
     def check_writable(self) -> None:
         """`UnwritableStore` unless this process may write the store's folders: what every
-        process that runs a round asks when it opens the store (soma.config.spec.open_store),
+        process that runs a round asks when it opens the store (soma.config.stores.open_store),
         so that a read-only store is refused in one line before anything is trained, not
         met at its first write. A reader never asks: a store it may only read is read."""
         unwritable.check_folders(self.directory, self._folders())

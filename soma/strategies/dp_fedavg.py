@@ -42,10 +42,9 @@ Two modes:
   store reader's figure, z / sqrt(m), is one honest client's own share, which no coalition
   of the others can take off: it holds against any k <= m - 1. Under secure aggregation
   the store reader's z (the sum's) falls to z sqrt((m - k) / m) too. Nothing reports a
-  figure for k > 0.
-  Each release is claimed once per client and round (soma.round.client), so a rerun or a
-  racing attempt never puts a second noisy release of one update in the store, and a
-  restarted client goes on from the release it wrote instead of drawing fresh noise.
+  figure for k > 0. Each release is claimed once per client and round (soma.round.client):
+  a rerun or a racing attempt never puts a second noisy release of one update in the store,
+  and a restarted client goes on from the release it wrote, drawing no fresh noise.
 
 Adaptive clipping (Andrew et al. 2021, `adaptive`): the clip follows the `quantile` of the
 update norms, C <- C exp(-lr (b - quantile)), b being the fraction of updates that were within

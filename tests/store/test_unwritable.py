@@ -90,7 +90,7 @@ def test_a_store_this_process_may_not_write_is_refused_when_a_run_opens_it(
 ) -> None:
     """Every process that runs a round opens its store through open_store, which asks;
     a reader does not (a store it may only read is read)."""
-    from soma.config.spec import open_store
+    from soma.config.stores import open_store
     from soma.errors import SomaError
 
     Store(tmp_path / "s")
