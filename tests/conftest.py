@@ -108,3 +108,14 @@ def _end_of_the_tests_teardown() -> Iterator[None]:
     before the finalizers of fixtures that other tests share."""
     yield
     tier_rules.uninstall()
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every client's key pair and the roster (tests/signed_runs.py), once a test module;
+    a module that needs other keys defines its own `keys`."""
+    from signed_runs import make_keys_and_roster
+
+    folder = tmp_path_factory.mktemp("keys")
+    make_keys_and_roster(folder)
+    return folder

@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("cryptography")
 
-from signed_runs import CLIENTS, RUN, make_keys_and_roster  # noqa: E402
+from signed_runs import CLIENTS, RUN  # noqa: E402
 from test_audit import BROKEN, _meeting, _replace_the_average  # noqa: E402
 
 from soma.audit import audit  # noqa: E402
@@ -25,13 +25,6 @@ from soma.store import Store  # noqa: E402
 
 ROUNDS = 2
 AVERAGERS = [0]
-
-
-@pytest.fixture(scope="module")
-def keys(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("keys")
-    make_keys_and_roster(folder)
-    return folder
 
 
 @pytest.fixture(scope="module")

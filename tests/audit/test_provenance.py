@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("cryptography")
 
-from signed_runs import RUN, make_keys_and_roster  # noqa: E402
+from signed_runs import RUN  # noqa: E402
 from test_audit import (  # noqa: E402
     BROKEN,
     ROUNDS,
@@ -34,13 +34,6 @@ from soma.store import Store  # noqa: E402
 
 REPORT = f"soma:report/{RUN}"
 RO_CRATE = "https://w3id.org/ro/crate/1.1"  # the spec, which a crate's descriptor conforms to
-
-
-@pytest.fixture(scope="module")
-def keys(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("keys")
-    make_keys_and_roster(folder)
-    return folder
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("cryptography")
 
 import yaml  # noqa: E402
-from signed_runs import CLIENTS, RUN, make_keys_and_roster, signed_run  # noqa: E402
+from signed_runs import CLIENTS, RUN, signed_run  # noqa: E402
 
 from soma.cli import main  # noqa: E402
 from soma.config.configs import ConfigRefused  # noqa: E402
@@ -26,13 +26,6 @@ from soma.round import signing as signatures  # noqa: E402
 from soma.store import Store  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def keys(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("keys")
-    make_keys_and_roster(folder)
-    return folder
 
 
 @pytest.fixture(scope="module")
