@@ -37,7 +37,7 @@ def _temporary_store_left_behind() -> None:
     from contextlib import contextmanager
 
     import soma.run.simulate
-    from soma.config.spec import open_store
+    from soma.config.stores import open_store
 
     @contextmanager
     def store_at(path, spec, *, task=None):
