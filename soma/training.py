@@ -15,6 +15,7 @@ the data is brought to the nodes. Exports are on CPU whatever the device (soma.n
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -279,7 +280,24 @@ def classified(
     return {"accuracy": float(accuracy), "loss": float(loss)}
 
 
-# --- seeds, and training alone -----------------------------------------------------------------
+# --- seeds, threads, and training alone ----------------------------------------------------------
+
+
+@contextmanager
+def training_threads(count: int) -> Iterator[None]:
+    """Train on the run's `threads` torch threads (a run setting, part of its identity): on a
+    CPU, how many threads split a matrix product decides the order of its sums, so the same
+    client trained on 1 and on 4 threads gives other bits. Whatever the process was given (a
+    job's Slurm CPUs, `--threads`, torch's own default of every core), its clients train on the
+    run's count, and the process's own count is back afterwards."""
+    before = torch.get_num_threads()
+    if before != count:
+        torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
 
 
 def training_seed(seed: int, round: int, client: int) -> int:

@@ -13,37 +13,12 @@ from soma.cli.bucket import add_command as add_bucket
 from soma.cli.health import gc, keys, merge_rosters, repair, verify
 from soma.cli.run import client
 from soma.cli.show import export, status
+from soma.config.settings import add_run_options, clients_of
 from soma.config.spec import BadArgument
-from soma.files import DURABLE
-from soma.timing import DEADLINE, LEASE
-from soma.transfer import FULL, PRECISIONS
 
 DESCRIPTION = (
     "The `soma` command line: the client script every Slurm task runs, a run's status, its model."
 )
-
-
-def _count_or_fraction(text: str) -> int | float:
-    """`4` is a count, `0.5` a fraction (checked against the client count by soma)."""
-    try:
-        return int(text)
-    except ValueError:
-        try:
-            return float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{text!r} is neither a count nor a fraction"
-            ) from None
-
-
-def clients_of(text: str) -> list[int]:
-    """`3`, `0-4`, `0,2,5` or `0-4,8`: the clients one process hosts (soma.config.options)."""
-    from soma.config.options import clients_of as parsed
-
-    try:
-        return parsed(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def one_line(error: BaseException) -> str:
@@ -149,168 +124,15 @@ class _Defaults(argparse.HelpFormatter):
 
 
 def _run_arguments(c: argparse.ArgumentParser) -> None:
-    """What a run is and how a process drives it: `soma client`'s and `soma simulate`'s."""
-    c.add_argument(
-        "--durability",
-        default=DURABLE,
-        help="durable: a name is durable before it is said bound, never before what it "
-        "reaches; scratch: no fsync (a machine crash means rerunning the round), refused on "
-        "a store that says it is shared (its file `shared`); `soma simulate`'s temporary store "
-        "(no --store) is scratch whatever this says: nothing of it outlives the process",
-    )
-    c.add_argument(
-        "--task",
-        default="soma.tasks.control",
-        help="a task's import path (default: soma.tasks.control, a toy task that serves "
-        "any client count in seconds: a fixed teacher network, each client on one corner of "
-        "its inputs; the workflow's default, and the README's results, are --task "
-        "soma.tasks.digits)",
-    )
-    c.add_argument(
-        "--option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a task option (repeatable)",
-    )
-    c.add_argument(
-        "--strategy",
-        default="fedavg",
-        help="how a round's updates become the next weights: a built-in name or an import path",
-    )
-    c.add_argument(
-        "--strategy-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a strategy option (repeatable)",
-    )
-    c.add_argument(
-        "--participation",
-        type=_count_or_fraction,
-        default=None,
-        help="clients per round: a count (4) or a fraction (0.5), drawn from the seed and the "
-        "round (default: everyone)",
-    )
-    c.add_argument(
-        "--quorum",
-        type=_count_or_fraction,
-        default=None,
-        help="how many of a round's clients must come for it to be averaged without the rest "
-        "once --deadline has passed: a count or a fraction (default: all of them)",
-    )
-    c.add_argument("--seed", type=int, default=0, help="the seed of the starting weights")
-    c.add_argument(
-        "--secure-aggregation",
-        type=int,
-        default=None,
-        metavar="T",
-        help="secure aggregation (soma.secagg): nobody, the averager included, reads a "
-        "client's weights, only their sum; T of the round's clients must come to unmask it "
-        "(FedAvg-style strategies; needs the `privacy` extra; default: off)",
-    )
-    c.add_argument(
-        "--roster",
-        default=None,
-        metavar="FILE",
-        help="signed records: a JSON or YAML file of client -> Ed25519 public key (soma keys); "
-        "every record is signed by its writer and checked before use (default: unsigned)",
-    )
-    c.add_argument(
-        "--keys",
-        default=None,
-        metavar="PATH",
-        help="with --roster, this process's clients' private keys: a path, {client} standing "
-        "for the client (e.g. keys/{client}.key)",
-    )
-    c.add_argument(
-        "--averagers",
-        type=clients_of,
-        default=None,
-        metavar="CLIENTS",
-        help="with --roster, the clients whose keys may sign an average (0-2, or 0,3; "
-        "default: any roster member)",
-    )
-    c.add_argument(
-        "--charter",
-        default=None,
-        metavar="DIGEST",
-        help="with --roster, the digest of the run's charter, as its first start printed it: "
-        "any other charter in the store is refused, and none is claimed (default: the "
-        "store's, taken on first use)",
-    )
-    c.add_argument(
-        "--verify-averages",
-        choices=("recompute", "signature"),
-        default=None,
-        help="how an average another process published is checked before it is trained "
-        "from: recomputed bit for bit from its signed inputs, or its signature only "
-        "(default: recompute with --roster, else signature)",
-    )
-    c.add_argument(
-        "--tree",
-        type=int,
-        default=None,
-        metavar="FAN_IN",
-        help="average through a tree of partial means, FAN_IN inputs a node, the work "
-        "shared by every process of the round (FedAvg-style strategies; default: flat)",
-    )
-    c.add_argument(
-        "--personal",
-        action="append",
-        default=[],
-        metavar="NODE",
-        help="a node each client keeps for itself: never sent nor averaged, kept as its own "
-        "state (FedPer, FedBN; repeatable)",
-    )
-    c.add_argument(
-        "--transfer",
-        choices=PRECISIONS,
-        default=FULL,
-        help="the precision the weights are kept at in the store: bfloat16 or float16 halve "
-        "the bytes a round, each average still worked in float32 (soma.transfer)",
-    )
-    c.add_argument(
-        "--deadline",
-        type=float,
-        default=DEADLINE,
-        help="seconds to wait for a round before naming who is missing",
-    )
-    c.add_argument(
-        "--lease",
-        type=float,
-        default=LEASE,
-        help="on a bucket: seconds an averaging's holder may go without renewing its lease "
-        f"before it is taken over (default {LEASE:g})",
-    )
+    """What a run is and how a process drives it: `soma client`'s and `soma simulate`'s, built
+    from the run settings' one declaration (soma.config.settings), and how it reports."""
+    add_run_options(c)
     c.add_argument(
         "--evaluate",
         choices=("one", "all", "none"),
         default="one",
         help="who logs the test metrics of each round's new weights on stderr: one client "
         "(the lowest-numbered of the round), every client, or nobody",
-    )
-    c.add_argument(
-        "--evaluate-participation",
-        type=_count_or_fraction,
-        default=None,
-        help="who evaluates each round's average on their own held-out data (a task's "
-        "evaluate_local): a count or a fraction of the clients, drawn from the seed and the "
-        "round (default: the round's sample; under soma simulate, 100 clients when the sample "
-        "is larger)",
-    )
-    c.add_argument(
-        "--tracking",
-        default=None,
-        metavar="DIR",
-        help="write per-round metrics as TensorBoard event files in DIR (the `tracking` "
-        "extra; default: none)",
-    )
-    c.add_argument(
-        "--threads",
-        type=int,
-        default=int(os.environ.get("SOMA_THREADS", "1")),
-        help="torch threads (default: $SOMA_THREADS, else 1: safe when jobs share cores)",
     )
 
 

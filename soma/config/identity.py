@@ -49,7 +49,7 @@ def declared(config: Mapping[str, Any]) -> dict[str, Any]:
 
     `task_options` and `strategy_options` are only the chosen task's and strategy's. Not
     here: `rounds` (more rounds extend a run), `clients_per_job` (the same bits, batched),
-    `baselines`, `metric`, `threads` (what is reported beside it, and how fast), `site` and
+    `baselines`, `metric` (what is reported beside it), `site` and
     `sites` (which snakemake runs which clients' jobs: the sites meet in the same rounds). Options
     are read by the one parser (soma.config.options), so `lr: 1e-1` and `lr: 0.1` are one run.
     """
@@ -72,6 +72,8 @@ def declared(config: Mapping[str, Any]) -> dict[str, Any]:
         found["personal"] = sorted(config["personal"])
     if config.get("transfer", FULL) != FULL:  # the same (soma.transfer)
         found["transfer"] = config["transfer"]
+    if (config.get("threads") or 1) != 1:  # the same: threads decide a CPU's sums
+        found["threads"] = config["threads"]
     return found
 
 

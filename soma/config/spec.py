@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from soma.config.configs import ConfigRefused
 from soma.config.options import must_be, pairs, typed
+from soma.config.settings import ARGUMENTS, CONFIG_KEYS, OPTIONS
 from soma.config.stores import open_store
 from soma.errors import SomaError
 from soma.files import DURABILITIES, DURABLE
@@ -52,75 +53,8 @@ class BadArgument(SomaError, ValueError):
     """A command-line argument refused before the command does anything; names the option."""
 
 
-# How each field is named in a refusal: its config key, or its command-line option.
-CONFIG_KEYS = {
-    "rounds": "rounds",
-    "clients": "clients",
-    "seed": "seed",
-    "task": "task",
-    "task_options": "task_options",
-    "strategy": "strategy",
-    "strategy_options": "strategy_options",
-    "participation": "participation",
-    "quorum": "quorum",
-    "evaluate_participation": "evaluate_participation",
-    "tracking": "tracking",
-    "secure": "secure_aggregation",
-    "secrets": "secure_aggregation.secrets",
-    "tree": "tree",
-    "per_job": "clients_per_job",
-    "threads": "threads",
-    "durability": "durability",
-    "personal": "personal",
-    "roster": "roster",
-    "keys": "keys",
-    "averagers": "averagers",
-    "charter": "charter",
-    "verify_averages": "verify_averages",
-    "site": "site",
-    "sites": "sites",
-    "lease": "lease",
-    "average_deadline": "average_deadline",
-    "asynchronous": "asynchronous",
-    "transfer": "transfer",
-}
-OPTIONS = {
-    "rounds": "--rounds",
-    "clients": "--clients",
-    "seed": "--seed",
-    "task": "--task",
-    "task_options": "--option",
-    "strategy": "--strategy",
-    "strategy_options": "--strategy-option",
-    "participation": "--participation",
-    "quorum": "--quorum",
-    "evaluate_participation": "--evaluate-participation",
-    "tracking": "--tracking",
-    "secure": "--secure-aggregation",
-    "tree": "--tree",
-    "per_job": "--per-task",
-    "mine": "--mine",
-    "threads": "--threads",
-    "durability": "--durability",
-    "personal": "--personal",
-    "roster": "--roster",
-    "keys": "--keys",
-    "averagers": "--averagers",
-    "charter": "--charter",
-    "verify_averages": "--verify-averages",
-    "lease": "--lease",
-    "deadline": "--deadline",
-    "asynchronous": "--buffer",
-    "transfer": "--transfer",
-}
-
-
 # A pinned charter (config `charter`, --charter): the digest its first start logged (check_pin).
 CHARTER_DIGEST = re.compile(r"[0-9a-f]{64}")
-
-
-# soma.simulate's keyword argument of a field, where its name is not the field's.
-ARGUMENTS = {"secure": "secure_aggregation", "mine": "clients"}
 
 
 def _frozen(options: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -237,7 +171,6 @@ class RunSpec:
             verify_averages=config.get("verify_averages"),
             site=None if config.get("site") is None else str(config["site"]),
             sites=config.get("sites"),
-            asynchronous=config.get("asynchronous"),
             transfer=config.get("transfer") or FULL,
             timing=Timing.from_config(config),
         )
@@ -298,6 +231,8 @@ class RunSpec:
             found["personal"] = sorted(self.personal)
         if self.transfer != FULL:  # the same: a float32 run's meetings are as they were
             found["transfer"] = self.transfer
+        if self.threads != 1:  # the same: the count decides a CPU's sums (soma.training)
+            found["threads"] = self.threads
         return found
 
     def meeting(self, round: int, start: str | None, state: str | None) -> Meeting:
@@ -442,11 +377,11 @@ class RunSpec:
     def named(self, *fields: str) -> str:
         """`config keys `a`/`b`` or `--a/--b`: what a refusal of these fields names."""
         if self.given == "args":
-            return "/".join(OPTIONS[f] for f in fields)
+            return "/".join(OPTIONS.get(f, f) for f in fields)
         if self.given == "library":  # soma.simulate's keyword arguments
             keys = "/".join(f"`{ARGUMENTS.get(f, f)}`" for f in fields)
             return f"simulate() argument{'s' if len(fields) > 1 else ''} {keys}"
-        keys = "/".join(f"`{CONFIG_KEYS[f]}`" for f in fields)
+        keys = "/".join(f"`{CONFIG_KEYS.get(f, f)}`" for f in fields)
         return f"config key{'s' if len(fields) > 1 else ''} {keys}"
 
     def buffered(self) -> Buffered | None:

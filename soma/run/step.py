@@ -40,7 +40,7 @@ from soma.store import Store
 from soma.store.errors import CorruptBlob, StoreError, UnknownDigest
 from soma.strategies import Strategy, train_locally
 from soma.tasks import Context
-from soma.training import training_seed
+from soma.training import training_seed, training_threads
 
 LOG = logging.getLogger("soma.client")
 
@@ -133,7 +133,8 @@ def _train(
     state = None if meeting.state is None else store.recall_digest(meeting.state)
     seed = training_seed(seed, meeting.round, hosted.index)
     context = context_of(meeting, hosted.index, rounds)
-    with task_code(), raised_at_time_limit():  # Slurm's signal before its limit: soma.slurm
+    threads = meeting.config.get("threads", 1)  # the run's, whatever this process was given
+    with task_code(), raised_at_time_limit(), training_threads(threads):  # soma.slurm's signal
         return train_locally(
             strategy, task, nodes, hosted.data, seed=seed, state=state, mine=mine, context=context
         )

@@ -131,9 +131,24 @@ def nodes_at(task: Task, store: Store, config: Mapping[str, Any], weights: str) 
     return nodes
 
 
-def threads(count: int) -> None:
-    """Torch threads for this job: one by default, since jobs share the cores."""
-    torch.set_num_threads(max(1, int(count)))
+def threads(job: Any) -> None:
+    """Torch threads for this job: the run's `threads` (part of what the run is: the count
+    decides a CPU's sums, soma.training.training_threads), not the threads Snakemake gave
+    the job (a profile's `set-threads`, or fewer where `--cores` is lower), which only
+    schedule it and size its Slurm request. A job given other threads says so once."""
+    count = int(job.config.get("threads") or 1)
+    given = int(job.threads)
+    if given != count:
+        LOG.warning(
+            "this job was given %d thread(s) but the run's `threads` is %d, which it trains "
+            "on: threads change a client's bits, so they are the run's; to use %d, set "
+            "`threads: %d` in the config (a new run)",
+            given,
+            count,
+            given,
+            given,
+        )
+    torch.set_num_threads(count)
 
 
 class _Progress(logging.Filter):

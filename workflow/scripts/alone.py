@@ -4,5 +4,5 @@ from soma import workflow
 
 sm = snakemake  # noqa: F821
 with workflow.logged(sm.log[0]):
-    workflow.threads(sm.threads)
+    workflow.threads(sm)
     workflow.alone(sm.config, int(sm.wildcards.client), sm.input[0], sm.output[0])

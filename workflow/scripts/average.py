@@ -4,7 +4,7 @@ from soma import workflow
 
 sm = snakemake  # noqa: F821
 with workflow.logged(sm.log[0]):
-    workflow.threads(sm.threads)
+    workflow.threads(sm)
     if sm.config["secure_aggregation"]:  # the inputs are the clients' revealed shares
         from soma.workflow import secure as secure_jobs
 

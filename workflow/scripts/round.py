@@ -6,7 +6,7 @@ from soma import workflow
 
 sm = snakemake  # noqa: F821
 with workflow.logged(sm.log[0]):
-    workflow.threads(sm.threads)
+    workflow.threads(sm)
     round = int(sm.wildcards.round)
     workflow.train_batch(
         sm.config,

@@ -5,7 +5,7 @@ from soma.workflow import secure as secure_jobs
 
 sm = snakemake  # noqa: F821
 with workflow.logged(sm.log[0]):
-    workflow.threads(sm.threads)
+    workflow.threads(sm)
     secure_jobs.train(
         sm.config,
         int(sm.wildcards.round),

@@ -3,5 +3,5 @@
 from soma import workflow
 
 with workflow.logged(snakemake.log[0]):  # noqa: F821
-    workflow.threads(snakemake.threads)  # noqa: F821
+    workflow.threads(snakemake)  # noqa: F821
     workflow.start(snakemake.config, snakemake.output[0], snakemake.output.run)  # noqa: F821

@@ -5,7 +5,7 @@ from soma.config.study import study_of
 
 sm = snakemake  # noqa: F821
 with workflow.logged(sm.log[0]):
-    workflow.threads(sm.threads)
+    workflow.threads(sm)
     points = {point.run: point for point in study_of(sm.config).points}
     n = len(sm.params.runs)
     workflow.start_group(

@@ -4,7 +4,7 @@ from soma import workflow
 
 sm = snakemake  # noqa: F821
 with workflow.logged(sm.log[0]):
-    workflow.threads(sm.threads)
+    workflow.threads(sm)
     workflow.train(
         sm.config,
         int(sm.wildcards.round),
