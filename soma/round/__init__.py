@@ -33,69 +33,68 @@ Input), `signed` (records checked against the run's roster), `roll` (who came), 
 their names.
 """
 
-# Re-exports only: every name soma.round offered before its split stays importable from it.
-# ruff: noqa: F401
-
 from __future__ import annotations
 
-from soma.round import holders, layout, once, records, tree
-from soma.round import signing as signatures
-from soma.round.apart import (
-    ELSEWHERE_EVERY,
-    STARTING_POINT,
-    MeetingsDiffer,
-    _Elsewhere,
-    labels,
-    meeting_differences,
-    said_apart,
-    settings,
-)
-from soma.round.average import (
-    _Averaging,
-    average_inputs,
-    average_round,
-    inputs_key,
-    weights_of_average,
-)
-from soma.round.checks import (
-    Refused,
-    check_input,
-    check_inputs,
-    signature,
-    tree_refusal,
-)
-from soma.round.client import (
-    Contradicts,
-    Contribution,
-    announce,
-    contribute,
-    drop,
-    dropout_reason,
-)
-from soma.round.meeting import Input, Meeting
-from soma.round.once import (
-    POLL,
-    AveragerDied,
-    Backoff,
-    Place,
-    RoundError,
-    RoundIncomplete,
-    current_holder,
-    read_record,
-)
-from soma.round.report import (
-    UnknownRun,
-    check_run,
-    evaluation_name,
-    meetings,
-    privacy_spent,
-    runs,
-    status,
-)
-from soma.round.roll import arrivals, present
-from soma.round.signed import averager, check_average, check_signed, check_signed_inputs
-from soma.round.tree import check_fan_in
-from soma.timing import LEASE
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Every name soma.round offered before its split stays importable from it, imported on first
+# use (PEP 562): `import soma.round.signing` (soma keys, soma status) then imports no torch.
+_LAZY = {
+    "ELSEWHERE_EVERY": "soma.round.apart",
+    "STARTING_POINT": "soma.round.apart",
+    "MeetingsDiffer": "soma.round.apart",
+    "_Elsewhere": "soma.round.apart",
+    "labels": "soma.round.apart",
+    "meeting_differences": "soma.round.apart",
+    "said_apart": "soma.round.apart",
+    "settings": "soma.round.apart",
+    "_Averaging": "soma.round.average",
+    "average_inputs": "soma.round.average",
+    "average_round": "soma.round.average",
+    "inputs_key": "soma.round.average",
+    "weights_of_average": "soma.round.average",
+    "Refused": "soma.round.checks",
+    "check_input": "soma.round.checks",
+    "check_inputs": "soma.round.checks",
+    "signature": "soma.round.checks",
+    "tree_refusal": "soma.round.checks",
+    "Contradicts": "soma.round.client",
+    "Contribution": "soma.round.client",
+    "announce": "soma.round.client",
+    "contribute": "soma.round.client",
+    "drop": "soma.round.client",
+    "dropout_reason": "soma.round.client",
+    "Input": "soma.round.meeting",
+    "Meeting": "soma.round.meeting",
+    "POLL": "soma.round.once",
+    "AveragerDied": "soma.round.once",
+    "Backoff": "soma.round.once",
+    "Place": "soma.round.once",
+    "RoundError": "soma.round.once",
+    "RoundIncomplete": "soma.round.once",
+    "current_holder": "soma.round.once",
+    "read_record": "soma.round.once",
+    "UnknownRun": "soma.round.report",
+    "check_run": "soma.round.report",
+    "evaluation_name": "soma.round.report",
+    "meetings": "soma.round.report",
+    "privacy_spent": "soma.round.report",
+    "runs": "soma.round.report",
+    "status": "soma.round.report",
+    "arrivals": "soma.round.roll",
+    "present": "soma.round.roll",
+    "averager": "soma.round.signed",
+    "check_average": "soma.round.signed",
+    "check_signed": "soma.round.signed",
+    "check_signed_inputs": "soma.round.signed",
+    "check_fan_in": "soma.round.tree",
+    "LEASE": "soma.timing",
+}
+# Submodules under another name
+_ALIASES = {
+    "signatures": "soma.round.signing",
+}
 
 __all__ = [
     "AveragerDied",
@@ -112,3 +111,87 @@ __all__ = [
     "status",
     "weights_of_average",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """A name of `_LAZY` or `_ALIASES`, or a submodule (`soma.round.layout`), imported on
+    first use."""
+    if name in _LAZY:
+        where = _LAZY[name]
+        module, attr = (where, name) if isinstance(where, str) else where
+        value = getattr(importlib.import_module(module), attr)
+    elif name in _ALIASES:
+        value = importlib.import_module(_ALIASES[name])
+    elif name.startswith("_"):  # `__wrapped__` and the like, looked for by tools: no module
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    else:
+        try:
+            value = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as error:
+            if error.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY, *_ALIASES})
+
+
+if TYPE_CHECKING:  # for type checkers and editors: the same names, imported eagerly
+    from soma.round import holders as holders
+    from soma.round import layout as layout
+    from soma.round import once as once
+    from soma.round import records as records
+    from soma.round import signing as signatures  # noqa: F401
+    from soma.round import tree as tree
+    from soma.round.apart import ELSEWHERE_EVERY as ELSEWHERE_EVERY
+    from soma.round.apart import STARTING_POINT as STARTING_POINT
+    from soma.round.apart import MeetingsDiffer as MeetingsDiffer
+    from soma.round.apart import _Elsewhere as _Elsewhere
+    from soma.round.apart import labels as labels
+    from soma.round.apart import meeting_differences as meeting_differences
+    from soma.round.apart import said_apart as said_apart
+    from soma.round.apart import settings as settings
+    from soma.round.average import _Averaging as _Averaging
+    from soma.round.average import average_inputs as average_inputs
+    from soma.round.average import average_round as average_round
+    from soma.round.average import inputs_key as inputs_key
+    from soma.round.average import weights_of_average as weights_of_average
+    from soma.round.checks import Refused as Refused
+    from soma.round.checks import check_input as check_input
+    from soma.round.checks import check_inputs as check_inputs
+    from soma.round.checks import signature as signature
+    from soma.round.checks import tree_refusal as tree_refusal
+    from soma.round.client import Contradicts as Contradicts
+    from soma.round.client import Contribution as Contribution
+    from soma.round.client import announce as announce
+    from soma.round.client import contribute as contribute
+    from soma.round.client import drop as drop
+    from soma.round.client import dropout_reason as dropout_reason
+    from soma.round.meeting import Input as Input
+    from soma.round.meeting import Meeting as Meeting
+    from soma.round.once import POLL as POLL
+    from soma.round.once import AveragerDied as AveragerDied
+    from soma.round.once import Backoff as Backoff
+    from soma.round.once import Place as Place
+    from soma.round.once import RoundError as RoundError
+    from soma.round.once import RoundIncomplete as RoundIncomplete
+    from soma.round.once import current_holder as current_holder
+    from soma.round.once import read_record as read_record
+    from soma.round.report import UnknownRun as UnknownRun
+    from soma.round.report import check_run as check_run
+    from soma.round.report import evaluation_name as evaluation_name
+    from soma.round.report import meetings as meetings
+    from soma.round.report import privacy_spent as privacy_spent
+    from soma.round.report import runs as runs
+    from soma.round.report import status as status
+    from soma.round.roll import arrivals as arrivals
+    from soma.round.roll import present as present
+    from soma.round.signed import averager as averager
+    from soma.round.signed import check_average as check_average
+    from soma.round.signed import check_signed as check_signed
+    from soma.round.signed import check_signed_inputs as check_signed_inputs
+    from soma.round.tree import check_fan_in as check_fan_in
+    from soma.timing import LEASE as LEASE

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 from soma.errors import SomaError
 from soma.files import write_atomic
 from soma.round import layout
-from soma.store import codecs
+from soma.store import record_json
 
 if TYPE_CHECKING:
     from soma.store import Store
@@ -250,7 +250,7 @@ class Signing:
         said: object = self.roster
         if self.averagers is not None:
             said = {"roster": self.roster, "averagers": list(self.averagers)}
-        return hashlib.sha256(codecs.canonical_json(said)).hexdigest()
+        return hashlib.sha256(record_json.canonical_json(said)).hexdigest()
 
     def may_average(self, client: int) -> bool:
         """Whether `client` may sign an average."""
@@ -335,7 +335,7 @@ def _message(name: str, tree: object, loose: str | None, run: str) -> bytes:
     """What is signed: the label, the run's charter value, the name the record is kept
     under, the record's tree and its loose tensors' blob (the digests of every blob it holds)."""
     record = {"label": _LABEL, "run": run, "name": name, "record": tree, "tensors": loose}
-    return codecs.canonical_json(record)
+    return record_json.canonical_json(record)
 
 
 # --- the run's charter ------------------------------------------------------------------------
@@ -348,7 +348,7 @@ _CHARTERS: weakref.WeakKeyDictionary[Store, dict[str, tuple[str, str]]] = (
 
 
 def _charter_message(name: str, tree: object) -> bytes:
-    return codecs.canonical_json({"label": _CHARTER_LABEL, "name": name, "record": tree})
+    return record_json.canonical_json({"label": _CHARTER_LABEL, "name": name, "record": tree})
 
 
 def run_value(store: Store, signing: Signing, name: str, *, by: int | None) -> str:
@@ -428,7 +428,7 @@ def charter_roster(store: Store, run: str) -> str | None:
     digest = store.resolve(where)
     if digest is None:
         return None
-    tree, _ = codecs.parse_record(store.get(digest), f"run {run!r}'s charter ({where!r})")
+    tree, _ = record_json.parse_record(store.get(digest), f"run {run!r}'s charter ({where!r})")
     said = tree.get("roster") if isinstance(tree, dict) else None
     return said if isinstance(said, str) else None
 
@@ -482,7 +482,7 @@ def _read_charter(store: Store, signing: Signing, run: str, digest: str) -> str:
     this process's (else refused, naming both rosters' digests)."""
     where = layout.charter(run)
     whose = f"run {run!r}'s charter ({where!r}, record {digest[:12]})"
-    tree, _ = codecs.parse_record(store.get(digest), whose)
+    tree, _ = record_json.parse_record(store.get(digest), whose)
     said = tree.get(SIGNED) if isinstance(tree, dict) else None
     body = {k: v for k, v in tree.items() if k != SIGNED} if isinstance(tree, dict) else {}
     value = body.get("value")
@@ -521,6 +521,8 @@ def _verify(signing: Signing, said: Mapping[str, Any], message: bytes, whose: st
 def _tree(store: Store, value: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
     """The record's tree and loose-tensor digest as the store will keep them: its tensors'
     blobs are written now (the signed record reuses them), the record itself is not."""
+    from soma.store import codecs  # tensors: torch, which a reader of records never needs
+
     encoded = codecs.encode(dict(value))
     for ref, tensors in encoded.maps:
         ref["$tensors"] = store.put_tensors(tensors)
@@ -573,7 +575,7 @@ def check(
     nothing to check). `what` names the record."""
     if signing is None:
         return None
-    tree, loose = codecs.parse_record(store.get(digest), f"{what} (record {digest})")
+    tree, loose = record_json.parse_record(store.get(digest), f"{what} (record {digest})")
     whose = f"{what} ({name!r}, record {digest[:12]})"
     said = tree.get(SIGNED) if isinstance(tree, dict) else None
     if not isinstance(said, dict):

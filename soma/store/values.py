@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
-from soma.store import codecs, tensorfile
+from soma.store import codecs, record_json, tensorfile
 from soma.store.errors import BadBlob, BadDigest, UnknownName
 from soma.store.names import check_name
 from soma.store.pipeline import check_digest, hash_plan
@@ -59,7 +59,7 @@ class Values:
         """The value whose record is blob `digest`."""
         where = self._where(digest)
         tree, loose_digest = codecs.parse_record(
-            self._get_at_most(digest, codecs.MAX_RECORD), where
+            self._get_at_most(digest, record_json.MAX_RECORD), where
         )
         try:
             wanted = list(dict.fromkeys(codecs.references(tree)))

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from soma.store import Store, codecs, tensorfile
+from soma.store import Store, codecs, record_json, tensorfile
 from soma.store.backend import BackendStore
 from soma.store.errors import BadBlob, CorruptBlob, NoCodec, OversizedBlob
 
@@ -350,7 +350,7 @@ def test_a_deeply_nested_record_is_a_bad_blob_naming_it(store: Store) -> None:
 def test_a_record_past_its_cap_is_refused_kept_or_read(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(codecs, "MAX_RECORD", 1000)
+    monkeypatch.setattr(record_json, "MAX_RECORD", 1000)  # the one cap, soma.store.record_json
     with pytest.raises(NoCodec, match="more than the 1000"):
         store.keep("big", {"text": "x" * 2000})
     digest = store.put(json.dumps({"soma": 1, "value": "x" * 2000}).encode())
@@ -405,19 +405,19 @@ def test_a_blob_this_process_put_is_read_no_further_than_its_size(
 def test_a_substituted_record_is_read_no_further_than_a_records_cap(
     backend: MemoryBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(codecs, "MAX_RECORD", 64 << 10)
+    monkeypatch.setattr(record_json, "MAX_RECORD", 64 << 10)
     digest = BackendStore(backend).keep("v", {"size": 3})
     backend.bodies[digest] = substituted(backend.blobs.pop(digest), 300 * MB)
     store = reader(backend)
     refused_naming(lambda: store.recall("v"), digest, "record", error=OversizedBlob)
-    assert backend.limits == [codecs.MAX_RECORD]
-    assert backend.handed <= codecs.MAX_RECORD + 1
+    assert backend.limits == [record_json.MAX_RECORD]
+    assert backend.handed <= record_json.MAX_RECORD + 1
 
 
 def test_a_record_file_longer_than_the_cap_is_refused_before_it_is_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(codecs, "MAX_RECORD", 64 << 10)
+    monkeypatch.setattr(record_json, "MAX_RECORD", 64 << 10)
     digest = Store(tmp_path).keep("v", {"size": 3})
     store = Store(
         tmp_path
