@@ -24,7 +24,6 @@ def open_store(
     at its first write."""
     from soma.store import Store
     from soma.store.errors import BadStore
-    from soma.store.folder import FolderStore
 
     try:
         store = Store(path, durability=durability)
@@ -32,6 +31,5 @@ def open_store(
         if durability == DURABLE:
             raise
         raise refused(f"{named}: {error}") from None
-    if isinstance(store, FolderStore):
-        store.check_writable()
+    store.check_writable()  # a folder's folders now; a bucket's credentials at its first request
     return store

@@ -7,7 +7,6 @@ Why a module of its own: gc is the only part of soma.health that deletes; its gu
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -15,11 +14,11 @@ from typing import Any
 
 from soma.health import reach
 from soma.health.common import HealthError, _size
-from soma.health.reach import files, is_digest, list_blobs, resolve_names, walk
+from soma.health.reach import list_blobs, resolve_names, walk
 from soma.round import holders, layout
 from soma.round.layout import run_of
 from soma.store import REFRESH_AFTER, Store
-from soma.store.backend import BackendStore
+from soma.store.keeping import Temporary
 
 GRACE = 3600.0
 # The least `min_age` gc takes: a put refreshes a blob only once it is REFRESH_AFTER old, so
@@ -98,52 +97,16 @@ def _writer_gone(store: Store, temporary: str) -> bool:
     """Whether the writer of a temporary (`<host>.<pid>.<tid>.<random>.<what>`) is provably
     gone: it is this host's, and its pid is not running (a reused pid counts as alive)."""
     parts = temporary.split(".")
-    if len(parts) < 5 or parts[0] != store._host or not parts[1].isdigit():
+    if len(parts) < 5 or parts[0] != store.host or not parts[1].isdigit():
         return False
     return holders._process_start(int(parts[1])) is None
 
 
 def _collect(store: Store, digest: str, cutoff: float) -> int | None:
-    """Remove blob `digest` unless it was touched after `cutoff`: moved to `attic/`, stat-ed
-    there (a put between gc's listing and the move refreshed it: it goes back), and only
-    then unlinked; a put after the move links it back from `attic/` itself. The bytes
-    freed, or None when it stays (or was gone already). A bucket's blob: its backend's
-    own protocol (soma.store.s3)."""
-    if isinstance(store, BackendStore):
-        return store.backend.collect_blob(digest, cutoff)
-    final, attic = store.blob_path(digest), store._attic / digest
-    for attempt in (0, 1):
-        try:
-            os.rename(final, attic)
-            break
-        except FileNotFoundError:
-            if attempt or not final.exists():
-                return None
-            store._attic.mkdir(exist_ok=True)  # the first gc that needs it
-    return _settle_attic(store, digest, cutoff, keep=False)
-
-
-def _settle_attic(store: Store, digest: str, cutoff: float, *, keep: bool) -> int | None:
-    """Decide a blob in `attic/`: back to its place if it must stay (`keep`, or touched
-    after `cutoff`), else unlinked; the bytes freed, or None when it went back."""
-    attic = store._attic / digest
-    try:
-        st = os.lstat(attic)
-    except FileNotFoundError:
-        return None
-    if keep or not _untouched(st.st_mtime, cutoff):
-        store._rescue(digest)
-        _unlink(attic)
-        return None
-    _unlink(attic)
-    return st.st_size
-
-
-def _unlink(path: str | os.PathLike[str]) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
+    """Remove blob `digest` unless it was touched after `cutoff`, by the store's own safe
+    protocol (a folder's attic, a bucket's: soma.store.keeping); the bytes freed, or None
+    when it stays (or was gone already)."""
+    return store.collect_blob(digest, cutoff)
 
 
 def _open_rounds(names: list[str], run: str) -> list[int]:
@@ -187,10 +150,9 @@ def gc(
             f"puts only when it is older than {REFRESH_AFTER:g}s, so gc could remove a blob "
             "under it (or a temporary it is writing); nothing was removed"
         )
-    bucket = store.backend if isinstance(store, BackendStore) else None
     _refuse_links(store)
     tic = time.monotonic()
-    now = time.time() if bucket is None else bucket.now()  # a bucket: the server's clock
+    now = store.clock()  # a bucket's: the server's
     cutoff = now - min_age
     report = GcReport(str(store.directory), dry_run, min_age)
     everything = store.bound()
@@ -236,8 +198,7 @@ def gc(
         )
     if not report.blocked:
         reached = graph.reached()
-        if bucket is not None and not dry_run:
-            report.restored += bucket.settle_attic()
+        report.restored += store.settle_attic(reached, cutoff, dry_run)  # a killed gc's
         listing, _ = list_blobs(store)
         for d, f in sorted(listing.items()):
             if d in reached:
@@ -250,34 +211,20 @@ def gc(
             if freed is not None:
                 report.blobs_removed += 1
                 report.blob_bytes += freed
-            elif store.has(d) if bucket else store.blob_path(d).exists():  # put since listed
+            elif store.blob_present(d):  # put again since listed
                 report.raced += 1
-        for entry in files(store._attic) if bucket is None else []:  # a bucket's: settled
-            if not is_digest(entry.name) or dry_run:
-                continue
-            if _settle_attic(store, entry.name, cutoff, keep=entry.name in reached) is None:
-                report.restored += 1
-    if bucket is not None:  # its temporaries: multipart uploads
-        if not dry_run:
-            bucket.forget_markers(cutoff)
-        report.uploads_aborted, report.temporaries_kept = bucket.abandoned_uploads(cutoff, dry_run)
-        report.seconds = time.monotonic() - tic
-        return report
-    for entry in files(store.directory / "tmp"):
-        try:
-            st = entry.stat(follow_symlinks=False)
-        except FileNotFoundError:
-            continue
-        abandoned = _untouched(st.st_mtime, cutoff) or (
-            _untouched(st.st_mtime, now - min(min_age, DEAD_WRITER_AGE))
-            and _writer_gone(store, entry.name)
+    # temporaries (a bucket's: multipart uploads) a killed writer left
+    young = now - min(min_age, DEAD_WRITER_AGE)
+
+    def abandoned(temporary: Temporary) -> bool:
+        return _untouched(temporary.mtime, cutoff) or (
+            _untouched(temporary.mtime, young) and _writer_gone(store, temporary.name)
         )
-        if not abandoned:
-            report.temporaries_kept += 1
-            continue
-        if not dry_run:
-            _unlink(entry.path)
-        report.temporaries_removed += 1
-        report.temporary_bytes += st.st_size
+
+    swept = store.sweep_temporaries(cutoff, abandoned, dry_run)
+    report.temporaries_removed += swept.removed
+    report.temporary_bytes += swept.removed_bytes
+    report.temporaries_kept += swept.kept
+    report.uploads_aborted += swept.uploads_aborted
     report.seconds = time.monotonic() - tic
     return report

@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import stat
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -32,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from soma.store import Store, codecs, mark_corrupt
-from soma.store.backend import BackendStore
 from soma.store.errors import BadBlob, CorruptName, SymlinkInStore, UnknownDigest
+from soma.store.keeping import BlobFile as BlobFile
 
 # A blob reached as a possible record is read whole and hashed while walking when it is at
 # most this big, or when it starts like a record.
@@ -139,7 +138,7 @@ def look_at(store: Store, digest: str, as_tensors: bool) -> Look:
     """Read what needs reading of one blob: a tensor blob is only stat-ed here (hashed
     later, with progress); a possible record is read whole and hashed now."""
     try:
-        path, f = store._open_blob(digest)
+        path, f = store.open_blob(digest)
     except (UnknownDigest, SymlinkInStore, BadBlob):  # a link or a FIFO: no blob (`symlinks`)
         return Look(present=False)
     with f:
@@ -235,51 +234,10 @@ def resolve_names(store: Store, names: Iterable[str]) -> tuple[dict[str, str], l
     return found, bad
 
 
-@dataclass(frozen=True)
-class BlobFile:
-    digest: str
-    path: str
-    size: int
-    mtime: float
-
-
 def list_blobs(store: Store) -> tuple[dict[str, BlobFile], list[str]]:
-    """Every blob file (by digest) and every stray file (a path that is not a blob's)."""
-    blobs: dict[str, BlobFile] = {}
-    strays: list[str] = []
-    if isinstance(store, BackendStore):  # a bucket: one listing of keys, sizes and mtimes
-        for key, size, mtime in store.backend.blobs():
-            digest = key.rsplit("/", 1)[-1]
-            if is_digest(digest) and key == f"{digest[:2]}/{digest}":
-                blobs[digest] = BlobFile(digest, store.blob_path(digest), size, mtime)
-            else:
-                strays.append(f"{store.directory}/blobs/{key}")
-        return blobs, sorted(strays)
-    if (store.directory / "blobs").is_symlink():  # never followed; `symlinks` reports it
-        return blobs, strays
-    with os.scandir(store.directory / "blobs") as folders:
-        for folder in folders:
-            if folder.is_symlink():  # never followed; `symlinks` reports it
-                continue
-            if not folder.is_dir(follow_symlinks=False):
-                strays.append(folder.path)
-                continue
-            with os.scandir(folder.path) as entries:
-                for entry in entries:
-                    try:
-                        st = entry.stat(follow_symlinks=False)
-                    except FileNotFoundError:
-                        continue
-                    if stat.S_ISLNK(st.st_mode):  # `symlinks` reports it
-                        continue
-                    good = is_digest(entry.name) and entry.name[:2] == folder.name
-                    if good and entry.is_file(follow_symlinks=False):
-                        blobs[entry.name] = BlobFile(
-                            entry.name, entry.path, st.st_size, st.st_mtime
-                        )
-                    else:
-                        strays.append(entry.path)
-    return blobs, sorted(strays)
+    """Every blob file (by digest) and every stray file (a path that is not a blob's), as
+    the store lists them (soma.store.keeping: a folder's files, a bucket's keys)."""
+    return store.blob_files()
 
 
 def files(folder: Path) -> list[os.DirEntry]:
@@ -294,24 +252,6 @@ def files(folder: Path) -> list[os.DirEntry]:
 
 
 def symlinks(store: Store) -> list[str]:
-    """Every symbolic link anywhere under the store (its folders, their folders, and files),
-    sorted: the store makes none, so each is somebody else's, and nothing here follows one.
-    One listing per folder, never through a link."""
-    found: list[str] = []
-    if isinstance(store, BackendStore):  # a bucket has no links
-        return found
-
-    def walk(folder: str) -> None:
-        try:
-            with os.scandir(folder) as entries:
-                listed = list(entries)
-        except (FileNotFoundError, NotADirectoryError):
-            return
-        for entry in listed:
-            if entry.is_symlink():
-                found.append(entry.path)
-            elif entry.is_dir(follow_symlinks=False):
-                walk(entry.path)
-
-    walk(str(store.directory))
-    return sorted(found)
+    """Every symbolic link anywhere under the store, sorted: the store makes none, so each
+    is somebody else's (soma.store.keeping; a bucket has none)."""
+    return store.symlinks()

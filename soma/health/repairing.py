@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from soma.errors import SomaError
-from soma.health import collecting
 from soma.health.advice import Advisor, average_text
 from soma.health.common import _names_of
 from soma.health.reach import Graph, resolve_names, walk
@@ -26,7 +25,6 @@ from soma.health.rebuild import (
 )
 from soma.health.verifying import Problem, VerifyReport, verify
 from soma.store import Store
-from soma.store.backend import BackendStore
 from soma.store.errors import StoreError
 
 
@@ -108,10 +106,7 @@ def repair(
         current = verify(store, run)
     for p in current.problems:
         if p.kind == "corrupt" and not p.needed and p.digest is not None:
-            if isinstance(store, BackendStore):  # no corrupt mark on a bucket: as it is now
-                freed = store.backend.delete_blob(p.digest)
-            else:  # only while still marked corrupt (a put of its bytes since replaced it)
-                freed = collecting._collect(store, p.digest, cutoff=1e-9)
+            freed = store.remove_corrupt(p.digest)  # a folder's: only while still marked
             if freed is not None:
                 report.removed.append(p.path)
     report.after = verify(store, run) if current is not before or report.removed else before

@@ -19,9 +19,8 @@ from soma.health import reach
 from soma.health.advice import Advisor
 from soma.health.collecting import GRACE
 from soma.health.common import _names_of, _size
-from soma.health.reach import Graph, files, list_blobs, resolve_names, walk
+from soma.health.reach import Graph, list_blobs, resolve_names, walk
 from soma.store import Store, hash_stream, mark_corrupt
-from soma.store.backend import BackendStore
 from soma.store.errors import BadBlob, SymlinkInStore, UnknownDigest
 from soma.store.pipeline import _cpus
 
@@ -29,7 +28,7 @@ from soma.store.pipeline import _cpus
 def _hash_blob(store: Store, digest: str, on_chunk: Callable[[int], None]) -> str | None:
     """The sha256 of blob `digest` as it is now (None: gone), marking it when it is wrong."""
     try:
-        _, f = store._open_blob(digest)
+        _, f = store.open_blob(digest)
     except (UnknownDigest, SymlinkInStore, BadBlob):  # not a blob: reported by `symlinks`
         return None
     with f:
@@ -220,11 +219,10 @@ def verify(
         unreachable = [d for d in listing if d not in reached]
         report.unreachable = len(unreachable)
         report.unreachable_bytes = sum(listing[d].size for d in unreachable)
-        local = not isinstance(store, BackendStore)  # a bucket has no tmp/ and no attic/
-        temporaries = files(store.directory / "tmp") if local else []
+        temporaries = store.temporaries()  # a bucket has none, and no attic
         report.temporaries = len(temporaries)
-        report.temporary_bytes = sum(_entry_size(e) for e in temporaries)
-        report.attic = len(files(store._attic)) if local else 0
+        report.temporary_bytes = sum(t.size for t in temporaries)
+        report.attic = store.attic_count()
         candidates = list(listing) + [d for d in reached if d not in listing]
     else:
         candidates = sorted(graph.reached())
@@ -281,10 +279,3 @@ def _target(path: str) -> str:
 def _unneeded(store: Store, graph: Graph, digest: str) -> str:
     why = "only a note in a record names it" if digest in graph.parents else "no name reaches it"
     return f"nothing needs it ({why}): `soma repair --store {store.directory}` removes it"
-
-
-def _entry_size(entry: os.DirEntry) -> int:
-    try:
-        return entry.stat(follow_symlinks=False).st_size
-    except FileNotFoundError:
-        return 0

@@ -120,6 +120,7 @@ from soma.store.errors import (
     OversizedBlob,
     UnknownDigest,
 )
+from soma.store.keeping import BucketKeeping
 from soma.store.names import check_name
 from soma.store.pipeline import check_digest
 from soma.store.recent import Recent, Shared
@@ -325,7 +326,7 @@ class _Body:
             close()
 
 
-class BackendStore(Values):
+class BackendStore(Values, BucketKeeping):
     """The store's public API on a `Backend` (see the module docs): what `Store(url)` is for
     a URL that is not a folder. Values (keep/recall) are the folder store's own code."""
 

@@ -46,6 +46,7 @@ from soma.store.commit import GroupCommit
 from soma.store.errors import BadBlob, CorruptBlob, NameConflict, UnknownDigest
 from soma.store.folder_retries import patiently
 from soma.store.held import HeldFolders
+from soma.store.keeping import FolderKeeping
 from soma.store.names import check_name, split_prefix
 from soma.store.patience import Patience
 from soma.store.pipeline import (
@@ -73,7 +74,7 @@ from soma.store.values import Values
 from soma.store.written import Written
 
 
-class FolderStore(Pipeline, GroupCommit, Values):
+class FolderStore(Pipeline, GroupCommit, Values, FolderKeeping):
     """The store in a folder; opened as `soma.store.Store(directory, ...)`, whose docs say
     what each option means."""
 
@@ -417,21 +418,6 @@ class FolderStore(Pipeline, GroupCommit, Values):
         """A group's end (soma.store.commit), an unwritable store said as at any write."""
         with unwritable.refusing(self.directory):
             super()._commit(queued)
-
-    # --- housekeeping ----------------------------------------------------------------
-
-    def sweep_temporaries(self, older_than: float = 24 * 3600.0) -> int:
-        """Remove temporaries untouched for `older_than` seconds (left by killed writers)."""
-        removed, cutoff = 0, time.time() - older_than
-        with os.scandir(self._tmp) as entries:
-            for entry in entries:
-                try:
-                    if entry.stat(follow_symlinks=False).st_mtime < cutoff:
-                        os.unlink(entry.path)
-                        removed += 1
-                except FileNotFoundError:
-                    pass
-        return removed
 
     # --- inside ----------------------------------------------------------------------
 
