@@ -15,7 +15,7 @@ def value_blobs(store: Store, digest: str) -> list[str]:
     """The blobs value `digest` is made of (its record, then its tensor blobs), each read
     and hashed: a blob whose bytes do not hash to its digest, or that is missing, raises
     the store's own refusal (CorruptBlob, UnknownDigest, BadBlob) naming it."""
-    tree, loose = codecs.parse_record(store.get(digest), digest)
+    tree, loose = codecs.parse_record(store.get_record(digest), digest)
     found = [digest, *codecs.references(tree), *([] if loose is None else [loose])]
     for blob in found[1:]:
         store.get(blob)

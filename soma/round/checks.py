@@ -90,7 +90,7 @@ def _finite(tensor: torch.Tensor) -> bool:
 
 def signature(store: Store, digest: str) -> Signature:
     """An export's nodes, keys, shapes and dtypes, from its record and the tensors' headers."""
-    tree, _ = codecs.parse_record(store.get(digest), str(store.blob_path(digest)))
+    tree, _ = codecs.parse_record(store.get_record(digest), str(store.blob_path(digest)))
     if not isinstance(tree, dict):
         raise RoundError(f"value {digest} is not an export (a {type(tree).__name__})")
     out: Signature = {}

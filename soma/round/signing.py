@@ -428,7 +428,8 @@ def charter_roster(store: Store, run: str) -> str | None:
     digest = store.resolve(where)
     if digest is None:
         return None
-    tree, _ = record_json.parse_record(store.get(digest), f"run {run!r}'s charter ({where!r})")
+    whose = f"run {run!r}'s charter ({where!r})"
+    tree, _ = record_json.parse_record(store.get_record(digest), whose)
     said = tree.get("roster") if isinstance(tree, dict) else None
     return said if isinstance(said, str) else None
 
@@ -482,7 +483,7 @@ def _read_charter(store: Store, signing: Signing, run: str, digest: str) -> str:
     this process's (else refused, naming both rosters' digests)."""
     where = layout.charter(run)
     whose = f"run {run!r}'s charter ({where!r}, record {digest[:12]})"
-    tree, _ = record_json.parse_record(store.get(digest), whose)
+    tree, _ = record_json.parse_record(store.get_record(digest), whose)
     said = tree.get(SIGNED) if isinstance(tree, dict) else None
     body = {k: v for k, v in tree.items() if k != SIGNED} if isinstance(tree, dict) else {}
     value = body.get("value")
@@ -575,7 +576,7 @@ def check(
     nothing to check). `what` names the record."""
     if signing is None:
         return None
-    tree, loose = record_json.parse_record(store.get(digest), f"{what} (record {digest})")
+    tree, loose = record_json.parse_record(store.get_record(digest), f"{what} (record {digest})")
     whose = f"{what} ({name!r}, record {digest[:12]})"
     said = tree.get(SIGNED) if isinstance(tree, dict) else None
     if not isinstance(said, dict):

@@ -41,7 +41,7 @@ def record_of(store: Store, digest: str, what: str) -> dict[str, Any]:
 def tree_of(store: Store, digest: str, what: str) -> dict[str, Any]:
     """A record's JSON alone, its tensors left unread (what a check needs of a masked input)."""
     try:
-        tree, _ = codecs.parse_record(store.get(digest), digest)
+        tree, _ = codecs.parse_record(store.get_record(digest), digest)
     except StoreError as error:
         raise SecAggError(f"cannot read {what}: {error}") from None
     if not isinstance(tree, dict):

@@ -90,6 +90,12 @@ class Values:
         """Where blob `digest` is, as text, for messages (the folder store's spares a Path)."""
         return str(self.blob_path(digest))
 
+    def get_record(self, digest: str) -> bytes:
+        """The bytes of record blob `digest` (a signed record, a charter, a round's record),
+        verified, and refused (`BadBlob`) past a record's cap before more is read: a blob
+        planted under a record's digest costs a reader at most the cap, never its size."""
+        return self._get_at_most(digest, record_json.MAX_RECORD)
+
     def _get_at_most(self, digest: str, limit: int) -> bytes:
         """The bytes of blob `digest`, verified, refused past `limit` (a record's cap).
 
