@@ -8,6 +8,7 @@ is the function.)
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
@@ -168,6 +169,33 @@ def _stray_row(store: Store, run: str, name: str, clients: int | None) -> dict[s
     return row
 
 
+# The most clients a meeting's row lists (who was expected, who is missing): past it, an about
+# record (a forged one: 10^7 clients cost 0.9 GB and 89 MB of output) is flagged, not listed.
+LISTED = 100_000
+
+
+def _about_refusal(
+    store: Store,
+    signing: Signing | None,
+    record: Mapping[str, Any],
+    key: str,
+    name: str,
+    digest: str,
+) -> str | None:
+    """Why a meeting's about record is not to be believed: it is not the identity its meeting
+    is keyed by (the key is the digest of that identity: soma.round.Meeting.key), or, with a
+    roster, no roster member signed it. None when it is."""
+    from soma.round.signing import SIGNED
+    from soma.store.record_json import canonical_json
+
+    identity = {k: v for k, v in record.items() if k not in ("run", "round", SIGNED)}
+    if hashlib.sha256(canonical_json(identity)).hexdigest() != key:
+        return f"record {digest[:12]} is not the identity its meeting {key[:12]} is keyed by"
+    return readers.refusal(
+        store, signing, digest, name=name, writer=None, what="the meeting's about record"
+    )
+
+
 def _empty_row(r: int | None, key: str | None, clients: int | None) -> dict[str, Any]:
     return {
         "round": r,
@@ -217,9 +245,22 @@ def _status_row(
             row["problems"].append(f"cannot read its {what}: {error}")
 
     def about() -> None:
-        digest = store.resolve(layout.about(prefix))
+        name = layout.about(prefix)
+        digest = store.resolve(name)
         record = read_record(store, digest) if digest else {}
+        refused = _about_refusal(store, signing, record, key, name, digest) if digest else None
+        if refused is not None:  # nothing it says is used: not who was expected, not how many
+            row["ignored"].append({"record": digest, "name": name, "why": refused})
+            row["problems"].append(f"its about record is ignored: {refused}")
+            record = {}
         count = record.get("clients", clients)
+        if isinstance(count, int) and count > LISTED:
+            row["problems"].append(
+                f"its about record says {count} clients, more than soma status lists ({LISTED}): "
+                "who was expected and who is missing are not listed"
+            )
+            row.update(clients=count, expected=None, quorum=record.get("quorum"))
+            return
         expected = record.get("expected") or (None if count is None else list(range(count)))
         row.update(
             clients=count,
