@@ -112,6 +112,8 @@ def _status_line(row: dict[str, Any], several: set[int]) -> str:
         by = row.get("averaged_by")
         if isinstance(by, dict) and by.get("site") is not None:  # a run across sites
             state += f" by site {by['site']}"
+        if isinstance(by, dict) and by.get("cpu"):  # where its arithmetic ran (soma.arithmetic)
+            state += f" (computed under torch {by.get('torch')}, {by['cpu']})"
         if len(row["averages_by_inputs"]) > 1:
             state += f" ({len(row['averages_by_inputs'])} averages: the round was rerun)"
     elif holder:
