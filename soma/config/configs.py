@@ -112,6 +112,10 @@ def schema_refusal(error: BaseException) -> str | None:
         found.instance, Mapping
     ):
         return _unknown_keys(path, found.instance, schema)
+    if path == ["strategy"] and isinstance(found.instance, str):  # the built-ins, the near one
+        from soma.config.lookup import not_a_strategy
+
+        return f"{_where(path)}: {not_a_strategy(found.instance)}"
     about = schema.get("description")
     return f"{_where(path)}: {_with_value(found)}" + (f" ({about})" if about else "")
 

@@ -510,8 +510,24 @@ class RunSpec:
         self._check_personal_names()
         self._check_option_names()
         self._check_other_tasks()
+        self._check_findable()
         self._check_roster()
         return self
+
+    def _check_findable(self) -> None:
+        """The task and the strategy name modules that can be found here (soma.config.lookup,
+        without importing them): a typo is refused by a dry run, naming the near built-in."""
+        from soma.config.lookup import missing, modules_of, near, not_a_strategy
+
+        if missing(self.task):
+            raise self.refused(
+                f"{self.named('task')}: no module {self.task!r} can be imported here (a task is "
+                "an import path: soma.tasks.digits, or a module of your own in the working "
+                "directory or on PYTHONPATH)"
+                + near(self.task, [f"soma.tasks.{n}" for n in modules_of("tasks")])
+            )
+        if self.strategy not in modules_of("strategies") and missing(self.strategy):
+            raise self.refused(f"{self.named('strategy')}: {not_a_strategy(self.strategy)}")
 
     def _check_sites(self) -> None:
         """`sites` cover every client once; `site` is one of them; no secure aggregation

@@ -84,3 +84,12 @@ def _a_setting_left_off_the_command_line() -> None:
             parser.add_argument(setting.option, **flag)
 
     _replace(module, "add_run_options", without_threads)
+
+
+@mutant("a_name_no_module_has_goes_on", caught_by=["tests/config/test_lookup.py"])
+def _a_name_no_module_has_goes_on() -> None:
+    """A task or strategy that names no module passes the check: met minutes later, at its
+    import, at the end of a traceback."""
+    import soma.config.lookup as lookup
+
+    _replace(lookup, "missing", lambda path: False)

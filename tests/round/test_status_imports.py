@@ -4,6 +4,7 @@ importing a module runs its code and anyone who can write the store can write th
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ from helpers import soma
 
 from soma.round import layout, status
 from soma.run.simulate import simulate
-from soma.store import Store
+from soma.store import Store, record_json
 from soma.strategies import UntrustedStrategy, load_strategy
 
 RUN = "simulation"
@@ -33,9 +34,17 @@ def plant(tmp_path: Path) -> tuple[Path, Path]:
     simulate("soma.tasks.control", clients=2, rounds=1, deadline=30, store=tmp_path / "s")
     store = Store(tmp_path / "s")
     (name,) = [n for n in store.bound(RUN) if n.endswith("/average")]
-    store.keep(name, {**store.recall(name), "strategy": MODULE})
-    about = layout.about(name.rsplit("/", 1)[0])
-    store.keep(about, {**store.recall(about), "strategy": MODULE})
+    prefix = name.rsplit("/", 1)[0]
+    # the meeting as a writer of an unsigned store may make it: its about record consistent
+    # with the key it is filed under (status believes nothing else), naming MODULE
+    about = {**store.recall(layout.about(prefix)), "strategy": MODULE}
+    identity = {k: v for k, v in about.items() if k not in ("run", "round")}
+    key = hashlib.sha256(record_json.canonical_json(identity)).hexdigest()
+    planted = layout.meeting(RUN, 0, key)
+    store.keep(layout.about(planted), about)
+    store.keep(layout.average(planted), {**store.recall(name), "strategy": MODULE, "meeting": key})
+    for old in store.bound(prefix):
+        store.forget(old)
     return tmp_path / "s", marker
 
 

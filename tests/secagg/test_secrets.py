@@ -94,8 +94,12 @@ def test_a_process_hosting_at_least_the_threshold_is_refused_before_anything_is_
         RunSpec(run="r", task="soma.tasks.control", clients=4, rounds=1, secure=2,
                 mine=(0,), given="args").check()  # fmt: skip
     # fewer than the threshold, or every client (nobody outside to hide from), is fine
-    RunSpec(run="r", task="t", clients=5, rounds=1, secure=3, mine=(0, 1), given="args").check()
-    RunSpec(run="r", task="t", clients=4, rounds=1, secure=3, mine=(0, 1, 2, 3)).check()
+    RunSpec(
+        run="r", task="soma.tasks.control", clients=5, rounds=1, secure=3, mine=(0, 1), given="args"
+    ).check()
+    RunSpec(
+        run="r", task="soma.tasks.control", clients=4, rounds=1, secure=3, mine=(0, 1, 2, 3)
+    ).check()
 
 
 # --- item 3: the secrets folder, checked ------------------------------------------------------
