@@ -15,8 +15,15 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from soma.errors import SomaError
+
 DEADLINE = 3600.0  # seconds a process waits for a round before naming who is missing
 LEASE = 60.0  # seconds a holder's lease lasts unrenewed; it renews every third of it
+# Seconds a peer gives a fault note that was already there when it began to wait before it
+# stops on it: a rerun of the failed client forgets its old note as it starts the round
+# (soma.round.client.forget_fault), and a peer that came up a little earlier must not stop on
+# the note of the attempt before. A note written while a peer waits stops it at once.
+FAULT_GRACE = 20.0
 
 
 @dataclass(frozen=True)
@@ -57,3 +64,41 @@ class Timing:
             average_deadline=config.get("average_deadline"),
             lease=config.get("lease", LEASE),
         )
+
+
+class DeadlineTooShort(SomaError, ValueError):
+    """A quorum's deadline that could pass while a client's store is still retrying: the
+    round would be averaged around a client that came and whose writes are failing."""
+
+
+def check_fault_deadline(
+    deadline: float | None,
+    *,
+    option: str = "--deadline",
+    patience: float | None = None,
+    grace: float = FAULT_GRACE,
+) -> None:
+    """DeadlineTooShort, naming both values and the option, when a quorum's `deadline` is
+    shorter than the store's patience plus a fault note's grace.
+
+    A client whose store fails goes on retrying for the store's patience
+    (soma.store.patience) before it gives up and writes its fault note, and a peer may give
+    a note the grace before it stops on it: a deadline shorter than both together lets the
+    quorum publish an average without that client, exit 0 with another model, and say the
+    client "never came". Only for a run whose deadline averages around somebody (a quorum
+    below the clients sampled): where all must come the deadline stops the round instead.
+    `patience`: seconds (None: the environment's, SOMA_STORE_PATIENCE or its default)."""
+    if deadline is None:
+        return
+    from soma.store.patience import ENVIRONMENT, Patience
+
+    if patience is None:
+        patience = Patience.from_environment().seconds
+    if deadline >= patience + grace:
+        return
+    raise DeadlineTooShort(
+        f"{option} {deadline:g}s is shorter than the store's patience {patience:g}s "
+        f"({ENVIRONMENT}) plus a fault note's grace {grace:g}s: a quorum would be averaged "
+        f"around a client whose store is still retrying; set {option} to at least "
+        f"{patience + grace:g}, or lower {ENVIRONMENT}"
+    )

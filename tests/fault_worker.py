@@ -4,6 +4,8 @@ what a fault does to a round (tests/run/test_faults.py); the test's mutant too, 
 SOMA_PLANT="<errno name>:<name part>:<times>" makes the folder store's claim of any name
 containing <name part> fail with that OS error, <times> times (0: every time): what a full
 disk (ENOSPC) or an NFS server failing over (EIO) does to one client's claim.
+"SLOW:<name part>:<seconds>" makes its bind of such a name take that long first (a file
+server answering slowly as it comes back). Several plants are separated by commas.
 """
 
 import errno
@@ -22,6 +24,9 @@ def plant(spec: str) -> None:
     import soma.store.folder
 
     code, part, times = spec.split(":")
+    if code == "SLOW":
+        slow(part, float(times))
+        return
     number, left = getattr(errno, code), [int(times) or -1]
     claim = soma.store.folder.FolderStore._claim_once
 
@@ -34,8 +39,23 @@ def plant(spec: str) -> None:
     soma.store.folder.FolderStore._claim_once = failing
 
 
-if os.environ.get("SOMA_PLANT"):
-    plant(os.environ["SOMA_PLANT"])
+def slow(part: str, seconds: float) -> None:
+    import time
+
+    import soma.store.folder
+
+    bind = soma.store.folder.FolderStore.bind
+
+    def slowly(self, name, digest):
+        if part in name:
+            time.sleep(seconds)
+        return bind(self, name, digest)
+
+    soma.store.folder.FolderStore.bind = slowly
+
+
+for spec in filter(None, os.environ.get("SOMA_PLANT", "").split(",")):
+    plant(spec)
 
 from soma.cli import main  # noqa: E402
 

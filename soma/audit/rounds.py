@@ -22,6 +22,7 @@ from soma.config.participation import sampled
 from soma.errors import SomaError
 from soma.round import records
 from soma.round import signing as signatures
+from soma.round.client import STORE_FAULT
 from soma.round.meeting import Meeting
 from soma.round.verify import (
     RECOMPUTE,
@@ -240,7 +241,7 @@ def _left_out(
     for k, why in sorted(left.items()):
         if records.is_refused(why):
             audited.add("left-out", None, f"client {k}'s input was refused ({why})", k)
-        elif why in _NOT_DROPPED:
+        elif why in _NOT_DROPPED or why.startswith(STORE_FAULT):  # it came: its store failed
             try:
                 _absent(store, meeting, k, why, audited)
             except SomaError as error:

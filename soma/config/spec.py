@@ -474,7 +474,11 @@ class RunSpec:
             )
         try:
             sampled = sample_size(self.participation, self.clients)
-            quorum_size(self.quorum, sampled)
+            elsewhere = self.mine is not None and len(set(self.mine)) < self.clients
+            if elsewhere and quorum_size(self.quorum, sampled) < sampled:  # a store fault
+                from soma.timing import check_fault_deadline  # looked up now: its mutant
+
+                check_fault_deadline(self.timing.deadline, option=self.named("deadline"))
         except ParticipationError as error:
             raise self.refused(
                 f"{self.named('clients', 'participation', 'quorum')}: {error}"

@@ -24,7 +24,7 @@ from soma.round import checks, once, records, roll, signed, tree, verify, waitin
 from soma.round import signing as signatures
 from soma.round.apart import _Elsewhere
 from soma.round.checks import Decision, decide
-from soma.round.client import Faults
+from soma.round.client import STORE_FAULT, Faults, noted_faults
 from soma.round.kept import Kept
 from soma.round.meeting import Input, Meeting
 from soma.round.once import POLL, Backoff, Place, RoundIncomplete
@@ -89,16 +89,20 @@ def _left_out(
     store: Store, meeting: Meeting, inputs: Sequence[Input], refused: Mapping[int, str]
 ) -> dict[int, str]:
     """Why each member not among the inputs was left out: its input refused, its drop-out's
-    reason, or it came too late or never came."""
+    reason, its store's fault (its fault note: it came, and its store failed it), or it came
+    too late or never came."""
     came = {i.client for i in inputs}
     here = present(store, meeting)
     # only the others' records say why they are not among the inputs (one read, not two)
     dropped = roll.roll_call(store, meeting, [k for k in here if k not in came])[1]
     late = "came after the round was averaged"
+    # a client that never wrote its record but left a fault note came: its store failed it
+    faults = noted_faults(store, meeting, [k for k in meeting.members if k not in here])
     return {
         k: records.refused(refused[k])
         if k in refused
-        else dropped.get(k) or (late if k in here else "never came")
+        else dropped.get(k)
+        or (late if k in here else STORE_FAULT + faults[k] if k in faults else "never came")
         for k in meeting.members
         if k not in came
     }
@@ -240,7 +244,9 @@ def average_round(
     alive is waited for. `deadline` is seconds of waiting (None: forever). Going on without
     somebody is the meeting's policy, its quorum: past the deadline the round is averaged over
     whoever came if they are at least the quorum; below it, a RoundIncomplete names the
-    clients that never came. Under a quorum, a client whose record or input is refused is
+    clients that never came. A missing client's fault note (its store failed it) stops the
+    round, and holds it past the deadline until it does (soma.round.client.Faults): a quorum is
+    never averaged around it. Under a quorum, a client whose record or input is refused is
     left out as well (named in the record, `input refused: ...`); where all must come, the
     refusal stops the round in every process, naming the client and its record. An
     AveragerDied names who claimed the averaging and never published. On a bucket (a store
@@ -252,6 +258,7 @@ def average_round(
 
     elsewhere = _Elsewhere(store, meeting)
     faults = Faults(store, meeting)
+    delays = backoff.delays()  # while a fault note stands past the deadline (`ready`)
 
     def ready(past: bool) -> Ready | None:
         """Everyone accounted for; or, past the deadline, at least the quorum came. A client
@@ -263,7 +270,12 @@ def average_round(
         if not accounted:
             missing = [k for k in meeting.members if k not in here]
             elsewhere.check(missing)
-            faults.check(missing)
+            standing = faults.check(missing)
+            while past and standing:  # never averaged around a client whose store failed:
+                sleep(next(delays))  # its note stops this process once it has stood the grace
+                here = present(store, meeting)
+                standing = faults.check([k for k in meeting.members if k not in here])
+            accounted = roll._complete(here, len(meeting.members))
         if not (accounted or past):
             return None
         came, dropped, unreadable = roll.roll_call(store, meeting, here)

@@ -19,6 +19,7 @@ from soma.round.checks import Refused, _check_finite, _check_size
 from soma.round.meeting import Meeting
 from soma.round.once import RoundError
 from soma.store import Store
+from soma.timing import FAULT_GRACE
 
 LOG = logging.getLogger("soma.client")
 
@@ -322,39 +323,74 @@ def forget_fault(store: Store, meeting: Meeting, client: int) -> None:
     store.forget(layout.fault(meeting.prefix, client, meeting.clients))  # False: none there
 
 
-# Seconds a peer gives a fault note before it stops on it: a rerun of the failed client
-# forgets its old note as it starts the round (`forget_fault`), and a peer that came up a
-# little earlier must not stop on the note of the attempt before.
-FAULT_GRACE = 20.0
-
-
 class Faults:
-    """The fault notes of a meeting's missing clients, as one waiting process sees them: a
-    note that stays (the same one, its client still missing) for `grace` seconds stops it."""
+    """The fault notes of a meeting's missing clients, as one waiting process sees them.
+
+    A note written while this process waits is its client's current attempt: it stops the
+    process at once. A note that was there at its first look may be an earlier attempt's,
+    which a rerun of the client forgets as it starts: it stops the process once it has stood
+    for `grace` seconds, and until then it stands, so that past the deadline the round waits
+    (`check`'s answer) rather than being averaged around a client whose store failed. (A
+    note refreshed while the client's store retries was the other way: it needs the failing
+    store to take the note while it fails, and the store layer to know about rounds.)"""
 
     def __init__(self, store: Store, meeting: Meeting, grace: float | None = None) -> None:
         self.store, self.meeting = store, meeting
         self.grace = FAULT_GRACE if grace is None else grace
         self.seen: dict[tuple[int, str], float] = {}
+        self.before: set[tuple[int, str]] | None = None  # the notes there at the first look
+        self.vouched: dict[tuple[int, str], str | None] = {}  # what each one says, or None
 
-    def check(self, missing: list[int]) -> None:
+    def check(self, missing: list[int]) -> list[int]:
         """StoreFailedPeer naming the first of the `missing` clients whose note, signed by
-        that client where the run is signed, has stood for the grace."""
+        that client where the run is signed, stops this process (see the class); else the
+        clients whose notes stand without stopping it yet, which the round must wait for."""
         store, meeting = self.store, self.meeting
         noted = set(store.bound(layout.faults(meeting.prefix)))  # one listing a poll
-        now = time.monotonic()
+        now, first = time.monotonic(), self.before is None
+        before = self.before = set() if self.before is None else self.before
+        standing = []
         for k in missing:
             name = layout.fault(meeting.prefix, k, meeting.clients)
             digest = store.resolve(name) if name in noted else None
-            if digest is None or now - self.seen.setdefault((k, digest), now) < self.grace:
+            if digest is None:
                 continue
-            why = _fault_of(store, meeting, k, name, digest)
-            if why is not None:
-                raise StoreFailedPeer(
-                    f"{meeting.what} stops: the store failed client {k}'s part ({why}); the "
-                    "round is not averaged around a broken store: once the store works, run "
-                    "again"
-                )
+            if first:
+                before.add((k, digest))
+            if (k, digest) not in self.vouched:
+                self.vouched[k, digest] = _fault_of(store, meeting, k, name, digest)
+            why = self.vouched[k, digest]
+            if why is None:  # nobody's word: it stops nothing and holds nothing up
+                continue
+            since = self.seen.setdefault((k, digest), now)
+            if (k, digest) in before and now - since < self.grace:
+                standing.append(k)
+                continue
+            raise StoreFailedPeer(
+                f"{meeting.what} stops: the store failed client {k}'s part ({why}); the "
+                "round is not averaged around a broken store: once the store works, run "
+                "again"
+            )
+        return standing
+
+
+# How an average's `left_out` begins for a client it went on without whose fault note was
+# there (soma.round.average): it came, and its store failed it; it never dropped out.
+STORE_FAULT = "store fault: "
+
+
+def noted_faults(store: Store, meeting: Meeting, clients: list[int]) -> dict[int, str]:
+    """What the fault notes of `clients` say, for those with a note someone can vouch for:
+    why an average that went on without them left them out (soma.round.average)."""
+    noted = set(store.bound(layout.faults(meeting.prefix)))
+    said = {}
+    for k in clients:
+        name = layout.fault(meeting.prefix, k, meeting.clients)
+        digest = store.resolve(name) if name in noted else None
+        why = None if digest is None else _fault_of(store, meeting, k, name, digest)
+        if why is not None:
+            said[k] = why
+    return said
 
 
 def _fault_of(store: Store, meeting: Meeting, k: int, name: str, digest: str) -> str | None:

@@ -52,7 +52,12 @@ def plant_nan_record(folder: Path, stop: threading.Event, planted: list[str]) ->
 
 
 @pytest.mark.slow
-def test_two_honest_soma_clients_average_without_a_hostile_nan_record(tmp_path) -> None:
+def test_two_honest_soma_clients_average_without_a_hostile_nan_record(
+    tmp_path, monkeypatch
+) -> None:
+    # a quorum's deadline must outlast the store's patience and a fault note's grace
+    # (soma.timing.check_fault_deadline): this store's patience, 30 s, lets 120 s do
+    monkeypatch.setenv("SOMA_STORE_PATIENCE", "30")
     folder = tmp_path / "store"
     stop, planted = threading.Event(), []
     hostile = threading.Thread(target=plant_nan_record, args=(folder, stop, planted))

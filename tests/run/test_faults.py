@@ -39,7 +39,8 @@ def clients(store: Path | str, *, plant: str | None = None, faulty: int = 3, env
     stderr."""
     args = ["client", "--store", str(store), "--run", "f", "--rounds", "2"]
     args += ["--clients", str(CLIENTS), "--task", "soma.tasks.digits", "--quorum", "3"]
-    args += ["--strategy", "fedadam", "--deadline", "60"]
+    # a quorum's deadline outlasts the store's patience (120 s) and a fault note's grace
+    args += ["--strategy", "fedadam", "--deadline", "150"]
     for option in ("labels_per_client=5", "model=softmax", "epochs=1"):
         args += ["--option", option]
     running = []

@@ -247,7 +247,10 @@ def test_soma_client_trains_only_the_sampled_clients_and_all_leave_with_the_same
 
 
 @pytest.mark.slow
-def test_a_diverging_client_under_soma_client_is_refused_and_the_quorum_goes_on(tmp_path) -> None:
+def test_a_diverging_client_under_soma_client_is_refused_and_the_quorum_goes_on(
+    tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setenv("SOMA_STORE_PATIENCE", "30")  # a quorum's deadline outlasts it + grace
     task = ("--task", "diverging", "--option", "examples=32", "--option", "bad_client=1")
     flags = (*task, "--quorum", "2", "--deadline", "60")
     done = finish([soma_client(tmp_path, k, *flags, clients=3, rounds=1) for k in range(3)])
