@@ -43,6 +43,9 @@ try:
 except ImportError as missing:  # Snakemake without the Slurm plugin: every other executor
     if missing.name not in SLURM_PLUGINS:  # must still work, so this one refuses when used
         raise
+    from snakemake_executor_plugin_soma_slurm import unavailable
+
+    unavailable.REASON = unavailable.why(missing)
     from snakemake_executor_plugin_soma_slurm.unavailable import (  # type: ignore[assignment]
         Executor,
         common_settings,

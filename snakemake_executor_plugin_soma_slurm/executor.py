@@ -9,17 +9,21 @@ import os
 import re
 import shlex
 import shutil
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 from snakemake_executor_plugin_slurm import Executor as SlurmExecutor
 from snakemake_executor_plugin_slurm import ExecutorSettings, common_settings
-from snakemake_executor_plugin_slurm_jobstep import (
-    get_cpu_setting,
-    get_gpu_setting,
-    get_node_setting,
-)
 from snakemake_interface_common.exceptions import WorkflowError
+
+from snakemake_executor_plugin_soma_slurm import failures
+from snakemake_executor_plugin_soma_slurm.steps import (
+    cpu_setting,
+    gpu_count,
+    gpu_setting,
+    node_setting,
+)
 
 __all__ = ["Executor", "ExecutorSettings", "common_settings", "ended_marker", "step_command"]
 
@@ -30,6 +34,12 @@ LOCAL = "--executor local"
 # the job runs (its batch shell exiting, the node reporting), up to a second.
 TICK = 0.25
 HURRIED_MAX = 1.0
+# soma.device.SLOTS_ENV (not imported: the executor runs where soma's torch need not load):
+# set on a step that runs several jobs side by side on its GPUs, each then takes its own.
+SLOTS_ENV = "SOMA_GPU_SLOTS"
+# Options of the Slurm plugin's jobstep executor, which soma's steps do not run: given, they
+# would be dropped without a word (the step runs Snakemake's local executor).
+JOBSTEP = "--slurm-jobstep-"
 
 
 def step_command(job_exec: str, python: str, srun: str, cpus: int) -> str:
@@ -88,12 +98,31 @@ def ended_marker(command: str, marker: Path) -> str:
 def _cpus(job) -> int:
     """The CPUs the submission asks Slurm for (--cpus-per-task as the Slurm plugin sets it),
     or the job's threads when it asks per GPU or leaves CPUs to the partition."""
-    found = re.search(r"--cpus-per-task=(\d+)", get_cpu_setting(job, _gpu(job)))
+    found = re.search(r"--cpus-per-task=(\d+)", cpu_setting(job, gpu_count(job) > 0))
     return int(found.group(1)) if found else max(1, int(job.threads))
 
 
-def _gpu(job) -> bool:
-    return bool(job.resources.get("gpu") or "gpu" in str(job.resources.get("gres", "")))
+def srun_of(job) -> str:
+    """The srun that runs a submission's step: its CPUs, GPUs and node as sbatch was asked.
+    A group's step that holds several GPUs (a GPU per train job side by side) is marked
+    (SLOTS_ENV) so that each job in it takes a GPU of its own (soma.device.gpu_slot): the
+    local executor inside hands none out, and every job would otherwise train on the first."""
+    gpus = gpu_count(job)
+    shared = f"--export=ALL,{SLOTS_ENV}=1" if gpus > 1 and job.is_group() else ""
+    parts = ("srun -n1 --cpu-bind=q", shared, cpu_setting(job, gpus > 0), gpu_setting(job))
+    return " ".join(part for part in (*parts, node_setting(job)) if part)
+
+
+def refuse_jobstep_options(argv: list[str]) -> None:
+    """Refuse, naming it, an option of the jobstep executor on Snakemake's command line:
+    soma's steps run the local executor, so it would be dropped without a word."""
+    given = [arg.split("=", 1)[0] for arg in argv if arg.startswith(JOBSTEP)]
+    if given:
+        raise WorkflowError(
+            f"soma-slurm: {given[0]} is an option of the slurm-jobstep executor, which soma's "
+            "submissions do not run (each runs Snakemake's local executor in one srun step): "
+            "drop it (for sbatch's line length, --soma-slurm-pass-command-as-script)"
+        )
 
 
 class Executor(SlurmExecutor):
@@ -108,6 +137,7 @@ class Executor(SlurmExecutor):
         super().__init__(workflow, logger)
 
     def __post_init__(self, test_mode: bool = False) -> None:
+        refuse_jobstep_options(sys.argv)
         super().__post_init__(test_mode)
         ended = Path(self.workflow.workdir_init, ".snakemake", "soma_slurm", self.run_uuid)
         ended.mkdir(parents=True, exist_ok=True)
@@ -122,9 +152,7 @@ class Executor(SlurmExecutor):
         return LOCAL
 
     def format_job_exec(self, job) -> str:
-        gpu = _gpu(job)
-        parts = ("srun -n1 --cpu-bind=q", get_cpu_setting(job, gpu), get_gpu_setting(job))
-        srun = " ".join(part for part in (*parts, get_node_setting(job)) if part)
+        srun = srun_of(job)
         python = self.get_python_executable()
         name = str(next(self._names))
         self._marker[id(job)] = name
@@ -134,6 +162,18 @@ class Executor(SlurmExecutor):
         if self.workflow.executor_settings.pass_command_as_script:
             return command
         return for_wrap(command)  # the plugin runs `sbatch ... --wrap="<it>"` in a shell
+
+    def report_job_error(self, job_info, msg=None, **kwargs) -> None:
+        """The plugin's report, and on the main log one line with Slurm's state and soma's own
+        reason from the job's log (Snakemake says only "Error in group round0" and "message:
+        None" per rule of a group's submission)."""
+        logs = [str(log) for log in kwargs.get("aux_logs") or []]
+        line = failures.said_by_soma(
+            job_info.external_jobid, msg, logs, Path(self.workflow.workdir_init)
+        )
+        if line:
+            self.logger.error(line)
+        super().report_job_error(job_info, msg=msg, **kwargs)
 
     async def sleep(self) -> None:
         """The plugin's wait before its next status check, cut short by a submission's

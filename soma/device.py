@@ -7,6 +7,15 @@ than by torch in the middle of the first one. `auto` is `cuda` when torch sees a
 Slurm a job sees only the GPUs it was given (CUDA_VISIBLE_DEVICES), numbered from 0, so
 `cuda` (the first visible GPU, `cuda:0`) is the job's own.
 
+A round's Slurm submission under soma's executor (profiles/slurm, `soma-slurm`) is one `srun`
+step that holds a GPU per client side by side and runs the round's jobs with Snakemake's local
+executor, which hands no job a GPU of its own: every job sees them all. There the executor
+marks the step (SLOTS_ENV), and `auto` or `cuda` takes a GPU slot: the first of the step's
+GPUs no other process of the step holds, held by an exclusive lock on a file of the node
+(released by the kernel when the process ends, however it ends), and narrows the process's
+CUDA_VISIBLE_DEVICES to it. A lock, not a counter, so that no job crashed mid-round leaves a
+GPU taken; the node's own folder, not the shared file system, whose locks are not reliable.
+
 Only training and evaluation happen on the device: soma.nodes.export always copies to CPU,
 so what crosses the store is the same whatever trained it, and soma.nodes.load copies into
 the nodes wherever they are.
@@ -14,10 +23,13 @@ the nodes wherever they are.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
+import tempfile
 from collections.abc import Iterator, Mapping
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 import torch
 from torch import nn
@@ -26,6 +38,11 @@ from soma.errors import SomaError, TaskError
 
 CHOICES = "cpu, cuda, cuda:N (N a GPU index, from 0) or auto"
 _CUDA = re.compile(r"cuda(?::(\d+))?")
+# Set ("1") by soma's Slurm executor on a step whose jobs share its GPUs: each takes its own.
+SLOTS_ENV = "SOMA_GPU_SLOTS"
+# This process's GPU slot once taken: (the GPU, its index among those torch saw before, the
+# open locked file, kept open for the process's life); None: no slot here.
+_SLOT: dict[str, tuple[str, int, IO[str]] | None] = {}
 
 
 class DeviceError(SomaError, ValueError):
@@ -53,14 +70,66 @@ def resolve_device(text: object, *, option: str = "device") -> torch.device:
     if text == "cpu":
         return torch.device("cpu")
     if text == "auto":
-        return torch.device("cuda", 0) if gpus() else torch.device("cpu")
+        index = _own_index()  # before torch first asks CUDA, which reads the visible GPUs once
+        return torch.device("cuda", index) if gpus() else torch.device("cpu")
     match = _CUDA.fullmatch(text)
     if match is None:
         raise DeviceError(f"{option}={text!r} is unknown; choose {CHOICES}")
-    index = int(match.group(1) or 0)
+    index = int(match.group(1)) if match.group(1) is not None else _own_index()
     if index >= gpus():
         raise DeviceError(f"{option}={text!r}: this machine has {_gpus_said(gpus())}{_hint()}")
     return torch.device("cuda", index)
+
+
+def gpu_slot(environ: Mapping[str, str], folder: Path | None = None) -> tuple[str, IO[str]] | None:
+    """The GPU this process takes among its step's (`environ`'s CUDA_VISIBLE_DEVICES) and
+    its locked file, to keep open while it uses the GPU; None where the step is not marked
+    (SLOTS_ENV) or sees one GPU or none. The first free one; when all are held (more jobs
+    than GPUs side by side, which the submission's request rules out), it waits for one, a
+    lock's release being the event: never two processes on one slot."""
+    if environ.get(SLOTS_ENV) != "1":
+        return None
+    visible = [gpu.strip() for gpu in environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
+    visible = [gpu for gpu in visible if gpu]
+    if len(visible) < 2:
+        return None
+    if folder is None:
+        step = f"{environ.get('SLURM_JOB_ID', 'local')}.{environ.get('SLURM_STEP_ID', '0')}"
+        folder = Path(tempfile.gettempdir()) / f"soma-gpus-{step}"
+    folder.mkdir(parents=True, exist_ok=True)
+    for gpu in visible:
+        handle = open(folder / re.sub(r"[^\w.-]", "_", gpu), "a")  # noqa: SIM115 (kept open)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            continue
+        return gpu, handle
+    gpu = visible[os.getpid() % len(visible)]
+    handle = open(folder / re.sub(r"[^\w.-]", "_", gpu), "a")  # noqa: SIM115 (kept open)
+    fcntl.flock(handle, fcntl.LOCK_EX)
+    return gpu, handle
+
+
+def _own_index() -> int:
+    """The index (among the GPUs torch sees) of this process's GPU: its slot's where the step
+    shares its GPUs (taken once, CUDA_VISIBLE_DEVICES narrowed to it before torch first asks
+    CUDA, so it is `cuda:0`; where torch had asked before, the slot's index among the step's),
+    else 0."""
+    if "slot" not in _SLOT:
+        before = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        taken = gpu_slot(os.environ)
+        if taken is None:
+            _SLOT["slot"] = None
+        else:
+            gpu, handle = taken
+            index = [g.strip() for g in before.split(",") if g.strip()].index(gpu)
+            os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+            _SLOT["slot"] = (gpu, index, handle)
+    slot = _SLOT["slot"]
+    if slot is None:
+        return 0
+    return 0 if gpus() <= 1 else slot[1]
 
 
 def task_device(task: str, text: object) -> torch.device:

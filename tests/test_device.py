@@ -402,3 +402,36 @@ def test_a_client_side_strategy_trains_on_the_gpu_against_cpu_exports(strategy, 
         task.train(nodes, task.shard(1, 4), seed=7, objective=objective)
         results.append(soma.export(nodes))
     assert close(*results)
+
+
+# --- a GPU of its own per job, in a step that shares its GPUs (issue 53) ----------------------
+
+
+def step_environment(gpus: str) -> dict[str, str]:
+    """A job's environment in a round's step of soma-slurm that holds `gpus`."""
+    return {devices.SLOTS_ENV: "1", "CUDA_VISIBLE_DEVICES": gpus, "SLURM_JOB_ID": "7"}
+
+
+def test_each_job_of_a_step_that_shares_its_gpus_takes_a_different_one(tmp_path):
+    """Three train jobs side by side in a step holding GPUs 4, 5 and 6 (as Slurm numbers
+    them): each narrows its CUDA_VISIBLE_DEVICES to a GPU none of the others holds; one that
+    ends lets its GPU go (the kernel drops its lock), and the next job takes it."""
+    env = step_environment("4,5,6")
+    taken = [devices.gpu_slot(env, tmp_path) for _ in range(3)]
+    assert all(t is not None for t in taken)
+    assert sorted(gpu for gpu, _ in taken) == ["4", "5", "6"]  # type: ignore[misc]
+    gpu, handle = taken[1]  # type: ignore[misc]
+    handle.close()  # the job ended
+    again = devices.gpu_slot(env, tmp_path)
+    assert again is not None and again[0] == gpu
+    for t in (*taken, again):
+        t[1].close()  # type: ignore[index]
+
+
+def test_no_slot_outside_a_shared_step_or_with_one_gpu(tmp_path):
+    """Without the executor's mark (a job per submission: Slurm already gave it its own GPU),
+    or with one GPU visible, nothing is taken and CUDA_VISIBLE_DEVICES is left as it is."""
+    assert devices.gpu_slot({"CUDA_VISIBLE_DEVICES": "0,1"}, tmp_path) is None
+    assert devices.gpu_slot(step_environment("3"), tmp_path) is None
+    assert devices.gpu_slot(step_environment(""), tmp_path) is None
+    assert list(tmp_path.iterdir()) == []

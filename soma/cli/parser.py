@@ -13,6 +13,7 @@ from soma.cli.bucket import add_command as add_bucket
 from soma.cli.health import gc, keys, merge_rosters, repair, verify
 from soma.cli.run import client
 from soma.cli.show import export, status
+from soma.cli.slurm import add_command as add_slurm
 from soma.config.settings import add_run_options, clients_of
 from soma.config.spec import BadArgument
 
@@ -293,6 +294,7 @@ def parser() -> argparse.ArgumentParser:
     _reader_averagers(commands.choices["audit"])
     _reader_charter(commands.choices["audit"])
     add_bucket(commands)
+    add_slurm(commands)
     return top
 
 

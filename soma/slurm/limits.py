@@ -106,7 +106,7 @@ def refusal(request: Request, partition: Partition, accounts: set[str] | None) -
         return (
             f"{request.what} asks {request.cpus} CPUs (--cpus-per-task), but one node of "
             f"{where} has at most {partition.cpus} CPUs: lower the profile's `cores` and the "
-            f"threads under `set-threads` (and any `cpus_per_task`) to {partition.cpus} or fewer"
+            f"run's `threads` (and any `cpus_per_task`) to {partition.cpus} or fewer"
         )
     if request.mem_mb and partition.mem_mb and request.mem_mb > partition.mem_mb:
         return (

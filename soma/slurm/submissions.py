@@ -20,7 +20,7 @@ from typing import Any
 from soma.slurm import limits, query
 from soma.slurm.limits import Request, SlurmRefused
 
-__all__ = ["EXECUTORS", "check", "check_or_exit", "requests"]
+__all__ = ["EXECUTORS", "check", "check_or_exit", "gres_with_groups", "requests", "submissions"]
 
 # Snakemake's executors that submit through snakemake-executor-plugin-slurm: its own, and
 # soma's (snakemake_executor_plugin_soma_slurm: a submission's jobs run by the local executor).
@@ -66,20 +66,22 @@ def _cpus(options: list[str]) -> int:
     return int(found.group(1)) if found else 1
 
 
-def requests(workflow: Any) -> list[tuple[Request, list[str]]]:
-    """Each distinct submission the run will make (its request and its sbatch options), the
-    first of each kind named; a request Snakemake cannot size yet is left to Slurm."""
+def submissions(workflow: Any) -> list[tuple[Request, list[str]]]:
+    """Every submission the run will make, in the DAG's order: its request and the sbatch
+    options the plugin will give it. A request Snakemake cannot size yet is left to Slurm."""
+    refused = gres_with_groups(workflow)
+    if refused is not None:
+        raise SlurmRefused(refused)
     dag = workflow.dag
     settings = getattr(workflow, "executor_settings", None)
-    submissions: dict[int, Any] = {}
+    found: dict[int, Any] = {}
     for job in dag.needrun_jobs():
         submission = dag.get_job_group(job) or job
         if submission is job and getattr(job, "is_local", False):
             continue  # a localrule runs in the main process
-        submissions.setdefault(id(submission), submission)
-    seen: set[tuple] = set()
+        found.setdefault(id(submission), submission)
     out: list[tuple[Request, list[str]]] = []
-    for submission in submissions.values():
+    for submission in found.values():
         resources = submission.resources
         options = _options(submission, settings)
         request = Request(
@@ -90,11 +92,40 @@ def requests(workflow: Any) -> list[tuple[Request, list[str]]]:
             partition=_text(resources.get("slurm_partition")),
             account=_text(resources.get("slurm_account")),
         )
-        kind = tuple(options)  # the same options: the same answer from Slurm
-        if kind not in seen:
-            seen.add(kind)
+        out.append((request, options))
+    return out
+
+
+def requests(workflow: Any) -> list[tuple[Request, list[str]]]:
+    """Each distinct submission the run will make (its request and its sbatch options), the
+    first of each kind named: the same options get the same answer from Slurm."""
+    seen: set[tuple] = set()
+    out: list[tuple[Request, list[str]]] = []
+    for request, options in submissions(workflow):
+        if tuple(options) not in seen:
+            seen.add(tuple(options))
             out.append((request, options))
     return out
+
+
+def gres_with_groups(workflow: Any) -> str | None:
+    """The refusal of a profile that gives a rule of a group (`groups:`, a round per
+    submission) its own `gres`: Snakemake cannot add text up, so the round's submission
+    would fail to be formed ("Resource gres is a string but not all jobs in group require
+    the same value") or ask one GPU for all its clients; None when there is none."""
+    groups = getattr(workflow.group_settings, "overwrite_groups", None) or {}
+    given = getattr(workflow.resource_settings, "overwrite_resources", None) or {}
+    for rule, resources in given.items():
+        gres = resources["gres"] if "gres" in resources else None  # (a Resource, or text)
+        gres = getattr(gres, "raw", gres)
+        if rule in groups and gres:
+            return (
+                f"rule {rule} asks gres={gres!r} (set-resources) and is in a "
+                f"round's submission (groups: {rule}={groups[rule]}): Snakemake cannot add a "
+                "round's GPUs up as text; ask `gpu: 1` instead (sbatch --gpus, one per job "
+                "side by side), or delete `groups:` for a job per submission"
+            )
+    return None
 
 
 def _int(value: Any) -> int | None:

@@ -115,3 +115,64 @@ plugin.executor(None, None)
     assert "WorkflowError: --executor soma-slurm needs snakemake-executor-plugin-slurm" in (
         done.stderr
     ), done.stderr[-2000:]
+
+
+# --- honest at its edges (issue 53) -----------------------------------------------------------
+
+
+def test_an_import_that_fails_is_named_as_it_failed():
+    """A name the Slurm plugin no longer has is said as that (the module, the name, the
+    version installed), not as the plugin missing; a plugin absent is said as absent."""
+    from snakemake_executor_plugin_soma_slurm.unavailable import why
+
+    moved = ImportError(
+        "cannot import name 'Executor' from 'snakemake_executor_plugin_slurm'",
+        name="snakemake_executor_plugin_slurm",
+    )
+    said = why(moved)
+    assert "cannot import from snakemake_executor_plugin_slurm 2." in said, said
+    assert "cannot import name 'Executor'" in said and "is not installed" not in said, said
+    absent = ModuleNotFoundError("No module named 'x'", name="snakemake_executor_plugin_slurm_x")
+    assert "needs snakemake-executor-plugin-slurm-x (2.8), which is not installed" in why(absent)
+
+
+def test_a_jobstep_option_soma_would_drop_is_refused_naming_it():
+    from snakemake_executor_plugin_soma_slurm.executor import refuse_jobstep_options
+
+    refuse_jobstep_options(["snakemake", "--soma-slurm-pass-command-as-script"])
+    with pytest.raises(WorkflowError, match="soma-slurm: --slurm-jobstep-pass-command-as-script"):
+        refuse_jobstep_options(["snakemake", "--slurm-jobstep-pass-command-as-script", "-n"])
+
+
+@pytest.mark.parametrize(
+    "resources, gpus",
+    [({}, 0), ({"gpu": 2}, 2), ({"gres": "gpu:1"}, 1), ({"gres": "gpu:a100:3"}, 3),
+     ({"gres": "gpu"}, 1), ({"gres": "tmpfs:10G"}, 0)],
+)  # fmt: skip
+def test_a_steps_gpus_are_the_submissions_whether_counted_or_generic(resources, gpus):
+    from types import SimpleNamespace
+
+    from snakemake_executor_plugin_soma_slurm.steps import gpu_count, gpu_setting
+
+    job = SimpleNamespace(resources=SimpleNamespace(get=resources.get), threads=1)
+    assert gpu_count(job) == gpus
+    assert gpu_setting(job) == (f"--gpus={gpus}" if gpus else "")
+
+
+def test_a_failed_submission_is_said_with_slurms_state_and_somas_reason(tmp_path):
+    """The main log's line for a group's failed submission: Slurm's state and soma's own
+    reason, read from the rule's log the inner Snakemake named in the Slurm log; a time limit
+    with no reason of soma's is said as what to raise."""
+    from snakemake_executor_plugin_soma_slurm.failures import said_by_soma
+
+    rule_log = tmp_path / "logs/run/round/0/client/1.log"
+    rule_log.parent.mkdir(parents=True)
+    rule_log.write_text("x INFO soma: training\nx ERROR soma: failed after 3.10 s: boom: fix it\n")
+    slurm_log = tmp_path / "9.log"
+    slurm_log.write_text("Error in rule train:\n    log: logs/run/round/0/client/1.log (check)\n")
+    message = "SLURM-job '9' failed, SLURM status is: 'FAILED'. Reason: x."
+    said = said_by_soma("9", message, [str(slurm_log)], tmp_path)
+    assert said == f"soma-slurm: Slurm job 9 ended FAILED: boom: fix it ({slurm_log})", said
+    timeout = "SLURM-job '9' failed, SLURM status is: 'TIMEOUT'."
+    said = said_by_soma("9", timeout, [str(tmp_path / "gone.log")], tmp_path)
+    assert said is not None and "ended TIMEOUT: time limit: raise `runtime`" in said, said

@@ -56,7 +56,7 @@ def test_a_request_that_fits_is_not_refused():
 def test_too_many_cpus_named_with_the_profile_keys():
     said = limits.refusal(request(cpus=4), partition_of("debug", SCONTROL, SINFO), None)
     assert "asks 4 CPUs" in said and "at most 2 CPUs" in said
-    assert "`cores`" in said and "`set-threads`" in said and "partition debug" in said
+    assert "`cores`" in said and "run's `threads`" in said and "partition debug" in said
 
 
 def test_too_much_memory_named():

@@ -42,13 +42,17 @@ pytestmark = pytest.mark.slurm
 
 def test_the_profiles_name_the_workflows_rules_and_the_test_cluster(tmp_path) -> None:
     """Per-rule settings for a rule that no longer exists are silently ignored by Snakemake."""
-    write_config(tmp_path)
-    listed = subprocess.run(
-        snakemake(tmp_path, "--list-rules"), cwd=tmp_path, capture_output=True, text=True
-    )
-    assert listed.returncode == 0, listed.stderr
-    rules = {line.split()[0] for line in listed.stdout.splitlines() if line.strip()}
+    rules: set[str] = set()
+    # a client a job (train), a batch of clients a job (train_batch), a round a job (round)
+    for clients, per_job in ((2, 1), (3, 2), (2, 2)):
+        write_config(tmp_path, clients=clients, clients_per_job=per_job)
+        listed = subprocess.run(
+            snakemake(tmp_path, "--list-rules"), cwd=tmp_path, capture_output=True, text=True
+        )
+        assert listed.returncode == 0, listed.stderr
+        rules |= {line.split()[0] for line in listed.stdout.splitlines() if line.strip()}
     assert {"start", "train", "average", "evaluate", "alone", "centralized", "summary"} <= rules
+    assert {"train_batch", "round"} <= rules
     user = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())
     test = yaml.safe_load((PROFILE / "config.yaml").read_text())
     rounds = yaml.safe_load((ROUNDS_PROFILE / "config.yaml").read_text())
@@ -63,6 +67,13 @@ def test_the_profiles_name_the_workflows_rules_and_the_test_cluster(tmp_path) ->
         assert {k for k in settings if not k.startswith(profile["executor"] + "-")} == set()
         assert "serial" not in profile.get("default-resources", {})  # rounds run side by side
     assert {"train", "average"} <= set(user["set-resources"])
+    # every rule that trains gets the profile's sizes and threads (GPU too, where given),
+    # however clients_per_job groups the clients (issue 53)
+    training = {"train", "train_batch", "round", "alone", "centralized"}
+    assert training <= set(user["set-resources"])
+    # threads are the run's (its config's `threads`, part of what it is), never a profile's
+    assert "set-threads" not in user
+    assert len({user["set-resources"][r]["mem_mb"] for r in training - {"centralized"}}) == 1
     assert "slurm_partition" not in user["default-resources"], "the user's to fill in"
     assert test["default-resources"]["slurm_partition"] == PARTITION
     assert test["default-resources"]["slurm_account"] == ACCOUNT
@@ -110,27 +121,32 @@ def with_fixtures() -> dict[str, str]:
     return env
 
 
+# A run of 4 threads (config `threads`): its clients each ask 4 CPUs (--cpus-per-task).
+THREADS = 4
+
+
 def test_the_shipped_profile_with_partition_and_account_is_refused_naming_the_cpu_limit(
     cluster, tmp_path, slurm
 ) -> None:
-    """profiles/slurm with only its two lines filled in: on the test node (2 CPUs) round 0's
-    submission (its 2 train jobs side by side at 4 threads each: 8 CPUs) cannot run, and the
-    run is refused before any submission, one `soma:` line naming the CPU limit (plugin 2.8.0
-    said only "message: None" for a group's refusal); on a node with 8 CPUs or more it runs."""
+    """profiles/slurm with only its two lines filled in, a run of 4 threads: on the test node (2
+    CPUs) round 0's submission (its 2 train jobs side by side at 4 threads each: 8 CPUs) cannot
+    run, and the run is refused before any submission, one `soma:` line naming the CPU limit
+    (plugin 2.8.0 said only "message: None" for a group's refusal); on a node with 8 CPUs or
+    more it runs."""
     shipped = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())
     filled = {"slurm_partition": PARTITION, "slurm_account": ACCOUNT}
     profile = profile_like(ROOT / "profiles" / "slurm", tmp_path / "profile",
                            default_resources=filled)  # fmt: skip
-    write_config(tmp_path, rounds=1, clients_per_job=1)
+    write_config(tmp_path, rounds=1, clients_per_job=1, threads=THREADS)
     command = snakemake(tmp_path, AVERAGE_0, slurm=slurm, profile=profile)
     run = slurm.run(command, cwd=tmp_path, timeout=FEW_JOBS)
-    if run.returncode == 0:  # a node that fits the profile's threads
+    if run.returncode == 0:  # a node that fits the run's threads
         return
     assert not submitted(run.output) and not slurm.jobs(), run.tail()
     (said,) = [line for line in run.output.splitlines() if line.startswith("soma: ")]
-    cpus = min(shipped["cores"], 2 * shipped["set-threads"]["train"])  # 2 clients at once
+    cpus = min(shipped["cores"], 2 * THREADS)  # 2 clients at once
     assert f"asks {cpus} CPUs (--cpus-per-task)" in said, run.tail()
-    assert f"partition {PARTITION} has at most" in said and "`set-threads`" in said, said
+    assert f"partition {PARTITION} has at most" in said and "run's `threads`" in said, said
     assert "group round0's submission (average, start, 2 train)" in said, said
 
 
