@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from soma.store import Store, codecs, record_json, tensorfile
+from soma.store import Store, record_json, tensorfile
 from soma.store.backend import BackendStore
 from soma.store.errors import BadBlob, CorruptBlob, NoCodec, OversizedBlob
 
