@@ -1,4 +1,5 @@
-"""Every command the README and config/README.md tell a user to type, run as a test.
+"""Every command the README, config/README.md and the site's tutorials and how-to guides
+(docs/tutorials/, docs/how-to/) tell a user to type, run as a test.
 
 A snakemake command is run as a dry run (`-n`) in a folder laid out like a checkout (the
 Snakefile, workflow/, config/ and profiles/ linked in), so that what the docs say is accepted
@@ -18,7 +19,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "README.md", ROOT / "config" / "README.md"]
+DOCS = [
+    ROOT / "README.md",
+    ROOT / "config" / "README.md",
+    *sorted((ROOT / "docs" / "tutorials").glob("*.md")),
+    *sorted((ROOT / "docs" / "how-to").glob("*.md")),
+]
 
 
 def documented_commands(text: str) -> list[str]:
@@ -44,7 +50,7 @@ def snakemake_commands() -> list[str]:
             if "--report" in command:
                 continue  # needs a finished run: test_workflow's report test
             commands.append(command)
-    return commands
+    return list(dict.fromkeys(commands))  # a page may repeat the README's
 
 
 def checkout(tmp_path: Path) -> Path:
@@ -90,27 +96,34 @@ def test_each_documented_soma_command_runs(tmp_path) -> None:
 
     import soma
 
-    store = soma.Store(tmp_path / "store")
     export = {"fc": {"weight": torch.ones(2, 2)}}
-    for r in range(4):
-        soma.gather(store, export, run="digits", round=r, clients=1, mine=0, deadline=10)
-    commands = [
-        c
-        for doc in DOCS
-        for c in documented_commands(doc.read_text())
-        if c.startswith("soma ")
-        and " --" in c
-        and "/shared/" not in c
-        and "$" not in c
-        and not _on_a_bucket(c)
-    ]
-    assert any(c.startswith("soma status") for c in commands)
-    for command in commands:
-        done = subprocess.run(
-            ["bash", "-c", command.replace("soma ", f"{sys.executable} -m soma.cli ", 1)],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert done.returncode == 0, f"{command}\n{done.stdout}{done.stderr}"
+    pages = {doc: [c for c in documented_commands(doc.read_text()) if _runnable(c)] for doc in DOCS}
+    assert any(c.startswith("soma status") for c in pages[DOCS[0]])
+    for number, (doc, commands) in enumerate(pages.items()):
+        # Each page's commands in order, in a folder of the page's own (a page's `soma keys`
+        # makes the keys another page makes too), with the store of a run "digits" to read.
+        where = tmp_path / f"page{number}"
+        store = soma.Store(where / "store")
+        for r in range(4):
+            soma.gather(store, export, run="digits", round=r, clients=1, mine=0, deadline=10)
+        for command in commands:
+            done = subprocess.run(
+                ["bash", "-c", command.replace("soma ", f"{sys.executable} -m soma.cli ", 1)],
+                cwd=where,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert done.returncode == 0, f"{doc.name}: {command}\n{done.stdout}{done.stderr}"
+
+
+def _runnable(command: str) -> bool:
+    """A `soma` command this test can run here: not a bucket's, not one on a cluster's
+    shared folder, nor one that needs the shell's variables."""
+    return (
+        command.startswith("soma ")
+        and " --" in command
+        and "/shared/" not in command
+        and "$" not in command
+        and not _on_a_bucket(command)
+    )

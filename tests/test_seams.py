@@ -253,7 +253,7 @@ EXAMPLES = ROOT / "examples"
 
 
 def test_the_readmes_task_is_the_example_to_copy() -> None:
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "tutorials" / "own-task.md").read_text()
     code = "# mytask.py" + readme.split("```python\n# mytask.py", 1)[1].split("```", 1)[0]
     assert (EXAMPLES / "mytask.py").read_text() == code
 

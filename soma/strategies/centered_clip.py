@@ -163,6 +163,16 @@ class CenteredClip(Bucketing, Strategy):
 
 
 def make(*, tau: float = 1.0, iterations: int = 1, bucket: int = 1) -> CenteredClip:
+    """Centered clipping around the previous global model (Karimireddy et al. 2021; robust).
+
+    Options (the config's `strategy_options.centered_clip`; `--strategy-option KEY=VALUE`
+    on `soma client` and `soma simulate`), each checked here and refused naming it:
+
+    - `tau` (1.0): the clipping radius, in the units of the weights, > 0.
+    - `iterations` (1): the clipping's fixed-point iterations, ≥ 1.
+    - `bucket` (1): s clients a bucket: the rule works on the means of buckets of s clients,
+      shuffled by the run's seed and the round, which helps when the clients' data differ.
+    """
     ok = not isinstance(tau, bool) and isinstance(tau, numbers.Real)
     if not ok or not (math.isfinite(tau) and tau > 0):
         raise StrategyError(f"centered_clip option tau must be a finite number > 0, not {tau!r}")

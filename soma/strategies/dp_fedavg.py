@@ -93,14 +93,6 @@ anything is claimed (`check_state`, which the round calls beside `check`: `check
 see the state, which holds how many rounds were spent) and again in `aggregate` before any
 arithmetic. The clients of that round have trained by then (nothing of theirs is published),
 and in the workflow the average job fails with the refusal, which stops the run.
-
-Options: `clip` (L2 bound, > 0; the starting one when adaptive), `noise_multiplier` (z,
->= 0; 0 only clips, and spends an infinite epsilon), `mode`, `clients_per_round` (m: the
-count of the workflow's `participation`; required in distributed mode), `adaptive` (null,
-true for the defaults, or a map of `quantile`, `lr`, `count_noise`), `seed` (null or an
-integer, with `noise: reproducible_not_private` only), `delta` (1e-5), `budget` (null or
-an epsilon), `noise` (`private`, the default, or `reproducible_not_private`). Needs
-`pip install 'soma[privacy]'`.
 """
 
 from __future__ import annotations
@@ -645,6 +637,13 @@ def make(
     budget: float | None = None,
     noise: str = PRIVATE,
 ) -> DPFedAvg:
+    """DP-FedAvg's options (`strategy_options.dp_fedavg`, `--strategy-option KEY=VALUE`): `clip`
+    (1.0: each update's L2 bound, > 0; the starting one when adaptive), `noise_multiplier` (1.0:
+    z, >= 0; 0 only clips, and spends an infinite epsilon), `mode` (`central` or `distributed`),
+    `clients_per_round` (m, null: every client; required in distributed mode), `adaptive` (null,
+    true for the defaults, or a map of `quantile`, `lr`, `count_noise`), `seed` (null; with
+    `noise: reproducible_not_private` only), `delta` (1e-5), `budget` (null, or the epsilon that
+    stops the run), `noise` (`private` or `reproducible_not_private`). Needs `soma[privacy]`."""
     clip = _number("clip", clip, "> 0", lambda x: x > 0)
     noise_multiplier = _number("noise_multiplier", noise_multiplier, ">= 0", lambda x: x >= 0)
     if mode not in MODES:

@@ -52,6 +52,20 @@ def make(
     bias_correction: bool = False,
     norm_bound: float | None = None,
 ) -> Strategy:
+    """FedAdam (Reddi et al. 2021): an Adam step on the mean's pseudo-gradient.
+
+    Options (the config's `strategy_options.fedadam`; `--strategy-option KEY=VALUE`
+    on `soma client` and `soma simulate`), each checked here and refused naming it:
+
+    - `server_lr` (0.1): the server's step along the mean's pseudo-gradient.
+    - `beta1` (0.9): the first moment's decay, in [0, 1).
+    - `beta2` (0.99): the second moment's decay, in [0, 1).
+    - `tau` (0.001): the adaptivity's floor, > 0.
+    - `v0` (`tau2`): the second moment's start, `tau2` (the paper's) or `zero` (Flower's).
+    - `bias_correction` (false): Adam's bias correction (true with `v0: zero` is Flower's).
+    - `norm_bound` (null): clip each update to this many times the round's median update norm
+      before the mean; needs every update, so no tree and no secure aggregation.
+    """
     optimizer = _fedopt.ServerOptimizer(
         name="fedadam",
         rule="adam",

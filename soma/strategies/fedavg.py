@@ -37,4 +37,12 @@ class FedAvg(Strategy):
 
 
 def make(*, norm_bound: float | None = None) -> Strategy:
+    """The size-weighted mean (McMahan et al. 2017), the default strategy.
+
+    Options (the config's `strategy_options.fedavg`; `--strategy-option KEY=VALUE`
+    on `soma client` and `soma simulate`), each checked here and refused naming it:
+
+    - `norm_bound` (null): clip each update to this many times the round's median update norm
+      before the mean; needs every update, so no tree and no secure aggregation.
+    """
     return bounded(FedAvg(), bound_of("fedavg", norm_bound))

@@ -31,6 +31,16 @@ from soma.strategies._norm_bound import bound_of, bounded
 def make(
     *, server_lr: float = 1.0, momentum: float = 0.9, norm_bound: float | None = None
 ) -> Strategy:
+    """FedAvg with server momentum (Hsu et al. 2019).
+
+    Options (the config's `strategy_options.fedavgm`; `--strategy-option KEY=VALUE`
+    on `soma client` and `soma simulate`), each checked here and refused naming it:
+
+    - `server_lr` (1.0): the server's step along the momentum (1.0 is a step of the whole mean).
+    - `momentum` (0.9): the momentum's decay, in [0, 1).
+    - `norm_bound` (null): clip each update to this many times the round's median update norm
+      before the mean; needs every update, so no tree and no secure aggregation.
+    """
     optimizer = _fedopt.ServerOptimizer(
         name="fedavgm",
         rule="momentum",

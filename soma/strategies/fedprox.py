@@ -84,6 +84,17 @@ class FedProx(Strategy):
 
 
 def make(mu: float = 0.01, *, norm_bound: float | None = None) -> Strategy:
+    """FedProx (Li et al. 2020): FedAvg, each client's training pulled towards the round's start.
+
+    Needs a task whose `train()` takes `objective=`.
+
+    Options (the config's `strategy_options.fedprox`; `--strategy-option KEY=VALUE`
+    on `soma client` and `soma simulate`), each checked here and refused naming it:
+
+    - `mu` (0.01): the proximal term's weight, `mu/2 ‖w − w_start‖²`, ≥ 0 (0 is FedAvg).
+    - `norm_bound` (null): clip each update to this many times the round's median update norm
+      before the mean; needs every update, so no tree and no secure aggregation.
+    """
     ok = not isinstance(mu, bool) and isinstance(mu, numbers.Real) and math.isfinite(mu)
     if not ok or mu < 0:
         raise StrategyError(f"fedprox option mu must be a finite number >= 0, not {mu!r}")

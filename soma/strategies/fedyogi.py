@@ -48,6 +48,19 @@ def make(
     v0: str = "tau2",
     norm_bound: float | None = None,
 ) -> Strategy:
+    """FedYogi (Reddi et al. 2021): a Yogi step on the mean's pseudo-gradient.
+
+    Options (the config's `strategy_options.fedyogi`; `--strategy-option KEY=VALUE`
+    on `soma client` and `soma simulate`), each checked here and refused naming it:
+
+    - `server_lr` (0.01): the server's step along the mean's pseudo-gradient.
+    - `beta1` (0.9): the first moment's decay, in [0, 1).
+    - `beta2` (0.99): the second moment's decay, in [0, 1).
+    - `tau` (0.001): the adaptivity's floor, > 0.
+    - `v0` (`tau2`): the second moment's start, `tau2` (the paper's) or `zero` (Flower's).
+    - `norm_bound` (null): clip each update to this many times the round's median update norm
+      before the mean; needs every update, so no tree and no secure aggregation.
+    """
     optimizer = _fedopt.ServerOptimizer(
         name="fedyogi",
         rule="yogi",

@@ -134,4 +134,14 @@ class Krum(Bucketing, Strategy):
 
 
 def make(*, f: int = 1, m: int = 1, bucket: int = 1) -> Krum:
+    """Krum and multi-Krum (Blanchard et al. 2017): the clients closest to their neighbours.
+
+    Options (the config's `strategy_options.krum`; `--strategy-option KEY=VALUE`
+    on `soma client` and `soma simulate`), each checked here and refused naming it:
+
+    - `f` (1): the Byzantine clients a round tolerates; a round needs n ≥ 2f + 3 clients.
+    - `m` (1): the clients kept and averaged by size, in [1, n − f]; 1 is Krum, more multi-Krum.
+    - `bucket` (1): s clients a bucket: the rule works on the means of buckets of s clients,
+      shuffled by the run's seed and the round, which helps when the clients' data differ.
+    """
     return Krum(_count("f", f, 0), _count("m", m, 1), bucket_size("krum", bucket))

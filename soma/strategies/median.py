@@ -62,4 +62,12 @@ class Median(Bucketing, Strategy):
 
 
 def make(*, bucket: int = 1) -> Median:
+    """The coordinate-wise median (robust, unweighted).
+
+    Options (the config's `strategy_options.median`; `--strategy-option KEY=VALUE`
+    on `soma client` and `soma simulate`), each checked here and refused naming it:
+
+    - `bucket` (1): s clients a bucket: the rule works on the means of buckets of s clients,
+      shuffled by the run's seed and the round, which helps when the clients' data differ.
+    """
     return Median(bucket_size("median", bucket))

@@ -227,6 +227,17 @@ class Scaffold(Strategy):
 
 
 def make(server_lr: float = 1.0, *, server_mean: str = "weighted") -> Scaffold:
+    """SCAFFOLD (Karimireddy et al. 2020): control variates that correct each client's drift.
+
+    Needs a task whose `train()` takes `objective=`.
+
+    Options (the config's `strategy_options.scaffold`; `--strategy-option KEY=VALUE`
+    on `soma client` and `soma simulate`), each checked here and refused naming it:
+
+    - `server_lr` (1.0): the server's step, > 0.
+    - `server_mean` (`weighted`): the mean of the updates, `weighted` by data size or
+      `uniform` (the paper's plain mean).
+    """
     ok = not isinstance(server_lr, bool) and isinstance(server_lr, numbers.Real)
     if not ok or not math.isfinite(server_lr) or server_lr <= 0:
         raise StrategyError(

@@ -87,4 +87,13 @@ class TrimmedMean(Bucketing, Strategy):
 
 
 def make(*, beta: float = 0.2, bucket: int = 1) -> TrimmedMean:
+    """The coordinate-wise mean without the `beta` fraction at each end (robust, unweighted).
+
+    Options (the config's `strategy_options.trimmed_mean`; `--strategy-option KEY=VALUE`
+    on `soma client` and `soma simulate`), each checked here and refused naming it:
+
+    - `beta` (0.2): the fraction trimmed at each end, in [0, 0.5).
+    - `bucket` (1): s clients a bucket: the rule works on the means of buckets of s clients,
+      shuffled by the run's seed and the round, which helps when the clients' data differ.
+    """
     return TrimmedMean(_beta(beta), bucket_size("trimmed_mean", bucket))

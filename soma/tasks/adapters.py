@@ -516,8 +516,27 @@ def _loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def make(**options: Any) -> AdaptersTask:
-    """The task of `options` (OPTIONS); options `base` and `train` are the fields
-    `base_path` and `mode` (base() and train() are methods)."""
+    """LoRA adapters fine-tuned across clients on a pretrained character model.
+
+    Needs `pip install 'soma[adapters]'`. Options `base` and `train` are the task's fields
+    `base_path` and `mode` (base() and train() are its methods).
+
+    Options (the config's `task_options`, keyed by `soma.tasks.adapters`; `--option KEY=VALUE` on
+    `soma client` and `soma simulate`):
+
+    - `base` (required): the pretrained model's safetensors file
+      (`python examples/federated_lora.py --pretrain-only -o FILE`).
+    - `plays` (null: all 38): the plays whose speaking roles are the clients.
+    - `train` (`lora`): `lora` (only the adapters trained and sent) or `full`.
+    - `rank` (4), `alpha` (8): the adapters' rank and scale (alpha / rank).
+    - `targets` (`[q, k, v, out]`): the Linear layers adapted.
+    - `freeze_a` (false): FFA-LoRA, A frozen at its seeded start and only B sent.
+    - `epochs` (1), `lr` (0.005), `batch_size` (16): local Adam.
+    - `max_windows` (64): a client's training (and held-out) windows at most.
+    - `test_windows` (1000): the central test set.
+    - `test_fraction` (0.2): each role's held-out share.
+    - `min_lines` (50): roles with fewer lines are no client.
+    """
     for field_name in RENAMED.values():
         if field_name in options:
             raise TypeError(f"unexpected keyword argument {field_name!r}")

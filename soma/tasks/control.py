@@ -82,4 +82,17 @@ class ControlTask:
 
 
 def make(**options) -> ControlTask:
+    """The control task: a fixed teacher network, each client on one corner of its inputs.
+
+    It serves any client count in seconds, so it is what `soma client` and `soma simulate` train
+    without `--task`.
+
+    Options (the config's `task_options`, keyed by `soma.tasks.control`; `--option KEY=VALUE` on
+    `soma client` and `soma simulate`):
+
+    - `examples` (256): examples a client holds.
+    - `epochs` (1), `lr` (0.05): local training.
+    - `teacher_seed` (1234): the teacher network's draw.
+    - `device` (`cpu`): `cpu`, `cuda`, `cuda:N`, or `auto` (the job's GPU when Slurm gave one).
+    """
     return ControlTask(**options)

@@ -378,6 +378,25 @@ class DigitsTask:
 
 
 def make(**options) -> DigitsTask:
+    """The digits task: scikit-learn's `load_digits` split among clients, the workflow's default.
+
+    Options (the config's `task_options`, keyed by `soma.tasks.digits`; `--option KEY=VALUE` on
+    `soma client` and `soma simulate`):
+
+    - `partition` (`labels_per_client`): how the training set is split, `iid`, `dirichlet`
+      (label skew by Dirichlet(`alpha`)), `labels_per_client` or `quantity` (sizes skewed).
+    - `alpha` (0.5): the Dirichlet concentration.
+    - `labels_per_client` (2): labels each client holds.
+    - `min_size` (2): a client's shard of fewer examples is refused, naming it.
+    - `model` (`softmax`): `softmax` or `mlp` (one hidden layer of `hidden`).
+    - `hidden` (32): the MLP's width.
+    - `lr` (0.1), `momentum` (0.9), `epochs` (2), `batch_size` (16): local SGD.
+    - `split_seed` (0), `partition_seed` (0): the test split's and the partition's draws.
+    - `test_fraction` (0.25): the central test set's share.
+    - `validation_fraction` (0.2): each client's held-out share, for federated evaluation.
+    - `scale` (`standard`): the inputs scaled by the training set's statistics.
+    - `device` (`cpu`): `cpu`, `cuda`, `cuda:N`, or `auto` (the job's GPU when Slurm gave one).
+    """
     return DigitsTask(**options)
 
 

@@ -339,4 +339,22 @@ def _tensors(x: np.ndarray, y: np.ndarray) -> Data:
 
 
 def make(**options) -> ShakespeareTask:
+    """LEAF's Shakespeare: next-character prediction, each speaking role a client.
+
+    Needs `pip install 'soma[shakespeare]'`.
+
+    Options (the config's `task_options`, keyed by `soma.tasks.shakespeare`; `--option KEY=VALUE` on
+    `soma client` and `soma simulate`):
+
+    - `plays` (null: all 38): a list of play names.
+    - `min_lines` (3): roles with fewer lines are left out.
+    - `role_seed` (0): the order in which eligible roles become clients.
+    - `test_fraction` (0.1): each role's held-out share, after LEAF's gap of 79.
+    - `model` (`small`): `small` (one LSTM layer of `hidden`) or `leaf` (LEAF's two of 256).
+    - `embedding` (8), `hidden` (64): the small model's sizes.
+    - `lr` (0.8), `epochs` (1), `batch_size` (10): local plain SGD, as LEAF.
+    - `max_windows` (1000): examples a client trains on a round (null: all, as LEAF).
+    - `test_windows` (2000): the central test sample (null: every role's whole test split).
+    - `device` (`cpu`): `cpu`, `cuda`, `cuda:N`, or `auto` (the job's GPU when Slurm gave one).
+    """
     return ShakespeareTask(**options)

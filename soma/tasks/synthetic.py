@@ -298,4 +298,20 @@ class SyntheticTask:
 
 
 def make(**options) -> SyntheticTask:
+    """Synthetic(α, β) of the FedProx paper (Li et al., MLSys 2020), generated offline.
+
+    A client is a device, so a run's `clients` must equal `devices`.
+
+    Options (the config's `task_options`, keyed by `soma.tasks.synthetic`; `--option KEY=VALUE` on
+    `soma client` and `soma simulate`):
+
+    - `alpha` (1.0): how much the devices' models differ (it changes no label: see the module).
+    - `beta` (1.0): how much the devices' inputs differ.
+    - `iid` (false): the paper's Synthetic IID (`alpha` and `beta` must then be 0).
+    - `devices` (30): devices generated.
+    - `data_seed` (0): the seed the devices are drawn from.
+    - `test_fraction` (0.2): each device's held-out share.
+    - `epochs` (1), `lr` (0.01), `batch_size` (10): local plain SGD (the paper: 20, 0.01, 10).
+    - `device` (`cpu`): `cpu`, `cuda`, `cuda:N`, or `auto` (the job's GPU when Slurm gave one).
+    """
     return SyntheticTask(**options)

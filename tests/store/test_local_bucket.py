@@ -284,7 +284,7 @@ def test_two_sites_on_one_machine_run_from_a_clean_folder_to_the_bits_of_one_sit
 def test_the_readmes_recipe_is_the_one_tested() -> None:
     """Once the README has the recipe, its commands are these, in this order (the install,
     the server and the export line it prints aside)."""
-    text = (ROOT / "README.md").read_text()
+    text = "\n" + (ROOT / "docs" / "tutorials" / "two-sites.md").read_text()
     found = re.search(r"\n(#+) Two sites on one machine\n(.*?)(\n#{1,3} |\Z)", text, flags=re.S)
     if found is None:
         pytest.skip("the README has no section `Two sites on one machine` yet")

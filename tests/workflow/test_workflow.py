@@ -346,7 +346,7 @@ def test_lint_and_format_are_clean() -> None:
 
 @pytest.mark.workflow
 def test_a_task_of_your_own_from_the_readme(tmp_path) -> None:
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "tutorials" / "own-task.md").read_text()
     code = readme.split("```python\n# mytask.py", 1)[1].split("```", 1)[0]
     (tmp_path / "mytask.py").write_text("# mytask.py" + code)
     command = readme.split("```\nsnakemake --cores 2 -s /path/to/soma/Snakefile", 1)[1]
