@@ -49,6 +49,7 @@ without a copy of it).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -302,7 +303,6 @@ def _meeting_config(store: Store, record: AverageRecord) -> Mapping[str, Any] | 
     """The run's config (task, options, seed) from the `about` record of `record`'s meeting,
     checked to hash to the meeting's key (which the average record names, signed where the
     run is); None when there is none or it does not match."""
-    import hashlib
 
     from soma.round import layout
     from soma.round.signing import SIGNED

@@ -29,6 +29,7 @@ deterministic but for the audit's times and version. Output only.
 
 from __future__ import annotations
 
+import datetime
 import json
 from pathlib import Path
 from typing import Any
@@ -121,7 +122,6 @@ def metadata(
 ) -> dict[str, Any]:
     """`ro-crate-metadata.json` of the audit (see the module); `started` and `ended` are the
     audit's ISO 8601 times (None: not said; the crate's date is then today's)."""
-    import datetime
 
     run, failure = report.run, report.failure()
     digests, began, made = _digests(report)

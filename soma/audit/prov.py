@@ -29,6 +29,7 @@ only.
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from soma.audit import roster as rosters
@@ -152,7 +153,6 @@ def _round(doc: _Document, run: str, audited: RoundAudit) -> None:
 
 def soma_version() -> str:
     """The auditor's soma version (its installed distribution's; "unknown" outside one)."""
-    from importlib.metadata import PackageNotFoundError, version
 
     try:
         return version("soma")

@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,6 @@ def _progress_bar(label: str):
     redrawn at most ten times a second, and ended by `done()`."""
     if not sys.stderr.isatty():
         return None
-    import time
 
     started = time.monotonic()
     shown = [0.0]

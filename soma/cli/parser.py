@@ -16,6 +16,7 @@ from soma.cli.show import export, status
 from soma.cli.slurm import add_command as add_slurm
 from soma.config.settings import add_run_options, clients_of
 from soma.config.spec import BadArgument
+from soma.store.errors import StoreError
 
 DESCRIPTION = (
     "The `soma` command line: the client script every Slurm task runs, a run's status, its model."
@@ -69,7 +70,6 @@ def _at_least(option: str, value: int, least: int) -> None:
 
 def _check_store(path: str) -> None:
     from soma.store import check_folder
-    from soma.store.errors import StoreError
 
     try:
         check_folder(path)
@@ -78,7 +78,6 @@ def _check_store(path: str) -> None:
 
 
 def _check_run(run: str) -> None:
-    from soma.store.errors import StoreError
     from soma.store.names import check_run_name
 
     try:

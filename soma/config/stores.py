@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from soma.errors import SomaError
 from soma.files import DURABLE
+from soma.store.errors import BadStore
 
 if TYPE_CHECKING:
     from soma.store import Store
@@ -23,7 +24,6 @@ def open_store(
     a folder this process may not write refused now, in one line (`UnwritableStore`), not
     at its first write."""
     from soma.store import Store
-    from soma.store.errors import BadStore
 
     try:
         store = Store(path, durability=durability)

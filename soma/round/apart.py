@@ -19,11 +19,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from soma.differences import differences, shown
+from soma.errors import SomaError
 from soma.round import holders, layout
 from soma.round import signing as signatures
 from soma.round.meeting import Meeting
 from soma.round.once import RoundError, read_record
 from soma.store import Store, codecs
+from soma.store.errors import StoreError
 
 LOG = logging.getLogger("soma.round.apart")
 
@@ -89,8 +91,6 @@ def labels(store: Store, run: str, found: Iterable[tuple[int, str]]) -> dict[tup
     """Per (round, meeting key) of `found`, what tells the meeting apart from the other
     meetings of its round: the settings it differs in, with its own values ("strategy
     fedadam"); "" for a round's only meeting, or a meeting whose `about` cannot be read."""
-    from soma.errors import SomaError
-    from soma.store.errors import StoreError
 
     by_round: dict[int, list[str]] = {}
     for r, key in found:
@@ -212,8 +212,6 @@ class _Elsewhere:
 
     def _tell(self, key: str, client: int) -> None:
         """Leave meeting `key` a note that this one found its client there (best effort)."""
-        from soma.errors import SomaError
-        from soma.store.errors import StoreError
 
         note = {"client": client, "at": time.time(), "by": holders.me()}
         try:
@@ -227,8 +225,6 @@ class _Elsewhere:
     def _signed(self, name: str, what: str) -> bool:
         """Whether the record at `name` is signed by a roster member (always, without a
         roster); one that is not is logged once and counts for nothing."""
-        from soma.errors import SomaError
-        from soma.store.errors import StoreError
 
         signing = self.meeting.signing
         if signing is None:
@@ -251,8 +247,6 @@ class _Elsewhere:
     def _record(self, name: str) -> dict[str, Any] | None:
         """The record `name` names; None when it cannot be read (it is not this meeting's to
         judge: `soma verify` says so)."""
-        from soma.errors import SomaError
-        from soma.store.errors import StoreError
 
         try:
             digest = self.store.resolve(name)

@@ -29,6 +29,7 @@ from soma.round.meeting import Input, Meeting
 from soma.round.once import RoundError, RoundIncomplete
 from soma.round.roll import _left_out_text, present
 from soma.store import Store, codecs
+from soma.store.errors import StoreError, StoreUnavailable, UnknownDigest
 from soma.strategies import (
     Arrival,
     Strategy,
@@ -105,7 +106,6 @@ def signature(store: Store, digest: str) -> Signature:
 
 def _transient(error: BaseException) -> bool:
     """A store that did not answer says nothing about the client: never a refusal."""
-    from soma.store.errors import StoreUnavailable
 
     return isinstance(error, StoreUnavailable)
 
@@ -120,7 +120,6 @@ def check_input(
     hand). The weights' signature (nodes, keys, shapes, dtypes). What was read, verified and
     found sound is kept in `kept` (by digest) for the averaging to fold without reading it
     again."""
-    from soma.store.errors import StoreError, UnknownDigest
 
     name = meeting.client(given.client)
     found: Signature = {}

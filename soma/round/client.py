@@ -11,6 +11,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+from soma.errors import SomaError
 from soma.nodes import Export
 from soma.round import holders, layout, records
 from soma.round import signing as signatures
@@ -91,7 +92,6 @@ class Contradicts(RoundError):
 def _earlier_record(store: Store, meeting: Meeting, mine: int) -> records.ClientRecord | None:
     """The export client `mine` already brought to the round, if any (a drop-out, or a
     record that cannot be read, is replaced: see `_claim_record`)."""
-    from soma.errors import SomaError
 
     name = meeting.client(mine)
     try:
@@ -166,7 +166,6 @@ def _hold_record(store: Store, meeting: Meeting, record: records.ClientRecord, d
     name = meeting.client(record.client)
     if store.claim(name, digest, at_commit=True):  # only this client claims its record
         return digest
-    from soma.errors import SomaError
 
     try:
         there = store.resolve(name)

@@ -12,11 +12,13 @@ import hashlib
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
+from soma.errors import SomaError
 from soma.round import holders, layout, once, readers, records
 from soma.round.apart import labels
 from soma.round.once import Place, RoundError, current_holder, read_record
 from soma.round.signing import Signing
 from soma.store import Store
+from soma.store.errors import StoreError
 from soma.strategies import Strategy, UntrustedStrategy, load_strategy, privacy_of
 
 
@@ -154,8 +156,6 @@ def _federated(
 
 def _stray_row(store: Store, run: str, name: str, clients: int | None) -> dict[str, Any]:
     """A row for a name where a round's or a meeting's folder belongs: it cannot be read."""
-    from soma.errors import SomaError
-    from soma.store.errors import StoreError
 
     try:
         store.resolve(name)
@@ -232,8 +232,6 @@ def _status_row(
     signing: Signing | None,
     trusted: Collection[str],
 ) -> dict[str, Any]:
-    from soma.errors import SomaError
-    from soma.store.errors import StoreError
 
     prefix = layout.meeting(run, r, key)
     row = _empty_row(r, key, clients)

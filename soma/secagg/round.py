@@ -24,6 +24,7 @@ keeping one client's would reveal it); the round keeps the start's.
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -43,6 +44,7 @@ from soma.round import (
 from soma.round import signing as signatures
 from soma.round.once import POLL, Backoff, Place
 from soma.store import Store
+from soma.store.errors import StoreError
 from soma.strategies import (
     Arrival,
     Strategy,
@@ -195,12 +197,10 @@ def check_sum(store: Store, meeting: Meeting, sum_digest: str) -> None:
     contributors among the round's members, a finite total above zero and every summed
     value finite; checked by every process before the averaging is claimed, naming the sum,
     however its record got there."""
-    import math
 
     import torch
 
     from soma.secagg.session import VERSION
-    from soma.store.errors import StoreError
 
     where = f"{meeting.what}: the secure sum {sum_digest}"
     try:

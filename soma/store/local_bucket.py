@@ -31,6 +31,8 @@ is the standard AWS environment (`environment`): its endpoint, that key and secr
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
 import json
 import os
 import re
@@ -186,8 +188,6 @@ def internal_security(folder: Path) -> dict[str, str]:
 def _certificates() -> tuple[bytes, bytes, bytes]:
     """A new authority's certificate, and a certificate it signed (for 127.0.0.1, to serve
     and to connect with) and that one's key; PEM."""
-    import datetime
-    import ipaddress
 
     x509, NameOID, ExtendedKeyUsageOID, hashes, serialization, ec = _tls_library()
     now = datetime.datetime.now(datetime.timezone.utc)

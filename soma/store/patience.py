@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from soma.store.errors import StoreUnavailable
+from soma.store.errors import BadStore, StoreUnavailable
 
 T = TypeVar("T")
 LOG = logging.getLogger("soma.store")
@@ -54,8 +54,6 @@ class Patience:
         except ValueError:
             seconds = -1.0
         if not seconds >= 0 or seconds == float("inf"):
-            from soma.store.errors import BadStore
-
             raise BadStore(f"{ENVIRONMENT}={text!r} must be a number of seconds >= 0")
         return cls(seconds=seconds)
 

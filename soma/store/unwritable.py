@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import pwd
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,8 +39,6 @@ def _user() -> str:
     """This process's user, as a refusal names it."""
     uid = os.geteuid()
     try:
-        import pwd
-
         return f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
     except (ImportError, KeyError):
         return f"uid {uid}"

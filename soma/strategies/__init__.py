@@ -87,6 +87,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import pkgutil
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -143,7 +144,6 @@ def _builtins() -> dict[str, str]:
     """Every public module of this package is the built-in strategy of its name (a module
     whose name starts with `_` is a helper), so that a new built-in is its module (and its
     block in the workflow's schema: tests/test_seams.py holds the two together)."""
-    import pkgutil
 
     names = sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
     return {name: f"{__name__}.{name}" for name in names}
