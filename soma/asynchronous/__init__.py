@@ -11,4 +11,5 @@ staleness and weight, so that the run replays bit for bit from its records
     clients      `soma client`'s loop of hosted clients
     clock        `soma simulate`'s simulated clock
     replay       a run recomputed and checked from its records
+    signed       updates and versions signed with the run's roster, checked before use
 """

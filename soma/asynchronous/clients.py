@@ -16,14 +16,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from soma.asynchronous import signed
 from soma.asynchronous.versions import TooStale, VersionError, Versions
 from soma.config.spec import RunSpec
 from soma.nodes import Export, export, load
+from soma.round.signing import holds
 from soma.run.step import Hosted, task_code
 from soma.store import Store
 from soma.strategies import train_locally
 from soma.tasks import Context
-from soma.training import training_seed
+from soma.training import training_seed, training_threads
 
 LOG = logging.getLogger("soma.client")
 
@@ -34,9 +36,14 @@ def begin(spec: RunSpec, store: Store, task: Any) -> tuple[Versions, Any, list[H
     settings = spec.buffered()
     if settings is None:
         raise VersionError(f"run {spec.run!r} is not asynchronous (no `asynchronous` settings)")
-    versions = Versions(store, spec.run, settings, spec.rounds)  # none past its rounds made
+    signing, mine = spec.signing, tuple(spec.mine or ())
+    for k in mine:  # a hosted client whose key this process lacks: refused before any write
+        holds(signing, k)
+    spec.check_charter(store)  # another roster (or charter) than the run's: refused now
+    versions = Versions(store, spec.run, settings, spec.rounds, signing, mine)  # none past rounds
     nodes = task.nodes(spec.seed)
-    versions.begin(store.put_value(export(nodes)))
+    timing = spec.timing
+    versions.begin(store.put_value(export(nodes)), deadline=timing.deadline, backoff=timing.backoff)
     hosted = []
     for k in spec.mine or ():
         data = task.shard(k, spec.clients)
@@ -55,7 +62,7 @@ def train_from(
     load(nodes, versions.store.recall_digest(found[1]["weights"]))
     seed = training_seed(spec.seed, v, hosted.index)
     context = Context(round=v, rounds=spec.rounds, client=hosted.index, clients=spec.clients)
-    with task_code():
+    with task_code(), training_threads(spec.threads):  # the run's (soma.training)
         metrics, _, _ = train_locally(
             strategy, task, nodes, hosted.data, seed=seed, state=None, mine=None, context=context
         )
@@ -126,12 +133,23 @@ def run_clients(
                 f"asynchronous run {spec.run!r}: no version after {versions.latest()} for "
                 f"{timing.deadline:g}s, and this process's clients all contributed from it: "
                 f"fewer than {versions.settings.buffer} updates are pending; are the other "
-                "clients running?"
+                f"clients running?{_averagers(versions)}"
             )
         sleep(next(delays))
     ran.latest = versions.latest()
     load(nodes, store.recall_digest(versions.record(ran.latest)[1]["weights"]))
     return ran
+
+
+def _averagers(versions: Versions) -> str:
+    """What a deadline's refusal adds when this process cannot make a version itself."""
+    if signed.may_make(versions.signing, versions.among):
+        return ""
+    chosen = versions.signing.averagers if versions.signing is not None else None
+    return (
+        f" (this process holds no key of the averagers {list(chosen or ())}: a process "
+        "hosting one of them makes the versions; is one running?)"
+    )
 
 
 def _one(

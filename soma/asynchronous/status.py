@@ -1,22 +1,34 @@
 """An asynchronous run as `soma status` shows it: each version, the updates it consumed (whose,
 from which version, their staleness and weight) and refused, who made it; then the updates
-still pending and a claim not yet published. Read-only."""
+still pending and a claim not yet published. Read-only. With the run's roster (`--roster`)
+every signature is checked too (soma.asynchronous.signed), and one that does not hold is
+said on its version's line."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
 from typing import Any
 
 from soma.asynchronous.replay import replay
+from soma.asynchronous.signed import reader_signing
 from soma.round import holders, layout, once
 from soma.round.once import Place
 from soma.store import Store
 
 
-def table(store: Store, run: str) -> list[dict[str, Any]]:
-    """One row a version, then one for what is pending (`version` None)."""
+def table(
+    store: Store,
+    run: str,
+    roster: str | os.PathLike[str] | None = None,
+    averagers: Iterable[int] | None = None,
+) -> list[dict[str, Any]]:
+    """One row a version, then one for what is pending (`version` None); `roster` (with the
+    `averagers` the run declared): the reader's own, its signatures checked against it."""
     rows = []
     taken: set[str] = set()
-    for r in replay(store, run):
+    signing = None if roster is None else reader_signing(store, run, roster, averagers)[0]
+    for r in replay(store, run, signing):
         value = r.value
         for e in value.get("consumed", []) + value.get("refused", []):
             taken.add(e["update"])

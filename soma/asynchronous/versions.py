@@ -22,11 +22,18 @@ count read before, so whoever races, and whatever updates are left pending once 
 made (a slower process's, trained from a version before it), no version past it is made.
 
     version record  {"run", "version", "from", "weights", "settings", "consumed", "refused",
-                     "averaged_by"}; `from` is version v's record digest (None for version 0)
+                     "averaged_by"}; `from` is version v's record digest (None for version 0);
+                     version 0's has "roster" too when the run is signed (its digest)
     consumed entry  {"update", "record", "client", "from", "weights", "staleness", "weight",
                      "size"}
+    refused entry   {"update", "record", "client", "from", "staleness", "why"}, and
+                     "forged": true when its signature did not hold (soma.asynchronous.signed)
     update record   {"client", "from", "base", "weights", "size", "by"}; `base` is the
                      record digest of version `from`, as the client read it
+
+With a roster every record is signed (soma.asynchronous.signed): an update by its client, a
+version by an averager; a version is checked before it is used, and a process that holds no
+averager's key makes no version (it waits for one that does).
 """
 
 from __future__ import annotations
@@ -36,12 +43,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from soma.asynchronous import arithmetic
+from soma.asynchronous import arithmetic, signed
 from soma.config.asynchronous import Buffered
 from soma.errors import SomaError
 from soma.nodes import Export
 from soma.round import holders, layout, once
 from soma.round.once import POLL, Backoff, Place, RoundError, read_record
+from soma.round.signing import Signing
 from soma.store import Store
 from soma.store.values import value_digest
 
@@ -66,6 +74,7 @@ class Update:
     base: str  # that version's record digest, as the client read it
     weights: str
     size: float
+    forged: str | None = None  # why its signature does not hold: refused, never consumed
 
 
 def _update_of(name: str, digest: str, value: dict[str, Any], start: int, k: int) -> Update:
@@ -78,11 +87,20 @@ class Versions:
     """One asynchronous run's versions in one store; records are read once (they never change)."""
 
     def __init__(
-        self, store: Store, run: str, settings: Buffered, rounds: int | None = None
+        self,
+        store: Store,
+        run: str,
+        settings: Buffered,
+        rounds: int | None = None,
+        signing: Signing | None = None,
+        among: tuple[int, ...] | None = None,
     ) -> None:
         """`rounds`: the run's last version, none past it made here (None: read only, as the
-        replay does; it is recorded nowhere in the store)."""
+        replay does; it is recorded nowhere in the store). `signing`: the run's roster, its
+        records signed and checked (None: unsigned, or read unchecked, as the replay does,
+        which checks them itself); `among`: this process's clients, whose keys sign first."""
         self.store, self.run, self.settings, self.rounds = store, run, settings, rounds
+        self.signing, self.among = signing, among
         self._records: dict[int, tuple[str, dict[str, Any]]] = {}
         self._updates: dict[str, Update] = {}
         self._weights: dict[int, Export] = {}
@@ -98,6 +116,7 @@ class Versions:
             digest = self.store.resolve(self.place(v).published)
             if digest is None:
                 return None
+            signed.check_version(self.store, self.signing, self.run, v, digest)  # before use
             self._records[v] = (digest, read_record(self.store, digest))
         return self._records[v]
 
@@ -125,9 +144,15 @@ class Versions:
             if parsed is None or name in self._updates:
                 continue
             digest = self.store.resolve(name)
-            if digest is not None:
-                value = read_record(self.store, digest)
-                self._updates[name] = _update_of(name, digest, value, *parsed)
+            if digest is None:
+                continue
+            start, k = parsed
+            why = signed.forged(self.store, self.signing, digest, name=name, client=k)
+            if why is not None:
+                self._updates[name] = Update(name, digest, k, start, "", "", 0.0, forged=why)
+                continue
+            value = read_record(self.store, digest)
+            self._updates[name] = _update_of(name, digest, value, start, k)
         return sorted(self._updates.values(), key=lambda u: (u.start, u.client))
 
     def consumed(self, through: int) -> set[str]:
@@ -147,14 +172,25 @@ class Versions:
         for u in self.updates():
             if u.name in taken or u.start > v:
                 continue
-            (stale if limit is not None and v - u.start > limit else fresh).append(u)
+            too_old = limit is not None and v - u.start > limit
+            (stale if too_old or u.forged is not None else fresh).append(u)
         return fresh, stale
 
     # --- writing -----------------------------------------------------------------------
 
-    def begin(self, weights: str) -> None:
+    def begin(
+        self,
+        weights: str,
+        *,
+        deadline: float | None = None,
+        backoff: Backoff = POLL,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         """Publish version 0 (the run's starting weights) unless it is: the same from every
-        process of the run (its seed), and refused if another run of this name began elsewhere."""
+        process of the run (its seed), and refused if another run of this name began elsewhere.
+        A process that holds no averager's key cannot sign it: it waits for it, `deadline`
+        seconds at most (None: for ever)."""
+        roster = None if self.signing is None else self.signing.digest
         record = {
             "run": self.run,
             "version": 0,
@@ -164,17 +200,33 @@ class Versions:
             "consumed": [],
             "refused": [],
             "averaged_by": None,
+            **({} if roster is None else {"roster": roster}),
         }
-        once.publish(self.store, self.place(0).published, self.store.put_value(record))
-        found = self.record(0)
-        assert found is not None
+        name = self.place(0).published
+        if signed.may_make(self.signing, self.among):
+            signer = signed.version_signer(self.signing, self.among)
+            digest = signed.put_version(self.store, self.signing, record, name=name, by=signer)
+            once.publish(self.store, name, digest)
+        found, started, delays = self.record(0), time.monotonic(), backoff.delays()
+        while found is None:
+            if deadline is not None and time.monotonic() - started > deadline:
+                raise VersionError(
+                    f"asynchronous run {self.run!r} has no version 0 after {deadline:g}s, and "
+                    f"this process holds no key of the averagers "
+                    f"{list((self.signing and self.signing.averagers) or ())} to sign it: is a "
+                    "process hosting one of them running?"
+                )
+            sleep(next(delays))
+            found = self.record(0)
         there = found[1]
-        if there.get("weights") != weights or there.get("settings") != self.settings.value():
+        ours = (weights, self.settings.value(), roster)
+        if (there.get("weights"), there.get("settings"), there.get("roster")) != ours:
             raise VersionError(
                 f"asynchronous run {self.run!r} in {self.store} began with weights "
-                f"{there.get('weights')} and settings {there.get('settings')}, not {weights} and "
-                f"{self.settings.value()}: another run of this name (another seed, task or "
-                "settings); name this one otherwise"
+                f"{there.get('weights')}, settings {there.get('settings')} and roster "
+                f"{there.get('roster')}, not {weights}, {self.settings.value()} and {roster}: "
+                "another run of this name (another seed, task, settings or roster); name this "
+                "one otherwise"
             )
 
     def contribute(self, client: int, start: int, trained: Export, size: float) -> str:
@@ -202,13 +254,23 @@ class Versions:
             "size": size,
             "by": holders.me(role="update"),
         }
-        if not self.store.claim(name, self.store.put_value(value)):  # raced by itself
+        digest = signed.put_update(self.store, self.signing, value, name=name)
+        if not self.store.claim(name, digest):  # raced by itself
             self._same(name, client, start, value["weights"])
         return name
 
     def _same(self, name: str, client: int, start: int, weights: str) -> None:
-        """Refuse other weights than those client `client` already contributed from `start`."""
-        there = read_record(self.store, self.store.resolve(name) or "")
+        """Refuse other weights than those client `client` already contributed from `start`
+        (and, with a roster, a record there that client `client` did not sign)."""
+        digest = self.store.resolve(name) or ""
+        why = signed.forged(self.store, self.signing, digest, name=name, client=client)
+        if why is not None:
+            raise VersionError(
+                f"client {client}'s update from version {start} of run {self.run!r} is taken "
+                f"by a record it did not sign ({why}): nothing of it is consumed; remove "
+                f"{name!r} from the store to contribute it"
+            )
+        there = read_record(self.store, digest)
         if there.get("weights") != weights:
             raise VersionError(
                 f"client {client} already contributed other weights from version {start} of "
@@ -230,13 +292,15 @@ class Versions:
             if self.rounds is not None and v >= self.rounds:
                 return v  # the run's last version is made: what is still pending stays so
             fresh, _ = self.pending(v)
-            if len(fresh) < self.settings.buffer:
-                return v
+            if len(fresh) < self.settings.buffer or not signed.may_make(self.signing, self.among):
+                return v  # (with a roster, an averager's process makes it)
             work = _Next(self, v)  # exactly once, whoever else tries (soma.round.once)
             made = once.once(
-                self.store, work, deadline=deadline, backoff=backoff, sleep=sleep, lease=lease
-            )
-            self._records.setdefault(v + 1, (made, read_record(self.store, made)))
+                self.store, work, deadline=deadline, backoff=backoff, sleep=sleep, lease=lease,
+                signing=self.signing,
+            )  # fmt: skip
+            if self.record(v + 1) is None:  # checked as any other's (signed.check_version)
+                raise VersionError(f"version {v + 1} of run {self.run!r} ({made}) is unbound")
 
 
 @dataclass(frozen=True)
@@ -279,6 +343,16 @@ def entries(settings: Buffered, v: int, chosen: Chosen) -> tuple[list[dict], lis
             "from": u.start,
             "staleness": v - u.start,
             "why": f"{v - u.start} versions old, beyond the staleness limit {settings.limit}",
+        }
+        if u.forged is None
+        else {
+            "update": u.name,
+            "record": u.record,
+            "client": u.client,
+            "from": u.start,
+            "staleness": v - u.start,
+            "why": f"its signature does not hold: {u.forged}",
+            signed.FORGED: True,
         }
         for u in chosen.refused
     ]
@@ -324,7 +398,8 @@ class _Next:
         return choose(self.versions, self.v)
 
     def check(self, inputs: Chosen) -> None:
-        return None
+        """A roster's averager's key to sign the version with, or refused before the claim."""
+        signed.version_signer(self.versions.signing, self.versions.among)
 
     def place(self, inputs: Chosen) -> Place:
         return self._place
@@ -353,7 +428,9 @@ class _Next:
             "refused": refused,
             "averaged_by": me,
         }
-        return store.put_value(record)
+        signer = signed.version_signer(versions.signing, versions.among)
+        return signed.put_version(store, versions.signing, record, name=self._place.published,
+                                  by=signer)  # fmt: skip
 
     def settle(self, published: str) -> str:
         return published

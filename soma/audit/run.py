@@ -44,12 +44,12 @@ def audit(
     from soma.audit.asynchronous import audit_versions
 
     if is_asynchronous(store, run):
-        report = audit_versions(store, run)
+        report = audit_versions(store, run, roster, averagers)
         if rounds is not None:
             said = f"--rounds {rounds} is not checked: an asynchronous run has versions, not rounds"
             report.findings.append(Finding("rounds", None, said))
-        if charter is not None:  # an asynchronous run is unsigned: it has no charter
-            report.findings += _charter_findings(run, None, charter)
+        if report.roster_digest is not None or charter is not None:  # a signed run's charter
+            report.findings += _charter_findings(run, report.charter, charter)
         return report
     found = check_run(store, run)
     said = rosters.roster_digests(store, run, found)

@@ -109,6 +109,8 @@ def client(args: argparse.Namespace) -> int:
     task, strategy = checked.checked(spec)
     target = target_of(getattr(args, "target", None))
     central = task.evaluate if has_central(task) else None
+    if spec.charter is not None and args.store is not None:
+        spec.check_charter_at(args.store)  # a pinned run on a store not yet made: none made
     with store_at(args.store, spec, task=task) as store:
         if args.command == "simulate":
             clock = (

@@ -85,7 +85,7 @@ def _versions_status(store: Any, args: argparse.Namespace) -> int:
     does not replay from its record."""
     from soma.asynchronous import status as versions
 
-    rows = versions.table(store, args.run)
+    rows = versions.table(store, args.run, args.roster, args.averagers)
     if args.json:
         print(json.dumps(rows, indent=2, sort_keys=True))
     else:
@@ -186,7 +186,10 @@ def _export_version(store: Any, args: argparse.Namespace) -> int:
             f"run {args.run!r} is asynchronous: choose its version with --round (the latest by "
             "default), not --average"
         )
-    made = export_version(store, args.run, args.output, version=args.round)
+    made = export_version(
+        store, args.run, args.output, version=args.round, roster=args.roster,
+        averagers=args.averagers,
+    )  # fmt: skip
     print(
         f"{args.output}: version {made['version']} of run {made['run']!r}, "
         f"weights {made['weights']}, record {made['record']}"

@@ -134,8 +134,8 @@ def refusal(
             "participation is for synchronous rounds: asynchronously every client takes part "
             "at its own pace, and `buffer` says how many updates make a version"
         )
-    if roster is not None:
-        return "a signed run (roster) is for synchronous rounds: version records are not signed"
+    # a roster (`roster`) holds: updates are signed by their clients and versions by the
+    # roster's averagers (soma.asynchronous.signed)
     return None
 
 
