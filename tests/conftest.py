@@ -12,7 +12,11 @@ a test in the wrong tier is a loud failure, not a slow fast tier (tests/README.m
 CI runs two pytest-xdist workers (`-n 2 --dist loadgroup`, the README's command). Two tiers go
 to one worker whole (xdist_group): the Slurm tests share a cluster of one node, and the
 mutants' runs are started by one fixture, two at a time. Being the largest units, xdist hands
-them out first, one to each worker, and the other tests fill in beside and after them.
+them out first, one to each worker, and the other tests fill in beside and after them, one
+at a time in collection order: under xdist every test that starts a process comes before
+every fast one (longest first, as a scheduler of unequal jobs does), so that the seconds-long
+snakemake tests of tests/workflow/, last by name, do not run alone on one worker at the end
+while the other has nothing left; the fast tests, a second or less each, fill both to the end.
 """
 
 import sys
@@ -66,6 +70,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.xdist_group(tier))
         if not tiers:
             item.add_marker("fast")
+    if hasattr(config, "workerinput"):  # an xdist worker: its order is the order handed out
+        items.sort(key=_fast)  # stable: the heavy tests first, in their order, then the fast
 
 
 # The guard: while a fast test runs (its setup with every fixture set up for it, its call, and

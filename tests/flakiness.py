@@ -25,7 +25,8 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FAILED = re.compile(r"^(FAILED|ERROR) (\S+)")
+# `-rf`'s line: "FAILED <node id> - <message>"; a node id may hold spaces (a parameter's)
+FAILED = re.compile(r"^(FAILED|ERROR) (.+?)(?: - .*)?$")
 
 
 def _hog() -> None:  # pragma: no cover - a busy loop until killed

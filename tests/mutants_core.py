@@ -8,9 +8,16 @@ from mutants import _replace, mutant
 # --- fedavg (soma/fedavg.py) -------------------------------------------------
 
 
+_FEDAVG = "tests/test_federated.py::"
+_SIZES = _FEDAVG + "test_sizes_is_what_it_weighs_by_and_ten_times_the_data_pulls_ten_times"
+
+
 @mutant(
     "fedavg_returns_the_first",
-    caught_by=["tests/test_federated.py"],
+    caught_by=[
+        _SIZES,
+        _FEDAVG + "test_three_clients_that_each_see_a_corner_read_the_union_better_than_one_alone",
+    ],
 )
 def _fedavg_returns_the_first() -> None:
     import soma.aggregate
@@ -18,7 +25,10 @@ def _fedavg_returns_the_first() -> None:
     _replace(soma.aggregate, "_fold", lambda mean, export, weight: None)
 
 
-@mutant("fedavg_ignores_sizes", caught_by=["tests/test_federated.py"])
+@mutant(
+    "fedavg_ignores_sizes",
+    caught_by=[_SIZES, _FEDAVG + "test_sizes_whose_sum_overflows_are_refused_not_weighed_as_zero"],
+)
 def _fedavg_ignores_sizes() -> None:
     import soma.aggregate
 
@@ -26,7 +36,10 @@ def _fedavg_ignores_sizes() -> None:
     _replace(soma.aggregate, "_size_of", lambda size, index: real(size, index) and 1.0)
 
 
-@mutant("fedavg_averages_the_integers", caught_by=["tests/test_federated.py"])
+@mutant(
+    "fedavg_averages_the_integers",
+    caught_by=[_SIZES, _FEDAVG + "test_what_is_not_a_number_you_can_halve_is_not_halved"],
+)
 def _fedavg_averages_the_integers() -> None:
     import soma.aggregate
 

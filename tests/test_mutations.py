@@ -4,14 +4,16 @@ Each mutant from tests/mutants.py is applied (SOMA_MUTANT=name) to a fresh pytes
 run of the tests registered as its catchers; that run must end with failures
 (exit code 1), not pass, and not error out for some unrelated reason.
 
-A run is a process of its own, forked from a server that imported torch, soma and pytest
-once (multiprocessing's forkserver): a fresh interpreter would spend about 3 s of each run on
-those imports, 240 times. A forked run imports the tests and conftest.py itself, so the mutant
-is applied as in a fresh process, and the server never applies one. Two runs go at once
-(SOMA_MUTANT_WORKERS, 2 by default): every selected mutant's run is started in order when the
-first of these tests runs, and each test waits for its own.
+A run is a process of its own, forked from a server that imported torch, soma, pytest and
+pytest's installed plugins once (multiprocessing's forkserver): a fresh interpreter would spend
+several seconds of each run on those imports (hypothesis's plugin alone is the larger part of
+a run whose catcher is one fast test), about 300 times. A forked run imports the tests and
+conftest.py itself, so the mutant is applied as in a fresh process, and the server never
+applies one. Two runs go at once (SOMA_MUTANT_WORKERS, 2 by default): every selected mutant's
+run is started in order when the first of these tests runs, and each test waits for its own.
 """
 
+import gc
 import multiprocessing
 import os
 import sys
@@ -25,12 +27,28 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 WORKERS = int(os.environ.get("SOMA_MUTANT_WORKERS", "2"))
 TIMEOUT = 900
-PRELOAD = ["torch", "numpy", "safetensors", "soma", "soma.cli", "pytest"]
+
+
+def _plugins() -> list[str]:
+    """The modules of the installed pytest plugins (entry point group `pytest11`), which each
+    run's pytest.main would import again: libraries that never import soma, so a mutant applied
+    after the fork patches what it always did."""
+    from importlib.metadata import entry_points
+
+    return sorted({point.value.split(":")[0] for point in entry_points(group="pytest11")})
+
+
+# hypothesis: its plugin imports it when pytest starts, whether or not a test uses it
+PRELOAD = ["torch", "numpy", "safetensors", "soma", "soma.cli", "pytest", "hypothesis"]
+PRELOAD += _plugins()
 
 
 def _catchers_under_mutant(name: str, out: str) -> None:
     """In the forked run: output to `out`, SOMA_MUTANT set before conftest.py is imported
-    (it applies the mutant), one torch thread as in every test process, then the catchers."""
+    (it applies the mutant), one torch thread as in every test process, then the catchers.
+    What the server imported is frozen out of the garbage collector: pytest collects five
+    times as it ends, and walking torch's and hypothesis's objects took seconds of every run."""
+    gc.freeze()
     fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(fd, 1)
     os.dup2(fd, 2)

@@ -52,7 +52,10 @@ def _unmasking_forgets_the_lease() -> None:
 
 @mutant(
     "secure_record_says_which_process_wrote_it",
-    caught_by=["tests/secagg/test_secure_round.py", "-k", "workflow_under_secure"],
+    caught_by=[
+        "tests/round/test_layout.py::"
+        "test_client_and_drop_out_records_hold_exactly_the_keys_they_always_did"
+    ],
 )
 def _secure_record_says_which_process_wrote_it() -> None:
     """The secure client record carries its writer (host and pid), as `soma client`'s did
