@@ -35,8 +35,9 @@ their names.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from soma.lazy import lazy
 
 # Every name soma.round offered before its split stays importable from it, imported on first
 # use (PEP 562): `import soma.round.signing` (soma keys, soma status) then imports no torch.
@@ -93,7 +94,7 @@ _LAZY = {
 }
 # Submodules under another name
 _ALIASES = {
-    "signatures": "soma.round.signing",
+    "signatures": ("soma.round.signing", None),
 }
 
 __all__ = [
@@ -113,30 +114,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """A name of `_LAZY` or `_ALIASES`, or a submodule (`soma.round.layout`), imported on
-    first use."""
-    if name in _LAZY:
-        where = _LAZY[name]
-        module, attr = (where, name) if isinstance(where, str) else where
-        value = getattr(importlib.import_module(module), attr)
-    elif name in _ALIASES:
-        value = importlib.import_module(_ALIASES[name])
-    elif name.startswith("_"):  # `__wrapped__` and the like, looked for by tools: no module
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    else:
-        try:
-            value = importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as error:
-            if error.name != f"{__name__}.{name}":
-                raise
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY, *_ALIASES})
+__getattr__, __dir__ = lazy(__name__, {**_LAZY, **_ALIASES}, globals())
 
 
 if TYPE_CHECKING:  # for type checkers and editors: the same names, imported eagerly

@@ -6,8 +6,7 @@ against whom they hold) is docs/explanation/store.md ("The store: blobs, names, 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from soma import files as files
 from soma.files import DURABILITIES as DURABILITIES
@@ -20,6 +19,7 @@ from soma.files import fsync_folder as fsync_folder
 from soma.files import make_durable as make_durable
 from soma.files import write_all as write_all
 from soma.files import write_atomic as write_atomic
+from soma.lazy import lazy
 
 # Every name importable from soma.store before it was split into modules still is: those
 # of `__all__`, and (as `x as x`, an explicit re-export) the others, from where they live.
@@ -90,26 +90,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """A name of `_LAZY`, or a submodule (`soma.store.codecs`), imported on first use: the
-    lazy boundary that keeps torch out of `import soma.store`."""
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-    elif name.startswith("_"):  # `__wrapped__` and the like, looked for by tools: no module
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    else:
-        try:
-            value = importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as error:
-            if error.name != f"{__name__}.{name}":
-                raise
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy(__name__, _LAZY, globals())
 
 
 if TYPE_CHECKING:  # for type checkers and editors: the same names, imported eagerly

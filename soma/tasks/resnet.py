@@ -11,7 +11,7 @@ here (whole exports of tens of millions of parameters). Its normalization is Gro
 BatchNorm: BatchNorm's running statistics are a known failure of federated averaging on
 skewed clients (Hsieh et al., "The Non-IID Data Quagmire", ICML 2020, replace it by
 GroupNorm), and GroupNorm couples no two examples of a batch, so that a client split over
-ranks (soma.run.ranks) computes what one process computes.
+ranks (soma.ranks) computes what one process computes.
 
 The images (`image_size` square, 3 channels) are drawn per client from `data_seed` by NumPy's
 SeedSequence (a stream per client, one for the test set, one for the classes' prototypes), so
@@ -25,7 +25,7 @@ Training is `epochs` passes of minibatch SGD with momentum (soma.sgd; `lr`, `mom
 `batch_size`) over a torch DataLoader shuffled by the caller's seed, on `device` (`auto`: a
 GPU when torch sees one), under autocast at `precision` (`fp32`, `bf16`, or `fp16` on a GPU
 only, with a gradient scaler). On CPU at fp32 with one thread, the same seed gives the same
-bits. Under `torchrun` (soma.run.ranks) every rank trains its fixed share of each batch,
+bits. Under `torchrun` (soma.ranks) every rank trains its fixed share of each batch,
 DistributedDataParallel all-reducing the gradients; rank 0's nodes are the export.
 
 The architecture's size is `width` (the first stage's channels; the stages have 1, 2, 4, 8
@@ -275,10 +275,10 @@ class ResNetTask:
     ) -> dict[str, float]:
         """`epochs` passes of SGD with momentum over a DataLoader shuffled by `seed`, under
         autocast at `precision`; the optimizer lives for this call only. Under torchrun
-        (soma.run.ranks) rank 0 tells the other ranks what to train and every rank trains
+        (soma.ranks) rank 0 tells the other ranks what to train and every rank trains
         its share of each batch; a strategy's client side is refused there, since only rank
         0 would apply it."""
-        from soma.run import ranks
+        from soma import ranks
 
         if ranks.world()[1] > 1:
             if objective is not None:
@@ -295,7 +295,7 @@ class ResNetTask:
         return self.fit(nodes, data, seed=seed, objective=objective)
 
     def follow(self, told: Mapping[str, Any]) -> None:
-        """A rank above 0's share of the training rank 0 leads (soma.run.ranks.follow): the
+        """A rank above 0's share of the training rank 0 leads (soma.ranks.follow): the
         same shapes of nodes (DistributedDataParallel copies rank 0's weights into them) and
         the same data, which it draws itself from the client's number when it was told it."""
         data = told["data"] if "data" in told else self.shard(told["client"], told["clients"])
@@ -309,7 +309,7 @@ class ResNetTask:
         seed: int,
         objective: Objective | None = None,
     ) -> dict[str, float]:
-        from soma.run import ranks
+        from soma import ranks
 
         rank, size = ranks.world()
         device = ranks.local_device(self._device)

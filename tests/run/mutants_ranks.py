@@ -1,4 +1,4 @@
-"""Broken variants of soma.run.ranks (registered into tests/mutants.py's MUTANTS)."""
+"""Broken variants of soma.ranks (registered into tests/mutants.py's MUTANTS)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ _T = "tests/run/test_torchrun.py::"
 )
 def _ranks_share_whole_batch() -> None:
     """Every rank trains on the whole batch: the ranks' gradients then count it twice."""
-    import soma.run.ranks as mod
+    import soma.ranks as mod
 
     def share(n, rank, size):
         return slice(0, n)

@@ -1,5 +1,5 @@
-"""A client that is itself distributed: `soma client` under torchrun (soma.run.ranks), two CPU
-processes with gloo, against the same client in one process."""
+"""A client that is itself distributed: `soma client` under torchrun (soma.ranks, its entry
+soma.cli.ranks), two CPU processes with gloo, against the same client in one process."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from pathlib import Path
 import torch
 from helpers import HANG, soma, soma_env
 
+from soma import ranks
+from soma.cli import ranks as entry
 from soma.round.average import weights_of_average
-from soma.run import ranks
 from soma.store import Store
 
 TASK = "soma.tasks.resnet"
@@ -45,7 +46,7 @@ def test_two_ranks_train_one_client_as_one_process_does_up_to_rounding(tmp_path)
     function of the batch: BatchNorm would normalize each rank's half by its own statistics."""
     ranked = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-         "2", "-m", "soma.run.ranks", "--", *client_args(tmp_path / "ranked")],
+         "2", "-m", "soma.cli.ranks", "--", *client_args(tmp_path / "ranked")],
         cwd=tmp_path, env=soma_env(), capture_output=True, text=True, timeout=HANG,
     )  # fmt: skip
     assert ranked.returncode == 0, ranked.stderr[-3000:]
@@ -68,7 +69,7 @@ def test_a_task_that_cannot_follow_is_refused_on_every_rank_before_anything(tmp_
     """Without --task, `soma client` trains the control task, which has no follow()."""
     refused = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-         "2", "-m", "soma.run.ranks", "--", "client", "--store", str(tmp_path / "store"), "--run",
+         "2", "-m", "soma.cli.ranks", "--", "client", "--store", str(tmp_path / "store"), "--run",
          "one", "--rounds", "1", "--clients", "10", "--mine", "0"],
         cwd=tmp_path, env=soma_env(), capture_output=True, text=True, timeout=HANG,
     )  # fmt: skip
@@ -94,7 +95,7 @@ def test_a_strategy_with_a_client_side_is_refused_before_anything(tmp_path, caps
     """Only rank 0 would apply FedProx's proximal term: refused, naming the strategy, before
     the process group is made or the store written (in-process: main() refuses first)."""
     args = [*client_args(tmp_path / "store"), "--strategy", "fedprox"]
-    assert ranks.main(args) == 1
+    assert entry.main(args) == 1
     said = capsys.readouterr().err.strip().splitlines()
     assert len(said) == 1 and "strategy 'fedprox'" in said[0] and said[0].startswith("soma: ")
     assert not (tmp_path / "store").exists()

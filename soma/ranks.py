@@ -1,6 +1,8 @@
 """A client that is itself distributed: `soma client` under `torchrun`, every rank training.
+What the ranks say to each other and which share each trains, beneath the tasks that train
+under it; the entry point torchrun runs is soma.cli.ranks.
 
-    torchrun --nproc-per-node 2 -m soma.run.ranks -- client --store S --run R --rounds 10 \\
+    torchrun --nproc-per-node 2 -m soma.cli.ranks -- client --store S --run R --rounds 10 \\
         --clients 8 --mine 3 --task soma.tasks.resnet
 
 (the `--` keeps torchrun from reading soma's `--run` as an abbreviation of its `--run-path`).
@@ -26,13 +28,12 @@ numbers them).
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 from collections.abc import Mapping
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from soma.errors import SomaError
 
@@ -45,7 +46,6 @@ class RanksError(SomaError, ValueError):
 
 def world() -> tuple[int, int]:
     """(this process's rank, the number of ranks): (0, 1) outside a process group."""
-    import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
@@ -68,7 +68,6 @@ def share(n: int, rank: int, size: int) -> slice:
 
 def _said(told: Any) -> Any:
     """Rank 0's `told`, broadcast to every rank (on the CPU, whatever the backend)."""
-    import torch.distributed as dist
 
     box = [told]
     dist.broadcast_object_list(box, src=0, device=torch.device("cpu"))
@@ -78,7 +77,7 @@ def _said(told: Any) -> Any:
 def lead(told: Mapping[str, Any] | None) -> None:
     """Rank 0 tells the others what to train (a mapping its task's `follow` reads), or STOP."""
     if world()[0] != 0:
-        raise RanksError(f"rank {world()[0]} called lead(): only rank 0 leads (soma.run.ranks)")
+        raise RanksError(f"rank {world()[0]} called lead(): only rank 0 leads (soma.ranks)")
     _said(None if told is None else dict(told))
 
 
@@ -90,71 +89,3 @@ def follow(task: Any) -> int:
         task.follow(told)
         done += 1
     return done
-
-
-def _task_of(argv: list[str]) -> tuple[Any, Any]:
-    """The client's arguments and its task, made and checked as `soma client` makes them."""
-    from soma.cli.parser import parser
-    from soma.config.spec import RunSpec
-    from soma.run.checked import checked
-    from soma.strategies import has_client_side
-    from soma.tasks import importable_here
-
-    args = parser().parse_args(argv)
-    if args.command != "client":
-        raise RanksError(
-            f"soma.run.ranks runs `soma client` under torchrun, not `soma {args.command}`: "
-            "write `client` first"
-        )
-    if getattr(args, "buffer", None) is not None:
-        raise RanksError(
-            "soma.run.ranks runs synchronous rounds only: drop --buffer (asynchronous rounds)"
-        )
-    importable_here()
-    spec = RunSpec.from_args(args)
-    task, strategy = checked(spec)
-    if has_client_side(strategy):
-        raise RanksError(
-            f"strategy {args.strategy!r} changes the clients' local training, which only rank "
-            "0 would apply under torchrun: choose a strategy without a client side (fedavg)"
-        )
-    if not callable(getattr(task, "follow", None)):
-        raise RanksError(
-            f"task {args.task!r} has no follow(told): it cannot train across ranks; run it "
-            "with `soma client` alone, or use a task that does (soma.tasks.resnet)"
-        )
-    return args, task
-
-
-def main(argv: list[str] | None = None) -> int:
-    """torchrun's entry: every rank checks the command and its task, then rank 0 runs `soma
-    client` and the others follow it; a refusal is one `soma: ...` line, on every rank."""
-    import torch.distributed as dist
-
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        args, task = _task_of(argv)
-    except SomaError as error:
-        print(f"soma: {error}", file=sys.stderr)
-        return 1
-    torch.set_num_threads(args.threads)
-    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
-    dist.init_process_group(backend=backend)
-    try:
-        if dist.get_rank() != 0:  # what it took part in, as a line of its own on stdout
-            trainings = follow(task)
-            said = {"rank": dist.get_rank(), "ranks": dist.get_world_size(), "trainings": trainings}
-            print(json.dumps(said), flush=True)
-            return 0
-        from soma.cli import main as soma
-
-        try:
-            return soma(argv)
-        finally:
-            lead(STOP)
-    finally:
-        dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    sys.exit(main())
