@@ -94,7 +94,7 @@ def test_a_bad_config_is_refused_with_the_key_before_any_job_runs(tmp_path) -> N
         ("roundz=3", "config key `roundz` is unknown"),
         ("threads=many", "config key `threads`: 'many' (text) is not of type 'integer'"),
         ("run=../escape", "config key `run`: '../escape' (text) does not match"),
-        ("strategy=nosuch", "config key `strategy`: 'nosuch' (text) is not valid"),
+        ("strategy=nosuch", "config key `strategy`: 'nosuch' is neither a built-in strategy"),
         (
             'strategy_options={"fedadam": {"bogus": 1}}',
             "config key `strategy_options` (under 'fedadam'): 'bogus' is unknown",
