@@ -119,6 +119,9 @@ def barrier_digest(
     started = time.monotonic()
     delays = backoff.delays()
     noticed: dict[tuple[int, str], float] = {}  # fault notes seen, and when (FAULT_GRACE)
+    vouched: dict[tuple[int, str], str | None] = {}  # what each note says, or None: nobody's
+    # the notes there as this barrier began: maybe an earlier attempt's, given the grace
+    before = set(clients_in(store, session.name("fault") + "/", expected).items())
     waiting = Waiting(f"{session.what}, phase {phase}")  # says whom it waits for
     while True:
         digest = store.resolve(name)
@@ -126,11 +129,15 @@ def barrier_digest(
             return digest
         here = clients_in(store, session.name(phase) + "/", expected)
         out = set(clients_in(store, session.name("withdrawn") + "/", expected)) - set(here)
-        _stop_on_fault(store, session, set(expected) - set(here) - out, noticed)
+        awaited = set(expected) - set(here) - out
+        standing = _stop_on_fault(store, session, awaited, noticed, vouched, before)
         past = deadline is not None and time.monotonic() - started > deadline
         accounted = len(here) + len(out) == len(expected)  # nobody else is coming
         if accounted and len(here) < session.threshold:
             raise _below(session, phase, expected, here, time.monotonic() - started)
+        if past and standing:  # never unmasked around a client whose store failed: its note
+            sleep(next(delays))  # stops this barrier once it has stood the grace
+            continue
         if accounted or (past and len(here) >= session.threshold):
             check_present(store, session, phase, here, out)
             record = {
@@ -162,24 +169,40 @@ def note_fault(store: Store, session: Session, mine: int, why: str) -> None:
 
 
 def _stop_on_fault(
-    store: Store, session: Session, awaited: set[int], noticed: dict[tuple[int, str], float]
-) -> None:
+    store: Store,
+    session: Session,
+    awaited: set[int],
+    noticed: dict[tuple[int, str], float],
+    vouched: dict[tuple[int, str], str | None],
+    before: set[tuple[int, str]],
+) -> list[int]:
     """PeerStoreFault for the first awaited client whose fault note is signed by it (a note
-    nobody can vouch for stops nothing) and has stood for FAULT_GRACE seconds since this
-    barrier `noticed` it (a rerun of the client may be about to replace it)."""
-    now = time.monotonic()
+    nobody can vouch for stops nothing, `vouched` remembers) and was written while this
+    barrier waited, or, one there `before` it began (an earlier attempt's, which a rerun of
+    the client replaces), has stood for FAULT_GRACE seconds since this barrier `noticed` it;
+    else the clients whose notes stand without stopping it yet, which it must wait for (as
+    soma.round.client.Faults does for a plain round)."""
+    now, standing = time.monotonic(), []
     for k, digest in sorted(clients_in(store, session.name("fault") + "/", awaited).items()):
-        if now - noticed.setdefault((k, digest), now) < FAULT_GRACE:
+        if (k, digest) not in vouched:
+            try:
+                check_signed(store, session, digest, session.name("fault", k), k)
+                said = record_of(store, digest, f"client {k}'s fault note")["fault"]
+                vouched[k, digest] = str(said)
+            except Exception:  # forged or unreadable: nobody's word
+                vouched[k, digest] = None
+        why = vouched[k, digest]
+        if why is None:
             continue
-        try:
-            check_signed(store, session, digest, session.name("fault", k), k)
-            why = record_of(store, digest, f"client {k}'s fault note")["fault"]
-        except Exception:  # forged or unreadable: nobody's word
+        since = noticed.setdefault((k, digest), now)
+        if (k, digest) in before and now - since < FAULT_GRACE:
+            standing.append(k)
             continue
         raise PeerStoreFault(
             f"{session.what} stops: the store failed client {k}'s part ({why}); the sum is not "
             "unmasked around a broken store: once the store works, run again"
         )
+    return standing
 
 
 def must_be_in(roster: Mapping[int, str], secrets: Secrets, phase: str) -> None:
