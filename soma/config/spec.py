@@ -474,11 +474,7 @@ class RunSpec:
             )
         try:
             sampled = sample_size(self.participation, self.clients)
-            elsewhere = self.mine is not None and len(set(self.mine)) < self.clients
-            if elsewhere and quorum_size(self.quorum, sampled) < sampled:  # a store fault
-                from soma.timing import check_fault_deadline  # looked up now: its mutant
-
-                check_fault_deadline(self.timing.deadline, option=self.named("deadline"))
+            quorum = quorum_size(self.quorum, sampled)
         except ParticipationError as error:
             raise self.refused(
                 f"{self.named('clients', 'participation', 'quorum')}: {error}"
@@ -516,7 +512,19 @@ class RunSpec:
         self._check_other_tasks()
         self._check_findable()
         self._check_roster()
+        self._check_fault_deadline(sampled, quorum)
         return self
+
+    def _check_fault_deadline(self, sampled: int, quorum: int) -> None:
+        """A round that may go on without somebody past its deadline (a quorum, or a secure
+        sum's threshold, below the clients sampled) and whose clients other processes host
+        must not give up on a client whose store is still retrying (soma.timing)."""
+        elsewhere = self.mine is not None and len(set(self.mine)) < self.clients
+        threshold = sampled if self.secure is None else self.secure
+        if elsewhere and min(quorum, threshold) < sampled:
+            from soma.timing import check_fault_deadline  # looked up now: its mutant
+
+            check_fault_deadline(self.timing.deadline, option=self.named("deadline"))
 
     def _check_findable(self) -> None:
         """The task and the strategy name modules that can be found here (soma.config.lookup,

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import pytest
 
+from soma.config.spec import RunSpec
 from soma.round.once import POLL
 from soma.secagg import roster
 from soma.secagg.roster import PeerStoreFault, barrier_digest, note_fault
 from soma.secagg.session import Session
 from soma.store import Store
+from soma.timing import DeadlineTooShort, Timing
 
 PREFIX = "run/round/0/secagg"
 
@@ -59,3 +61,14 @@ def test_a_note_nobody_vouches_for_holds_nothing_up(store: Store) -> None:
     store.bind(session().name("fault", 3), store.put(b"not a record"))
     digest = barrier_digest(store, session(), "keys", deadline=0, backoff=POLL)
     assert digest == store.resolve(session().name("roster", "keys"))
+
+
+def test_a_secure_run_whose_deadline_would_give_up_on_a_retrying_store_is_refused() -> None:
+    """Hosting some of the clients, with a threshold below them: the barrier may go on
+    without one past its deadline, which must outlast the store's patience and the grace."""
+    spec = RunSpec(run="r", task="soma.tasks.control", clients=4, rounds=1, secure=3,
+                   mine=(0,), given="args", timing=Timing(deadline=60))  # fmt: skip
+    with pytest.raises(DeadlineTooShort, match="--deadline 60s is shorter than"):
+        spec.check()
+    RunSpec(run="r", task="soma.tasks.control", clients=4, rounds=1, secure=3, mine=(0,),
+            given="args", timing=Timing(deadline=3600)).check()  # fmt: skip

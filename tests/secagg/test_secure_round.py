@@ -31,7 +31,8 @@ OPTIONS = ["--option", "examples=32"]
 
 def soma_clients(store: Path, groups: list[str], *flags: str, rounds: int = 2) -> list[list[dict]]:
     args = ["client", "--store", str(store), "--run", "sec", "--rounds", str(rounds)]
-    args += ["--clients", "4", "--deadline", "120", *OPTIONS, "--evaluate", "none", *flags]
+    # a deadline that outlasts the store's patience and a fault note's grace (soma.timing)
+    args += ["--clients", "4", "--deadline", "150", *OPTIONS, "--evaluate", "none", *flags]
     return soma_processes(args, groups)
 
 
