@@ -56,6 +56,10 @@ def snakemake_commands() -> list[str]:
 def checkout(tmp_path: Path) -> Path:
     for name in ("Snakefile", "workflow", "config", "profiles"):
         (tmp_path / name).symlink_to(ROOT / name)
+    # the docs' strategy of your own (`strategy=mypkg.mystrategy`): a dry run only finds it
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "mystrategy.py").write_text("from soma.strategies.fedavg import make\n")
     return tmp_path
 
 

@@ -428,7 +428,10 @@ REFUSED_COMMANDS = {
         CLIENT + ("--mine", "0", "--quorum", "3"),
         "--participation/--quorum: quorum must be a count between 1 and 2, not '3'",
     ),
-    "strategy": (CLIENT + ("--mine", "0", "--strategy", "nosuch"), "strategy 'nosuch' is"),
+    "strategy": (
+        CLIENT + ("--mine", "0", "--strategy", "nosuch"),
+        "--strategy: 'nosuch' is neither a built-in strategy",
+    ),
     "option": (
         CLIENT + ("--mine", "0", "--task", "soma.tasks.digits", "--option", "epochz=2"),
         "--option 'epochz': not an option of task 'soma.tasks.digits'",

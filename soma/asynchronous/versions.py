@@ -182,7 +182,7 @@ class Versions:
         self,
         weights: str,
         *,
-        deadline: float | None = None,
+        deadline: float | None,
         backoff: Backoff = POLL,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:

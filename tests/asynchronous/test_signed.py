@@ -129,7 +129,7 @@ def test_an_update_is_signed_by_its_client_and_a_version_by_an_averager(keys, tm
     store, signing = Store(tmp_path), _signing(keys)
     versions = Versions(store, "b", Buffered(1), 1, signing, (2, 1, 0))
     start = {"fc": {"w": torch.zeros(3)}}
-    versions.begin(store.put_value(start))
+    versions.begin(store.put_value(start), deadline=None)
     name = versions.contribute(1, 0, {"fc": {"w": torch.ones(3)}}, 4.0)
     signed.check_update(store, signing, store.resolve(name), name=name, client=1)
     assert versions.advance(deadline=WAITED, lease=60.0) == 1

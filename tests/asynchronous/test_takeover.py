@@ -31,7 +31,7 @@ def _killed_mid_version(url: str) -> tuple[Store, Place]:
     making: the store and version 1's place."""
     store = Store(url)
     versions = Versions(store, "a", Buffered(buffer=1))
-    versions.begin(store.put_value({"fc": {"w": torch.zeros(3)}}))
+    versions.begin(store.put_value({"fc": {"w": torch.zeros(3)}}), deadline=None)
     versions.contribute(0, 0, {"fc": {"w": torch.ones(3)}}, 1)
     worker = subprocess.Popen(
         [sys.executable, str(TESTS / "async_worker.py"), url],

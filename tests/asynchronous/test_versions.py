@@ -60,7 +60,7 @@ def _w(value: float) -> dict:
 
 def _versions(store: Store, **settings) -> Versions:
     versions = Versions(store, "a", Buffered(**settings))
-    versions.begin(store.put_value(_w(0.0)))
+    versions.begin(store.put_value(_w(0.0)), deadline=None)
     return versions
 
 
@@ -153,7 +153,7 @@ def test_another_runs_start_under_the_same_name_is_refused(tmp_path) -> None:
     store = Store(tmp_path)
     _versions(store, buffer=1)
     with pytest.raises(VersionError, match="another run of this name"):
-        Versions(store, "a", Buffered(buffer=1)).begin(store.put_value(_w(2.0)))
+        Versions(store, "a", Buffered(buffer=1)).begin(store.put_value(_w(2.0)), deadline=None)
 
 
 def test_the_simulated_clock_replays_and_draws_the_same_run_from_its_seed(tmp_path) -> None:

@@ -32,15 +32,15 @@ def test_a_name_no_module_has_is_refused_naming_the_near_one(given, said) -> Non
 
 
 def test_a_module_of_your_own_is_found_where_its_import_finds_it(tmp_path, monkeypatch) -> None:
-    (tmp_path / "mytask.py").write_text("raise RuntimeError('never imported to decide')\n")
-    (tmp_path / "mine").mkdir()
-    (tmp_path / "mine" / "__init__.py").write_text("raise RuntimeError('nor this')\n")
-    (tmp_path / "mine" / "strategy.py").write_text("")
+    (tmp_path / "lookup_probe_task.py").write_text("raise RuntimeError('never imported')\n")
+    (tmp_path / "lookup_probe").mkdir()
+    (tmp_path / "lookup_probe" / "__init__.py").write_text("raise RuntimeError('nor this')\n")
+    (tmp_path / "lookup_probe" / "strategy.py").write_text("")
     monkeypatch.chdir(tmp_path)  # the workflow's tasks: from the working directory
-    assert not missing("mytask") and not missing("mine.strategy")
-    assert missing("mine.nosuch") and missing("nosuchtask")
-    assert "mytask" not in sys.modules and "mine" not in sys.modules
-    spec(task="mytask", strategy="mine.strategy").check()
+    assert not missing("lookup_probe_task") and not missing("lookup_probe.strategy")
+    assert missing("lookup_probe.nosuch") and missing("nosuchtask")
+    assert "lookup_probe_task" not in sys.modules and "lookup_probe" not in sys.modules
+    spec(task="lookup_probe_task", strategy="lookup_probe.strategy").check()
 
 
 def test_the_built_in_strategies_are_listed_without_importing_them() -> None:

@@ -139,9 +139,13 @@ def test_a_metric_the_task_does_not_return_fails_before_any_train_job(tmp_path) 
 
 @pytest.mark.slow
 def test_a_wrong_task_or_option_value_fails_before_any_train_job(tmp_path) -> None:
+    # a task no module has: at parse time, before any job (soma.config.lookup)
+    out = refused(tmp_path / "nosuch", "task=nosuch.task")
+    assert "config key `task`: no module 'nosuch.task' can be imported here" in out, out[-3000:]
+    assert not (tmp_path / "nosuch" / "logs").exists()
+    assert trained_nothing(tmp_path / "nosuch", "tiny")
     for n, (override, said) in enumerate(
         [
-            ("task=nosuch.task", "config key `task`: task 'nosuch.task' cannot be imported"),
             (
                 'task_options={"soma.tasks.digits": {"epochs": 0}}',
                 "config key `task_options` (under 'soma.tasks.digits')",
