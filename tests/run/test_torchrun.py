@@ -66,7 +66,9 @@ def test_two_ranks_train_one_client_as_one_process_does_up_to_rounding(tmp_path)
 
 
 def test_a_task_that_cannot_follow_is_refused_on_every_rank_before_anything(tmp_path):
-    """Without --task, `soma client` trains the control task, which has no follow()."""
+    """Without --task, `soma client` trains the control task, which has no follow(). Each rank
+    refuses on its own (the in-process test below: `main` returns 1); which ranks get to say
+    so here is torchrun's race: it ends the others when the first one exits."""
     refused = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
          "2", "-m", "soma.cli.ranks", "--", "client", "--store", str(tmp_path / "store"), "--run",
@@ -74,7 +76,7 @@ def test_a_task_that_cannot_follow_is_refused_on_every_rank_before_anything(tmp_
         cwd=tmp_path, env=soma_env(), capture_output=True, text=True, timeout=HANG,
     )  # fmt: skip
     assert refused.returncode != 0
-    assert refused.stderr.count("has no follow(told)") == 2, refused.stderr[-3000:]
+    assert refused.stderr.count("has no follow(told)") >= 1, refused.stderr[-3000:]
     assert not (tmp_path / "store").exists()
 
 
