@@ -308,3 +308,34 @@ def same_bits_in_every_mode(
     average = json.loads((results / "round" / str(rounds - 1) / "average.json").read_text())
     assert {average["weights"]} == by_client
     return average["weights"], results
+
+
+# The digits clients the fault tests run (tests/run/test_faults.py, test_fault_deadline.py):
+# 4 of them, a quorum of 3, FedAdam, a small softmax model.
+FAULT_RUN = ["--clients", "4", "--task", "soma.tasks.digits", "--quorum", "3"]
+FAULT_RUN += ["--strategy", "fedadam"]
+for _option in ("labels_per_client=5", "model=softmax", "epochs=1"):
+    FAULT_RUN += ["--option", _option]
+
+
+def fault_clients(args: list[str], *, plant: str | None, faulty: int, env=None) -> list:
+    """`tests/fault_worker.py ARGS --mine k` for each of the 4 clients, all at once, with
+    `plant` (SOMA_PLANT) in client `faulty`'s process only and `env(k)` beside each one's
+    environment; each one's return code, stdout and stderr."""
+    running = []
+    for k in range(4):
+        mine = dict(os.environ, OMP_NUM_THREADS="1", **(env(k) if env else {}))
+        mine.pop("SOMA_PLANT", None)
+        if plant is not None and k == faulty:
+            mine["SOMA_PLANT"] = plant
+        command = [sys.executable, str(TESTS / "fault_worker.py"), *args, "--mine", str(k)]
+        running.append(
+            subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mine
+            )
+        )
+    done = []
+    for process in running:
+        out, err = process.communicate(timeout=HANG)
+        done.append((process.returncode, out, err))
+    return done

@@ -16,21 +16,17 @@ never exit 0 with another model.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 from figures import FIGURES, printed
-from helpers import HANG
+from helpers import FAULT_RUN, fault_clients
 
 from soma.round import Meeting, contribute, layout, records
 from soma.round.client import Faults, StoreFailedPeer, note_fault
 from soma.store import Store
 from soma.timing import FAULT_GRACE, LEASE, DeadlineTooShort, check_fault_deadline
 
-TESTS = Path(__file__).resolve().parents[1]
 CLIENTS = 4
 ROWS = {  # the reliability figures' rows (tests/figures.py) these tests count
     ("short", "folder"): "deadline < patience+grace",
@@ -148,29 +144,14 @@ def clients(store, *, deadline: float, patience: float, plant: str | None = None
     """`soma client` for each of 4 digits clients (quorum 3, FedAdam, 1 round), all at once,
     with SOMA_STORE_PATIENCE=`patience` in each, `plant` (tests/fault_worker.py) in client 3's
     process and `env(k)` beside each one's environment; each one's return code and stderr."""
-    args = ["client", "--store", str(store), "--run", "f", "--rounds", "1"]
-    args += ["--clients", str(CLIENTS), "--task", "soma.tasks.digits", "--quorum", "3"]
-    args += ["--strategy", "fedadam", "--deadline", f"{deadline:g}"]
-    for option in ("labels_per_client=5", "model=softmax", "epochs=1"):
-        args += ["--option", option]
-    running = []
-    for k in range(CLIENTS):
-        mine = dict(os.environ, OMP_NUM_THREADS="1", SOMA_STORE_PATIENCE=f"{patience:g}")
-        mine.update(env(k) if env else {})
-        mine.pop("SOMA_PLANT", None)
-        if plant is not None and k == 3:
-            mine["SOMA_PLANT"] = plant
-        command = [sys.executable, str(TESTS / "fault_worker.py"), *args, "--mine", str(k)]
-        running.append(
-            subprocess.Popen(
-                command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mine
-            )
-        )
-    done = []
-    for process in running:
-        _, err = process.communicate(timeout=HANG)
-        done.append((process.returncode, err))
-    return done
+    args = ["client", "--store", str(store), "--run", "f", "--rounds", "1", *FAULT_RUN]
+    args += ["--deadline", f"{deadline:g}"]
+
+    def environment(k: int) -> dict[str, str]:
+        return {"SOMA_STORE_PATIENCE": f"{patience:g}", **(env(k) if env else {})}
+
+    done = fault_clients(args, plant=plant, faulty=3, env=environment)
+    return [(code, err) for code, _, err in done]
 
 
 def last_line(err: str) -> str:

@@ -11,18 +11,16 @@ with another model.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from figures import FIGURES, printed
+from helpers import FAULT_RUN, fault_clients
 
 from soma.round import status
 from soma.store import Store
 
 pytestmark = pytest.mark.slow
-TESTS = Path(__file__).resolve().parents[1]
 CLIENTS = 4
 ROWS = {
     "folder": "EIO x3 at a claim (quorum)",
@@ -37,29 +35,10 @@ def clients(store: Path | str, *, plant: str | None = None, faulty: int = 3, env
     once, with `plant` (SOMA_PLANT) in client `faulty`'s process and `env` (a client's
     environment beside this one's, by client) in each; each one's return code, stdout and
     stderr."""
-    args = ["client", "--store", str(store), "--run", "f", "--rounds", "2"]
-    args += ["--clients", str(CLIENTS), "--task", "soma.tasks.digits", "--quorum", "3"]
+    args = ["client", "--store", str(store), "--run", "f", "--rounds", "2", *FAULT_RUN]
     # a quorum's deadline outlasts the store's patience (120 s) and a fault note's grace
-    args += ["--strategy", "fedadam", "--deadline", "150"]
-    for option in ("labels_per_client=5", "model=softmax", "epochs=1"):
-        args += ["--option", option]
-    running = []
-    for k in range(CLIENTS):
-        mine = dict(os.environ, OMP_NUM_THREADS="1", **(env(k) if env else {}))
-        mine.pop("SOMA_PLANT", None)
-        if plant is not None and k == faulty:
-            mine["SOMA_PLANT"] = plant
-        command = [sys.executable, str(TESTS / "fault_worker.py"), *args, "--mine", str(k)]
-        running.append(
-            subprocess.Popen(
-                command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mine
-            )
-        )
-    done = []
-    for process in running:
-        out, err = process.communicate(timeout=600)
-        done.append((process.returncode, out, err))
-    return done
+    args += ["--deadline", "150"]
+    return fault_clients(args, plant=plant, faulty=faulty, env=env)
 
 
 def final_weights(store: Path | str) -> str:
