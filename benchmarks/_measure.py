@@ -104,3 +104,26 @@ def parse_size(text: str) -> int:
         if text.endswith(unit):
             return int(float(text[: -len(unit)]) * factor)
     return int(text)
+
+
+def plain_federation(task, clients: int, rounds: int):
+    """The floor every federated figure is measured against: `clients` clients of `task`
+    trained in this process round after round with soma's seeds (the start from seed 0,
+    client k of round r with `training_seed(0, r, k)`) and folded by soma.fedavg, nothing
+    written. The nodes at the last average, and its weights."""
+    from soma import fedavg
+    from soma.nodes import export, load
+    from soma.training import training_seed
+
+    shards = [task.shard(k, clients) for k in range(clients)]
+    nodes = task.nodes(0)
+    weights = export(nodes)
+    for r in range(rounds):
+        exports = []
+        for k, data in enumerate(shards):
+            load(nodes, weights)
+            task.train(nodes, data, seed=training_seed(0, r, k))
+            exports.append(export(nodes))
+        weights = fedavg(exports, [task.size(data) for data in shards])
+    load(nodes, weights)
+    return nodes, weights

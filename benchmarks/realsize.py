@@ -57,23 +57,12 @@ def floor(args: argparse.Namespace) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from soma import fedavg
-    from soma.nodes import export, load
+    from _measure import plain_federation
+
     from soma.tasks import load_task
-    from soma.training import training_seed
 
     task = load_task(TASK, options_of(args))
-    nodes = task.nodes(0)
-    shards = [task.shard(k, args.clients) for k in range(args.clients)]
-    weights = export(nodes)
-    for r in range(args.rounds):
-        exports = []
-        for k, data in enumerate(shards):
-            load(nodes, weights)
-            task.train(nodes, data, seed=training_seed(0, r, k))
-            exports.append(export(nodes))
-        weights = fedavg(exports, [task.size(data) for data in shards])
-    load(nodes, weights)
+    nodes, _ = plain_federation(task, args.clients, args.rounds)
     print(json.dumps(task.evaluate(nodes)))
 
 

@@ -144,24 +144,13 @@ def floor_child(rounds: int) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from soma import fedavg
-    from soma.nodes import export, load
+    from _measure import plain_federation
+
     from soma.tasks import digits
-    from soma.training import training_seed
 
     task = digits.make()
     tic = time.perf_counter()
-    shards = [task.shard(k, CLIENTS) for k in range(CLIENTS)]
-    nodes = task.nodes(0)
-    weights = export(nodes)
-    for r in range(rounds):
-        exports = []
-        for k, data in enumerate(shards):
-            load(nodes, weights)
-            task.train(nodes, data, seed=training_seed(0, r, k))
-            exports.append(export(nodes))
-        weights = fedavg(exports, [task.size(data) for data in shards])
-    load(nodes, weights)
+    nodes, weights = plain_federation(task, CLIENTS, rounds)
     accuracy = task.evaluate(nodes)["accuracy"]
     loop = time.perf_counter() - tic
     print(json.dumps({"loop": loop, "accuracy": accuracy, "model": model_bytes(weights)}))
