@@ -27,12 +27,12 @@ import os
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from soma.store import Store, codecs, mark_corrupt
 from soma.store.errors import BadBlob, CorruptName, SymlinkInStore, UnknownDigest
 from soma.store.keeping import BlobFile as BlobFile
+from soma.store.keeping import files as files
 
 # A blob reached as a possible record is read whole and hashed while walking when it is at
 # most this big, or when it starts like a record.
@@ -238,17 +238,6 @@ def list_blobs(store: Store) -> tuple[dict[str, BlobFile], list[str]]:
     """Every blob file (by digest) and every stray file (a path that is not a blob's), as
     the store lists them (soma.store.keeping: a folder's files, a bucket's keys)."""
     return store.blob_files()
-
-
-def files(folder: Path) -> list[os.DirEntry]:
-    """The files in one of the store's folders; none through a symbolic link."""
-    if folder.is_symlink():
-        return []
-    try:
-        with os.scandir(folder) as entries:
-            return [e for e in entries if e.is_file(follow_symlinks=False)]
-    except FileNotFoundError:
-        return []
 
 
 def symlinks(store: Store) -> list[str]:

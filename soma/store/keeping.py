@@ -63,7 +63,7 @@ def _unlink(path: str | os.PathLike[str]) -> None:
         pass
 
 
-def _files(folder: str | os.PathLike[str]) -> list[os.DirEntry]:
+def files(folder: str | os.PathLike[str]) -> list[os.DirEntry]:
     """The files in one of the store's folders; none through a symbolic link."""
     if os.path.islink(folder):
         return []
@@ -195,7 +195,7 @@ class FolderKeeping:
         """Decide each blob a killed gc left in `attic/` (`reached` ones go back); how many
         went back."""
         restored = 0
-        for entry in _files(self._attic):
+        for entry in files(self._attic):
             if not is_digest(entry.name) or dry_run:
                 continue
             if self._settle(entry.name, cutoff, keep=entry.name in reached) is None:
@@ -204,12 +204,12 @@ class FolderKeeping:
 
     def attic_count(self) -> int:
         """Blobs a killed gc left in `attic/` (the next gc decides them)."""
-        return len(_files(self._attic))
+        return len(files(self._attic))
 
     def temporaries(self) -> list[Temporary]:
         """The files in `tmp/`: writers' temporaries, live or left by killed writers."""
         found = []
-        for entry in _files(self._tmp):
+        for entry in files(self._tmp):
             try:
                 st = entry.stat(follow_symlinks=False)
             except FileNotFoundError:
