@@ -144,6 +144,7 @@ def test_the_helpers_that_start_a_process_are_those_the_rule_finds() -> None:
         "soma_processes",
         "soma_clients",
         "same_bits_in_every_mode",
+        "fault_clients",
     }
 
 
