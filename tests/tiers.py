@@ -34,8 +34,9 @@ TESTS = Path(__file__).resolve().parent
 # What, in a test's, fixture's or tests/ helper's own code, starts a process: MARKERS in its
 # code (its strings blanked), WORKERS in its strings and in the strings and paths it names
 # (WORKER = TESTS / "store_worker.py"). tests/helpers.py's snakemake, soma, soma_processes,
-# soma_clients, same_bits_in_every_mode and fault_clients are found through these, by following the calls
-# (see above); communicated and finished_together only wait for processes started elsewhere.
+# soma_clients, same_bits_in_every_mode and fault_clients are found through these, by following
+# the calls (see above); communicated and finished_together only wait for processes started
+# elsewhere.
 # tests/test_tiers.py checks that list.
 MARKERS = re.compile(
     r"""
