@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import torch
 
-from soma.arithmetic import Signature, first_difference, lerp
+from soma.arithmetic import Signature, first_difference, lerp, lerp_each
 from soma.arithmetic import averageable as _averageable
 from soma.arithmetic import working_dtype as _accumulator_dtype
 from soma.errors import AggregationError
@@ -97,64 +97,40 @@ def _check_like(first: Signature, other: State, index: int) -> None:
         raise AggregationError(problem)
 
 
-class _Mean(dict):
-    """The running mean, node by node; `lent` names the keys still holding the first export's
-    own tensors (not copies), which the first fold replaces rather than writes into."""
-
-    lent: set[tuple[str, str]]
+Mean = dict[str, dict[str, torch.Tensor]]
 
 
-def _start(first: State, lend: bool = False) -> _Mean:
-    """The running mean after one export: a copy of it (floats widened), never the input.
-
-    With `lend`, a float tensor already in its accumulator dtype is not copied but lent: the
-    first fold then writes the mean of the first two into a new tensor, one pass where a copy
-    and an in-place fold were two, and `_finish` copies whatever is still lent. Only for
-    exports that stay as they are until the end (a list); an iterator's may be dropped or
-    refilled once folded, so there the first one is copied.
-    """
-    mean = _Mean()
-    mean.lent = set()
+def _start(first: State) -> Mean:
+    """The running mean after one export: a copy of it (floats widened), never the input: an
+    iterator's exports may be dropped or refilled once folded."""
     with torch.no_grad():
-        for node_id, keys in first.items():
-            mean[node_id] = {}
-            for key, t in keys.items():
-                widened = _accumulator_dtype(t.dtype)
-                if lend and widened == t.dtype and _averageable(t.dtype) and t.device.type == "cpu":
-                    mean[node_id][key] = t
-                    mean.lent.add((node_id, key))
-                else:  # on the CPU, contiguous: `lerp` writes into it
-                    mean[node_id][key] = t.to(
-                        "cpu", widened, copy=True, memory_format=torch.contiguous_format
-                    )
-    return mean
+        return {
+            node_id: {
+                key: t.to(
+                    "cpu",
+                    _accumulator_dtype(t.dtype),
+                    copy=True,
+                    memory_format=torch.contiguous_format,  # `lerp` writes into it
+                )
+                for key, t in keys.items()
+            }
+            for node_id, keys in first.items()
+        }
 
 
-def _fold(mean: _Mean, export: State, weight: float) -> None:
+def _fold(mean: Mean, export: State, weight: float) -> None:
     """mean += weight * (export - mean), for what can be averaged; counts keep the first's."""
-    if weight == 0.0:
-        return
-    lent = getattr(mean, "lent", set())
     with torch.no_grad():
         for node_id, keys in mean.items():
             theirs = export[node_id]
-            for key, acc in list(keys.items()):
+            for key, acc in keys.items():
                 if _averageable(acc.dtype):
-                    x = theirs[key].to("cpu", acc.dtype)
-                    if (node_id, key) in lent:  # not ours to write into: a new tensor
-                        keys[key] = lerp(acc, x, weight)
-                    else:
-                        lerp(acc, x, weight, out=acc)
-    lent.clear()
+                    lerp(acc, theirs[key].to("cpu", acc.dtype), weight, out=acc)
 
 
-def _finish(mean: _Mean, first: Signature) -> Export:
-    lent = getattr(mean, "lent", set())
+def _finish(mean: Mean, first: Signature) -> Export:
     return {
-        node_id: {
-            key: acc.clone() if (node_id, key) in lent else acc.to(first[node_id][key][1])
-            for key, acc in keys.items()
-        }
+        node_id: {key: acc.to(first[node_id][key][1]) for key, acc in keys.items()}
         for node_id, keys in mean.items()
     }
 
@@ -204,7 +180,7 @@ def fedavg(
             raise AggregationError(f"{len(sizes)} sizes for {len(exports)} exports")
         pairs = list(_pairs(exports, sizes))
         _check_all(pairs)
-        return _running_mean(iter(pairs), lend=True)
+        return _mean_of_all(pairs)
     return _running_mean(_pairs(exports, sizes))
 
 
@@ -240,20 +216,69 @@ def _check_all(pairs: list[tuple[State, object]]) -> None:
         raise AggregationError("the sizes add up to zero: there is nothing to weigh by")
 
 
-def _running_mean(pairs: Iterator[tuple[State, object]], lend: bool = False) -> Export:
+def _fold_weight(index: int, size: float, total: float) -> float | None:
+    """Export `index`'s weight in the running mean, n_k / (n_0 + ... + n_k) with `total` that
+    sum, or None where it is not folded in (the first; a size of zero; a zero total so far):
+    the one rule, for a list and an iterator alike."""
+    if index == 0 or total <= 0 or size / total == 0.0:
+        return None
+    return size / total
+
+
+def _mean_of_all(pairs: list[tuple[State, object]]) -> Export:
+    """The mean of checked exports all in memory: the running mean's operations in its order
+    (the same bits as an iterator of them gives), key by key with every export folded into
+    one cache-sized piece of the mean at a time (`lerp_each`), so the mean is read and written
+    once rather than once per export."""
+    first, total = pairs[0][0], 0.0
+    folded: list[tuple[State, float]] = []
+    for index, (export, size) in enumerate(pairs):
+        weight = _size_of(size, index)
+        total += weight
+        w = _fold_weight(index, weight, total)
+        if w is not None:
+            folded.append((export, w))
+    mean: Mean = {}
+    with torch.no_grad():
+        for node_id, keys in first.items():
+            mean[node_id] = {}
+            for key, t in keys.items():
+                wide = _accumulator_dtype(t.dtype)
+                if not _averageable(wide):  # a count: the first export's
+                    mean[node_id][key] = t.to(
+                        "cpu", copy=True, memory_format=torch.contiguous_format
+                    )
+                    continue
+                ends = [(export[node_id][key], w) for export, w in folded]
+                if wide == t.dtype and all(_on_cpu(x) for x, _ in [(t, 0), *ends]):
+                    mean[node_id][key] = lerp_each(t, ends)
+                else:  # widened or copied to the CPU one export at a time, as an iterator is
+                    acc = t.to("cpu", wide, copy=True, memory_format=torch.contiguous_format)
+                    for x, w in ends:
+                        lerp(acc, x.to("cpu", wide), w, out=acc)
+                    mean[node_id][key] = acc.to(t.dtype)
+    return mean
+
+
+def _on_cpu(tensor: torch.Tensor) -> bool:
+    return tensor.device.type == "cpu"
+
+
+def _running_mean(pairs: Iterator[tuple[State, object]]) -> Export:
     first: Signature | None = None
-    mean = _Mean()
+    mean: Mean = {}
     total = 0.0
     for index, (export, size) in enumerate(pairs):
         weight = _size_of(size, index)
         if first is None:
-            first, mean = _signature(export, 0), _start(export, lend)
+            first, mean = _signature(export, 0), _start(export)
         else:
             _check_like(first, export, index)
         total += weight
         _check_total(total)
-        if index > 0 and total > 0:
-            _fold(mean, export, weight / total)
+        w = _fold_weight(index, weight, total)
+        if w is not None:
+            _fold(mean, export, w)
     if first is None:
         raise AggregationError("nothing to average: no exports were given")
     if total == 0:

@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -127,6 +127,41 @@ def lerp(
             np.subtract(b[first:last], t, out=o[first:last])
         else:
             np.add(a[first:last], t, out=o[first:last])
+    return out
+
+
+def lerp_each(start: torch.Tensor, folds: Sequence[tuple[torch.Tensor, float]]) -> torch.Tensor:
+    """`start` folded with each `(end, weight)` in turn, as `lerp` would give them one call at
+    a time (the same operations on each number, in the same order: the same bits), into a
+    new tensor.
+
+    Why a function of its own: given every end at once, it works chunk by chunk, folding all
+    of them into one chunk of the result while that chunk is in cache, so the result is read
+    and written from memory once rather than once per end. `start` and every end are CPU
+    tensors of one working dtype and shape."""
+    out = torch.empty(start.shape, dtype=start.dtype)
+    o = _numbers(out)
+    if not folds:
+        np.copyto(o, _numbers(start))
+        return out
+    a = _numbers(start)
+    steps = [
+        (_numbers(end), abs(w) >= 0.5, o.dtype.type(1.0 - w if abs(w) >= 0.5 else w))
+        for end, w in folds
+    ]
+    scratch = np.empty(min(_CHUNK, o.size), dtype=o.dtype)
+    for first in range(0, o.size, _CHUNK):
+        last = min(first + _CHUNK, o.size)
+        t, into, acc = scratch[: last - first], o[first:last], a[first:last]
+        for b, far, w in steps:
+            end = b[first:last]
+            np.subtract(end, acc, out=t)
+            np.multiply(t, w, out=t)
+            if far:
+                np.subtract(end, t, out=into)
+            else:
+                np.add(acc, t, out=into)
+            acc = into
     return out
 
 

@@ -125,6 +125,26 @@ def _fedavg_folds_with_fused_lerp() -> None:
 
 
 @mutant(
+    "fedavg_list_folds_one_sided",
+    caught_by=["tests/test_federated.py", "-k", "bits_an_iterator"],
+)
+def _fedavg_list_folds_one_sided() -> None:
+    """A list's mean folded as start + w (end - start) whatever w: the same mean in exact
+    arithmetic, other bits than the two-sided form an iterator of the same list is folded by."""
+    import torch
+
+    import soma.aggregate
+
+    def lerp_each(start, folds):
+        out = start.to(torch.float64, copy=True)
+        for end, weight in folds:
+            out += weight * (end.to(torch.float64) - out)
+        return out.to(start.dtype)
+
+    _replace(soma.aggregate, "lerp_each", lerp_each)
+
+
+@mutant(
     "server_step_adds_with_alpha",
     caught_by=[
         "tests/test_capabilities.py::"

@@ -336,8 +336,9 @@ def test_refused_before_anything_is_computed(build, match, as_iterator, monkeypa
     folded = []
     import soma.aggregate as aggregate
 
-    real_fold = aggregate._fold
-    monkeypatch.setattr(aggregate, "_fold", lambda *args: folded.append(1) or real_fold(*args))
+    for fold in ("_fold", "lerp_each"):  # an iterator's one at a time; a list's all at once
+        real = getattr(aggregate, fold)
+        monkeypatch.setattr(aggregate, fold, lambda *a, real=real: folded.append(1) or real(*a))
     with pytest.raises(soma.AggregationError, match=match):
         soma.fedavg(iter(exports) if as_iterator else exports, sizes)
     if not as_iterator:
@@ -348,6 +349,32 @@ def test_an_iterator_of_pairs_weighs_like_a_list_with_sizes() -> None:
     a, b = two_exports()
     assert same(soma.fedavg(iter([(a, 3), (b, 1)])), soma.fedavg([a, b], sizes=[3, 1]))
     assert same(soma.fedavg((e for e in [a, b]), sizes=[3, 1]), soma.fedavg([a, b], sizes=[3, 1]))
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64]
+)
+def test_a_list_gives_the_bits_an_iterator_of_it_gives(dtype: torch.dtype) -> None:
+    """A list is folded all at once, chunk by chunk (soma.arithmetic.lerp_each), an iterator
+    one export at a time: the same operations in the same order, so the same bits, across
+    the chunks' edges (a tensor of 2.5 chunks), with sizes of zero, a view that is not
+    contiguous, and counts."""
+    g = torch.Generator().manual_seed(7)
+    exports = [
+        {
+            "n": {
+                "w": torch.randn(5 * 2**14 + 3, generator=g).to(dtype),
+                "t": torch.randn(9, 7, generator=g).to(dtype).t(),  # not contiguous
+                "count": torch.tensor(k),
+            }
+        }
+        for k in range(6)
+    ]
+    sizes = [0, 3, 0, 1, 5, 2]
+    listed = soma.fedavg(exports, sizes)
+    assert same(listed, soma.fedavg(iter(exports), sizes))
+    assert same(listed, soma.fedavg(iter(list(zip(exports, sizes, strict=True)))))
+    assert listed["n"]["count"].item() == 0 and listed["n"]["w"].dtype == dtype
 
 
 def test_an_iterator_holds_one_export_at_a_time() -> None:
