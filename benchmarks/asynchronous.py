@@ -28,6 +28,8 @@ import statistics
 import tempfile
 import time
 
+from _measure import recorded
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 OPTIONS = {"epochs": 1, "labels_per_client": 2, "model": "softmax"}
@@ -152,4 +154,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recorded("asynchronous"):
+        main()

@@ -53,7 +53,10 @@ import _measure  # noqa: E402
 VARIANTS = ("soma list", "soma iter", "stack+sum", "numpy flwr")
 REFS = ("add_ ref", "lerp_ ref", "alloc ref")
 TARGET_ADD = 0.60  # of add_ bandwidth
-TARGET_NUMPY = 8.0  # times numpy flwr
+# No target against numpy flwr: add_ alone is the most any one-fold-per-client FedAvg can be,
+# and on one thread it is ~2.5-3x numpy flwr (the "ceiling" line), so the ">= 8x numpy flwr"
+# this printed was out of any FedAvg's reach. Against numpy, soma is shown as a fraction of
+# that ceiling, which is its fraction of add_ again: TARGET_ADD is the target for both.
 TARGET_ITER_MEMORY = 2.2  # models, for soma iter, whatever N
 LAYERS = 10
 
@@ -352,11 +355,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--quick", action="store_true", help="20MB, N = 2, 8")
     parser.add_argument("--json", help="also write the raw results here")
+    parser.add_argument("--out", help="the results file's folder (default benchmarks/results)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         child(json.loads(args.child))
         return 0
+    with _measure.recorded("fedavg", out=args.out, pairs="best of --repeats a row"):
+        return measure(args)
+
+
+def measure(args: argparse.Namespace) -> int:
+    """Every (variant, size, N) in its own process, then the table and the targets."""
     if args.quick:
         args.sizes, args.clients = "20MB", "2,8"
     sizes = [_measure.parse_size(s) for s in args.sizes.split(",")]
@@ -468,18 +478,28 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def ceiling(rows: list[dict], size: str, n: int) -> float | None:
+    """add_ alone against numpy flwr at (size, N): the most any one-fold-per-client FedAvg
+    can be against it (add_ measured in numpy flwr's own process)."""
+    npy = find(rows, "numpy flwr", size, n)
+    add = add_gbps(rows, npy) if measured(npy) else None
+    return add / gbps(npy) if add and gbps(npy) else None
+
+
 def targets(rows: list[dict]) -> str:
     lines = [
-        f"Targets: soma >= {TARGET_ADD:.0%} of add_ GB/s; soma >= {TARGET_NUMPY:g}x numpy flwr; "
-        f"soma iter peak - idle (data + extra) <= {TARGET_ITER_MEMORY}x one model."
+        f"Targets: soma >= {TARGET_ADD:.0%} of add_ GB/s (against numpy flwr: >= {TARGET_ADD:.0%} "
+        f"of the ceiling); soma iter peak - idle (data + extra) <= {TARGET_ITER_MEMORY}x one "
+        f"model."
     ]
     for row in rows:
-        add = add_gbps(rows, row) if measured(row) else None
-        if row["variant"] == "numpy flwr" and add:
-            ceiling = gbps(row) and add / gbps(row)
+        most = (
+            ceiling(rows, row["size"], row["clients"]) if row["variant"] == "numpy flwr" else None
+        )
+        if most:
             lines.append(
                 f"  ceiling    {row['size']:>6} N={row['clients']:<3} add_ alone is "
-                f"{ceiling:.2f}x numpy flwr: the most any one-fold-per-client FedAvg can be"
+                f"{most:.2f}x numpy flwr: the most any one-fold-per-client FedAvg can be"
             )
     for row in rows:
         if row["variant"] not in ("soma list", "soma iter") or not measured(row):
@@ -489,10 +509,15 @@ def targets(rows: list[dict]) -> str:
         if add:
             ratio = gbps(row) / add
             checks.append(f"add_ {ratio:.2f} {'met' if ratio >= TARGET_ADD else 'MISSED'}")
+        most = ceiling(rows, row["size"], row["clients"])
         if npy is None:
             checks.append("numpy n/a")
+        elif most is None:
+            checks.append(f"numpy {npy:.2f}x")
         else:
-            checks.append(f"numpy {npy:.2f}x {'met' if npy >= TARGET_NUMPY else 'MISSED'}")
+            share = npy / most
+            checks.append(f"numpy {npy:.2f}x, {share:.2f} of the ceiling "
+                          f"{'met' if share >= TARGET_ADD else 'MISSED'}")  # fmt: skip
         if row["variant"] == "soma iter":
             models = (row["peak"] - row["idle"]) / row["model"]
             ok = models <= TARGET_ITER_MEMORY

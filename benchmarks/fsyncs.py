@@ -23,6 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from _measure import recorded  # noqa: E402
+
 from soma import files  # noqa: E402
 
 
@@ -98,4 +100,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recorded("fsyncs"):
+        main()

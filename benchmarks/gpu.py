@@ -21,7 +21,9 @@ On one device (`cuda`, or the CPU with --dry), soma.tasks.resnet's clients:
 5. precision: `--rounds` rounds of `soma.simulate` at fp32 and at bf16 (autocast), and the
    test accuracy and loss of each.
 
-The table is printed and written to `--out` (gpu.txt in the working folder by default).
+The table is printed and written as the newest run of benchmarks/results/gpu.md (`--out DIR`:
+that folder's gpu.md). A --dry run, a smoke test, writes only where it is told (`--out`, or
+$SOMA_BENCHMARK_RESULTS), so that it never replaces a GPU's recorded run.
 """
 
 from __future__ import annotations
@@ -33,6 +35,10 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _measure, also when imported
+
+from _measure import RESULTS_ENV, Started, write_result  # noqa: E402
 
 SIZES = {
     "gpu": {"width": 64, "image_size": 32, "examples": 512, "test_examples": 512,
@@ -181,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
     parser.add_argument("--clients", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3, help="of each precision's run")
     parser.add_argument("--steps", type=int, default=20, help="timed steps")
-    parser.add_argument("--out", default="gpu.txt", help="the table, also written here")
+    parser.add_argument("--out", default=None, help="the results file's folder")
     args = parser.parse_args(argv)
     import torch
 
@@ -190,14 +196,14 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
     threads, before = torch.get_num_threads(), _deterministic()
     torch.set_num_threads(1)
     try:
-        return _measured(args)
+        return _measured(args, Started() if argv is None else Started(argv=(__file__, *argv)))
     finally:  # as they were: the suite runs --dry in its own process's torch
         torch.set_num_threads(threads)
         torch.use_deterministic_algorithms(before[0])
         torch.backends.cudnn.benchmark = before[1]
 
 
-def _measured(args: argparse.Namespace) -> list[str]:
+def _measured(args: argparse.Namespace, started: Started) -> list[str]:
     import torch
 
     options = {**SIZES["dry" if args.dry else "gpu"], "device": "cpu" if args.dry else "cuda"}
@@ -214,9 +220,16 @@ def _measured(args: argparse.Namespace) -> list[str]:
     lines += step_times(options, args.steps)
     lines += precisions(options, args.clients, args.rounds, cuda=not args.dry)
     print("\n".join(lines))
-    Path(args.out).write_text("\n".join(lines) + "\n")
-    print(f"(written to {args.out})", file=sys.stderr)
+    if args.dry and args.out is None and not os.environ.get(RESULTS_ENV):
+        return lines
+    out = write_result("gpu", lines, started=started, out=args.out, notes=notes(args))
+    print(f"(written to {out})", file=sys.stderr)
     return lines
+
+
+def notes(args: argparse.Namespace) -> list[str]:
+    """What a reader of the results file must know: a --dry run is no GPU's figure."""
+    return ["A --dry run: on the CPU at a tiny size, no GPU's figure."] if args.dry else []
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
+from _measure import recorded  # noqa: E402
 
 import soma  # noqa: E402
 from soma.tasks import load_task  # noqa: E402
@@ -395,4 +396,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with recorded("literature"):  # a run that fails records nothing
+        code = main()
+    sys.exit(code)

@@ -43,6 +43,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
+from _measure import recorded  # noqa: E402
 
 from benchmarks import federation  # noqa: E402
 from soma.tasks import digits  # noqa: E402
@@ -158,4 +159,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with recorded("participation"):  # a run that fails records nothing
+        code = main()
+    sys.exit(code)

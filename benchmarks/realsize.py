@@ -25,7 +25,8 @@ floor's (issue 53's target: <= 1.05), and then, at this size, the times of soma'
 `keep` (Store.keep of one client's export into a fresh durable store), `average`
 (soma.fedavg of the clients' exports streamed from the store, `recall_each`) and `average in
 memory` (soma.fedavg of exports already in memory). The table is also written to
-`--out` (realsize.txt in the working folder by default).
+benchmarks/results/realsize.md, as its newest run (`--out DIR`: that folder's realsize.md, as a
+smoke test's should be).
 """
 
 from __future__ import annotations
@@ -33,13 +34,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _measure import Started, Timed, alternated, ratio, timed, write_result
 
 ROOT = Path(__file__).resolve().parent.parent
 TASK = "soma.tasks.resnet"
@@ -105,19 +106,6 @@ def parts(args: argparse.Namespace, folder: str) -> None:
     print(json.dumps({**said, "parameters": parameter_count(nodes)}))
 
 
-def timed(command: list[str], cwd: str) -> tuple[float, float, str]:
-    """Wall and CPU (user + system) seconds of `command`, and its last line of stdout."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.monotonic()
-    out = subprocess.run(command, check=True, env=env, stdout=subprocess.PIPE, text=True,
-                         cwd=cwd).stdout  # fmt: skip
-    wall = time.monotonic() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
-    return wall, cpu, (out.strip().splitlines() or [""])[-1]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--width", type=int, default=96)
@@ -130,7 +118,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=1, help="floor, soma: alternated")
     parser.add_argument("--repeat", type=int, default=3, help="of each part's timing")
     parser.add_argument("--dir", default=None, help="where the stores are (default: $TMPDIR)")
-    parser.add_argument("--out", default="realsize.txt", help="the table, also written here")
+    parser.add_argument("--out", default=None, help="the results file's folder")
     parser.add_argument("--floor-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--parts-child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -143,37 +131,35 @@ def main() -> None:
              "--batch-size", str(args.batch_size), "--clients", str(args.clients),
              "--rounds", str(args.rounds), "--repeat", str(args.repeat)]  # fmt: skip
     options = [x for k, v in options_of(args).items() for x in ("--option", f"{k}={v}")]
-    rows: dict[str, list[tuple[float, float]]] = {"floor": [], "soma": []}
-    said = {}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    started = Started()
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="soma-realsize-") as folder:
-        for i in range(args.pairs):
-            commands = {
-                "floor": [sys.executable, __file__, "--floor-child", *sizes],
-                "soma": [sys.executable, "-m", "soma.cli", "simulate", "--task", TASK,
-                         "--rounds", str(args.rounds), "--clients", str(args.clients),
-                         *options, "--store", f"{folder}/store-{i}", "--evaluate", "none"],
-            }  # fmt: skip
-            for row, command in commands.items():
-                wall, cpu, last = timed(command, folder)
-                rows[row].append((wall, cpu))
-                said[row] = last
-        _, _, parts_line = timed([sys.executable, __file__, "--parts-child", folder, *sizes],
-                                 folder)  # fmt: skip
+        commands = {
+            "floor": lambda i: [sys.executable, __file__, "--floor-child", *sizes],
+            "soma": lambda i: [sys.executable, "-m", "soma.cli", "simulate", "--task", TASK,
+                               "--rounds", str(args.rounds), "--clients", str(args.clients),
+                               *options, "--store", f"{folder}/store-{i}", "--evaluate", "none"],
+        }  # fmt: skip
+        rows = alternated(
+            {row: (lambda i, c=c: timed(c(i), env=env, cwd=folder)) for row, c in commands.items()},
+            args.pairs,
+        )
+        parts_line = timed([sys.executable, __file__, "--parts-child", folder, *sizes], env=env,
+                           cwd=folder).last  # fmt: skip
     measured = json.loads(parts_line)
-    lines = table(args, rows, measured, said)
+    lines = table(args, rows, measured)
     print("\n".join(lines))
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines) + "\n")
+    out = write_result("realsize", lines, started=started, out=args.out, pairs=str(args.pairs))
     print(f"(written to {out})")
 
 
-def table(args: argparse.Namespace, rows: dict, measured: dict, said: dict) -> list[str]:
-    """The printout, also written to --out."""
+def table(args: argparse.Namespace, rows: dict[str, list[Timed]], measured: dict) -> list[str]:
+    """The printout, also the results file's run."""
     count = measured["parameters"]
-    wall_ratios = [s[0] / f[0] for f, s in zip(rows["floor"], rows["soma"], strict=True)]
-    cpu_ratios = [s[1] / f[1] for f, s in zip(rows["floor"], rows["soma"], strict=True)]
-    wall, cpu = statistics.median(wall_ratios), statistics.median(cpu_ratios)
+    wall, cpu = (
+        ratio(rows["soma"], rows["floor"], "wall")[0],
+        ratio(rows["soma"], rows["floor"], "cpu")[0],
+    )
     lines = [
         f"soma.tasks.resnet width {args.width}: {count:,} parameters ({4 * count / 1e6:.0f} MB "
         f"an export), {args.image_size}x{args.image_size} images, {args.clients} clients x "
@@ -181,16 +167,16 @@ def table(args: argparse.Namespace, rows: dict, measured: dict, said: dict) -> l
         f"load {os.getloadavg()[0]:.1f} (uptime's 1-minute average, at the end)",
     ]
     for row, runs in rows.items():
-        shown = ", ".join(f"wall {w:.1f} s CPU {c:.1f} s" for w, c in runs)
+        shown = ", ".join(f"wall {r.wall:.1f} s CPU {r.cpu:.1f} s" for r in runs)
         lines.append(f"{row:>6}: {shown}")
     met = "met" if wall <= 1.05 else "not met"
-    lines.append(f"soma / floor: wall {wall:.3f} x, CPU {cpu:.3f} x (median of {len(wall_ratios)} "
+    lines.append(f"soma / floor: wall {wall:.3f} x, CPU {cpu:.3f} x (median of {len(rows['soma'])} "
                  f"pair(s); target wall <= 1.05: {met})")  # fmt: skip
     for part in ("export", "keep", "average", "average in memory"):
         seconds = measured[part]
         per = 4 * count * (args.clients if part.startswith("average") else 1) / seconds / 1e9
         lines.append(f"{part:>18}: {seconds:.3f} s ({per:.2f} GB/s of exports)")
-    lines.append(f"floor's evaluation {said.get('floor')}")
+    lines.append(f"floor's evaluation {rows['floor'][-1].last}")
     return lines
 
 

@@ -46,6 +46,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
+from _measure import recorded  # noqa: E402
 
 from benchmarks.faulty import attacked  # noqa: E402
 from soma.nodes import Export, export, load  # noqa: E402
@@ -234,4 +235,6 @@ def target_lines(
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    with recorded("robustness"):  # a run that fails records nothing
+        code = main()
+    sys.exit(code)

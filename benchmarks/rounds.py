@@ -90,6 +90,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _measure import recorded
 from _rounds_common import (
     BASELINE_IMPORTS,
     CLIENTS,
@@ -511,6 +512,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.child:
         return child(json.loads(args.child))
+    with recorded("rounds"):  # a run that fails records nothing
+        return measure(args)
+
+
+def measure(args: argparse.Namespace) -> int:
+    """The sections the options ask for, and their report."""
     args.memory_clients = args.memory_clients or (16 if args.quick else 64)
     if args.memory_clients < 2:
         raise SystemExit("--memory-clients must be at least 2")

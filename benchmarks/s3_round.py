@@ -60,6 +60,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import torch  # noqa: E402
+from _measure import recorded  # noqa: E402
 
 import soma  # noqa: E402
 from soma.nodes import export as export_of  # noqa: E402
@@ -501,4 +502,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recorded("s3_round"):
+        main()

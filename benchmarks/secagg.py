@@ -23,7 +23,9 @@ disk makes noisy); "client ms" is one client's wall time (the mean; clients run 
 so this is what a round waits for on the clients' side); "averager s" the averaging (plain)
 or unmasking (secure); "MB" the bytes of new files in the store (blobs and names) and
 "files" their count (each a create, write, fsync and link: what a network folder pays per
-file). "x" columns are ratios to plain at the same N. Times are the best of --repeats rounds.
+file). "x" columns are ratios to plain at the same N: the times' the median of the rounds'
+own (the variants of one N take turns, A B C C B A..., and each round's ratio compares two
+variants run one after another). Times are the best of --repeats rounds.
 The barriers' polling is not counted: everybody is always there.
 """
 
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -41,6 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
+from _measure import recorded  # noqa: E402
 
 import soma  # noqa: E402
 from soma import secagg  # noqa: E402
@@ -147,35 +151,38 @@ def secure(directory: Path, exports: list, sizes: list, dropped: set[int]) -> di
     }
 
 
-def measure(where: Path, n: int, drop: set[int] | None, exports, sizes, repeats: int) -> dict:
-    """The best of `repeats` rounds of one variant (wall and CPU each at its best), each into
-    a fresh store; what it wrote, and how far its mean is from soma.fedavg's."""
-    best: dict = {}
-    for attempt in range(repeats):
-        folder = where / str(attempt)
-        if drop is None:
-            out = plain(folder, exports, sizes)
-            contributors = list(range(n))
-        else:
-            out = secure(folder, exports, sizes, drop)
-            contributors = out["alive"]
-        written, files = footprint(folder)
-        shutil.rmtree(folder)
-        if not best:
-            want = soma.fedavg([exports[k] for k in contributors], [sizes[k] for k in contributors])
-            error = max(
-                (out["mean"][node][key].double() - want[node][key].double()).abs().max().item()
-                for node in want
-                for key in want[node]
-            )
-            best = {**out, "written": written, "files": files, "error": error}
+def measure(where: Path, n: int, drop: set[int] | None, exports, sizes) -> dict:
+    """One round of one variant into a fresh store `where`: its times, what it wrote, and how
+    far its mean is from soma.fedavg's."""
+    if drop is None:
+        out = plain(where, exports, sizes)
+        contributors = list(range(n))
+    else:
+        out = secure(where, exports, sizes, drop)
+        contributors = out["alive"]
+    written, files = footprint(where)
+    shutil.rmtree(where)
+    want = soma.fedavg([exports[k] for k in contributors], [sizes[k] for k in contributors])
+    mean = out.pop("mean")
+    error = max(
+        (mean[node][key].double() - want[node][key].double()).abs().max().item()
+        for node in want
+        for key in want[node]
+    )
+    return {**out, "written": written, "files": files, "error": error}
+
+
+def best_of(runs: list[dict]) -> dict:
+    """The rounds of one variant: wall and CPU each at its best, and every round kept (for the
+    ratios, round by round)."""
+    best = {**runs[0], "runs": runs}
+    for out in runs[1:]:
         for part in ("clients", "averager"):
             best[part] = tuple(map(min, best[part], out[part]))
         if "phases" in out:
             best["phases"] = {
                 p: tuple(map(min, best["phases"][p], t)) for p, t in out["phases"].items()
             }
-    best.pop("mean", None)
     return best
 
 
@@ -206,10 +213,13 @@ def main(argv: list[str] | None = None) -> int:
                 ("secure", set()),
                 (f"secure, {len(dropped)} drop", dropped),
             ]
-            for label, drop in variants:
-                where = base / f"{n}-{len(rows)}"
-                row = {"variant": label, "n": n}
-                row.update(measure(where, n, drop, exports, sizes, args.repeats))
+            runs: dict[str, list[dict]] = {label: [] for label, _ in variants}
+            for attempt in range(args.repeats):  # in turns, A B C then C B A
+                for label, drop in variants if attempt % 2 == 0 else variants[::-1]:
+                    where = base / f"{n}-{label}-{attempt}"
+                    runs[label].append(measure(where, n, drop, exports, sizes))
+            for label, _ in variants:
+                row = {"variant": label, "n": n, **best_of(runs[label])}
                 rows.append(row)
                 phases = ", ".join(
                     f"{p} {wall:.2f}/{cpu:.2f}" for p, (wall, cpu) in row.get("phases", {}).items()
@@ -229,6 +239,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def median_ratio(row: dict, ref: dict, part: str) -> float:
+    """The median over the rounds of row's `part` wall seconds over plain's of the same turn."""
+    return statistics.median(
+        r[part][0] / p[part][0] for r, p in zip(row["runs"], ref["runs"], strict=True)
+    )
+
+
 def table(rows: list[dict]) -> str:
     head = (
         f"{'variant':<16} {'N':>4} {'clients s':>9} {'CPU s':>6} {'client ms':>9} "
@@ -240,15 +257,20 @@ def table(rows: list[dict]) -> str:
     for row in rows:
         ref = base[row["n"]]
         (wall, cpu), (avg, _) = row["clients"], row["averager"]
+        cpus = statistics.median(
+            r["clients"][1] / p["clients"][1] for r, p in zip(row["runs"], ref["runs"], strict=True)
+        )
         lines.append(
             f"{row['variant']:<16} {row['n']:>4} {wall:>9.2f} {cpu:>6.2f} "
             f"{1e3 * wall / row['n']:>9.1f} {avg:>10.3f} {row['written'] / 1e6:>6.2f} "
-            f"{row['files']:>6} | {wall / ref['clients'][0]:>6.1f} {cpu / ref['clients'][1]:>6.1f} "
-            f"{avg / ref['averager'][0]:>6.1f} {row['written'] / ref['written']:>7.1f} "
+            f"{row['files']:>6} | {median_ratio(row, ref, 'clients'):>6.1f} {cpus:>6.1f} "
+            f"{median_ratio(row, ref, 'averager'):>6.1f} {row['written'] / ref['written']:>7.1f} "
             f"{row['files'] / ref['files']:>7.1f}"
         )
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with recorded("secagg"):  # a run that fails records nothing
+        code = main()
+    sys.exit(code)

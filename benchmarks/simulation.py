@@ -1,6 +1,6 @@
 """One-process simulation against the in-process floor, durable and scratch (issue 23).
 
-    python benchmarks/simulation.py [--rounds 50] [--clients 10] [--before DIR]
+    python benchmarks/simulation.py [--rounds 50] [--clients 10] [--pairs 3] [--before DIR]
     python benchmarks/simulation.py --task control --clients 1000 --rounds 2   # growth
 
 Digits with plain SGD (momentum 0, 5 local epochs, batch 10), or the control task with its
@@ -17,14 +17,20 @@ start to exit (imports included):
 - `soma simulate` without a store (its temporary store, made and dropped by the run);
 - `soma simulate --durability durable` and `--durability scratch`, a store in --dir.
 
-Prints each one's wall seconds, CPU seconds and user CPU seconds (its own and its
-children's; each the best of --repeat, run in turn) and their ratios to the floor's (issue
-34's targets: wall <= 1.2 durable, <= 1.1 scratch and without a store; CPU <= 1.1). Measured
-in one run, so a loaded machine weighs on every row alike. The user seconds are soma's own
-work in Python: on a VM whose kernel time jumps by seconds from one run to the next (file
-creation, first touches of memory), they are the figure that compares changes.
-`--before DIR` adds the soma rows run from another source tree (e.g. `git archive <commit>
-| tar -x -C DIR`): a change's before and after, one run.
+Every row runs `--pairs` times, alternated with the others (A B ... B A: `_measure.alternated`),
+and each of its runs is compared with the floor's run of the same turn. Prints each row's
+wall seconds, CPU seconds and user CPU seconds (its own and its children's; the median of
+its runs) and the median of its per-pair ratios to the floor's, with their spread (issue
+34's targets: wall <= 1.2 durable, <= 1.1 scratch and without a store; CPU <= 1.1). A best
+of N per row, as this benchmark kept before, compares a row's luckiest run with the
+floor's, taken minutes apart: under a changing load its wall ratios came out anywhere from
+0.22x to 1.98x. The user seconds are soma's own work in Python: on a VM whose kernel time
+jumps by seconds from one run to the next (file creation, first touches of memory), they
+are the figure that compares changes. `--before DIR` adds the soma rows run from another
+source tree (e.g. `git archive <commit> | tar -x -C DIR`): a change's before and after, one
+run. The printout is also the newest run of benchmarks/results/simulation.md (`--out DIR`
+for another folder: a smoke run's, e.g. `--task control --rounds 1 --clients 5 --pairs 2
+--out /tmp/r`).
 """
 
 from __future__ import annotations
@@ -32,12 +38,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+from _measure import Timed, alternated, ratio, recorded, timed
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS = {
@@ -106,20 +115,6 @@ def soma_averaging(task_name: str, rounds: int, clients: int, folder: str) -> No
     print(json.dumps({"averaging": spent[0], "inputs": inputs}))
 
 
-def timed(command: list[str], root: Path, cwd: str) -> tuple[float, float, float]:
-    """Wall, CPU (user and system) and user seconds of `command`, run with soma from `root`: in
-    `cwd`, a folder of no source tree (`python -m` puts the working folder before
-    PYTHONPATH, so run from a checkout every row would import that checkout's soma)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root)}
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.monotonic()
-    subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL, cwd=cwd)
-    wall = time.monotonic() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    user = after.ru_utime - before.ru_utime
-    return wall, user + after.ru_stime - before.ru_stime, user
-
-
 TARGETS = {"no --store": 1.1, "durable": 1.2, "scratch": 1.1}  # wall; CPU <= 1.1 for all
 
 
@@ -129,8 +124,10 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--task", choices=sorted(TASKS), default="digits")
     parser.add_argument("--dir", default=None)
-    parser.add_argument("--repeat", type=int, default=2, help="runs of each, interleaved: best")
+    parser.add_argument("--pairs", "--repeat", dest="pairs", type=int, default=3,
+                        help="turns of all rows, alternated: per-pair ratios")  # fmt: skip
     parser.add_argument("--before", default=None, help="another source tree's soma rows too")
+    parser.add_argument("--out", default=None, help="the results file's folder")
     parser.add_argument("--floor-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-evaluation", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--averaging-child", default=None, help=argparse.SUPPRESS)
@@ -141,6 +138,12 @@ def main() -> None:
     if args.averaging_child:
         soma_averaging(args.task, args.rounds, args.clients, args.averaging_child)
         return
+    with recorded("simulation", out=args.out, pairs=f"{args.pairs}, alternated"):
+        measured(args)
+
+
+def measured(args: argparse.Namespace) -> None:
+    """Every row's runs, alternated, and the table of their ratios to the floor's."""
     looped = [sys.executable, __file__, "--floor-child", "--rounds", str(args.rounds),
               "--clients", str(args.clients), "--task", args.task]  # fmt: skip
     rows = {
@@ -153,35 +156,41 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="soma-simulation-") as folder:
         for label, root in trees.items():
             for mode in ("no --store", "durable", "scratch"):
-                store = f"{folder}/{label}{mode}-{{}}"  # a store for each repeat: {} its number
+                store = f"{folder}/{label}{mode}-{{}}"  # a store for each pair: {} its number
                 where = [] if mode == "no --store" else ["--durability", mode, "--store", store]
                 rows[f"{label}{mode}"] = (root, [
                     sys.executable, "-m", "soma.cli", "simulate", "--task", task,
                     "--rounds", str(args.rounds), "--clients", str(args.clients), *options,
                     *where, "--evaluate", "none",
                 ])  # fmt: skip
-        best: dict[str, tuple[float, float, float]] = {}
-        for i in range(args.repeat):  # in turn, so that a change of load falls on every row
-            for row, (root, command) in rows.items():
-                # a fresh store each time, and none removed before the end: on ext4 without
-                # a journal a file made among thousands removed minutes ago costs ~0.3 ms of
-                # the kernel's time (its inode allocator steps over each recently deleted one)
-                wall, cpu, user = timed([c.format(i) for c in command], root, folder)
-                old = best.get(row, (float("inf"),) * 3)
-                best[row] = (min(old[0], wall), min(old[1], cpu), min(old[2], user))
+
+        def run(root: Path, command: list[str]) -> Callable[[int], Timed]:
+            # a fresh store each time, and none removed before the end: on ext4 without
+            # a journal a file made among thousands removed minutes ago costs ~0.3 ms of
+            # the kernel's time (its inode allocator steps over each recently deleted one)
+            env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root)}
+            return lambda i: timed([c.format(i) for c in command], env=env, cwd=folder)
+
+        runs = alternated({row: run(*rows[row]) for row in rows}, args.pairs)
         per = averaging_per_input(args)  # before the stores above are removed (see above)
     print(f"{args.task} {task_options}, {args.clients} clients x {args.rounds} rounds, "
-          f"load {os.getloadavg()[0]:.1f}")  # fmt: skip
-    wall0, cpu0, user0 = best["floor"]
-    for row, (wall, cpu, user) in best.items():
+          f"{args.pairs} pair(s) a row, alternated, load {os.getloadavg()[0]:.1f}")  # fmt: skip
+    base = runs["floor"]
+    for row, taken in runs.items():
+        said = []
+        for what in ("wall", "cpu", "user"):
+            middle, low, high = ratio(taken, base, what)
+            seconds = statistics.median(getattr(t, what) for t in taken)
+            spread = f" ({low:.2f}-{high:.2f})" if len(taken) > 1 else ""
+            said.append(
+                f"{'CPU' if what == 'cpu' else what} {seconds:6.1f} s {middle:5.2f} x{spread}"
+            )
         target = TARGETS.get(row)
         marks = ""
         if target is not None:
-            met = wall / wall0 <= target and cpu / cpu0 <= 1.1
+            met = ratio(taken, base, "wall")[0] <= target and ratio(taken, base, "cpu")[0] <= 1.1
             marks = f"  (targets wall <= {target}, CPU <= 1.1: {'met' if met else 'not met'})"
-        print(f"{row:>24}: wall {wall:6.1f} s {wall / wall0:5.2f} x, "
-              f"CPU {cpu:6.1f} s {cpu / cpu0:5.2f} x, "
-              f"user {user:6.1f} s {user / user0:5.2f} x floor{marks}")  # fmt: skip
+        print(f"{row:>24}: {', '.join(said)} floor{marks}")
     print(f"averaging per contribution: the floor's fedavg {per['floor']:.1f} us, soma's "
           f"average_round {per['soma']:.1f} us, {per['soma'] / per['floor']:.1f} x "
           f"(issue 34's target <= 5 x)")  # fmt: skip

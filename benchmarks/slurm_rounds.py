@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 
 import yaml
+from _measure import recorded
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "tests" / "fixtures" / "tiny.yaml"
@@ -181,4 +182,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recorded("slurm_rounds"):
+        main()

@@ -269,7 +269,12 @@ def main() -> None:
         variant, folder, n = args.fedavg_child
         fedavg_child(variant, folder, int(n))
         return
+    with _measure.recorded("store", pairs=f"best of {args.repeat} a row"):
+        measure(args)
 
+
+def measure(args: argparse.Namespace) -> None:
+    """Every size's keep and recall, the streamed fedavg, and their table."""
     work = Path(tempfile.mkdtemp(prefix="soma-bench-", dir=args.dir))
     try:
         rows = [

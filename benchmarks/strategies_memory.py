@@ -239,6 +239,12 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [name for name in names if name not in STRATEGIES]
     if unknown:
         parser.error(f"unknown strategies {unknown}; known: {', '.join(STRATEGIES)}")
+    with _measure.recorded("strategies_memory", pairs=f"best of {args.repeats} a row"):
+        return measure(args, names)
+
+
+def measure(args: argparse.Namespace, names: list[str]) -> int:
+    """Every strategy's time and peak memory on the same store's exports, and their table."""
     target = _measure.parse_size(args.size)
 
     import torch

@@ -29,6 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
+from _measure import recorded  # noqa: E402
 
 import soma  # noqa: E402
 from soma.store import Store, codecs  # noqa: E402
@@ -160,4 +161,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    with recorded("transfer"):  # a run that fails records nothing
+        code = main()
+    sys.exit(code)

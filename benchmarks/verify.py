@@ -43,7 +43,8 @@ endpoint of AWS_ENDPOINT_URL, with --bucket-name, which must exist); --bucket is
 default when `weed` is on the PATH or AWS_ENDPOINT_URL is set. The folder and the bucket,
 and the workloads, take turns within each repeat (so a change in the machine's load falls on
 all). Ratios: recompute / round, recompute / averaging, recompute / simulate's round, and
-signature / round.
+signature / round, each the median over the repeats of that repeat's own ratio (not a ratio
+of two bests, which may come from two repeats under two loads).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -64,6 +66,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
+from _measure import recorded  # noqa: E402
 from s3_round import BUCKET, Places, clean, model, nbytes, server  # noqa: E402
 
 import soma  # noqa: E402
@@ -104,12 +107,25 @@ class Workload:
 
 @dataclass
 class Best:
-    """The best seconds of each row over the repeats."""
+    """Each row's seconds in every repeat: the best of them shown, and each ratio the median
+    of the repeats' own ratios (a repeat's rows run one after another, so each of its ratios
+    compares two rows under one load; a ratio of two bests would compare two repeats')."""
 
-    seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(ROWS, float("inf")))
+    runs: dict[str, list[float]] = field(default_factory=lambda: {row: [] for row in ROWS})
 
     def add(self, row: str, seconds: float) -> None:
-        self.seconds[row] = min(self.seconds[row], seconds)
+        self.runs[row].append(seconds)
+
+    @property
+    def seconds(self) -> dict[str, float]:
+        return {row: min(runs, default=float("inf")) for row, runs in self.runs.items()}
+
+    def ratio(self, row: str, over: str) -> float:
+        """The median over the repeats of row's seconds / over's (nan where one is missing)."""
+        pairs = list(zip(self.runs[row], self.runs[over], strict=False))
+        if not pairs or len(self.runs[row]) != len(self.runs[over]):
+            return float("nan")
+        return statistics.median(a / b for a, b in pairs)
 
 
 def timed(run: Callable[[], object]) -> tuple[float, object]:
@@ -232,7 +248,8 @@ def measure(args: argparse.Namespace, places: Places, keys: Path, kinds: list[st
 def report(args: argparse.Namespace, got: dict, endpoint: str | None) -> None:
     load = os.getloadavg()
     print(
-        f"\nverify_average against the round, seconds per round (best of {args.repeats}); "
+        f"\nverify_average against the round, seconds per round (best of {args.repeats}; "
+        f"ratios: the median of each repeat's own); "
         f"signed run (roster of every client); {os.cpu_count()} cores, load average "
         f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f} (a loaded machine inflates every row)"
     )
@@ -249,13 +266,13 @@ def report(args: argparse.Namespace, got: dict, endpoint: str | None) -> None:
         size = got["sizes"][(name, where)]
         each = f"{size / 1e6:.3g} MB" if size >= 1e5 else f"{size / 1e3:.3g} kB"
         label = f"{name.split()[0]} ({clients}x{each})"
-        sim = s["simulate"]
+        sim, r = s["simulate"], best.ratio
         print(
             f"{label:<22}{where:<8}{s['contributions']:>9.4f}{s['averaging']:>9.4f}"
             f"{s['round']:>9.4f}{_or_dash(sim, '9.4f')}{s['signature']:>9.4f}"
-            f"{s['recompute']:>9.4f}{s['recompute'] / s['round']:>9.2f}"
-            f"{s['recompute'] / s['averaging']:>9.2f}"
-            f"{_or_dash(s['recompute'] / sim, '9.2f')}{s['signature'] / s['round']:>9.3f}"
+            f"{s['recompute']:>9.4f}{r('recompute', 'round'):>9.2f}"
+            f"{r('recompute', 'averaging'):>9.2f}"
+            f"{_or_dash(r('recompute', 'simulate'), '9.2f')}{r('signature', 'round'):>9.3f}"
         )
     print(
         "contrib: every client's contribution; average: average_round computing it; round: "
@@ -319,4 +336,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recorded("verify"):
+        main()

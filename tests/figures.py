@@ -1,7 +1,8 @@
 """The reliability figures: what the fault tests injected and what became of it, one row a
 kind of fault, printed at the end of each module that counts them (`figures_printed`), e.g.
 `python -m pytest -q tests/run/test_reliability.py tests/run/test_faults.py`.
-docs/benchmarks/faults.md ("Faults, and what they cost") is a copy of them.
+benchmarks/results/faults.md (included by docs/benchmarks/faults.md, "Faults, and what they
+cost") is a copy of them.
 
 Columns: trials; faults injected; detected (refused, reported or named); repaired; rerun;
 lost (a value no longer whole); different (a run that finished, exit 0, with another model

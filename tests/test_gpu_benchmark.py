@@ -26,9 +26,10 @@ def checks(lines: list[str]) -> list[str]:
 
 @pytest.mark.slow  # trains for seconds: three soma.simulate runs and a timed loop
 def test_the_dry_mode_runs_every_check_on_the_cpu_and_writes_its_table(tmp_path):
-    out = tmp_path / "gpu.txt"
-    lines = benchmark().main(["--dry", "--rounds", "1", "--steps", "2", "--out", str(out)])
-    assert out.read_text().splitlines() == lines
+    lines = benchmark().main(["--dry", "--rounds", "1", "--steps", "2", "--out", str(tmp_path)])
+    written = (tmp_path / "gpu.md").read_text()  # the results file, as benchmarks/results/'s
+    assert "````text\n" + "\n".join(lines) + "\n````" in written and "A --dry run" in written
+    assert "| command | `python benchmarks/gpu.py --dry " in written
     said = "\n".join(lines)
     assert "the CPU (--dry)" in said and "peak GPU memory of one client's training: n/a" in said
     assert [line.split(":")[0] for line in lines if line.startswith("precision")] == [

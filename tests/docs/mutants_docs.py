@@ -1,6 +1,7 @@
 """The docs' mutants (tests/docs/): a drift of the generated references, or a dated
 measurement outside the benchmarks' pages, that the checks would no longer see."""
 
+import contextlib
 import importlib.util
 import sys
 from pathlib import Path
@@ -37,3 +38,23 @@ def _dated_measurement_unseen() -> None:
         return []
 
     _replace(_pages(), "dated", dated)
+
+
+@mutant("results_written_by_a_failed_run", caught_by=["tests/docs/test_benchmark_pages.py"])
+def _results_written_by_a_failed_run() -> None:
+    """A benchmark that fails still writes its results file: half a table recorded as a run."""
+    measure = _pages().measure()
+    real = measure.write_result
+
+    @contextlib.contextmanager
+    def recorded(name, *, out=None, pairs=None, notes=()):
+        started, tee = measure.Started(), measure._Tee(sys.stdout)
+        sys.stdout = tee
+        try:
+            yield started
+        finally:
+            sys.stdout = tee.stream
+            lines = "".join(tee.parts).splitlines()
+            real(name, lines, started=started, out=out, pairs=pairs, notes=notes)
+
+    _replace(measure, "recorded", recorded)
