@@ -5,7 +5,9 @@ same bits whichever drives it (its seed is the run's, the version it started fro
 
 A process loops: make every version the pending updates allow; train each hosted client
 whose last start is older than the latest version, from the latest; contribute; until the
-run has `rounds` versions (the stop), or no new version came for the deadline.
+run has `rounds` versions (the stop), or no new version came for the deadline, or Slurm
+signals the job before its time limit (soma.slurm.time_limit: it stops there, leaving nothing
+half-written, and the same command started again goes on from the latest version).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from soma.config.spec import RunSpec
 from soma.nodes import Export, export, load
 from soma.round.signing import holds
 from soma.run.step import Hosted, task_code
+from soma.slurm.time_limit import raised_at_time_limit, stopped_reason
 from soma.store import Store
 from soma.strategies import train_locally
 from soma.tasks import Context
@@ -101,7 +104,21 @@ def run_clients(
     sleep: Callable[[float], None] = time.sleep,
 ) -> Ran:
     """Every hosted client at its own pace until the run has `spec.rounds` versions (see the
-    module); `after(contributed, ran)` once each update is contributed or refused."""
+    module); `after(contributed, ran)` once each update is contributed or refused. Slurm's
+    signal before the job's time limit raises TimeLimit wherever the loop is."""
+    with raised_at_time_limit(stopped_reason(spec.run)):
+        return _run_clients(spec, store, task, strategy, after=after, sleep=sleep)
+
+
+def _run_clients(
+    spec: RunSpec,
+    store: Store,
+    task: Any,
+    strategy: Any,
+    *,
+    after: Callable[[Contributed, Ran], None] | None,
+    sleep: Callable[[float], None],
+) -> Ran:
     versions, nodes, hosted = begin(spec, store, task)
     timing = spec.timing
     ran = Ran(versions, nodes, hosted)

@@ -9,13 +9,15 @@ still running, e.g. an srun task on another node of the allocation, whose pid ca
 checked from here).
 
     holder record   {"host", "pid", "pid_start", "thread", "slurm_job", "slurm_step", "when",
-                     "site"?, "torch"?, "cpu"?, ...}
+                     "slurm_array"?, "site"?, "torch"?, "cpu"?, ...}
                                     (`me`; "site" only in a run across sites, so a record
                                      without it, as every earlier one, is read the same;
                                      "torch" and "cpu", the torch version and the CPU
                                      capability its kernels were picked for, where torch is
                                      loaded: an average's `averaged_by` says what computed
-                                     it; the rest as its writer adds: "role", "what")
+                                     it; "slurm_array", `123_7`, in an array's task, whose
+                                     job and steps Slurm names so and not by `slurm_job`;
+                                     the rest as its writer adds: "role", "what")
 
 Others name a holder by it (`describe`: its site first, when it has one), and a process that
 leaves a round with its average says whether it computed it or took another's (`averaged`).
@@ -87,11 +89,19 @@ def me(*, site: str | None = None, **extra: Any) -> dict[str, Any]:
         "slurm_job": os.environ.get("SLURM_JOB_ID"),
         "slurm_step": os.environ.get("SLURM_STEP_ID"),
         "when": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **_array(),
         **({} if site is None else {"site": site}),
         **_computing(),
     }
     record.update(extra)
     return record
+
+
+def _array() -> dict[str, str]:
+    """`{"slurm_array": "123_7"}` in task 7 of array 123 (whose own job id, `slurm_job`, is
+    another number: squeue and sacct name its steps `123_7.0`); {} elsewhere."""
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    return {"slurm_array": f"{array}_{task}"} if array and task else {}
 
 
 _COMPUTING: dict[str, str] = {}
@@ -115,8 +125,9 @@ def _where(holder: dict[str, Any]) -> list[str]:
     """Where a holder runs: its host and pid, its Slurm job and step, since when."""
     parts = [f"host {holder.get('host')}", f"pid {holder.get('pid')}"]
     if holder.get("slurm_job"):
-        step = holder.get("slurm_step")
-        parts.append(f"Slurm job {holder['slurm_job']}" + (f" step {step}" if step else ""))
+        step, array = holder.get("slurm_step"), holder.get("slurm_array")
+        job = f"Slurm job {holder['slurm_job']}" + (f" (array task {array})" if array else "")
+        parts.append(job + (f" step {step}" if step else ""))
     parts.append(f"since {holder.get('when')}")
     return parts
 
@@ -171,13 +182,16 @@ def slurm_job_state(job_id: str) -> str | None:
     return None
 
 
-def slurm_step_state(job_id: str, step: str) -> str | None:
-    """The state of the job's step `step` (a number, `batch`...): sacct's, else, for a
-    numbered step, squeue's list of the job's running steps (a step not in it has ended, as
-    the job is running); None when neither can tell."""
+def slurm_step_state(job_id: str, step: str, array: str | None = None) -> str | None:
+    """The state of the job's step `step` (a number, `batch`...): sacct's (by the job's own
+    id, JobIDRaw: an array's task is named `123_7` there), else, for a numbered step,
+    squeue's list of the job's running steps (a step not in it has ended, as the job is
+    running); None when neither can tell. `array`: the job as an array's task (`123_7`),
+    the name squeue gives its steps; a list that names none of the job's steps by either
+    name tells nothing (an older record of an array's task has no `array`)."""
     if shutil.which("sacct"):
         out = subprocess.run(
-            ["sacct", "-n", "-P", "-j", f"{job_id}.{step}", "-o", "JobID,State"],
+            ["sacct", "-n", "-P", "-j", f"{job_id}.{step}", "-o", "JobIDRaw,State"],
             capture_output=True,
             text=True,
             timeout=30,
@@ -193,9 +207,10 @@ def slurm_step_state(job_id: str, step: str) -> str | None:
             text=True,
             timeout=30,
         )
-        running = out.stdout.split()
+        names = [job_id] + ([array] if array else [])
+        running = [s for s in out.stdout.split() if s.rpartition(".")[0] in names]
         if out.returncode == 0 and running:  # the job's steps that run now
-            return "RUNNING" if f"{job_id}.{step}" in running else "ENDED"
+            return "RUNNING" if any(f"{n}.{step}" in running for n in names) else "ENDED"
     return None
 
 
@@ -209,7 +224,8 @@ def gone(holder: dict[str, Any]) -> bool:
         step = holder.get("slurm_step")
         if state is not None and step not in (None, ""):
             # The job runs on, but the holder's step (its srun task, on any node) may not.
-            ended = slurm_step_state(str(job), str(step))
+            array = holder.get("slurm_array")
+            ended = slurm_step_state(str(job), str(step), None if array is None else str(array))
             if ended is not None and ended.rstrip("+") not in _SLURM_ALIVE:
                 return True
     if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int):

@@ -10,7 +10,11 @@ together logs no more than before.
 
 Whom a line names is asked only when the line is due (naming them may read the store): the
 clients missing from the round (by site, when the run has `sites`), or the holder of the
-averaging by its record (its site, host, pid, Slurm job: soma.round.holders.describe).
+averaging by its record (its site, host, pid, Slurm job: soma.round.holders.describe). Where
+the missing clients run as Slurm jobs of this process's job name (an array, one task a
+client: soma.slurm.queue), the line says where each job is, from the queue asked at most once
+a minute: `clients 1, 2 [client 2: Slurm job 123_2 PENDING (JobHeldUser), expected start
+unknown]`; without Slurm, or when the queue cannot be asked, it is as before.
 """
 
 from __future__ import annotations
@@ -21,12 +25,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from soma.errors import SomaError
+from soma.slurm import query
+from soma.slurm.queue import Queue
 
 LOG = logging.getLogger("soma.round.waiting")
 
 FIRST = 5.0  # seconds of waiting before the first line
 EVERY = 30.0  # seconds from the first line to the second; then doubling
 CAP = 120.0  # the longest interval between two lines
+QUEUE = Queue(query.queue)  # this process's view of Slurm's queue, asked once a minute at most
 
 
 def _seconds(seconds: float) -> str:
@@ -83,15 +90,19 @@ def _listed(clients: Sequence[int]) -> str:
 
 def clients(missing: Sequence[int], sites: Mapping[str, Sequence[int]] | None = None) -> str:
     """The clients awaited: `clients 2, 3`; with the run's sites (site -> its clients), where
-    each is: `client 1 at site A, clients 2-5 at site B`."""
+    each is: `client 1 at site A, clients 2-5 at site B`; and, in brackets, where the queue
+    has their Slurm jobs (see the module)."""
     if not missing:
         return "no client (every one came)"
+    queued = QUEUE.where(missing)
+    queued = f" [{queued}]" if queued else ""
     if not sites:
-        return _listed(missing)
+        return _listed(missing) + queued
     where = {k: site for site, ks in sites.items() for k in ks}
     by_site: dict[str | None, list[int]] = {}
     for k in sorted(missing):
         by_site.setdefault(where.get(k), []).append(k)
-    return ", ".join(
+    listed = ", ".join(
         _listed(ks) + ("" if site is None else f" at site {site}") for site, ks in by_site.items()
     )
+    return listed + queued

@@ -11,19 +11,21 @@ import shutil
 import subprocess
 
 from soma.slurm.limits import Partition, SlurmRefused, partition_of
+from soma.slurm.queue import FORMAT
 
-__all__ = ["accounts", "partition", "test_only"]
+__all__ = ["accounting", "accounts", "partition", "queue", "test_only"]
 
 TIMEOUT = 30
+QUEUE_TIMEOUT = 10  # a waiting line asks the queue: a slow squeue must not hold the wait long
 
 
-def _run(command: list[str]) -> subprocess.CompletedProcess[str]:
+def _run(command: list[str], timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:
     if shutil.which(command[0]) is None:
         raise SlurmRefused(f"no `{command[0]}` here: is this a Slurm login node?")
     try:
-        return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT, check=False)
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
-        raise SlurmRefused(f"`{' '.join(command)}` did not answer in {TIMEOUT} s") from None
+        raise SlurmRefused(f"`{' '.join(command)}` did not answer in {timeout:g} s") from None
 
 
 def _said(done: subprocess.CompletedProcess[str]) -> str:
@@ -66,3 +68,21 @@ def test_only(args: list[str]) -> str | None:
     if done.returncode == 0:
         return None
     return _said(done)
+
+
+def queue() -> str:
+    """This user's jobs, one array task a line, in soma.slurm.queue's FORMAT (`squeue --me
+    -h -r`); refused, in Slurm's words, when squeue fails."""
+    done = _run(["squeue", "--me", "-h", "-r", "-o", FORMAT], timeout=QUEUE_TIMEOUT)
+    if done.returncode != 0:
+        raise SlurmRefused(f"`squeue --me` failed: {_said(done)}")
+    return done.stdout
+
+
+def accounting(jobs: list[str], fields: str) -> str:
+    """Slurm's accounting of `jobs` and their steps (`sacct -P -n -o FIELDS -j ...`);
+    refused, in Slurm's words, when sacct fails."""
+    done = _run(["sacct", "-P", "-n", "-o", fields, "-j", ",".join(jobs)])
+    if done.returncode != 0:
+        raise SlurmRefused(f"`sacct` failed: {_said(done)}")
+    return done.stdout

@@ -12,6 +12,10 @@ So does the work a process claimed (a round's averaging, soma.round.once): signa
 computes, the process lets go and ends, failing with `held_reason`; a holder that has ended is
 provably gone, so whoever runs the work next (the job's retry, or any process waiting on the
 round) takes it over at once, instead of waiting for the limit to kill it first.
+An asynchronous client (`soma client --buffer`, workflow/sbatch/soma-async-array.sbatch) stops
+on it wherever it is (`stopped_reason`): its updates are named last and versions made exactly
+once, so what it leaves is whole or unnamed, and the same command started again goes on from
+the run's latest version.
 """
 
 from __future__ import annotations
@@ -23,7 +27,14 @@ from contextlib import contextmanager
 
 from soma.errors import SomaError
 
-__all__ = ["REASON", "SIGNAL", "TimeLimit", "held_reason", "raised_at_time_limit"]
+__all__ = [
+    "REASON",
+    "SIGNAL",
+    "TimeLimit",
+    "held_reason",
+    "raised_at_time_limit",
+    "stopped_reason",
+]
 
 SIGNAL = signal.SIGURG
 REASON = (
@@ -42,6 +53,15 @@ def held_reason(what: str) -> str:
         f"time limit, raise `runtime`: Slurm signalled the job before its time limit while it "
         f"computed {what}, which it had claimed; it lets go and ends, so whoever runs it next "
         "takes it over at once (the profile's runtime for rule average)"
+    )
+
+
+def stopped_reason(run: str) -> str:
+    """Why an asynchronous client stopped before the run had its versions (see the module)."""
+    return (
+        f"time limit: Slurm signalled the job before its time limit, and the asynchronous "
+        f"clients of run {run!r} here stopped; nothing is half-written: submit the same job "
+        "again (a new array task, a longer --time) and it goes on from the run's latest version"
     )
 
 

@@ -1,0 +1,179 @@
+"""What Slurm jobs cost, from its accounting: per job, the core-hours and GPU-hours it was
+allocated, the CPU time it used, its memory peak, how long it waited in the queue (Start -
+Submit) and, where Slurm accounts it, the energy it consumed; and their sum over the jobs of a
+round or a run ("0.95 accuracy for 12 core-hours, of which 40 % was queue wait").
+
+Allocations on HPC systems are charged by what was allocated (a job holding 8 cores for an
+hour is 8 core-hours, however busy they were), so the hours here are AllocCPUS and AllocTRES's
+GPUs times Elapsed; the CPU time used (TotalCPU) is said beside them. Energy is
+ConsumedEnergyRaw (joules), which Slurm fills only with an energy plugin
+(AcctGatherEnergyType): 0 or empty is "not accounted", never "free". Pure text work
+(`parse_costs`, `total`), tested with sacct's text; `sacct_costs` asks sacct through
+soma.slurm.query's runner.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from soma.slurm import query
+from soma.slurm.usage import seconds, size_mb
+
+__all__ = ["COST_FIELDS", "Cost", "Total", "parse_costs", "sacct_costs", "said", "total"]
+
+COST_FIELDS = (
+    "JobID,State,Submit,Start,End,Elapsed,AllocCPUS,AllocTRES,TotalCPU,MaxRSS,ConsumedEnergyRaw"
+)
+
+
+@dataclass
+class Cost:
+    """One job (an array's task is one job): what it was allocated, used and waited."""
+
+    job: str
+    state: str = ""
+    cpus: int = 0
+    gpus: int = 0
+    elapsed_s: float = 0.0
+    cpu_used_s: float = 0.0
+    queue_s: float | None = None  # None: not started (Start unknown)
+    mem_peak_mb: float | None = None  # None: no step was sampled
+    energy_j: float | None = None  # None: not accounted here
+
+    @property
+    def cpu_hours(self) -> float:
+        """Core-hours allocated: the cores times how long the job held them."""
+        return self.cpus * self.elapsed_s / 3600
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.gpus * self.elapsed_s / 3600
+
+
+def _time(text: str) -> datetime.datetime | None:
+    try:
+        return datetime.datetime.fromisoformat(text.strip())
+    except ValueError:  # Unknown, None, empty: not started (or not ended)
+        return None
+
+
+def _gpus(tres: str) -> int:
+    found = re.search(r"gres/gpu(?::[^=,]+)?=(\d+)", tres)
+    return int(found.group(1)) if found else 0
+
+
+def _energy(text: str) -> float | None:
+    text = text.strip()
+    return float(text) if text.replace(".", "", 1).isdigit() and float(text) > 0 else None
+
+
+def parse_costs(text: str) -> dict[str, Cost]:
+    """`sacct -P -n -o COST_FIELDS` (jobs and their steps, `|`-separated) per job id: the
+    job's line gives its allocation, times and energy; its steps, the memory peak (the
+    largest MaxRSS) and, where the job's line has none, the energy they consumed."""
+    costs: dict[str, Cost] = {}
+    names = COST_FIELDS.split(",")
+    steps_energy: dict[str, float] = {}
+    for line in text.splitlines():
+        values = line.split("|")
+        if len(values) != len(names):
+            continue
+        row = dict(zip(names, values, strict=True))
+        job, _, step = row["JobID"].partition(".")
+        cost = costs.setdefault(job, Cost(job))
+        if not step:
+            cost.state = row["State"].split()[0] if row["State"].split() else ""
+            cost.cpus = int(row["AllocCPUS"] or 0)
+            cost.gpus = _gpus(row["AllocTRES"])
+            cost.elapsed_s = seconds(row["Elapsed"]) or 0.0
+            cost.cpu_used_s = seconds(row["TotalCPU"]) or 0.0
+            submit, start = _time(row["Submit"]), _time(row["Start"])
+            cost.queue_s = None if submit is None or start is None else _waited(submit, start)
+            cost.energy_j = _energy(row["ConsumedEnergyRaw"])
+        else:
+            rss = size_mb(row["MaxRSS"])
+            if rss is not None:
+                cost.mem_peak_mb = max(cost.mem_peak_mb or 0.0, rss)
+            energy = _energy(row["ConsumedEnergyRaw"])
+            if energy is not None:
+                steps_energy[job] = steps_energy.get(job, 0.0) + energy
+    for job, energy in steps_energy.items():
+        if costs[job].energy_j is None:
+            costs[job].energy_j = energy
+    return costs
+
+
+def _waited(submit: datetime.datetime, start: datetime.datetime) -> float:
+    return max(0.0, (start - submit).total_seconds())
+
+
+@dataclass
+class Total:
+    """The jobs of a round or a run, summed."""
+
+    jobs: int = 0
+    cpu_hours: float = 0.0
+    gpu_hours: float = 0.0
+    cpu_used_hours: float = 0.0
+    queue_s: float = 0.0  # summed over the jobs that started
+    elapsed_s: float = 0.0
+    mem_peak_mb: float | None = None
+    energy_j: float | None = None  # None when no job's energy is accounted
+    unaccounted_energy: list[str] = field(default_factory=list)  # jobs without it
+
+    @property
+    def queue_share(self) -> float | None:
+        """The part of the jobs' time from submission to end spent waiting in the queue."""
+        whole = self.queue_s + self.elapsed_s
+        return None if whole == 0 else self.queue_s / whole
+
+
+def total(costs: Iterable[Cost]) -> Total:
+    """The sum of `costs`; the energy of the jobs that have one, naming those that have not
+    (a sum that hides a missing part would read as the whole)."""
+    summed = Total()
+    for cost in costs:
+        summed.jobs += 1
+        summed.cpu_hours += cost.cpu_hours
+        summed.gpu_hours += cost.gpu_hours
+        summed.cpu_used_hours += cost.cpu_used_s / 3600
+        summed.elapsed_s += cost.elapsed_s
+        summed.queue_s += cost.queue_s or 0.0
+        if cost.mem_peak_mb is not None:
+            summed.mem_peak_mb = max(summed.mem_peak_mb or 0.0, cost.mem_peak_mb)
+        if cost.energy_j is None:
+            summed.unaccounted_energy.append(cost.job)
+        else:
+            summed.energy_j = (summed.energy_j or 0.0) + cost.energy_j
+    return summed
+
+
+def said(summed: Total) -> str:
+    """`12.0 core-hours (3.1 used), 0 GPU-hours, memory peak 1536 MB, queue wait 40 % of the
+    jobs' time, energy 2.0 kJ (2 jobs not accounted)`: one line, for a summary or a status."""
+    share = summed.queue_share
+    parts = [
+        f"{summed.cpu_hours:.1f} core-hours ({summed.cpu_used_hours:.1f} used)",
+        f"{summed.gpu_hours:.1f} GPU-hours" if summed.gpu_hours else "0 GPU-hours",
+        "memory peak "
+        + ("not sampled" if summed.mem_peak_mb is None else f"{summed.mem_peak_mb:.0f} MB"),
+        "queue wait " + ("-" if share is None else f"{100 * share:.0f} % of the jobs' time"),
+    ]
+    missing = len(summed.unaccounted_energy)
+    if summed.energy_j is None:
+        parts.append("energy not accounted")
+    else:
+        parts.append(
+            f"energy {summed.energy_j / 1000:.1f} kJ"
+            + (f" ({missing} job{'s' if missing > 1 else ''} not accounted)" if missing else "")
+        )
+    return ", ".join(parts)
+
+
+def sacct_costs(jobs: list[str]) -> dict[str, Cost]:
+    """The jobs' costs as Slurm's accounting has them (refused, in Slurm's words, when sacct
+    fails: soma.slurm.query)."""
+    return parse_costs(query.accounting(jobs, COST_FIELDS))

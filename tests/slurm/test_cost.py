@@ -1,0 +1,63 @@
+"""What Slurm jobs cost (soma.slurm.cost), from sacct's text, without a cluster."""
+
+from __future__ import annotations
+
+import pytest
+
+from soma.slurm.cost import Cost, parse_costs, said, total
+
+# What `sacct -P -n -o COST_FIELDS -j ...` prints: an array's task (1 core, held 8 s in the
+# queue, no energy plugin: 0), a GPU job with energy accounted on its line, a job whose steps
+# alone say their energy, and one still pending (Start Unknown).
+SACCT = """\
+376_1|COMPLETED|2026-12-06T11:18:16|2026-12-06T11:18:24|2026-12-06T11:18:30|00:00:06|1|billing=1,cpu=1,mem=1000M,node=1|00:02.171||0
+376_1.batch|COMPLETED|2026-12-06T11:18:24|2026-12-06T11:18:24|2026-12-06T11:18:30|00:00:06|1|cpu=1,mem=1000M,node=1|00:00.015|10240K|0
+376_1.0|COMPLETED|2026-12-06T11:18:24|2026-12-06T11:18:24|2026-12-06T11:18:30|00:00:06|1|cpu=1,mem=1000M,node=1|00:02.156|1536M|0
+500|COMPLETED|2026-12-06T10:00:00|2026-12-06T11:00:00|2026-12-06T13:00:00|02:00:00|8|billing=8,cpu=8,gres/gpu=2,mem=16000M,node=1|10:00:00||7200000
+500.0|COMPLETED|2026-12-06T11:00:00|2026-12-06T11:00:00|2026-12-06T13:00:00|02:00:00|8|cpu=8,gres/gpu=2|09:59:00|3G|7100000
+501|COMPLETED|2026-12-06T10:00:00|2026-12-06T10:00:30|2026-12-06T10:01:30|00:01:00|2|cpu=2,node=1|00:01:00||
+501.0|COMPLETED|2026-12-06T10:00:30|2026-12-06T10:00:30|2026-12-06T10:01:00|00:00:30|2|cpu=2|00:00:30||1500
+501.1|COMPLETED|2026-12-06T10:01:00|2026-12-06T10:01:00|2026-12-06T10:01:30|00:00:30|2|cpu=2|00:00:30||500
+502|PENDING|2026-12-06T10:00:00|Unknown|Unknown|00:00:00|4|billing=4,cpu=4,node=1|00:00:00||0
+"""
+
+
+def test_each_job_says_what_it_was_allocated_used_and_waited():
+    costs = parse_costs(SACCT)
+    assert list(costs) == ["376_1", "500", "501", "502"]
+    task = costs["376_1"]
+    assert (task.cpus, task.gpus, task.elapsed_s, task.queue_s) == (1, 0, 6.0, 8.0)
+    assert task.cpu_hours == pytest.approx(6 / 3600) and task.gpu_hours == 0
+    assert task.cpu_used_s == pytest.approx(2.171)
+    assert task.mem_peak_mb == 1536  # the largest of its steps
+    assert task.energy_j is None  # 0: no energy plugin, not "free"
+    gpu = costs["500"]
+    assert (gpu.cpu_hours, gpu.gpu_hours, gpu.queue_s) == (16.0, 4.0, 3600.0)
+    assert gpu.energy_j == 7_200_000 and gpu.mem_peak_mb == 3072
+    assert costs["501"].energy_j == 2000  # the job's line has none: its steps'
+    pending = costs["502"]
+    assert pending.queue_s is None and pending.cpu_hours == 0
+
+
+def test_a_run_sums_its_jobs_and_says_which_have_no_energy():
+    summed = total(parse_costs(SACCT).values())
+    assert summed.jobs == 4
+    assert summed.cpu_hours == pytest.approx(6 / 3600 + 16 + 2 / 60)
+    assert summed.gpu_hours == 4.0
+    assert summed.queue_s == 8 + 3600 + 30
+    assert summed.queue_share == pytest.approx((8 + 3630) / (8 + 3630 + 6 + 7200 + 60))
+    assert summed.mem_peak_mb == 3072
+    assert summed.energy_j == 7_202_000 and summed.unaccounted_energy == ["376_1", "502"]
+    assert total([]).queue_share is None and total([]).energy_j is None
+    assert total([Cost("1", cpus=2, elapsed_s=1800)]).cpu_hours == 1.0
+
+
+def test_a_runs_cost_is_said_in_one_line():
+    assert said(total(parse_costs(SACCT).values())) == (
+        "16.0 core-hours (10.0 used), 4.0 GPU-hours, memory peak 3072 MB, queue wait 33 % of "
+        "the jobs' time, energy 7202.0 kJ (2 jobs not accounted)"
+    )
+    assert said(total([Cost("1", cpus=1, elapsed_s=3600)])) == (
+        "1.0 core-hours (0.0 used), 0 GPU-hours, memory peak not sampled, queue wait 0 % of "
+        "the jobs' time, energy not accounted"
+    )
