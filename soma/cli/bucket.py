@@ -1,4 +1,4 @@
-"""`soma bucket serve`: a local S3 server and bucket (soma.store.local_bucket) in the
+"""`soma bucket serve`: a local S3 server and bucket (soma.store.s3.local_bucket) in the
 foreground, to try sites on one machine; it prints the environment each site exports."""
 
 from __future__ import annotations
@@ -8,7 +8,13 @@ import signal
 import sys
 from typing import Any
 
-from soma.store.local_bucket import BUCKET, PORT, LocalBucket, LocalBucketError, check_bucket_name
+from soma.store.s3.local_bucket import (
+    BUCKET,
+    PORT,
+    LocalBucket,
+    LocalBucketError,
+    check_bucket_name,
+)
 
 
 def add_command(commands: Any) -> None:
@@ -59,7 +65,7 @@ def serve(args: argparse.Namespace) -> int:
     """Start the server, wait until the bucket is there, print the export line (stdout) and
     how to use it (stderr), then stay until Ctrl-C/SIGTERM/SIGHUP and stop it cleanly (a
     second Ctrl-C kills it). Exit 1, saying why, if it stops by itself."""
-    from soma.store.local_bucket import export_line
+    from soma.store.s3.local_bucket import export_line
 
     try:
         import boto3  # noqa: F401

@@ -38,7 +38,6 @@ from soma.store import REFRESH_AFTER as REFRESH_AFTER
 from soma.store import Store as Store
 from soma.store import hash_stream as hash_stream
 from soma.store import mark_corrupt as mark_corrupt
-from soma.store.backend import BackendStore as BackendStore
 from soma.store.errors import BadBlob as BadBlob
 from soma.store.errors import StoreError as StoreError
 from soma.store.errors import SymlinkInStore as SymlinkInStore

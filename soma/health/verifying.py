@@ -22,7 +22,7 @@ from soma.health.common import _names_of, _size
 from soma.health.reach import Graph, list_blobs, resolve_names, walk
 from soma.store import Store, hash_stream, mark_corrupt
 from soma.store.errors import BadBlob, SymlinkInStore, UnknownDigest
-from soma.store.pipeline import _cpus
+from soma.store.hashing import cpus
 
 
 def _hash_blob(store: Store, digest: str, on_chunk: Callable[[int], None]) -> str | None:
@@ -55,7 +55,7 @@ def _hash_all(
             done[0] += count
             progress(done[0], total)
 
-    with ThreadPoolExecutor(max(1, min(4, _cpus()))) as pool:
+    with ThreadPoolExecutor(max(1, min(4, cpus()))) as pool:
         actuals = pool.map(lambda d: _hash_blob(store, d, on_chunk), digests)
         return dict(zip(digests, actuals, strict=True))
 

@@ -23,9 +23,10 @@ from soma.lazy import lazy
 
 # Every name importable from soma.store before it was split into modules still is: those
 # of `__all__`, and (as `x as x`, an explicit re-export) the others, from where they live.
-# Those of the modules that import torch (the tensor codecs, the folder store) are imported
-# on first use (`_LAZY`, PEP 562), so that checking a path or a name, or serving a bucket,
-# does not import torch: the `soma` command line's start (see soma/cli/__init__.py).
+# The store type and the modules behind it are imported on first use (`_LAZY`, PEP 562), so
+# that checking a path or a name, or serving a bucket, imports no store; and torch only when
+# a tensor is encoded or decoded (soma.lazy.OnUse in the modules that meet tensors), so that
+# opening a store and reading records and names does not: the `soma` command line's start.
 from soma.store import errors as errors
 from soma.store import names as names
 from soma.store.errors import (
@@ -45,24 +46,24 @@ from soma.store.errors import (
     UnknownName,
     UnwritableStore,
 )
+from soma.store.folder.safe_open import check_folder
+from soma.store.folder.safe_open import symlink_refused as symlink_refused
 from soma.store.names import MAX_STORE_PATH_BYTES as MAX_STORE_PATH_BYTES
 from soma.store.names import check_name as check_name
 from soma.store.names import split_prefix as split_prefix
-from soma.store.safe_open import check_folder
-from soma.store.safe_open import symlink_refused as symlink_refused
 
 # name -> the module it is imported from on first use (a submodule, `codecs`, is its own)
 _LAZY = {
     "Store": "soma.store.opening",
-    "FolderStore": "soma.store.folder",
+    "FolderStore": "soma.store.folder.store",
     "register_codec": "soma.store.codecs",
     "unregister_codec": "soma.store.codecs",
-    "CORRUPT_MARK_NS": "soma.store.pipeline",
-    "REFRESH_AFTER": "soma.store.pipeline",
-    "check_digest": "soma.store.pipeline",
-    "hash_file": "soma.store.pipeline",
-    "hash_stream": "soma.store.pipeline",
-    "mark_corrupt": "soma.store.pipeline",
+    "CORRUPT_MARK_NS": "soma.store.keeping",
+    "REFRESH_AFTER": "soma.store.keeping",
+    "check_digest": "soma.store.hashing",
+    "hash_file": "soma.store.hashing",
+    "hash_stream": "soma.store.hashing",
+    "mark_corrupt": "soma.store.keeping",
     "Values": "soma.store.values",
 }
 
@@ -97,12 +98,12 @@ if TYPE_CHECKING:  # for type checkers and editors: the same names, imported eag
     from soma.store import codecs as codecs
     from soma.store import tensorfile as tensorfile
     from soma.store.codecs import register_codec, unregister_codec
-    from soma.store.folder import FolderStore as FolderStore
+    from soma.store.folder.store import FolderStore as FolderStore
+    from soma.store.hashing import check_digest
+    from soma.store.hashing import hash_file as hash_file
+    from soma.store.hashing import hash_stream as hash_stream
+    from soma.store.keeping import CORRUPT_MARK_NS as CORRUPT_MARK_NS
+    from soma.store.keeping import REFRESH_AFTER as REFRESH_AFTER
+    from soma.store.keeping import mark_corrupt as mark_corrupt
     from soma.store.opening import Store
-    from soma.store.pipeline import CORRUPT_MARK_NS as CORRUPT_MARK_NS
-    from soma.store.pipeline import REFRESH_AFTER as REFRESH_AFTER
-    from soma.store.pipeline import check_digest
-    from soma.store.pipeline import hash_file as hash_file
-    from soma.store.pipeline import hash_stream as hash_stream
-    from soma.store.pipeline import mark_corrupt as mark_corrupt
     from soma.store.values import Values as Values

@@ -13,12 +13,10 @@ import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import BinaryIO, Protocol
-
-import torch
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 from soma.files import DURABLE
-from soma.store import tensorfile
+from soma.lazy import OnUse
 from soma.store.errors import (
     BadBlob,
     BadDigest,
@@ -28,11 +26,20 @@ from soma.store.errors import (
     OversizedBlob,
     UnknownDigest,
 )
+from soma.store.hashing import check_digest
 from soma.store.keeping import BucketKeeping
 from soma.store.names import check_name
-from soma.store.pipeline import check_digest
-from soma.store.recent import Recent, Shared
-from soma.store.values import Values
+from soma.store.opening import Store
+from soma.store.opening import scheme_of as scheme_of  # where it always was
+from soma.store.read_cache import Recent, Shared
+
+if TYPE_CHECKING:
+    import torch
+
+    from soma.store import tensorfile
+else:  # torch only where a blob holds tensors (soma.lazy.OnUse)
+    torch = OnUse("torch", globals())
+    tensorfile = OnUse("soma.store.tensorfile", globals())
 
 # Seconds after a put during which its blob is taken to be there without asking (a bind or
 # claim of it makes no HEAD): far below gc's floor (soma.health), which only removes blobs
@@ -89,16 +96,7 @@ class Backend(Protocol):
 
 # scheme -> "module:class" of its backend, imported only when a URL asks for it (boto3 is
 # an optional extra: `pip install soma[s3]`)
-BACKENDS = {"s3": "soma.store.s3:S3Backend"}
-
-
-def scheme_of(location: object) -> str | None:
-    """The URL scheme of a store location ("s3"), "file" for file://, None for a path."""
-    text = str(location)
-    head, sep, _ = text.partition("://")
-    if not sep or not head.isalnum():
-        return None
-    return head.lower()
+BACKENDS = {"s3": "soma.store.s3.backend:S3Backend"}
 
 
 def open_backend(url: str) -> Backend:
@@ -124,7 +122,7 @@ class _Body:
     never pulled from the backend further than asked (one chunk at most past it).
 
     A backend whose read says its `size` before any byte arrives and can `fill` a buffer
-    (soma.store.s3_reads) is read straight into the caller's one buffer, hashed in order
+    (soma.store.s3.reads) is read straight into the caller's one buffer, hashed in order
     as its pieces arrive (`into`); any other, chunk by chunk."""
 
     def __init__(self, chunks: Iterable[bytes]) -> None:
@@ -234,21 +232,24 @@ class _Body:
             close()
 
 
-class BackendStore(Values, BucketKeeping):
+class BackendStore(Store, BucketKeeping):
     """The store's public API on a `Backend` (see the module docs): what `Store(url)` is for
-    a URL that is not a folder. Values (keep/recall) are the folder store's own code."""
+    a URL that is not a folder, opening the backend its scheme names (`open_backend`), or on
+    a backend already made. Values (keep/recall) are the folder store's own code."""
+
+    IMPLEMENTATION = True
 
     def __init__(
         self,
-        backend: Backend,
+        backend: Backend | str,
         *,
         verify_existing: bool = False,
         durability: str = DURABLE,
         write_beside_hash: bool | None = None,
         shared: bool = False,
     ) -> None:
-        self.backend = backend
-        self.directory = backend.url  # where the store is, for messages
+        self.backend = open_backend(backend) if isinstance(backend, str) else backend
+        self.directory = self.backend.url  # where the store is, for messages
         self.durability = durability  # moot: a backend's write is durable when it returns
         self.verify_existing = verify_existing
         self._just_put: dict[str, tuple[float, int]] = {}  # digest -> when put, its size

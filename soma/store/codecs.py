@@ -52,13 +52,12 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from soma.store import tensorfile
+from soma.lazy import OnUse
 from soma.store.errors import BadBlob, NoCodec, NotText
 from soma.store.record_json import MAX_RECORD as MAX_RECORD  # re-exported: where readers
 from soma.store.record_json import RECORD_VERSION as RECORD_VERSION  # have always found them
@@ -68,8 +67,27 @@ from soma.store.record_json import parse_record as parse_record
 from soma.store.record_json import record_bytes as record_bytes
 from soma.store.record_json import references as references
 
-TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
-_BUILTIN = (dict, list, tuple, str, int, float, bool, type(None), *TENSOR_TYPES)
+if TYPE_CHECKING:
+    import torch
+
+    from soma.store import tensorfile
+else:  # torch only where a value holds a tensor (soma.lazy.OnUse)
+    tensorfile = OnUse("soma.store.tensorfile", globals())
+
+_PLAIN = (dict, list, tuple, str, int, float, bool, type(None))
+_TENSOR_TYPES: list[tuple[type, ...]] = []  # (torch.Tensor, torch.nn.Parameter), once known
+
+
+def tensor_types() -> tuple[type, ...]:
+    """The tensor types the store keeps; none while torch is not imported, since no value
+    can hold a tensor before it is: so keeping or reading a value without one (a JSON record)
+    never imports torch (the torch-free command line, soma.cli)."""
+    if not _TENSOR_TYPES:
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return ()
+        _TENSOR_TYPES.append((torch.Tensor, torch.nn.Parameter))
+    return _TENSOR_TYPES[0]
 
 
 @dataclass(frozen=True)
@@ -95,7 +113,7 @@ def register_codec(
     """
     if not isinstance(type_, type):
         raise TypeError(f"register_codec wants a type, not {type_!r}")
-    if type_ in _BUILTIN:
+    if type_ in _PLAIN or type_ in tensor_types():
         raise ValueError(f"{_type_name(type_)} is kept by the store itself; it takes no codec")
     if not isinstance(name, str) or not name:
         raise ValueError(f"a codec's name is non-empty text, not {name!r}")
@@ -143,7 +161,7 @@ def is_tensor_map(value: object) -> bool:
         type(value) is dict
         and bool(value)
         and "__metadata__" not in value
-        and all(type(v) in TENSOR_TYPES for v in value.values())
+        and all(type(v) in tensor_types() for v in value.values())
     )
 
 
@@ -158,7 +176,7 @@ def check_tensor_map(tensors: object, where: str) -> dict[str, torch.Tensor]:
                 "every key of a map the store keeps must be str"
             )
         _check_text(key, f"key {key!r} in {where}")
-        if type(t) not in TENSOR_TYPES:
+        if type(t) not in tensor_types():
             raise NoCodec(f"{_key_path(where, key)} is a {_type_name(type(t))}, not a tensor")
         problem = tensorfile.tensor_problem(t)
         if problem:
@@ -195,7 +213,8 @@ def encode(value: object) -> Encoded:
     """Take `value` apart, checking all of it before anything is written."""
     out = Encoded(None)
     out.tree = _encode(value, "value", out, set())
-    _check_count(len(out.loose), "the loose tensors of value (not in a map of tensors)")
+    if out.loose:
+        _check_count(len(out.loose), "the loose tensors of value (not in a map of tensors)")
     return out
 
 
@@ -210,7 +229,7 @@ def _encode(v: object, where: str, out: Encoded, path: set[int]) -> object:
         if math.isfinite(v):
             return v
         return {"$float": "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")}
-    if t in TENSOR_TYPES:
+    if t in tensor_types():
         problem = tensorfile.tensor_problem(v)
         if problem:
             raise NoCodec(f"{where} is {problem}")

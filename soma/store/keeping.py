@@ -4,8 +4,10 @@ for hashing, one blob removed safely beside live writers, what killed writers le
 
 Each kind of store keeps its own protocol behind these: a folder's attic and temporaries
 (`FolderKeeping`), a bucket's attic, refresh markers and multipart uploads, which its backend
-implements (`BucketKeeping`, soma.store.s3_gc). soma.health calls them and branches on
-neither, so a third backend is one more implementation of this small API.
+implements (`BucketKeeping`, soma.store.s3.gc). soma.health calls them and branches on
+neither, so a third backend is one more implementation of this small API. Here too what
+the stores and gc agree on about a blob's age: a put refreshes it (`REFRESH_AFTER`), and a
+blob found corrupt is marked for the next put to replace (`mark_corrupt`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,22 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 DIGEST_LENGTH = 64
+
+# Putting a blob that is already there refreshes its mtime (gc's grace, soma.health) when it
+# is older than this: a blob re-put every round costs a stat, and a utime once a minute.
+REFRESH_AFTER = 60.0
+# A blob found corrupt by a read has its mtime set to the epoch: the next put of those bytes
+# sees it in the stat it does anyway, hashes the blob and replaces it (see "Health").
+CORRUPT_MARK_NS = 0
+
+
+def mark_corrupt(fd: int) -> None:
+    """Mark the file open as `fd` (the inode read, not whatever the path names now) as
+    found corrupt: mtime at the epoch. Only its owner (or root) may; otherwise nothing."""
+    try:
+        os.utime(fd, ns=(CORRUPT_MARK_NS, CORRUPT_MARK_NS))
+    except OSError:
+        pass
 
 
 def is_digest(name: str) -> bool:
@@ -237,7 +255,7 @@ class FolderKeeping:
 
 class BucketKeeping:
     """A bucket store's side (mixed into soma.store.backend.BackendStore): its backend keeps
-    the protocol (soma.store.s3_gc); a bucket has no links, no attic a reader sees, and its
+    the protocol (soma.store.s3.gc); a bucket has no links, no attic a reader sees, and its
     temporaries are multipart uploads."""
 
     backend: Any
@@ -249,7 +267,7 @@ class BucketKeeping:
 
     def check_writable(self) -> None:
         """Nothing to ask before writing: a bucket's credentials are checked by its first
-        request, which fails in one line (soma.store.s3)."""
+        request, which fails in one line (soma.store.s3.backend)."""
 
     def open_blob(self, digest: str) -> tuple[str, BinaryIO]:
         """Blob `digest` opened for reading (UnknownDigest otherwise): for hashing it."""

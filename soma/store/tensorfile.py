@@ -37,6 +37,7 @@ import numpy
 import torch
 
 from soma.store.errors import BadBlob
+from soma.store.hashing import CHUNK as CHUNK  # re-exported: where it always was
 
 # safetensors dtype name -> torch dtype (every one torch and safetensors both have)
 _NAMED: dict[str, torch.dtype] = {
@@ -84,7 +85,6 @@ _NUMPY: dict[torch.dtype, numpy.dtype] = {
     ]
 }
 
-CHUNK = 16 << 20  # bytes handed to the hash and to write(2) at a time
 MAX_HEADER = 100 << 20  # what safetensors itself accepts
 
 

@@ -10,13 +10,20 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
 
-import torch
-
-from soma.store import codecs, record_json, tensorfile
+from soma.lazy import OnUse
+from soma.store import codecs, record_json
 from soma.store.errors import BadBlob, BadDigest, UnknownName
+from soma.store.hashing import check_digest, hash_plan
 from soma.store.names import check_name
-from soma.store.pipeline import check_digest, hash_plan
+
+if TYPE_CHECKING:
+    import torch
+
+    from soma.store import tensorfile
+else:  # torch only where a value holds a tensor (soma.lazy.OnUse)
+    tensorfile = OnUse("soma.store.tensorfile", globals())
 
 
 class Values:

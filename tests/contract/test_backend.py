@@ -21,6 +21,19 @@ from helpers import HANG, ROOT, TESTS
 from soma.store import Store
 from soma.store.errors import BadDigest, CorruptBlob, UnknownDigest
 
+# --- one type ----------------------------------------------------------------------------
+
+
+def test_every_kind_of_store_is_a_store_and_reopens_as_one(store: Store) -> None:
+    """`Store(place)` gives a `Store` whatever the place (one type, one API: issue 50), and
+    opening where it is again gives the same kind."""
+    again = Store(store.directory)
+    assert isinstance(store, Store) and isinstance(again, Store)
+    assert type(again) is type(store) and repr(again) == repr(store)
+    digest = store.keep("one/type", {"kind": type(store).__name__})
+    assert again.resolve("one/type") == digest and again.recall("one/type")["kind"]
+
+
 # --- bytes -------------------------------------------------------------------------------
 
 
@@ -169,7 +182,7 @@ def test_a_flipped_tensor_byte_is_refused_on_recall(kind, store: Store) -> None:
 
 # --- large blobs -------------------------------------------------------------------------
 
-LARGE = 40 << 20  # a bucket reads this in ranges side by side (soma.store.s3_reads)
+LARGE = 40 << 20  # a bucket reads this in ranges side by side (soma.store.s3.reads)
 
 
 def test_a_large_blob_comes_back_whole_and_a_byte_flipped_in_any_part_is_refused(

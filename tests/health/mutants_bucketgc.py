@@ -13,7 +13,7 @@ def _bucket_gc_ignores_the_grace() -> None:
     """gc that removes every unreachable blob, however young: a blob just put (or put
     again) by a live writer, about to be named, goes."""
     try:
-        import soma.store.s3 as s3
+        import soma.store.s3.backend as s3
     except ImportError:  # no boto3: the catchers skip, and this mutant is reported not caught
         return
     import soma.health.collecting as collecting
@@ -32,7 +32,7 @@ def _bucket_put_does_not_refresh() -> None:
     """A put that finds its blob there and leaves it as it is: no marker, no new
     LastModified, so gc removes a blob a live writer has just put and is about to name."""
     try:
-        import soma.store.s3 as s3
+        import soma.store.s3.backend as s3
     except ImportError:
         return
 

@@ -88,7 +88,7 @@ def _put_never_refreshes() -> None:
     import os
 
     import soma.store.folder
-    import soma.store.pipeline
+    import soma.store.folder.pipeline
 
     real = soma.store.folder.FolderStore._existing_blob
 
@@ -99,7 +99,7 @@ def _put_never_refreshes() -> None:
         except FileNotFoundError:
             return real(self, digest, size)
         found = real(self, digest, size)
-        if found == soma.store.pipeline._SOUND:
+        if found == soma.store.folder.pipeline._SOUND:
             os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
         return found
 
@@ -113,7 +113,7 @@ def _put_never_refreshes() -> None:
 def _keep_trusts_a_corrupt_blob() -> None:
     """A blob already there is taken as it is, whatever its size or mark (the old put)."""
     import soma.store.folder
-    import soma.store.pipeline as pipeline
+    import soma.store.folder.pipeline as pipeline
 
     def trusted(self, digest, size):
         return pipeline._SOUND if self.blob_path(digest).exists() else pipeline._MISSING

@@ -1,4 +1,4 @@
-"""A store's health (soma/health/), and the store's part of it (soma/store/folder.py, pipeline.py).
+"""A store's health (soma/health/), and the store's part of it (soma/store/folder/).
 
 verify finds exactly the damage done (a flipped bit, a truncation, a lost blob, a name file
 that holds no digest, a stray file) and says where; repair rebuilds an average bit for bit
@@ -201,7 +201,7 @@ def test_keeping_a_value_again_repairs_a_corrupt_blob_atomically(tmp_path: Path,
         with pytest.raises(CorruptBlob):
             Store(tmp_path).recall(
                 "v"
-            )  # another reader: the writer reads its small blobs from memory (soma.store.written)
+            )  # another reader: the writer reads its small blobs from memory (folder.write_cache)
         assert path.stat().st_mtime_ns == CORRUPT_MARK_NS, "the read marked it"
     keeper = Store(tmp_path, verify_existing=how == "flip-verify")
     keeper.keep("v", value)
@@ -223,7 +223,7 @@ def test_a_cheap_keep_trusts_an_unmarked_blob_of_the_right_size(tmp_path: Path) 
     with pytest.raises(CorruptBlob):
         Store(tmp_path).recall(
             "v"
-        )  # another reader: the writer reads its small blobs from memory (soma.store.written)
+        )  # another reader: the writer reads its small blobs from memory (folder.write_cache)
 
 
 def test_the_corrupt_blob_message_advises_only_what_works(tmp_path: Path) -> None:
@@ -233,7 +233,7 @@ def test_the_corrupt_blob_message_advises_only_what_works(tmp_path: Path) -> Non
     with pytest.raises(CorruptBlob) as refused:
         Store(tmp_path).get(
             digest
-        )  # another reader: the writer reads its small blobs from memory (soma.store.written)
+        )  # another reader: the writer reads its small blobs from memory (folder.write_cache)
     message = str(refused.value)
     assert f"soma repair --store {tmp_path}" in message
     assert "delete" not in message
@@ -498,7 +498,7 @@ def test_a_blob_in_the_attic_is_found_by_every_read_and_put(tmp_path: Path) -> N
     digest = Store(tmp_path).keep("v", {"w": torch.arange(10.0)})
     store = Store(
         tmp_path
-    )  # another reader: the writer reads its small blobs from memory (soma.store.written)
+    )  # another reader: the writer reads its small blobs from memory (folder.write_cache)
     (tmp_path / "attic").mkdir()
     os.rename(store.blob_path(digest), tmp_path / "attic" / digest)
     assert torch.equal(store.recall("v")["w"], torch.arange(10.0))

@@ -42,6 +42,6 @@ def _fault_note_ignored() -> None:
 def _folder_never_retries() -> None:
     """The folder store gives up at a file server's first hiccup (EIO, ESTALE): one failing
     over while a client claims its record fails the run."""
-    import soma.store.folder_retries
+    import soma.store.folder.retries
 
-    _replace(soma.store.folder_retries, "transient", lambda error: False)
+    _replace(soma.store.folder.retries, "transient", lambda error: False)

@@ -17,7 +17,7 @@ def _bucket_never_looked_at() -> None:
     """A store that takes its bucket on trust: a reader of a missing bucket sees an empty
     store (a GET of a key there is a 404), a writer a bare AccessDenied."""
     try:
-        import soma.store.s3 as s3
+        import soma.store.s3.backend as s3
     except ImportError:  # no boto3: the catchers skip, and this mutant is reported not caught
         return
 
@@ -32,8 +32,8 @@ def _bucket_gone_read_as_a_missing_key() -> None:
     """Every 404 a missing key, NoSuchBucket included: a bucket deleted under a run reads as
     an empty store."""
     try:
-        import soma.store.s3 as s3
-        import soma.store.s3_requests as requests
+        import soma.store.s3.backend as s3
+        import soma.store.s3.requests as requests
     except ImportError:
         return
 
@@ -46,7 +46,7 @@ def _bucket_gone_read_as_a_missing_key() -> None:
 @mutant("serve_kills_the_server", caught_by=[_SERVE, "-k", "two_sites"])
 def _serve_kills_the_server() -> None:
     """`soma bucket serve` that stops its server with SIGKILL: no clean stop."""
-    import soma.store.local_bucket as local_bucket
+    import soma.store.s3.local_bucket as local_bucket
 
     def stop(self, within: float = local_bucket.STOP_WITHIN) -> int | None:
         self.kill()

@@ -12,7 +12,7 @@ _PRIVATE = ["tests/store/test_local_bucket_private.py"]
 def _bucket_filer_and_master_http_on() -> None:
     """The master's and the filer's HTTP left on: the master hands anybody on the machine a
     file id to write, and deletes the bucket's volumes on a GET of /col/delete."""
-    import soma.store.local_bucket as local_bucket
+    import soma.store.s3.local_bucket as local_bucket
 
     real = local_bucket.server_command
 
@@ -25,7 +25,7 @@ def _bucket_filer_and_master_http_on() -> None:
 @mutant("bucket_internal_ports_without_secrets", caught_by=_PRIVATE)
 def _bucket_internal_ports_without_secrets() -> None:
     """No certificate for the gRPC ports, no keys for the volume server: each serves anybody."""
-    import soma.store.local_bucket as local_bucket
+    import soma.store.s3.local_bucket as local_bucket
 
     _replace(local_bucket, "internal_security", lambda folder: {})
 
@@ -33,6 +33,6 @@ def _bucket_internal_ports_without_secrets() -> None:
 @mutant("bucket_folder_left_open", caught_by=_PRIVATE)
 def _bucket_folder_left_open() -> None:
     """The data folder left as it was made (0755): anybody on the machine reads the data."""
-    import soma.store.local_bucket as local_bucket
+    import soma.store.s3.local_bucket as local_bucket
 
     _replace(local_bucket, "private_folder", lambda folder: folder.mkdir(exist_ok=True))

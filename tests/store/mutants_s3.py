@@ -16,7 +16,7 @@ def _s3_claim_by_unconditional_put() -> None:
     """A claim that PUTs without If-None-Match: every claimer is told it won, and the last
     one's digest is what the name holds."""
     try:
-        import soma.store.s3 as s3
+        import soma.store.s3.backend as s3
     except ImportError:  # no boto3: the catchers skip, and this mutant is reported not caught
         return
 
@@ -31,7 +31,7 @@ def _s3_claim_by_unconditional_put() -> None:
 def _s3_claim_by_resolve_then_put() -> None:
     """A claim that looks first and then PUTs: right alone, wrong in a race."""
     try:
-        import soma.store.s3 as s3
+        import soma.store.s3.backend as s3
     except ImportError:
         return
 
@@ -51,7 +51,7 @@ def _bucket_forgets_what_it_read() -> None:
     the values its checks kept (soma.round.kept), so that alone no longer reads twice; the
     mutant keeps nothing either, so the second read is the bucket's to serve."""
     import soma.round.kept as kept
-    import soma.store.recent as recent
+    import soma.store.read_cache as recent
 
     _replace(recent.Recent, "get", lambda self, digest: None)
     _replace(kept.Kept, "keep", lambda self, digest, value: None)
@@ -67,7 +67,7 @@ def _s3_no_retry() -> None:
     """Every request tried once, as with boto3's retries off and no patience: a SlowDown or a
     server restarting fails the client."""
     try:
-        import soma.store.s3 as s3
+        import soma.store.s3.backend as s3
     except ImportError:
         return
 
@@ -82,7 +82,7 @@ def _s3_probe_condemns_lost_answer() -> None:
     """The probe of one key whose first create refused (its answer lost, the repeat's 412)
     condemns the server, as before: an operator is sent to replace a working one."""
     try:
-        import soma.store.s3 as s3
+        import soma.store.s3.backend as s3
     except ImportError:
         return
 
@@ -104,7 +104,7 @@ def _s3_lost_claim_answer_is_a_loss() -> None:
     """A claim repeated after a lost answer and refused is a loss even when the name holds
     its own write: the claimer that won is told it lost, and nobody averages the round."""
     try:
-        import soma.store.s3 as s3
+        import soma.store.s3.backend as s3
     except ImportError:
         return
 
@@ -116,7 +116,7 @@ def _s3_lost_answer_by_body_alone() -> None:
     """A repeated, refused claim judged by the body alone: of two claimers of one digest,
     both are told they won."""
     try:
-        import soma.store.s3 as s3
+        import soma.store.s3.backend as s3
     except ImportError:
         return
 
@@ -132,7 +132,7 @@ def _s3_read_past_the_limit() -> None:
     """A blob read that takes no notice of the caller's limit: a substituted 300 MB body is
     fetched whole before the hash refuses it."""
     try:
-        import soma.store.s3 as s3
+        import soma.store.s3.backend as s3
     except ImportError:
         return
 
@@ -144,7 +144,7 @@ def _s3_read_past_the_limit() -> None:
     _replace(s3.S3Backend, "read_blob", read_blob)
 
 
-# --- a blob's read into one buffer (soma.store.s3_reads, soma.store.backend) -----------------
+# --- a blob's read into one buffer (soma.store.s3.reads, soma.store.backend) -----------------
 
 
 @mutant(
@@ -171,7 +171,7 @@ def _recent_tensor_blob_writable() -> None:
     sealed): a reader's writes into its tensors change what the next reader is given."""
     import torch
 
-    import soma.store.recent as recent
+    import soma.store.read_cache as recent
 
     def seal(self):  # noqa: ANN001, ANN202
         return True
@@ -189,7 +189,7 @@ def _recent_tensor_blob_writable() -> None:
 def _bucket_lazy_reads_in_memory() -> None:
     """A lazy read of a large blob from a bucket received into the process's memory, as an
     eager one is (no temporary file): an averaging of 1 GB exports holds each input too."""
-    import soma.store.recent as recent
+    import soma.store.read_cache as recent
 
     def spooled(size):  # noqa: ANN001, ANN202
         return None
@@ -204,7 +204,7 @@ def _bucket_lazy_reads_in_memory() -> None:
 def _s3_parts_one_after_another() -> None:
     """A multipart upload's parts sent one at a time, each waiting for the last."""
     try:
-        import soma.store.s3 as s3
+        import soma.store.s3.backend as s3
     except ImportError:
         return
 

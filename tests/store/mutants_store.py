@@ -7,7 +7,7 @@ import os
 
 from mutants import _replace, mutant
 
-# --- store (soma/store/folder.py) ---------------------------------------------------
+# --- store (soma/store/folder/store.py) ---------------------------------------------------
 
 
 @mutant(
@@ -55,6 +55,41 @@ def _plain_names_unchecked() -> None:
     import soma.store.names
 
     _replace(soma.store.names, "_plain", lambda name: name.isascii() and name.isprintable())
+
+
+# --- one store type, torch only on a tensor (soma/store/opening.py, codecs.py) -------------
+
+
+@mutant(
+    "store_type_ignores_the_scheme",
+    caught_by=["tests/store/test_store_type.py", "-k", "new_scheme or unknown_scheme"],
+)
+def _store_type_ignores_the_scheme() -> None:
+    """`Store(location)` opens the folder store whatever the scheme: a bucket's URL becomes a
+    folder named after it, and no backend is ever asked."""
+    import soma.store.opening
+    from soma.store.folder import FolderStore
+
+    _replace(soma.store.opening, "implementation", lambda location: FolderStore)
+
+
+@mutant(
+    "values_import_torch_up_front",
+    caught_by=["tests/store/test_store_torch_free.py", "-k", "imports_no_torch"],
+)
+def _values_import_torch_up_front() -> None:
+    """Keeping or reading any value imports torch first, tensor or not (as every store did
+    before issue 50): `soma status` and the other record readers pay ~1.6 s for it."""
+    import soma.store.codecs
+
+    real = soma.store.codecs.tensor_types
+
+    def tensor_types() -> tuple[type, ...]:
+        import torch  # noqa: F401  (the mutation: torch whether a tensor is met or not)
+
+        return real()
+
+    _replace(soma.store.codecs, "tensor_types", tensor_types)
 
 
 # --- the one atomic writer (soma/files.py) --------------------------------------------------

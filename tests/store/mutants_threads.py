@@ -1,4 +1,4 @@
-"""Broken variants of the folder store's thread economy (soma.store.pipeline): a thread per
+"""Broken variants of the folder store's thread economy (soma.store.folder.pipeline): a thread per
 small blob read, as before issue 34. Registered into tests/mutants.py's MUTANTS."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ _SMALL = "tests/store/test_threads.py::test_a_small_model_is_kept_and_read_back_
 @mutant("small_blobs_read_side_by_side", caught_by=[_SMALL])
 def _small_blobs_read_side_by_side() -> None:
     """Every blob counts as large: a pool of threads for a small model's blobs."""
-    from soma.store import pipeline
+    from soma.store.folder import pipeline
 
     _replace(pipeline.Pipeline, "_blob_size", lambda self, digest: 1 << 40)
 
@@ -21,7 +21,7 @@ def _small_blob_hashed_beside() -> None:
     """A thread hashes beside the read of a blob of one chunk (written or read small)."""
     import threading
 
-    from soma.store import pipeline
+    from soma.store.folder import pipeline
 
     pipeline._Inline = pipeline._Beside
     real = pipeline._read_small

@@ -14,9 +14,9 @@ _UNWRITABLE = "tests/store/test_unwritable.py"
 def _unwritable_write_raw() -> None:
     """A write the file system refuses (EROFS, EACCES) goes out as the bare OSError again: a
     traceback ending in `[Errno 30]` instead of one line naming the store."""
-    import soma.store.unwritable
+    import soma.store.folder.unwritable
 
-    _replace(soma.store.unwritable, "refusing", lambda directory: contextlib.nullcontext())
+    _replace(soma.store.folder.unwritable, "refusing", lambda directory: contextlib.nullcontext())
 
 
 @mutant("unwritable_not_asked", caught_by=[_UNWRITABLE, "-k", "may_not_write_is_refused"])

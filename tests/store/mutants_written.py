@@ -1,5 +1,5 @@
 """Broken variants of what a folder store keeps of the small blobs it wrote
-(soma.store.written). Registered into tests/mutants.py's MUTANTS."""
+(soma.store.folder.write_cache). Registered into tests/mutants.py's MUTANTS."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def _written_tensors_share_the_kept_bytes() -> None:
 @mutant("written_unbounded", caught_by=[_TESTS, "-k", "bounded"])
 def _written_unbounded() -> None:
     """Every small blob written kept for good: a long run's memory grows without bound."""
-    from soma.store import written
+    from soma.store.folder import write_cache as written
 
     def add(self, digest, data):
         if len(data) <= written.SMALL:

@@ -1,4 +1,4 @@
-"""The one-call open below a store folder (soma.store.beneath): one openat2 where the kernel
+"""The one-call open below a store folder (soma.store.folder.openat2): one openat2 where the kernel
 has it, and the walk, folder by folder, everywhere else; the two answer alike."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-import soma.store.beneath as beneath
+import soma.store.folder.openat2 as beneath
 from soma.store import Store, SymlinkInStore
 
 
@@ -65,7 +65,7 @@ def test_a_store_answers_alike_with_and_without_openat2(tmp_path, monkeypatch, k
     store = Store(tmp_path / "store")
     digest = store.put(b"some bytes")
     store.bind("run/round/0/client/0", digest)
-    reader = Store(tmp_path / "store")  # reads from the files (soma.store.written)
+    reader = Store(tmp_path / "store")  # reads from the files (soma.store.folder.write_cache)
     assert reader.get(digest) == b"some bytes"
     assert reader.resolve("run/round/0/client/0") == digest
     assert reader.resolve("run/round/0/client/1") is None

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import soma.store.commit as store_module  # where the passes are made
+import soma.store.folder.commit as store_module  # where the passes are made
 from soma.config import spec
 from soma.store import BadStore, Store, files
 

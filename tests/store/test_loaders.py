@@ -421,7 +421,7 @@ def test_a_record_file_longer_than_the_cap_is_refused_before_it_is_read(
     digest = Store(tmp_path).keep("v", {"size": 3})
     store = Store(
         tmp_path
-    )  # another reader: the writer reads its small blobs from memory (soma.store.written)
+    )  # another reader: the writer reads its small blobs from memory (folder.write_cache)
     path = store.blob_path(digest)
     path.chmod(0o644)
     with open(path, "wb") as f:  # planted: a sparse 300 MB file, nothing of it in memory

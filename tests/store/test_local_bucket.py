@@ -1,4 +1,4 @@
-"""`soma bucket serve` (soma.store.local_bucket): a local S3 server and bucket, the recipe
+"""`soma bucket serve` (soma.store.s3.local_bucket): a local S3 server and bucket, the recipe
 "Two sites on one machine" run on it from a clean folder to the bits of one site, and what
 it refuses before starting anything."""
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-import soma.store.local_bucket as local_bucket
+import soma.store.s3.local_bucket as local_bucket
 from soma.cli import main
 from soma.model import read_metadata
 

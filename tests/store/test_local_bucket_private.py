@@ -1,4 +1,4 @@
-"""`soma bucket serve`'s server (soma.store.local_bucket) serves the bucket to its key and
+"""`soma bucket serve`'s server (soma.store.s3.local_bucket) serves the bucket to its key and
 secret only (issue 52): SeaweedFS listens on more ports than S3's (its master's, volume
 server's and filer's HTTP, and each one's gRPC), all on 127.0.0.1, where every user of the
 machine reaches them; none of them reads or writes the bucket's objects for a client without
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-import soma.store.local_bucket as local_bucket
+import soma.store.s3.local_bucket as local_bucket
 
 SECRET = b"the bucket's own bytes"
 # HTTP/2's client preface and an empty SETTINGS frame: what a gRPC client sends first

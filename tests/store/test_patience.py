@@ -1,5 +1,5 @@
 """How long the store rides through its own faults (soma.store.patience), and what the
-folder store retries (soma.store.folder_retries.transient)."""
+folder store retries (soma.store.folder.retries.transient)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import errno
 
 import pytest
 
-from soma.store import folder_retries as folder
 from soma.store.errors import BadStore, StoreUnavailable
+from soma.store.folder import retries as folder
 from soma.store.patience import Patience
 
 

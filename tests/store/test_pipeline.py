@@ -1,4 +1,4 @@
-"""The folder store's hash-and-write of large tensor blobs (soma.store.pipeline): which blobs
+"""The folder store's hash-and-write of large tensor blobs (soma.store.folder.pipeline): which blobs
 it writes while it hashes them (predicted new), which it hashes first (kept lately), and that
 a prediction, right or wrong, never changes what is kept."""
 
@@ -12,19 +12,20 @@ import torch
 from helpers import blob_files, temporaries
 
 import soma.store
-import soma.store.pipeline
+import soma.store.folder.pipeline
 from soma.store import Store
+from soma.store.folder import FolderStore
 
 
 def speculations(monkeypatch: pytest.MonkeyPatch, cpus: int = 2) -> list[int]:
     """The large blobs written while hashed from now on (one entry each), on `cpus` CPUs and
     with nothing kept lately."""
-    monkeypatch.setattr(soma.store.pipeline, "_cpus", lambda: cpus)
-    monkeypatch.setattr(soma.store.pipeline, "_KEPT", {})
+    monkeypatch.setattr(soma.store.folder.pipeline, "_cpus", lambda: cpus)
+    monkeypatch.setattr(soma.store.folder.pipeline, "_KEPT", {})
     speculated: list[int] = []
-    real = soma.store.Store._speculate
+    real = FolderStore._speculate
     monkeypatch.setattr(
-        soma.store.Store, "_speculate", lambda self, plan: speculated.append(1) or real(self, plan)
+        FolderStore, "_speculate", lambda self, plan: speculated.append(1) or real(self, plan)
     )
     return speculated
 

@@ -1,5 +1,5 @@
 """The S3 store rides through transient faults and tells a lost answer from a bad server
-(soma.store.s3 on soma.store.patience).
+(soma.store.s3.backend on soma.store.patience).
 
 Real requests to real SeaweedFS: the session's server behind a fault-injecting proxy
 (tests/s3_faults.py: 503 SlowDown, answers lost after the server acted, headers
@@ -25,7 +25,7 @@ pytest.importorskip("boto3", reason="boto3 (soma[s3]) is not installed")
 from s3_bucket import BUCKET, Server  # noqa: E402
 from s3_faults import FaultProxy  # noqa: E402
 
-import soma.store.s3_reads as s3_reads  # noqa: E402
+import soma.store.s3.reads as s3_reads  # noqa: E402
 from soma.store import Store  # noqa: E402
 from soma.store.backend import BackendStore  # noqa: E402
 from soma.store.errors import BadStore, StoreUnavailable  # noqa: E402

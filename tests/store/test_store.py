@@ -1,4 +1,4 @@
-"""The store, opened by hand, and claiming: real files, real processes (soma/store/folder.py).
+"""The store, opened by hand, and claiming: real files, real processes (soma/store/folder/).
 
 bytes by what they are, names that point at them, and both directions of each; a value
 with tensors in it goes in and comes out alive, and a bare tensor is kept; something
@@ -486,7 +486,7 @@ def test_a_flipped_byte_in_a_blob_is_caught_on_read(store: Store) -> None:
     with pytest.raises(CorruptBlob) as refused:
         Store(store.directory).get(
             digest
-        )  # another reader: the writer reads its small blobs from memory (soma.store.written)
+        )  # another reader: the writer reads its small blobs from memory (folder.write_cache)
     message = str(refused.value)
     assert str(store.blob_path(digest)) in message and digest in message and actual in message
     assert (refused.value.expected, refused.value.actual) == (digest, actual)
@@ -500,7 +500,7 @@ def test_a_flipped_byte_in_a_tensor_blob_is_caught_on_recall(store: Store, lazy:
     with pytest.raises(CorruptBlob) as refused:
         Store(store.directory).recall(
             "v", lazy=lazy
-        )  # another reader: the writer reads its small blobs from memory (soma.store.written)
+        )  # another reader: the writer reads its small blobs from memory (folder.write_cache)
     assert str(largest) in str(refused.value) and largest.name in str(refused.value)
     assert actual in str(refused.value)
 

@@ -95,7 +95,7 @@ def test_a_blob_that_is_a_symlink_is_refused_by_reads_and_never_marked(tmp_path)
     digest = Store(tmp_path / "store").put(b"the bytes the name promises")
     store = Store(
         tmp_path / "store"
-    )  # another reader: the writer reads its small blobs from memory (soma.store.written)
+    )  # another reader: the writer reads its small blobs from memory (folder.write_cache)
     path = store.blob_path(digest)
     outside = outside_file(tmp_path, data=b"not those bytes")
     os.chmod(path, 0o644)
@@ -117,7 +117,7 @@ def test_a_fan_out_folder_or_a_name_file_that_is_a_symlink_is_refused(tmp_path) 
     digest = Store(tmp_path / "store").put(b"a blob in a folder moved away")
     store = Store(
         tmp_path / "store"
-    )  # another reader: the writer reads its small blobs from memory (soma.store.written)
+    )  # another reader: the writer reads its small blobs from memory (folder.write_cache)
     folder = store.blob_path(digest).parent
     os.rename(folder, tmp_path / "elsewhere")
     os.symlink(tmp_path / "elsewhere", folder)
@@ -153,14 +153,14 @@ def test_resolve_many_refuses_a_planted_link_or_a_corrupt_name_as_resolve_does(t
 
 
 def test_reading_many_blobs_opens_their_folders_once_and_never_through_a_link(tmp_path) -> None:
-    """Inside `reading()` a thread opens each fan-out folder once (soma.store.held): a folder
+    """Inside `reading()` a thread opens each fan-out folder once (folder.held_folders): a folder
     that is a link is refused there as outside, one held is the store's own even if a link
     replaces it meanwhile (refused at the next read outside), and nothing stays open after."""
     writer = Store(tmp_path / "store")
     kept, planted = writer.put(b"a blob read twice"), writer.put(b"a blob behind a link")
     store = Store(
         tmp_path / "store"
-    )  # another reader: the writer reads its small blobs from memory (soma.store.written)
+    )  # another reader: the writer reads its small blobs from memory (folder.write_cache)
     kept_folder, planted_folder = store.blob_path(kept).parent, store.blob_path(planted).parent
     assert kept_folder != planted_folder
     os.rename(planted_folder, tmp_path / "elsewhere")

@@ -1,4 +1,4 @@
-"""The store on a real S3 server (`Store("s3://bucket/prefix")`, soma.store.s3).
+"""The store on a real S3 server (`Store("s3://bucket/prefix")`, soma.store.s3.backend).
 
 The server is SeaweedFS on 127.0.0.1, one for the test session (tests/s3_bucket.py: the
 `bucket` fixture); skipped, with the reason, only where its `weed` binary cannot run.
@@ -26,14 +26,15 @@ from botocore.exceptions import ClientError  # noqa: E402
 from s3_bucket import BUCKET  # noqa: E402
 
 import soma.store.backend as backend  # noqa: E402
-import soma.store.recent as recent  # noqa: E402
-import soma.store.s3 as s3  # noqa: E402
-import soma.store.s3_reads as s3_reads  # noqa: E402
-import soma.store.s3_requests as s3_requests  # noqa: E402
+import soma.store.read_cache as recent  # noqa: E402
+import soma.store.s3.backend as s3  # noqa: E402
+import soma.store.s3.reads as s3_reads  # noqa: E402
+import soma.store.s3.requests as s3_requests  # noqa: E402
 from soma.cli import main as soma  # noqa: E402
 from soma.store import Store  # noqa: E402
 from soma.store.backend import BackendStore  # noqa: E402
 from soma.store.errors import BadStore, CorruptBlob, StoreError, UnknownDigest  # noqa: E402
+from soma.store.folder import FolderStore  # noqa: E402
 from soma.timing import LEASE  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,7 +47,7 @@ _PREFIXES = iter(range(10**6))
 def store(bucket: str) -> BackendStore:
     """A store under a prefix of its own in the module's bucket."""
     made = Store(f"s3://{BUCKET}/t{next(_PREFIXES)}")
-    assert isinstance(made, BackendStore)
+    assert isinstance(made, BackendStore) and isinstance(made, Store)  # one store type
     return made
 
 
@@ -142,7 +143,8 @@ def test_a_path_and_a_file_url_are_the_folder_store_and_an_unknown_scheme_is_ref
     tmp_path: Path,
 ) -> None:
     by_url = Store(f"file://{tmp_path}/st")
-    assert type(by_url) is Store and by_url.directory == tmp_path / "st"
+    assert isinstance(by_url, FolderStore) and by_url.directory == tmp_path / "st"
+    assert isinstance(by_url, Store) and isinstance(Store(tmp_path / "st"), FolderStore)
     assert Store(tmp_path / "st").get(by_url.put(b"x")) == b"x"
     with pytest.raises(BadStore, match="ftp"):
         Store("ftp://host/store")

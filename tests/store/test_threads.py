@@ -37,7 +37,7 @@ def test_a_small_model_is_kept_and_read_back_without_a_thread(tmp_path, started)
 
 
 def test_large_blobs_are_still_read_side_by_side(tmp_path, monkeypatch, started) -> None:
-    from soma.store import pipeline
+    from soma.store.folder import pipeline
 
     monkeypatch.setattr(pipeline, "_cpus", lambda: 2)
     store = Store(tmp_path / "s")

@@ -22,8 +22,9 @@ from pathlib import Path
 import pytest
 from helpers import refused, snakemake_command
 
-from soma.store import Store, UnwritableStore, folder
+from soma.store import Store, UnwritableStore
 from soma.store.errors import BadStore
+from soma.store.folder import store as folder
 
 # --- in this process: the error where the store meets it ----------------------------------------
 
@@ -208,9 +209,10 @@ def test_a_read_only_store_is_refused_to_a_run_and_read_by_a_reader(unshare, tmp
 
 
 @pytest.mark.workflow
-def test_the_workflows_start_job_refuses_a_read_only_store_in_one_line(unshare, tmp_path) -> None:
-    """The start job opens the store before its evaluation; snakemake's output says the
-    refusal, naming the store, and no `Errno 30` (the job's log keeps its traceback)."""
+def test_the_workflow_refuses_a_read_only_store_in_one_line(unshare, tmp_path) -> None:
+    """The Snakefile checks the store when it is read (soma.config.stores), before any job:
+    snakemake's output says the refusal, naming the store, and no `Errno 30`. The start
+    job's own refusal is this file's in-process tests'."""
     (tmp_path / "ro").mkdir()
     store = tmp_path / "ro" / "store"
     command = snakemake_command(tmp_path / "w", "--cores", "1", "--config", f"store={store}")
@@ -219,5 +221,5 @@ def test_the_workflows_start_job_refuses_a_read_only_store_in_one_line(unshare, 
     assert done.returncode != 0, out[-3000:]
     said = f"store {store} is on a read-only file system: mount it read-write"
     assert said in out and "Errno 30" not in out, out[-3000:]
-    assert said in (tmp_path / "w" / "logs" / "tiny" / "start.log").read_text()
-    assert not list((tmp_path / "w" / "logs" / "tiny").glob("round*")), "no train job ran"
+    assert f"config key `store`: {said}" in out, "refused when the Snakefile is read"
+    assert not (tmp_path / "w" / "logs").exists(), "no job ran"

@@ -1,4 +1,4 @@
-"""A folder store reads the small blobs it wrote lately from memory (soma.store.written):
+"""A folder store reads the small blobs it wrote lately from memory (soma.store.folder.write_cache):
 the bytes it hashed when it wrote them, never a caller's buffer changed since, never more
 than its budget; a large blob, and every other reader, read and verify the file."""
 
@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from soma.store import CorruptBlob, Store, written
+from soma.store import CorruptBlob, Store
+from soma.store.folder import write_cache as written
 
 
 def flip_a_byte(path: Path, at: int) -> None:

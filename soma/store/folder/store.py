@@ -3,8 +3,8 @@
 Why a module of its own: this is the store on a path (or a `file://` URL), the reference
 that every backend's store (soma.store.backend) mirrors; soma.store's docs describe its
 layout and guarantees, and `soma.store.Store` is the entry point that opens it. Its parts
-live beside it: no-follow opens (soma.store.safe_open), the hash-and-write pipeline
-(soma.store.pipeline), the passes and the group commit (soma.store.commit), values
+live beside it: no-follow opens (soma.store.folder.safe_open), the hash-and-write pipeline
+(soma.store.folder.pipeline), the passes and the group commit (soma.store.folder.commit), values
 (soma.store.values).
 """
 
@@ -20,9 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
-
-import torch
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from soma.files import (
     DURABLE,
@@ -33,50 +31,50 @@ from soma.files import (
     write_all,
     write_atomic,
 )
-from soma.store import (
-    commit,
-    folder_retries,
-    name_files,
-    safe_open,
-    tensorfile,
-    unwritable,
-    written,
-)
-from soma.store.commit import GroupCommit
+from soma.lazy import OnUse
 from soma.store.errors import BadBlob, CorruptBlob, NameConflict, UnknownDigest
-from soma.store.folder_retries import patiently
-from soma.store.held import HeldFolders
-from soma.store.keeping import FolderKeeping
-from soma.store.names import check_name, split_prefix
-from soma.store.patience import Patience
-from soma.store.pipeline import (
+from soma.store.folder import commit, name_files, retries, safe_open, unwritable, write_cache
+from soma.store.folder.commit import GroupCommit
+from soma.store.folder.held_folders import HeldFolders
+from soma.store.folder.pipeline import (
     _BAD,
     _LOCAL_FILESYSTEMS,
     _MISSING,
     _SOUND,
-    CORRUPT_MARK_NS,
-    REFRESH_AFTER,
     Pipeline,
     _filesystem,
     _write_chunks,
-    check_digest,
-    hash_file,
-    mark_corrupt,
 )
-from soma.store.safe_open import (
+from soma.store.folder.retries import patiently
+from soma.store.folder.safe_open import (
     _a_link,
     _is_folder,
     _open_in,
     check_folder,
     symlink_refused,
 )
+from soma.store.folder.write_cache import Written
+from soma.store.hashing import CHUNK, check_digest, hash_file
+from soma.store.keeping import CORRUPT_MARK_NS, REFRESH_AFTER, FolderKeeping, mark_corrupt
+from soma.store.names import check_name, split_prefix
+from soma.store.opening import Store
+from soma.store.patience import Patience
 from soma.store.values import Values
-from soma.store.written import Written
+
+if TYPE_CHECKING:
+    import torch
+
+    from soma.store import tensorfile
+else:  # torch only where a blob holds tensors (soma.lazy.OnUse)
+    torch = OnUse("torch", globals())
+    tensorfile = OnUse("soma.store.tensorfile", globals())
 
 
-class FolderStore(Pipeline, GroupCommit, Values, FolderKeeping):
+class FolderStore(Pipeline, GroupCommit, Store, FolderKeeping):
     """The store in a folder; opened as `soma.store.Store(directory, ...)`, whose docs say
     what each option means."""
+
+    IMPLEMENTATION = True
 
     def __init__(
         self,
@@ -138,7 +136,7 @@ class FolderStore(Pipeline, GroupCommit, Values, FolderKeeping):
         "Health"): no write at all."""
         view = memoryview(data).cast("B")
         kept = None
-        if len(view) <= written.SMALL:  # bytes of its own (a caller's buffer copied once):
+        if len(view) <= write_cache.SMALL:  # bytes of its own (a caller's buffer copied once):
             kept = data if isinstance(data, bytes) else view.tobytes()  # hashed, written, kept
             view = memoryview(kept)
         digest = hashlib.sha256(view).hexdigest()
@@ -148,7 +146,7 @@ class FolderStore(Pipeline, GroupCommit, Values, FolderKeeping):
             try:
                 _write_chunks(
                     fd,
-                    (view[i : i + tensorfile.CHUNK] for i in range(0, len(view), tensorfile.CHUNK)),
+                    (view[i : i + CHUNK] for i in range(0, len(view), CHUNK)),
                 )
             except BaseException:
                 self._abandon(fd, tmp)
@@ -166,7 +164,7 @@ class FolderStore(Pipeline, GroupCommit, Values, FolderKeeping):
         """`get`, refused before a byte is read when the file is longer than `limit` (a
         record's cap, soma.store.values): a file planted under a record's digest costs its
         size on disk, not its size in memory. A small blob this store wrote lately is the
-        bytes it hashed then (soma.store.written): no file is read."""
+        bytes it hashed then (soma.store.folder.write_cache): no file is read."""
         kept = self._written.get(check_digest(digest))
         if kept is not None:
             _within(self._where(digest), len(kept), limit)
@@ -191,7 +189,8 @@ class FolderStore(Pipeline, GroupCommit, Values, FolderKeeping):
         return True
 
     def reading(self) -> contextlib.AbstractContextManager[None]:
-        """Inside, this thread opens each fan-out folder once for its reads (soma.store.held)."""
+        """Inside, this thread opens each fan-out folder once for its reads
+        (soma.store.folder.held_folders)."""
         return self._held.holding()
 
     def blob_path(self, digest: str) -> Path:
@@ -240,7 +239,7 @@ class FolderStore(Pipeline, GroupCommit, Values, FolderKeeping):
         with unwritable.refusing(self.directory):
             return self.patience.retrying(
                 attempt,
-                transient=folder_retries.transient,
+                transient=retries.transient,
                 what=lambda: f"claim of {name!r} in {self!r}",
             )
 
@@ -314,7 +313,7 @@ class FolderStore(Pipeline, GroupCommit, Values, FolderKeeping):
 
     def resolve_many(self, names: Sequence[str]) -> list[str | None]:
         """What `resolve` says of each of `names`, in order: the names of one folder read
-        from one opening of it (soma.store.name_files)."""
+        from one opening of it (soma.store.folder.name_files)."""
         for name in names:
             check_name(name)
         return name_files.read_names(self._names, names)
@@ -376,7 +375,7 @@ class FolderStore(Pipeline, GroupCommit, Values, FolderKeeping):
 
         Eager: one read into memory the tensors share. Lazy: a copy-on-write mmap of the
         file, so the pages are the file's until a tensor is written to. A small blob this
-        store wrote lately: a copy of the bytes it hashed then (soma.store.written).
+        store wrote lately: a copy of the bytes it hashed then (soma.store.folder.write_cache).
         """
         kept = self._written.get(check_digest(digest))
         if kept is not None:
@@ -415,7 +414,7 @@ class FolderStore(Pipeline, GroupCommit, Values, FolderKeeping):
     recall_digest = patiently(Values.recall_digest)
 
     def _commit(self, queued: list[Any]) -> None:
-        """A group's end (soma.store.commit), an unwritable store said as at any write."""
+        """A group's end (soma.store.folder.commit), an unwritable store said as at any write."""
         with unwritable.refusing(self.directory):
             super()._commit(queued)
 

@@ -18,8 +18,15 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
-import torch
+from soma.lazy import OnUse
+
+if TYPE_CHECKING:
+    import torch
+else:  # torch only where a blob holds tensors (soma.lazy.OnUse)
+    torch = OnUse("torch", globals())
+
 
 # A bucket's blobs read in the last RECENT_FOR seconds, up to RECENT_BYTES in all, are kept in
 # memory, verified (content-addressed: never stale). A round's averaging reads each client's

@@ -1,6 +1,6 @@
 """What an S3 request can raise, which of it may pass when asked again, and the boto3 client
-that asks once: the request half of the bucket store (soma.store.s3), kept apart from what the
-requests do.
+that asks once: the request half of the bucket store (soma.store.s3.backend), kept apart
+from what the requests do.
 
 Every request rides through transient faults (a 503 SlowDown storm, a server restarting,
 a proxy's 5xx, a connection refused or cut): it is repeated with the store's patience

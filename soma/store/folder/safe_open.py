@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import unquote, urlsplit
 
-from soma.store.beneath import open_beneath
 from soma.store.errors import BadStore, SymlinkInStore
+from soma.store.folder.openat2 import open_beneath
 from soma.store.names import MAX_STORE_PATH_BYTES
 
 
@@ -112,7 +112,7 @@ def _open_in(folder: Path, segments: Sequence[str], what: str) -> int:
     """`folder` (the store's own, checked when the store was opened) and then each of
     `segments` below it opened as a folder, none followed if it is a link: its fd (the
     caller closes it). FileNotFoundError or NotADirectoryError when one is not a folder.
-    The way below `folder` is one openat2 where the kernel has it (soma.store.beneath)."""
+    The way below `folder` is one openat2 where the kernel has it (soma.store.folder.openat2)."""
     if segments:
         inner = _beneath(folder, segments, _FOLDER)
         if inner is not None:
@@ -134,7 +134,7 @@ def _open_in(folder: Path, segments: Sequence[str], what: str) -> int:
 
 def _beneath(folder: Path, segments: Sequence[str], flags: int) -> int | None:
     """`folder/segments...` opened in one openat2 from the store's own folder `folder`
-    (soma.store.beneath): its fd, FileNotFoundError, or None to walk instead."""
+    (soma.store.folder.openat2): its fd, FileNotFoundError, or None to walk instead."""
     fd = _open_store_folder(folder)
     try:
         return open_beneath(fd, "/".join(segments), flags)
@@ -163,7 +163,7 @@ def _is_folder(name: str, dir_fd: int) -> bool:
 def _open_file(folder: Path, segments: list[str], what: str) -> BinaryIO:
     """The file `folder/segments...` opened for reading (unbuffered), no part of the way
     below `folder` followed if it is a link (`SymlinkInStore`, naming it). One openat2
-    from `folder` where the kernel has it (soma.store.beneath); else, or when it fails for
+    from `folder` where the kernel has it (soma.store.folder.openat2); else, or when it fails for
     anything but a missing part, folder by folder, which names what is wrong."""
     found = _beneath(folder, segments, os.O_RDONLY | _NO_FOLLOW)
     if found is not None:

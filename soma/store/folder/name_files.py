@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from soma.store.errors import BadDigest, CorruptName
-from soma.store.pipeline import check_digest
-from soma.store.safe_open import _open_at, _open_file, _open_in
+from soma.store.folder.safe_open import _open_at, _open_file, _open_in
+from soma.store.hashing import check_digest
 
 _GONE = (FileNotFoundError, NotADirectoryError, IsADirectoryError)  # no such name: None
 

@@ -1,7 +1,7 @@
 """gc on a bucket beside live writers, and the refresh of a blob put again that it rests on: the
-housekeeping half of the bucket store (soma.store.s3), a mixin of its S3Backend, which provides
-the requests (`_asked`, `_do`, `_do_if_there`, `_delete`, `_request`, `_head`, `_listed`), the keys
-(`_blob_key`, `_attic_key`, `_marker_key`) and `_failed`.
+housekeeping half of the bucket store (soma.store.s3.backend), a mixin of its S3Backend,
+which provides the requests (`_asked`, `_do`, `_do_if_there`, `_delete`, `_request`, `_head`,
+`_listed`), the keys (`_blob_key`, `_attic_key`, `_marker_key`) and `_failed`.
 
 gc (soma.health) beside live writers, judged by the SERVER's clock (the `Date` of its
 answers against an object's `LastModified`: sites' clocks differ, the server's is one).
@@ -36,8 +36,8 @@ import secrets
 from typing import Any
 
 from soma.store.errors import StoreError
-from soma.store.pipeline import REFRESH_AFTER
-from soma.store.s3_requests import ERRORS, lost, missing, server_date
+from soma.store.keeping import REFRESH_AFTER
+from soma.store.s3.requests import ERRORS, lost, missing, server_date
 
 # The longest a refresh (marker, then copy) or a gc's removal (HEAD .. marker look) may span
 # by the server's clock (its Dates have whole seconds): gc's floor, 2 x REFRESH_AFTER, is

@@ -1,8 +1,8 @@
 """A folder store's blobs opened from fan-out folders a thread holds open while it reads many.
 
 Why a module of its own: a blob is opened folder by folder from the store's own, no link
-followed (soma.store.safe_open): `blobs/`, then `blobs/<ab>/`, then the file, three opens
-(two where the kernel has openat2, soma.store.beneath). A round's checks read ~4 blobs a
+followed (soma.store.folder.safe_open): `blobs/`, then `blobs/<ab>/`, then the file, three opens
+(two where the kernel has openat2, soma.store.folder.openat2). A round's checks read ~4 blobs a
 contribution, ~4,000 at 1,000 clients, from the same 256 fan-out folders; inside `holding()`
 a thread opens each folder once and every blob in it from that opening. A folder held was
 opened with no link followed, and a file in it is opened likewise, so nothing is ever read
@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from soma.store.safe_open import _open_at, _open_file, _open_in
+from soma.store.folder.safe_open import _open_at, _open_file, _open_in
 
 
 class HeldFolders:

@@ -1,5 +1,5 @@
 """A blob's read from a bucket: its size before its bytes, and its bytes straight into the
-caller's buffer, a large one by several ranged GETs side by side (soma.store.s3's reads).
+caller's buffer, a large one by several ranged GETs side by side (soma.store.s3.backend's reads).
 
 Why a module of its own: a 100 MB read is the bucket's hot path (issue 34: a get of a model
 was 0.16x a plain `get_object`, four passes over its bytes), and what makes it fast is
@@ -35,7 +35,7 @@ from functools import partial
 from typing import Any
 
 from soma.store.errors import StoreError
-from soma.store.s3_requests import ERRORS
+from soma.store.s3.requests import ERRORS
 
 try:
     from botocore.exceptions import ResponseStreamingError
@@ -60,7 +60,7 @@ def total_of(got: dict) -> tuple[int, int]:
 def read_into(body: Any, view: memoryview) -> int:
     """Fill `view` from a botocore body as far as one read goes; how many bytes (0: ended).
     Straight from the socket into `view` where the response is http.client's (its errors
-    as botocore's, transient: see soma.store.s3_requests)."""
+    as botocore's, transient: see soma.store.s3.requests)."""
     raw = getattr(body, "_raw_stream", None)
     fp = getattr(raw, "_fp", None)
     if not isinstance(fp, http.client.HTTPResponse):

@@ -1,7 +1,7 @@
 """A path below a folder opened in one call, no symbolic link followed on the way (Linux 5.6+).
 
 Why a module of its own: the folder store opens every name file and folder of names folder
-by folder from its own, with O_NOFOLLOW (soma.store.safe_open): a name seven folders deep
+by folder from its own, with O_NOFOLLOW (soma.store.folder.safe_open): a name seven folders deep
 costs eight opens and seven closes, ~30 us, and a round of ten clients reads and binds
 ~100 names. The kernel's openat2(2) with RESOLVE_NO_SYMLINKS walks the same way in one call
 and refuses a link anywhere on it (ELOOP), so the same rule costs one open.

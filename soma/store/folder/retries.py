@@ -13,11 +13,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from soma.store import unwritable
 from soma.store.errors import StoreError
+from soma.store.folder import unwritable
 
 if TYPE_CHECKING:
-    from soma.store.folder import FolderStore
+    from soma.store.folder.store import FolderStore
 
 # What a file system says while it recovers (an NFS server restarting or failing over, a
 # handle gone stale, a lock or a device busy): retried within the store's patience

@@ -27,9 +27,9 @@ Layout, as on a folder (soma.store): `<prefix>/blobs/ab/<digest>` holds a blob's
   (a key in a missing bucket answers 404, as a key not there), and a NoSuchBucket met later
   is said as such. A 403 there is no verdict (credentials for a prefix may not ask).
 - gc beside live writers, by the server's clock, and the refresh of a blob put again that
-  it rests on: soma.store.s3_gc.
+  it rests on: soma.store.s3.gc.
 - Every request rides through transient faults with the store's patience, and a lost answer
-  to a conditional PUT is told from a loss: soma.store.s3_requests.
+  to a conditional PUT is told from a loss: soma.store.s3.requests.
 - A server that ignores `If-None-Match` or `If-Match` (some S3-compatible ones do, silently)
   would let every claimer win: before its first claim or swap, a store creates a probe key
   (a fresh random one) twice under `<prefix>probe/`, then puts it with a wrong `If-Match`,
@@ -41,7 +41,7 @@ Layout, as on a folder (soma.store): `<prefix>/blobs/ab/<digest>` holds a blob's
   soma.store.backend refuses more) at most `limit + 1` bytes are read: a substituted huge body
   costs no more than that. A read cut midway resumes where it stopped (a ranged GET, If-Match
   the ETag: the rest of the same object or a refusal). A large blob is read by ranges side by
-  side into the store's one buffer (soma.store.s3_reads), each If-Match the first answer's
+  side into the store's one buffer (soma.store.s3.reads), each If-Match the first answer's
   ETag, and hashed in order by the store as they arrive.
 """
 
@@ -56,11 +56,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
 
-from soma.store import s3_reads
 from soma.store.errors import BadStore, StoreError, StoreUnavailable
 from soma.store.patience import Patience
-from soma.store.s3_gc import BucketHousekeeping
-from soma.store.s3_requests import (
+from soma.store.s3 import reads
+from soma.store.s3.gc import BucketHousekeeping
+from soma.store.s3.requests import (
     ERRORS,
     busy,
     client_for,
@@ -321,21 +321,21 @@ class S3Backend(BucketHousekeeping):
             if not missing(error):
                 LOG.warning("abort of upload s3://%s/%s failed: %s", self.bucket, key, error)
 
-    def read_blob(self, digest: str, limit: int | None = None) -> s3_reads.Reading | None:
+    def read_blob(self, digest: str, limit: int | None = None) -> reads.Reading | None:
         """The blob's bytes, or None when it is not there (not yet verified): chunks, or
         straight into the caller's buffer, a large blob by ranges side by side
-        (soma.store.s3_reads), its size known before any byte arrives.
+        (soma.store.s3.reads), its size known before any byte arrives.
 
         Never more than its Content-Length (a body that ends short is refused naming the key).
         `limit` (soma.store.backend's bounded reads: the caller refuses a blob of more than
         `limit` bytes): when the blob is larger, only its first `limit + 1` bytes are read
         and handed out, the extra one how the caller sees there was more."""
-        most = s3_reads.PARALLEL_FROM
+        most = reads.PARALLEL_FROM
         first = most if limit is None else min(most, limit + 1)
         for key in (self._blob_key(digest), self._attic_key(digest)):  # see the docs
             got = self._first_range(key, first)
             if got is not None:
-                return s3_reads.Reading(self, key, got, limit)
+                return reads.Reading(self, key, got, limit)
         return None
 
     def _first_range(self, key: str, first: int) -> dict | None:

@@ -4,8 +4,8 @@ Why a module of its own: hashing and writing are the store's hot path (see "Larg
 in soma.store), with their own machinery (a hashing thread, the writeback hint, the
 prediction of which blobs are new) that has nothing to do with names or folders. The folder
 store (soma.store.folder) takes `Pipeline` for its put-many, write-beside-hash and verified
-reads; `hash_stream`, `mark_corrupt` and `check_digest` are shared with soma.health and the
-backends. What the folder store provides to `Pipeline` is listed on the class.
+reads; what every store shares of hashing (`check_digest`, `hash_stream`, ...) is
+soma.store.hashing. What the folder store provides to `Pipeline` is listed on the class.
 """
 
 from __future__ import annotations
@@ -15,20 +15,26 @@ import hashlib
 import mmap
 import os
 import queue
-import re
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import BinaryIO
-
-import torch
+from typing import TYPE_CHECKING, BinaryIO
 
 from soma.files import write_all
-from soma.store import tensorfile, written
-from soma.store.errors import BadDigest
+from soma.lazy import OnUse
+from soma.store.folder import write_cache
+from soma.store.hashing import CHUNK, hash_plan
+from soma.store.hashing import cpus as _cpus
 
-_DIGEST = re.compile("[0-9a-f]{64}")  # checked ~40 times a contribution: no set built
+if TYPE_CHECKING:
+    import torch
+
+    from soma.store import tensorfile
+else:  # torch only where a blob holds tensors (soma.lazy.OnUse)
+    torch = OnUse("torch", globals())
+    tensorfile = OnUse("soma.store.tensorfile", globals())
+
 # With write_beside_hash, a tensor blob at least this large is written while it is hashed.
 _SPECULATE_FROM = 4 << 20
 # A lazy read maps a blob from this size on; a smaller one is read (a small model's blob
@@ -61,60 +67,8 @@ def _filesystem(path: Path) -> str:
     return kind
 
 
-def _cpus() -> int:
-    """The CPUs this process may run on (a Slurm task's cgroup/affinity, not the machine's)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-
-
-# Putting a blob that is already there refreshes its mtime (gc's grace, soma.health) when it
-# is older than this: a blob re-put every round costs a stat, and a utime once a minute.
-REFRESH_AFTER = 60.0
-# A blob found corrupt by a read has its mtime set to the epoch: the next put of those bytes
-# sees it in the stat it does anyway, hashes the blob and replaces it (see "Health").
-CORRUPT_MARK_NS = 0
 # What `_existing_blob` finds where a blob is about to be written.
 _SOUND, _MISSING, _BAD = "sound", "missing", "bad"
-
-
-def hash_stream(f: BinaryIO, on_chunk: Callable[[int], None] | None = None) -> str:
-    """The sha256 of an open file from where it is, streamed 1 MB at a time (hashlib and
-    readinto release the GIL, so files hash side by side in threads at disk speed);
-    `on_chunk(bytes)` after each chunk."""
-    h = hashlib.sha256()
-    view = memoryview(bytearray(1 << 20))
-    try:
-        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        pass
-    while got := f.readinto(view):
-        h.update(view[:got])
-        if on_chunk is not None:
-            on_chunk(got)
-    return h.hexdigest()
-
-
-def hash_file(path: str | os.PathLike[str]) -> str:
-    """The sha256 of the file at `path`."""
-    with open(path, "rb", buffering=0) as f:
-        return hash_stream(f)
-
-
-def mark_corrupt(fd: int) -> None:
-    """Mark the file open as `fd` (the inode read, not whatever the path names now) as
-    found corrupt: mtime at the epoch. Only its owner (or root) may; otherwise nothing."""
-    try:
-        os.utime(fd, ns=(CORRUPT_MARK_NS, CORRUPT_MARK_NS))
-    except OSError:
-        pass
-
-
-def check_digest(digest: object) -> str:
-    if not isinstance(digest, str) or _DIGEST.fullmatch(digest) is None:
-        raise BadDigest(f"not a digest (64 lowercase hex characters): {digest!r}")
-    return digest
 
 
 class _Beside(threading.Thread):
@@ -220,14 +174,6 @@ def _remember(seen: bytes | None, digest: str) -> str:
     return digest
 
 
-def hash_plan(plan: tensorfile.TensorPlan) -> str:
-    """The sha256 of the blob `plan` lays out, without writing it."""
-    h = hashlib.sha256()
-    for chunk in plan.chunks():
-        h.update(chunk)
-    return h.hexdigest()
-
-
 def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
     """libc's sync_file_range(2) (Linux), or None where there is none."""
     try:
@@ -317,8 +263,8 @@ class Pipeline:
         """Write a planned safetensors blob: hash and write side by side (large, and likely
         new), or hash first and write only if new (small, or these tensors kept before). A
         small one is laid out as one bytes, hashed and written by `put`, which keeps it for
-        reads here (soma.store.written)."""
-        if plan.nbytes <= written.SMALL:
+        reads here (soma.store.folder.write_cache)."""
+        if plan.nbytes <= write_cache.SMALL:
             return self.put(b"".join(plan.chunks()))
         if plan.nbytes < _SPECULATE_FROM or not self._beside or _cpus() < 2:
             return self._write_new(plan, hash_plan(plan))
@@ -374,8 +320,8 @@ class Pipeline:
             mapped = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY)
             mapped.madvise(mmap.MADV_SEQUENTIAL)
             with memoryview(mapped) as view:
-                for start in range(0, size, tensorfile.CHUNK):
-                    h.update(view[start : start + tensorfile.CHUNK])
+                for start in range(0, size, CHUNK):
+                    h.update(view[start : start + CHUNK])
             mapped.madvise(mmap.MADV_NORMAL)
             base = torch.frombuffer(mapped, dtype=torch.uint8)
         elif size < MAP_FROM:
@@ -385,11 +331,11 @@ class Pipeline:
             view = memoryview(base.numpy())
             # the hash beside the reads overlaps them from the second chunk on: one chunk
             # or less is hashed here, sparing a thread's start and hand-over per blob
-            hasher = _Beside(h.update) if size > tensorfile.CHUNK else _Inline(h.update)
+            hasher = _Beside(h.update) if size > CHUNK else _Inline(h.update)
             start = 0
             try:
                 while start < size:
-                    got = f.readinto(view[start : start + tensorfile.CHUNK])
+                    got = f.readinto(view[start : start + CHUNK])
                     if not got:
                         break
                     hasher.feed(view[start : start + got])
