@@ -56,6 +56,7 @@ def snakemake_commands() -> list[str]:
 def checkout(tmp_path: Path) -> Path:
     for name in ("Snakefile", "workflow", "config", "profiles"):
         (tmp_path / name).symlink_to(ROOT / name)
+    shutil.copytree(ROOT / ".test", tmp_path / ".test")  # the catalogue's tiny run writes there
     # the docs' strategy of your own (`strategy=mypkg.mystrategy`): a dry run only finds it
     (tmp_path / "mypkg").mkdir()
     (tmp_path / "mypkg" / "__init__.py").write_text("")
@@ -108,6 +109,8 @@ def test_each_documented_soma_command_runs(tmp_path) -> None:
         # makes the keys another page makes too), with the store of a run "digits" to read.
         where = tmp_path / f"page{number}"
         store = soma.Store(where / "store")
+        # "Your own task"'s `soma simulate --task mytask`, from the folder that holds it
+        shutil.copy(ROOT / "examples" / "mytask.py", where / "mytask.py")
         for r in range(4):
             soma.gather(store, export, run="digits", round=r, clients=1, mine=0, deadline=10)
         for command in commands:

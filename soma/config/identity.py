@@ -98,7 +98,9 @@ def record(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def check_recorded(folder: str | os.PathLike[str], config: Mapping[str, Any]) -> None:
-    """Refuse, before any job, a run whose results folder another config made.
+    """Refuse, before any job, a run whose results folder another config made, saying what
+    becomes of the store's rounds of that run if the folder is removed (they stay, beside the
+    new run's, each meeting keyed by its start).
 
     Nothing is said where the folder holds no record yet (a new run, or one whose `start`
     has not run).
@@ -115,9 +117,12 @@ def check_recorded(folder: str | os.PathLike[str], config: Mapping[str, Any]) ->
     if recorded.get("digest") == mine["digest"]:
         return
     found = differences(recorded.get("declared") or {}, mine["declared"])
+    store, run = config.get("store"), config.get("run")
     said = "; ".join(f"`{key}` {shown(old)} there, {shown(new)} here" for key, old, new in found)
     raise ConfigRefused(
         f"config keys differ from the run in {str(folder)!r} (its {RECORD}): "
         f"{said or 'its digest differs'}. To keep both, name a new run (`--config run=NAME`); "
-        f"to overwrite that one on purpose, remove {str(folder)!r} first"
+        f"to overwrite that one on purpose, remove {str(folder)!r} first (store {store!r} "
+        f"keeps that run's rounds under the same name, shown apart from the new one's by "
+        f"`soma status --store {store} --run {run}`; a new `store` leaves them behind)"
     )

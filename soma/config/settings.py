@@ -155,6 +155,16 @@ SETTINGS: tuple[Setting, ...] = (
         "once --deadline has passed: a count or a fraction (default: all of them)",
     ),
     _setting(
+        "drop_unstarted",
+        config=None,
+        changes_run=True,
+        action="store_true",
+        help="past --deadline, a quorum round goes on without the clients whose Slurm jobs "
+        "have not started or have ended (cancelled, failed), its record saying where each "
+        "job was (squeue; clients as jobs of this job's name: an array, or --comment "
+        "client=K); without Slurm it changes nothing (default: off)",
+    ),
+    _setting(
         "secure",
         config="secure_aggregation",
         option="--secure-aggregation",

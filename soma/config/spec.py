@@ -84,6 +84,9 @@ class RunSpec:
     seed: int = 0
     participation: int | float | None = None
     quorum: int | float | None = None
+    # past the deadline, clients whose Slurm jobs have not started count as dropped
+    # (soma.round.average `_unstarted`): in the meetings' config when set
+    drop_unstarted: bool = False
     secure: int | None = None
     secrets: str | None = None  # secure aggregation's secrets folder (soma.config.secrets)
     tree: int | None = None
@@ -193,6 +196,7 @@ class RunSpec:
             seed=args.seed,
             participation=args.participation,
             quorum=args.quorum,
+            drop_unstarted=getattr(args, "drop_unstarted", False),
             secure=args.secure_aggregation,
             tree=args.tree,
             per_job=getattr(args, "per_task", 1),
@@ -233,6 +237,8 @@ class RunSpec:
             found["transfer"] = self.transfer
         if self.threads != 1:  # the same: the count decides a CPU's sums (soma.training)
             found["threads"] = self.threads
+        if self.drop_unstarted:  # the same: who a round leaves out, and why (soma.round.average)
+            found["drop_unstarted"] = True
         return found
 
     def meeting(self, round: int, start: str | None, state: str | None) -> Meeting:
@@ -648,16 +654,21 @@ class RunSpec:
             )
 
     def _check_option_names(self) -> None:
-        """An option the task does not take, when its module declares them (read, not run)."""
+        """An option the task does not take, or of a type it does not take, when its module
+        declares them (read, not run: soma.config.task_options)."""
+        from soma.config.task_options import type_refusal
         from soma.tasks import check_option_names, declared_options
 
         if self.given == "config":  # names the config key (soma.tasks)
             check_option_names(self.task, self.task_options)
-            return
-        declared = declared_options(self.task)
-        unknown = sorted(set(self.task_options) - set(declared)) if declared is not None else []
-        if unknown:
-            raise self.refused(
-                f"{self.named('task_options')} {', '.join(map(repr, unknown))}: not an option "
-                f"of task {self.task!r}, which takes {', '.join(declared)}"
-            )
+        else:
+            declared = declared_options(self.task)
+            unknown = sorted(set(self.task_options) - set(declared)) if declared is not None else []
+            if unknown:
+                raise self.refused(
+                    f"{self.named('task_options')} {', '.join(map(repr, unknown))}: not an "
+                    f"option of task {self.task!r}, which takes {', '.join(declared)}"
+                )
+        said = type_refusal(self.task, self.task_options)  # and their types, where declared
+        if said is not None:
+            raise self.refused(f"{self.named('task_options')}: {said}")

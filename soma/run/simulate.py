@@ -10,6 +10,7 @@ and `scratch` whatever the run's durability, for nothing of it outlives the proc
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
@@ -29,6 +30,8 @@ from soma.transfer import FULL
 
 if TYPE_CHECKING:
     from soma.store import Store
+
+LOG = logging.getLogger("soma.simulate")
 
 # A simulation's federated evaluation, unless told otherwise: at most this many clients a
 # round evaluate its average on their own data (drawn from the seed and the round, as any
@@ -75,6 +78,7 @@ def simulate(
     seed: int = 0,
     participation: int | float | None = None,
     quorum: int | float | None = None,
+    drop_unstarted: bool = False,
     secure_aggregation: int | None = None,
     tree: int | None = None,
     personal: tuple[str, ...] | list[str] = (),
@@ -108,6 +112,7 @@ def simulate(
         seed=seed,
         participation=participation,
         quorum=quorum,
+        drop_unstarted=drop_unstarted,
         secure=secure_aggregation,
         tree=tree,
         personal=tuple(personal),
@@ -161,13 +166,21 @@ def store_at(path: str | Path | None, spec: RunSpec, *, task: Any = None) -> Ite
     a temporary folder nobody else sees, removed at the end, also when the run fails. That
     one is `scratch` whatever `spec` says: nothing of it outlives the process, so an fsync
     would buy nothing. It goes where `temporary_parent` says, sized by `task`'s nodes (None:
-    as if they were small)."""
+    as if they were small); a run that ends well says so, and where the model went (nowhere:
+    `--store` keeps it), as `soma simulate`'s last line on stderr."""
     if path is not None:
         yield spec.store(path)
         return
     parent = temporary_parent(needed(spec, task))
     with tempfile.TemporaryDirectory(prefix="soma-simulate-", dir=parent) as folder:
         yield open_store(folder, SCRATCH, spec.named("durability"), spec.refused)
+    LOG.info(
+        "no store given: run %r was kept in a temporary store, now removed, and its model with "
+        "it; give --store DIR to keep it (then soma export --store DIR --run %s -o model."
+        "safetensors)",
+        spec.run,
+        spec.run,
+    )
 
 
 def needed(spec: RunSpec, task: Any) -> int:

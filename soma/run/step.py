@@ -357,9 +357,12 @@ def leave(store: Store, meeting: Meeting, client: int, why: str) -> Outcome:
     else:
         drop(store, meeting, mine=client, why=why)
     if not goes_on_without_some(meeting):
+        n = len(meeting.members)
         raise CannotTakePart(
             f"client {client} cannot take part in {meeting.what}, which needs all of its "
-            f"{len(meeting.members)} clients: {why}"
+            f"{n} clients: {why}; to go on without it, give a quorum below {n} (e.g. "
+            f"--quorum {n - 1}, or --config quorum={n - 1} in the workflow): the round is "
+            "then averaged without it, its drop-out named in the average"
         )
     LOG.warning("client %d drops out of %s: %s", client, meeting.what, why)
     return Outcome(client, dropped=why)

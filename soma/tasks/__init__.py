@@ -55,7 +55,11 @@ it and names it in its receipt and `run.json`; each train job checks its own bas
 
 A task module may declare its option names as a module-level literal, `OPTIONS = ("epochs",
 "lr", ...)`: `declared_options` reads it from the module's source without running the module
-(so without importing torch), and the Snakefile refuses an unknown option at parse time.
+(so without importing torch), and the Snakefile refuses an unknown option at parse time. The
+type of each, where `make()` is annotated to return a class whose field of that name is
+annotated `int`, `float`, `str` or `bool` (or one of them `| None`), is read the same way
+(`declared_option_types`), and a value of another type is refused at parse time too
+(soma.config.task_options).
 """
 
 from __future__ import annotations
@@ -135,6 +139,21 @@ def importable_here() -> None:
         sys.path.insert(0, os.getcwd())
 
 
+def _import_refusal(path: str, error: ImportError) -> str:
+    """Why task `path` cannot be imported: not found (where to put it), or found, and its own
+    import failed (what it imports is missing: the task's to fix, not PYTHONPATH)."""
+    missing = getattr(error, "name", None)
+    if missing is not None and (path == missing or path.startswith(f"{missing}.")):
+        return (
+            f"task {path!r} cannot be imported: {error} (a module in the working folder is "
+            "found; one elsewhere needs its folder on PYTHONPATH)"
+        )
+    return (
+        f"task {path!r} was found, and its own import failed: {error} (install what it "
+        "imports, or fix the import in the task's module)"
+    )
+
+
 def load_task(path: str, options: Mapping[str, Any] | None = None) -> Task:
     """The task at import path `path`, made with `options`; refused clearly when it is not one.
 
@@ -146,10 +165,7 @@ def load_task(path: str, options: Mapping[str, Any] | None = None) -> Task:
     try:
         module = importlib.import_module(path)
     except ImportError as error:
-        raise TaskNotFound(
-            f"task {path!r} cannot be imported: {error} (a module in the working folder is "
-            "found; one elsewhere needs its folder on PYTHONPATH)"
-        ) from error
+        raise TaskNotFound(_import_refusal(path, error)) from error
     make = getattr(module, "make", None)
     if not callable(make):
         raise TaskNotFound(f"task module {path!r} has no make(**options) function")
@@ -270,3 +286,46 @@ def check_option_names(
             f"{'is not an option' if len(unknown) == 1 else 'are not options'} of the task; "
             f"it takes {', '.join(declared)}"
         )
+
+
+# The annotations `declared_option_types` reads (soma.config.task_options checks values).
+OPTION_TYPES = ("int", "float", "str", "bool")
+
+
+def declared_option_types(
+    path: str, where: list[str] | None = None
+) -> dict[str, tuple[str, bool]] | None:
+    """Each declared option's type, as (`int`, `float`, `str` or `bool`, whether null is
+    allowed), read from task module `path`'s source without running it: the annotation of the
+    field of that name in the class `make()` is annotated to return. An option whose field is
+    not there, or is annotated otherwise, is left out; None when the module declares none."""
+    declared = declared_options(path, where)
+    tree = _parsed_source(path, where) if declared is not None else None
+    if tree is None:
+        return None
+    made = next(
+        (
+            node.returns.id
+            for node in tree.body
+            if isinstance(node, ast.FunctionDef)
+            and node.name == "make"
+            and isinstance(node.returns, ast.Name)
+        ),
+        None,
+    )
+    fields = {
+        item.target.id: item.annotation
+        for node in tree.body
+        if isinstance(node, ast.ClassDef) and node.name == made
+        for item in node.body
+        if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+    }
+    found = {}
+    for name in declared:
+        if name in fields:
+            kinds = [k.strip() for k in ast.unparse(fields[name]).split("|")]
+            nullable = "None" in kinds
+            kinds = [k for k in kinds if k != "None"]
+            if len(kinds) == 1 and kinds[0] in OPTION_TYPES:
+                found[name] = (kinds[0], nullable)
+    return found

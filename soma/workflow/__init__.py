@@ -5,7 +5,9 @@ One module a job: `starting` (start), `training` (train, train_batch), `averagin
 centralized), `best_round` (best), `secure` (the jobs of secure aggregation's phases); what
 they share in `common` (the config's spec, task, strategy and meeting; metrics; the job's
 log), and the receipts' layout and their writing in `receipts` (see there for what a
-receipt is).
+receipt is). What the Snakefile itself does at parse time: `configuring` (the config read,
+typed and checked, an unwritable store refused) and `dry_run` (a finished run's dry run says
+how to see its DAG).
 
 The names below are re-exported as they were when all of this was one module, so that the
 scripts and every `from soma.workflow import ...` keep working. They are looked up when first

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,7 @@ CHANGED = {
     "seed": 1,
     "participation": 2,
     "quorum": 3,
+    "drop_unstarted": True,
     "secure": 3,
     "tree": 2,
     "threads": 2,
@@ -83,6 +85,21 @@ def test_each_config_key_has_its_row_in_the_config_readme() -> None:
     text = (ROOT / "config" / "README.md").read_text()
     missing = [s.config for s in SETTINGS if s.config and f"`{s.config.split('.')[0]}`" not in text]
     assert missing == [], "config keys config/README.md does not describe"
+
+
+def test_each_default_the_config_readme_names_is_config_yamls() -> None:
+    """A row's "(N by default" or "`v` (the default)" is the value config/config.yaml gives
+    the key (the README once said clients_per_job 1 by default where the file said 5)."""
+    text = (ROOT / "config" / "README.md").read_text()
+    default = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    said = {}
+    for key, row in re.findall(r"^\| `(\w+)` \|([^\n]*)", text, flags=re.M):
+        found = re.search(r"\((\S+) by default|`([^`]+)` \(the default\)", row)
+        if found and key in default:
+            said[key] = found.group(1) or found.group(2)
+    assert {"clients_per_job", "threads"} <= set(said)
+    wrong = {k: (v, default[k]) for k, v in said.items() if yaml.safe_load(v) != default[k]}
+    assert wrong == {}, "config/README.md's default, config.yaml's"
 
 
 @pytest.mark.parametrize("command", ["client", "simulate"])

@@ -96,6 +96,8 @@ def test_a_client_that_cannot_take_part_leaves_saying_why_and_stops_a_round_that
     needed = Meeting("r", 0, 3)
     with pytest.raises(CannotTakePart, match=r"^client 1 cannot take part in round 0 .*: failed"):
         leave(store, needed, 1, "failed: it broke")
+    with pytest.raises(CannotTakePart, match=r"quorum below 3 \(e\.g\. --quorum 2, or --config"):
+        leave(store, needed, 1, "failed: it broke")  # the way to go on without it
     assert read_record(store, store.resolve(needed.client(1)))["dropped"] == "failed: it broke"
     spared = Meeting("r", 0, 3, quorum=2)
     assert leave(store, spared, 1, "failed: it broke").dropped == "failed: it broke"

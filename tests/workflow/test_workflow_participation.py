@@ -95,6 +95,8 @@ def test_without_a_quorum_a_diverging_client_fails_its_job_naming_the_key(tmp_pa
     assert result.returncode != 0
     log = (tmp_path / "logs" / "div" / "round" / "0" / "client" / "1.log").read_text()
     assert "Refused" in log and "client 1: node" in log and "NaN" in log
+    # the way to go on without it, in the config's words too
+    assert "give a quorum below 3 (e.g. --quorum 2, or --config quorum=2 in the" in log
     assert not (tmp_path / "results" / "div" / "round" / "0" / "average.json").exists()
 
 

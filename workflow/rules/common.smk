@@ -6,6 +6,7 @@ from soma.config.identity import check_recorded, declared
 from soma.config.spec import RunSpec
 from soma.tasks import defines
 from soma.workflow import receipts
+from soma.workflow.dry_run import say_finished
 
 # Paths and helpers shared by the rules. Everything of substance lives in `soma.workflow`;
 # the receipts' paths are spelled once, in soma.workflow.receipts.
@@ -183,6 +184,14 @@ def final_targets():
     targets.append(receipts.results_file(RUN, "model.safetensors"))
     if FEDERATED_EVALUATION:
         targets.append(receipts.results_file(RUN, "best.safetensors"))
+    return targets
+
+
+def all_targets(wildcards):
+    """The rule `all`'s inputs; on a dry run of a finished run, one line more saying how to
+    see the DAG of rounds (soma.workflow.dry_run: a dry run is known only now)."""
+    targets = final_targets()
+    say_finished(workflow, targets)
     return targets
 
 

@@ -9,6 +9,8 @@ import os
 from soma.config.identity import declared
 from soma.config.study import job_names, start_groups
 from soma.workflow import receipts
+from soma.workflow.configuring import checked
+from soma.workflow.dry_run import say_finished
 
 STUDY_RUNS = {point.run: point for point in STUDY.points}
 # What `all` asks of a study beyond its table: each run's final weights.
@@ -19,20 +21,17 @@ STUDY_MODELS = [
 # Each point's config as the schema sees it (the point's values in place), refused naming
 # the study and the point.
 for point in STUDY.points:
-    try:
-        validate(point.config, "../schemas/config.schema.yaml")
-    except WorkflowError as error:
-        said = schema_refusal(error)
-        if said is None:
-            raise
-        raise ConfigRefused(
-            f"config key `study` (the point {point.run}): {said}"
-        ) from None
+    checked(
+        point.config,
+        workflow,
+        f"{WORKFLOW}/schemas/config.schema.yaml",
+        point=point.run,
+    )
 
 for point, job in zip(STUDY.points, job_names(STUDY)):
     workflow.module(
         name=job,
-        snakefile=os.path.join(workflow.basedir, "Snakefile"),
+        snakefile=os.path.join(WORKFLOW, "Snakefile"),
         config=point.config,
     )
     workflow.userule(
@@ -41,6 +40,19 @@ for point, job in zip(STUDY.points, job_names(STUDY)):
         exclude_rules=["start", "all"],
         name_modifier=f"{job}_*",
     )(lambda: None)
+
+
+def study_targets(wildcards):
+    """The rule `all`'s inputs: the study's table and each run's final weights; on a dry run
+    of a finished study, one line more saying how to see its DAG (soma.workflow.dry_run).
+    """
+    targets = [
+        receipts.results_file(STUDY.name, "summary.tsv"),
+        receipts.results_file(STUDY.name, f"{config['metric']}.png"),
+        *STUDY_MODELS,
+    ]
+    say_finished(workflow, targets)
+    return targets
 
 
 for g, group in enumerate(start_groups(STUDY)):
