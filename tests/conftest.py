@@ -19,6 +19,7 @@ snakemake tests of tests/workflow/, last by name, do not run alone on one worker
 while the other has nothing left; the fast tests, a second or less each, fill both to the end.
 """
 
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,20 @@ import pytest
 
 TESTS = Path(__file__).parent
 sys.path.insert(0, str(TESTS))
+
+# A suite started inside an sbatch job (or an srun step, an array's task) is not itself a
+# client's job: with these set, a fast test's holder records would name the job and its
+# waits and claims ask squeue and sacct, which the fast tier forbids. Each test that plays a
+# Slurm job sets its own (monkeypatch.setenv); the slurm tier submits real ones.
+for _name in (
+    "SLURM_JOB_ID",
+    "SLURM_JOB_NAME",
+    "SLURM_STEP_ID",
+    "SLURM_STEP_NUM_TASKS",
+    "SLURM_ARRAY_JOB_ID",
+    "SLURM_ARRAY_TASK_ID",
+):
+    os.environ.pop(_name, None)
 
 import mutants  # noqa: E402
 

@@ -58,11 +58,6 @@ class Replayed:
     signer: int | None = None  # the averager whose signature holds on it (a signed run's)
 
 
-def is_asynchronous(store: Store, run: str) -> bool:
-    """Whether `run` is an asynchronous run in `store` (it has a version)."""
-    return bool(store.bound(layout.versions(run)))
-
-
 def replay(store: Store, run: str, signing: Signing | None = None) -> list[Replayed]:
     """Every published version of `run`, checked and recomputed (see the module); with
     `signing`, the run's roster, every signature checked too."""

@@ -241,7 +241,9 @@ def _left_out(
     for k, why in sorted(left.items()):
         if records.is_refused(why):
             audited.add("left-out", None, f"client {k}'s input was refused ({why})", k)
-        elif why in _NOT_DROPPED or why.startswith(STORE_FAULT):  # it came: its store failed
+        elif why in _NOT_DROPPED or why.startswith(STORE_FAULT) or records.is_not_started(why):
+            # (a fault: it came, its store failed it; a Slurm job not started: said by the
+            # averager alone, so held to the client's record as `never came` is)
             try:
                 _absent(store, meeting, k, why, audited)
             except SomaError as error:

@@ -40,7 +40,7 @@ def audit(
     pinned the run's charter to (--charter; None: the store's is taken on first use, said as a
     check not made). An asynchronous run's versions are replayed instead
     (soma.audit.asynchronous)."""
-    from soma.asynchronous.replay import is_asynchronous
+    from soma.asynchronous.status import is_asynchronous
     from soma.audit.asynchronous import audit_versions
 
     if is_asynchronous(store, run):

@@ -4,7 +4,7 @@ Each task is client `$SLURM_PROCID` unless `--mine` says otherwise.
 
     srun -n 4 soma client --store /shared/soma --run cifar --rounds 10 --clients 4
     soma simulate --rounds 10 --clients 4 [--store /tmp/s]   every client in this process
-    soma status --store /shared/soma --run cifar [--json]
+    soma status --store /shared/soma [--run cifar] [--wide | --json]   without --run: the runs
     soma export --store /shared/soma --run cifar [--round 9 | --best] -o cifar.safetensors
     soma verify --store /shared/soma [--run cifar]      exit 1 when anything is damaged
     soma repair --store /shared/soma [--run cifar] [--dry-run]
@@ -15,9 +15,10 @@ Each task is client `$SLURM_PROCID` unless `--mine` says otherwise.
     soma bucket serve --dir bucket     a local S3 server and bucket, to try sites on one machine
 
 Starting imports no torch (seconds of CPU): `soma --help`, a command's help, `soma bucket
-serve`. soma.cli's modules import at module level only what parsing needs; each command
-imports what it runs inside its function, and soma.store its tensor modules on first use
-(soma/store/__init__.py). tests/cli/test_torch_free.py checks it.
+serve`, `soma keys`, and `soma status` of a store or of a run of rounds. soma.cli's modules
+import at module level only what parsing needs; each command imports what it runs inside its
+function, and soma.store its tensor modules on first use (soma/store/__init__.py).
+tests/cli/test_torch_free.py checks it.
 """
 
 from __future__ import annotations

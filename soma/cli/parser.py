@@ -181,13 +181,24 @@ def parser() -> argparse.ArgumentParser:
     _run_arguments(m)
     add_asynchronous(m, simulated=True)
     m.set_defaults(func=client)
-    s = commands.add_parser("status", help="per round: who wrote, who is missing, the average")
+    s = commands.add_parser(
+        "status",
+        help="per round: who wrote, who is missing, the average; without --run, the store's runs",
+    )
     s.add_argument("--store", required=True)
-    s.add_argument("--run", required=True)
+    s.add_argument(
+        "--run", default=None, help="the run (default: list the store's runs, one line each)"
+    )
     s.add_argument(
         "--clients", type=int, default=None, help="the client count, where a round does not say"
     )
     s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.add_argument(
+        "--wide",
+        action="store_true",
+        help="every detail on a round's line (where its average was computed, the spread of "
+        "its federated evaluation, its average record); default: lines of 100 columns",
+    )
     _reader_roster(s)
     s.set_defaults(func=status)
     e = commands.add_parser(

@@ -3,7 +3,10 @@ came), whoever gets the claim (soma.round.once) computes the strategy's step ove
 the inputs the checks accepted, maybe as a tree of partial means (soma.round.tree), and
 publishes its record. Under a quorum a client whose input is refused (soma.round.checks
 `decide`, the same in every process) is left out, and the record says why; its claim and
-its place are those of the accepted inputs, so every process meets at the one place.
+its place are those of the accepted inputs, so every process meets at the one place. A run
+that set `drop_unstarted` (its meeting's config) counts a missing client whose Slurm job
+had not started, or had ended, at the deadline as dropped, saying where its job was
+(soma.slurm.queue); without Slurm, or where the queue names no job of it, nothing changes.
 
 Kept apart from what it waits on (the roll, the checks, the other meetings of the round),
 which it calls through their modules (`roll._enough(...)`, `verify.verify_average(...)`)
@@ -29,6 +32,8 @@ from soma.round.kept import Kept
 from soma.round.meeting import Input, Meeting
 from soma.round.once import POLL, Backoff, Place, RoundIncomplete
 from soma.round.roll import _left_out_text, present
+from soma.slurm import query
+from soma.slurm.queue import Queue
 from soma.store import Store, codecs
 from soma.strategies import Strategy, at_round, uniform
 
@@ -51,9 +56,11 @@ def _average(
     kept: Kept | None = None,
     *,
     waits: Waits,
+    unstarted: Mapping[int, str] | None = None,
 ) -> str:
     """The strategy's arithmetic over the inputs, and the record that says what went in
-    (and who was left out: `refused`, the clients whose inputs were refused, and why).
+    (and who was left out: `refused`, the clients whose inputs were refused, and why;
+    `unstarted`, those whose Slurm jobs had not started at the deadline, and where they were).
     `kept`: the inputs' values the checks read and verified, folded without a second read;
     `waits`: how the averaging waits, its tree's nodes too."""
     kept = Kept(budget=0) if kept is None else kept
@@ -70,7 +77,7 @@ def _average(
         weights, new_state = strategy.from_mean(previous, mean, state, clients=meeting.clients)
     record = records.average_record(
         meeting,
-        left_out=_left_out(store, meeting, inputs, refused),
+        left_out=_left_out(store, meeting, inputs, refused, unstarted or {}),
         inputs=[
             records.input_entry(i.client, i.weights, i.size, i.extra, i.record) for i in inputs
         ],
@@ -86,11 +93,15 @@ def _average(
 
 
 def _left_out(
-    store: Store, meeting: Meeting, inputs: Sequence[Input], refused: Mapping[int, str]
+    store: Store,
+    meeting: Meeting,
+    inputs: Sequence[Input],
+    refused: Mapping[int, str],
+    unstarted: Mapping[int, str],
 ) -> dict[int, str]:
     """Why each member not among the inputs was left out: its input refused, its drop-out's
     reason, its store's fault (its fault note: it came, and its store failed it), or it came
-    too late or never came."""
+    too late or never came (where its Slurm job was at the deadline, if `unstarted` says)."""
     came = {i.client for i in inputs}
     here = present(store, meeting)
     # only the others' records say why they are not among the inputs (one read, not two)
@@ -102,7 +113,13 @@ def _left_out(
         k: records.refused(refused[k])
         if k in refused
         else dropped.get(k)
-        or (late if k in here else STORE_FAULT + faults[k] if k in faults else "never came")
+        or (
+            late
+            if k in here
+            else STORE_FAULT + faults[k]
+            if k in faults
+            else unstarted.get(k, records.NEVER_CAME)
+        )
         for k in meeting.members
         if k not in came
     }
@@ -115,6 +132,7 @@ class Ready:
 
     came: tuple[Input, ...]
     unreadable: tuple[tuple[int, str], ...] = ()
+    unstarted: tuple[tuple[int, str], ...] = ()  # missing, their Slurm jobs not started: why
 
 
 @dataclass(frozen=True)
@@ -214,7 +232,7 @@ class _Averaging:
         decided = self.decision(inputs)
         self.computed = _average(
             self.store, self.meeting, self.strategy, decided.accepted, me, decided.refused,
-            self.kept, waits=self.waits,
+            self.kept, waits=self.waits, unstarted=dict(inputs.unstarted),
         )  # fmt: skip
         return self.computed
 
@@ -253,10 +271,15 @@ def average_round(
     with compare-and-swap) a holder is judged by its lease of `lease` seconds instead
     (soma.round.lease). While it waits it says so (soma.round.waiting): `sites` (site -> its
     clients) says where the missing clients are, and `site` is this process's, in its holder
-    record (and the average's `averaged_by`, if it averages).
+    record (and the average's `averaged_by`, if it averages). Where the run set
+    `drop_unstarted`, past the deadline a missing client whose Slurm job is PENDING or has
+    ended is counted as dropped (`_unstarted`): named so in the record, and in the
+    RoundIncomplete when the quorum did not come.
     """
 
     elsewhere = _Elsewhere(store, meeting)
+    queue = Queue(query.queue)  # asked afresh at the deadline, then at most once a minute
+    unstarted: dict[int, str] = {}  # what the queue said past the deadline, for `missing`
     faults = Faults(store, meeting)
     delays = backoff.delays()  # while a fault note stands past the deadline (`ready`)
 
@@ -282,10 +305,14 @@ def average_round(
         if unreadable and not checks.leaves_refused_out(meeting):
             raise unreadable[min(unreadable)]  # all must come: a record refused stops the round
         refused = {k: checks.reason(meeting, k, e) for k, e in sorted(unreadable.items())}
+        unstarted.clear()
+        unstarted.update(_unstarted(meeting, here, queue) if past else {})
         if roll._enough(came, meeting.needed):
-            return Ready(tuple(came), tuple(refused.items()))
-        if accounted and (dropped or refused):  # nobody else is coming: say so now
-            left = {**dropped, **{k: records.refused(why) for k, why in refused.items()}}
+            return Ready(tuple(came), tuple(refused.items()), tuple(unstarted.items()))
+        accounted = accounted or len(here) + len(unstarted) == len(meeting.members)
+        if accounted and (dropped or refused or unstarted):  # nobody else is coming: say so
+            left = {**dropped, **unstarted}
+            left |= {k: records.refused(why) for k, why in refused.items()}
             raise RoundIncomplete(
                 f"{meeting.what}: {len(came)} of {len(meeting.members)} clients came, fewer than "
                 f"the quorum of {meeting.needed}: {_left_out_text(left)}",
@@ -297,8 +324,8 @@ def average_round(
         here = present(store, meeting)
         came, dropped, unreadable = roll.roll_call(store, meeting, here)
         refused = {k: records.refused(checks.reason(meeting, k, e)) for k, e in unreadable.items()}
-        left = {**dropped, **refused}
         never = [k for k in meeting.members if k not in here]
+        left = {**dropped, **{k: why for k, why in unstarted.items() if k in never}, **refused}
         detail = f" (quorum {meeting.needed} of {len(meeting.members)}, {len(came)} came"
         detail += f"; {_left_out_text(left)})" if left else ")"
         return never, detail
@@ -310,6 +337,20 @@ def average_round(
         lease=waits.lease, signing=meeting.signing, site=site,
     )  # fmt: skip
     return work.checked(digest)
+
+
+DROP_UNSTARTED = "drop_unstarted"  # the run's setting, in its meetings' config when set
+
+
+def _unstarted(meeting: Meeting, here: Sequence[int], queue: Queue) -> dict[int, str]:
+    """The missing members whose Slurm jobs have not started, or have ended, as the queue
+    says now (soma.slurm.queue `not_started`), each with its left-out reason; {} unless the
+    run set `drop_unstarted`. A client whose job runs is not among them, nor one the queue
+    names no job of (absence proves nothing), nor any where this process asks no queue."""
+    if not meeting.config.get(DROP_UNSTARTED):
+        return {}
+    missing = [k for k in meeting.members if k not in here]
+    return {k: records.not_started(said) for k, said in queue.not_started(missing).items()}
 
 
 def average_inputs(

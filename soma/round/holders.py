@@ -9,7 +9,7 @@ still running, e.g. an srun task on another node of the allocation, whose pid ca
 checked from here).
 
     holder record   {"host", "pid", "pid_start", "thread", "slurm_job", "slurm_step", "when",
-                     "slurm_array"?, "site"?, "torch"?, "cpu"?, ...}
+                     "cpu_s", "slurm_array"?, "site"?, "torch"?, "cpu"?, ...}
                                     (`me`; "site" only in a run across sites, so a record
                                      without it, as every earlier one, is read the same;
                                      "torch" and "cpu", the torch version and the CPU
@@ -17,7 +17,10 @@ checked from here).
                                      loaded: an average's `averaged_by` says what computed
                                      it; "slurm_array", `123_7`, in an array's task, whose
                                      job and steps Slurm names so and not by `slurm_job`;
-                                     the rest as its writer adds: "role", "what")
+                                     "cpu_s", the CPU seconds, user and system, this
+                                     process had used when it wrote the record: what a
+                                     round cost without Slurm, soma.round.report; the rest
+                                     as its writer adds: "role", "what")
 
 Others name a holder by it (`describe`: its site first, when it has one), and a process that
 leaves a round with its average says whether it computed it or took another's (`averaged`).
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import resource
 import shutil
 import socket
 import subprocess
@@ -78,7 +82,8 @@ def _my_start() -> int | None:
 
 
 def me(*, site: str | None = None, **extra: Any) -> dict[str, Any]:
-    """A record of this process: host, pid and its start, Slurm job and step, and when; and
+    """A record of this process: host, pid and its start, Slurm job and step, when, and the
+    CPU time it has used; and
     its site (config `site`) when the run has sites, so that others name it by its site (a
     record without one, as every record before sites were named, is read the same)."""
     record: dict[str, Any] = {
@@ -89,12 +94,21 @@ def me(*, site: str | None = None, **extra: Any) -> dict[str, Any]:
         "slurm_job": os.environ.get("SLURM_JOB_ID"),
         "slurm_step": os.environ.get("SLURM_STEP_ID"),
         "when": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "cpu_s": cpu_seconds(),
         **_array(),
         **({} if site is None else {"site": site}),
         **_computing(),
     }
     record.update(extra)
     return record
+
+
+def cpu_seconds() -> float:
+    """The CPU time this process has used so far, user and system, all its threads (to the
+    millisecond): a record carries it so that a round's cost is known without Slurm (each
+    process's growth between its records, summed: soma.round.report)."""
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    return round(used.ru_utime + used.ru_stime, 3)
 
 
 def _array() -> dict[str, str]:

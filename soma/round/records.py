@@ -16,7 +16,10 @@ client, the name, the record), never a bare KeyError.
 
 An average's `left_out` is `[{"client", "why"}]`, one entry a member that is not among its
 inputs: a drop-out's own reason (`failed: ...`, `refused: ...` when its export was refused
-as it was contributed, `died: ...`), `never came`, `came after the round was averaged`, or,
+as it was contributed, `died: ...`), `never came`, `came after the round was averaged`,
+`never came: Slurm job 123_7 PENDING (Priority) at the deadline` (a round told to go on
+without clients whose jobs have not started, `drop_unstarted`: `not_started`,
+`is_not_started`; audited as `never came` is, against the client's record), or,
 for a client whose input the averaging itself refused under a quorum (a record written by
 anything but `contribute`: unreadable, NaN, another network...), `input refused: <why>`
 (`refused`, `is_refused`). Refusals are told apart by that prefix alone, so an average with
@@ -146,6 +149,21 @@ def refused(why: str) -> str:
 def is_refused(why: object) -> bool:
     """Whether a left-out reason is a refusal of the client's input (not a drop-out)."""
     return isinstance(why, str) and why.startswith(f"{REFUSED}: ")
+
+
+NEVER_CAME = "never came"  # a member that wrote nothing to the round
+
+
+def not_started(said: str) -> str:
+    """The left-out reason of a client whose Slurm job had not started, or had ended, when
+    the round went on without it (`said`: its job, as soma.slurm.queue says it)."""
+    return f"{NEVER_CAME}: {said} at the deadline"
+
+
+def is_not_started(why: object) -> bool:
+    """Whether a left-out reason says the client never came, and where its job was then:
+    nothing of the client need be in the store (not a drop-out, which its record says)."""
+    return isinstance(why, str) and why.startswith(f"{NEVER_CAME}: ")
 
 
 def input_entry(

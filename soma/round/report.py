@@ -3,23 +3,29 @@ who came, dropped out or is missing, who averages, the average, its privacy spen
 evaluations; and the runs and meetings a store holds.
 
 Kept apart because it only reads what the others write. (Not `status.py`: `soma.round.status`
-is the function.)
+is the function.) It imports no torch for a run of rounds whose strategy keeps no state (FedAvg):
+the meetings of a round that differ (soma.round.apart) and a strategy (for its privacy spent) are
+imported where a run has them (tests/cli/test_torch_free.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-from collections.abc import Callable, Collection, Mapping
-from typing import Any
+import subprocess
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from soma.errors import SomaError
 from soma.round import holders, layout, once, readers, records
-from soma.round.apart import labels
 from soma.round.once import Place, RoundError, current_holder, read_record
 from soma.round.signing import Signing
+from soma.slurm import cost
 from soma.store import Store
 from soma.store.errors import StoreError
-from soma.strategies import Strategy, UntrustedStrategy, load_strategy, privacy_of
+
+if TYPE_CHECKING:
+    from soma.strategies import Strategy
 
 
 class UnknownRun(RoundError):
@@ -30,6 +36,41 @@ def runs(store: Store) -> list[str]:
     """The runs with rounds in the store. A run's name may hold '/' but never a 'round'
     segment (see Meeting), so the first `round/<digits>` in a name ends the run's name."""
     return layout.runs(store.bound())
+
+
+def summary(store: Store, run: str) -> dict[str, Any]:
+    """A run of rounds in one row, for `soma status` without --run: how many rounds it has,
+    how many are averaged, the last averaged round, when it was averaged (`when`, UTC, as its
+    averager's record says) and its average's weights digest (the digest every mode prints
+    for the same weights: `soma client`, `soma simulate`, the workflow's receipts). Read as
+    the store says, signatures unchecked (that is `--run R --roster F`'s): `signed` says
+    whether the last round says the run has a roster; a record that cannot be read is the
+    row's `problem`."""
+    found = meetings(store, run)
+    row: dict[str, Any] = {"run": run, "kind": "rounds", "rounds": len({r for r, _ in found})}
+    row.update(averaged=0, last=None, weights=None, when=None, signed=False, problem=None)
+    averaged = []
+    for r, key in found:
+        digest = store.resolve(layout.average(layout.meeting(run, r, key)))
+        if digest is not None:
+            averaged.append((r, key, digest))
+    row["averaged"] = len({r for r, _, _ in averaged})
+    if averaged:
+        row["last"], key, digest = max(averaged)
+        row["signed"] = readers.says_roster(store, run, [(row["last"], key)])
+        try:
+            record = records.read_average(store, digest)
+            row["weights"] = record.weights
+            row["when"] = _when(record.averaged_by)
+        except (SomaError, StoreError, OSError) as error:
+            row["problem"] = f"cannot read round {row['last']}'s average record: {error}"
+    return row
+
+
+def _when(by: object) -> str | None:
+    """When an averager's record (soma.round.holders.me) says it was made, or None."""
+    when = by.get("when") if isinstance(by, dict) else None
+    return when if isinstance(when, str) else None
 
 
 def meetings(store: Store, run: str) -> list[tuple[int, str]]:
@@ -81,6 +122,9 @@ def status(
     meeting's folder belongs (a planted link) is a row of its own, with no meeting, whose
     problem names it: never skipped. `left_out` is who the average went on without (drop-outs,
     never came), `refused` whose input the averaging refused, and why (records.is_refused).
+    What the round cost (`_costs`): `cpu_s`, the CPU seconds its records' processes used
+    since their records of the rounds before (without Slurm too), and `cost`, its Slurm
+    jobs' core- and GPU-hours, queue wait and energy as sacct has them (None without Slurm).
 
     `signing` (the roster the reader was given): every client, average and federated
     evaluation record is checked signed (soma.round.readers); one that is not is `ignored`,
@@ -92,7 +136,7 @@ def status(
     """
     names = store.bound(layout.rounds(run))
     found = layout.meetings(names, run)
-    apart = labels(store, run, found)
+    apart = _labels(store, run, found)
     said = readers.says_roster(store, run, found)
     checked = "checked" if signing else "not checked" if said else None
     rows = [
@@ -103,8 +147,69 @@ def status(
         }
         for r, key in found
     ]
+    _costs(rows)
     rows += [_stray_row(store, run, name, clients) for name in layout.strays(names, run)]
     return sorted(rows, key=lambda row: (row["round"] is None, row["round"] or 0))
+
+
+def _process(by: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+    return by.get("host"), by.get("pid"), by.get("pid_start")
+
+
+def _cpu_spent(bys: Sequence[Mapping[str, Any]], seen: dict[tuple[Any, Any, Any], float]) -> Any:
+    """The CPU seconds the processes of a round's records used for it: each one's `cpu_s`
+    at its latest record of the round less that at its record of an earlier round (`seen`,
+    updated), summed (a `soma simulate` is one process, each workflow job its own; a
+    process's first record counts its start). None when no record says (older records)."""
+    latest: dict[tuple[Any, Any, Any], float] = {}
+    for by in bys:
+        used = by.get("cpu_s")
+        if isinstance(used, (int, float)) and not isinstance(used, bool):
+            latest[_process(by)] = max(latest.get(_process(by), 0.0), float(used))
+    spent = sum(max(0.0, used - seen.get(p, 0.0)) for p, used in latest.items())
+    seen.update(latest)
+    return round(spent, 3) if latest else None
+
+
+def _job(by: Mapping[str, Any]) -> str | None:
+    """The Slurm job a record's process ran in, as sacct names it (an array's task `123_7`)."""
+    job = by.get("slurm_array") or by.get("slurm_job")
+    return None if job in (None, "") else str(job)
+
+
+def _costs(rows: list[dict[str, Any]]) -> None:
+    """Each row's `cpu_s` and `cost` (see `status`), from the holder records its
+    `_status_row` collected (`_by`: its clients' records' and its average's `by`), in round
+    order. Slurm's accounting is asked once for every job of the run (soma.slurm.cost:
+    a job that served several rounds is split among them); never required: without sacct,
+    or when it fails, no row has a `cost`."""
+    seen: dict[tuple[Any, Any, Any], float] = {}
+    jobs: dict[int, set[str]] = {}
+    for i, row in enumerate(rows):
+        bys = [by for by in row.pop("_by", []) if isinstance(by, dict)]
+        row["cpu_s"], row["cost"] = _cpu_spent(bys, seen), None
+        named = {job for job in map(_job, bys) if job is not None}
+        if named:
+            jobs[i] = named
+    if not jobs:
+        return
+    try:
+        known = cost.sacct_costs(sorted({job for named in jobs.values() for job in named}))
+    except (SomaError, OSError, subprocess.SubprocessError):  # never required
+        return
+    for i, summed in cost.by_round(jobs, known).items():
+        rows[i]["cost"] = {**dataclasses.asdict(summed), "queue_share": summed.queue_share}
+
+
+def _labels(store: Store, run: str, found: list[tuple[int, str]]) -> dict[tuple[int, str], str]:
+    """soma.round.apart's labels of the meetings; "" each when no round has several, without
+    importing soma.round.apart (a meeting's strategy: torch)."""
+    rounds = [r for r, _ in found]
+    if len(set(rounds)) == len(rounds):
+        return dict.fromkeys(found, "")
+    from soma.round.apart import labels
+
+    return labels(store, run, found)
 
 
 def privacy_spent(
@@ -121,15 +226,21 @@ def privacy_spent(
 
     Without `strategy`, the record's name is loaded as any name read from the store is: a
     built-in only, never imported (soma.strategies.load_strategy), unless the caller vouches
-    for it in `trusted`; None for another."""
+    for it in `trusted`; None for another. A record that names no state has no account to
+    read the privacy spent from (`Strategy.privacy_spent(state)`): None, its strategy not
+    loaded (nor torch, for `soma status`)."""
     name = record.get("strategy") or "fedavg"
+    state = record.get("state")
+    if strategy is None and not state:
+        return None
+    from soma.strategies import UntrustedStrategy, load_strategy, privacy_of
+
     if strategy is None:
         options = record.get("options") or {}
         try:
             strategy = load_strategy(name, options, trusted=name in trusted)
         except UntrustedStrategy:
             return None
-    state = record.get("state")
     return privacy_of(name, strategy, lambda: None if not state else store.recall_digest(state))
 
 
@@ -220,6 +331,8 @@ def _empty_row(r: int | None, key: str | None, clients: int | None) -> dict[str,
         "federated": None,
         "ignored": [],
         "problems": [],
+        "cpu_s": None,
+        "cost": None,
     }
 
 
@@ -235,6 +348,7 @@ def _status_row(
 
     prefix = layout.meeting(run, r, key)
     row = _empty_row(r, key, clients)
+    row["_by"] = []  # the holder records of its processes, for `_costs`
 
     def attempt(what: str, step: Callable[[], None]) -> None:
         try:
@@ -289,6 +403,7 @@ def _status_row(
                 row["ignored"].append({"record": digest, "name": name, "why": why})
                 found.pop(k)
                 continue
+            row["_by"].append(getattr(record, "by", None))  # a secure one may have none
             if isinstance(record, records.DropRecord):
                 dropped[k] = record.dropped
         row["written"] = sorted(k for k in found if k not in dropped)
@@ -324,6 +439,7 @@ def _status_row(
         if row["average"]:
             record = records.read_average(store, row["average"])
             row.update(weights=record.weights, averaged_by=record.averaged_by)
+            row["_by"].append(record.averaged_by)
             row["left_out"] = [x for x in record.left_out if not _refusal(x)]
             row["refused"] = [
                 {**x, "why": str(x["why"])[len(records.refused("")) :]}

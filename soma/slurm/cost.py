@@ -14,15 +14,26 @@ soma.slurm.query's runner.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from soma.slurm import query
 from soma.slurm.usage import seconds, size_mb
 
-__all__ = ["COST_FIELDS", "Cost", "Total", "parse_costs", "sacct_costs", "said", "total"]
+__all__ = [
+    "COST_FIELDS",
+    "Cost",
+    "Total",
+    "by_round",
+    "parse_costs",
+    "sacct_costs",
+    "said",
+    "total",
+]
 
 COST_FIELDS = (
     "JobID,State,Submit,Start,End,Elapsed,AllocCPUS,AllocTRES,TotalCPU,MaxRSS,ConsumedEnergyRaw"
@@ -177,3 +188,32 @@ def sacct_costs(jobs: list[str]) -> dict[str, Cost]:
     """The jobs' costs as Slurm's accounting has them (refused, in Slurm's words, when sacct
     fails: soma.slurm.query)."""
     return parse_costs(query.accounting(jobs, COST_FIELDS))
+
+
+K = TypeVar("K")
+
+
+def by_round(jobs: Mapping[K, Collection[str]], costs: Mapping[str, Cost]) -> dict[K, Total]:
+    """What each round cost (`jobs`: round -> the jobs its records name, in round order): a
+    job that served several rounds (a `soma client` job, an array's task, runs them all) is
+    split evenly among them, its queue wait counted in the first, so that the rounds' costs
+    add up to the run's; a job Slurm's accounting does not know is left out. A round with
+    none of its jobs known is not a key."""
+    served: dict[str, list[K]] = {}
+    for r, named in jobs.items():
+        for job in sorted(set(named)):
+            if job in costs:
+                served.setdefault(job, []).append(r)
+    parts: dict[K, list[Cost]] = {}
+    for job, rounds in served.items():
+        cost, share = costs[job], 1 / len(rounds)
+        for i, r in enumerate(rounds):
+            part = dataclasses.replace(
+                cost,
+                elapsed_s=cost.elapsed_s * share,
+                cpu_used_s=cost.cpu_used_s * share,
+                queue_s=cost.queue_s if i == 0 else (None if cost.queue_s is None else 0.0),
+                energy_j=None if cost.energy_j is None else cost.energy_j * share,
+            )
+            parts.setdefault(r, []).append(part)
+    return {r: total(parts[r]) for r in jobs if r in parts}

@@ -72,8 +72,9 @@ def test_only(args: list[str]) -> str | None:
 
 def queue() -> str:
     """This user's jobs, one array task a line, in soma.slurm.queue's FORMAT (`squeue --me
-    -h -r`); refused, in Slurm's words, when squeue fails."""
-    done = _run(["squeue", "--me", "-h", "-r", "-o", FORMAT], timeout=QUEUE_TIMEOUT)
+    -h -r -t all`: those that ended a few minutes ago too, so that a cancelled client's job
+    is said cancelled, not absent); refused, in Slurm's words, when squeue fails."""
+    done = _run(["squeue", "--me", "-h", "-r", "-t", "all", "-o", FORMAT], timeout=QUEUE_TIMEOUT)
     if done.returncode != 0:
         raise SlurmRefused(f"`squeue --me` failed: {_said(done)}")
     return done.stdout

@@ -27,13 +27,39 @@ from dataclasses import dataclass
 
 from soma.errors import SomaError
 
-__all__ = ["EVERY", "FORMAT", "Queued", "Queue", "client_of", "parse", "placed", "said"]
+__all__ = [
+    "ENDED",
+    "EVERY",
+    "FORMAT",
+    "Queued",
+    "Queue",
+    "client_of",
+    "not_started",
+    "parse",
+    "placed",
+    "said",
+]
 
 # squeue -o: job id (123_7 for an array task), name, array task id, state, reason, start
 # (the expected one for a pending job, N/A when Slurm has none), comment.
 FORMAT = "%i|%j|%K|%T|%r|%S|%k"
 EVERY = 60.0  # seconds: the queue is asked at most this often by one process
 _NONE = {"", "N/A", "(null)", "None", "Unknown"}  # how squeue says "nothing here"
+# The states of a job that has ended (squeue lists them for a few minutes after, as `-t all`
+# asks): its client will not come from it.
+ENDED = frozenset(
+    {
+        "BOOT_FAIL",
+        "CANCELLED",
+        "COMPLETED",
+        "DEADLINE",
+        "FAILED",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "TIMEOUT",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -101,15 +127,41 @@ def said(queued: Queued) -> str:
 def placed(missing: Sequence[int], jobs: Sequence[Queued], name: str) -> str:
     """`client 7: Slurm job 123_7 PENDING (...); client 9: ...`: the jobs named `name` that
     run the missing clients, by client; "" when none does."""
+    by_client = _by_client(missing, jobs, name)
+    return "; ".join(
+        f"client {k}: {', '.join(said(q) for q in by_client[k])}" for k in sorted(by_client)
+    )
+
+
+def _by_client(
+    missing: Sequence[int], jobs: Sequence[Queued], name: str
+) -> dict[int, list[Queued]]:
+    """The jobs named `name` that run each of the missing clients (a client without one is
+    not a key)."""
     wanted = set(missing)
     by_client: dict[int, list[Queued]] = {}
     for queued in jobs:
         k = client_of(queued)
         if queued.name == name and k in wanted:
             by_client.setdefault(k, []).append(queued)
-    return "; ".join(
-        f"client {k}: {', '.join(said(q) for q in by_client[k])}" for k in sorted(by_client)
-    )
+    return by_client
+
+
+def not_started(missing: Sequence[int], jobs: Sequence[Queued], name: str) -> dict[int, str]:
+    """The missing clients none of whose jobs named `name` has started and runs: each of
+    them PENDING or ended (cancelled, failed, ...), by client, said without the expected
+    start (`Slurm job 123_7 PENDING (Priority)`). A client with a job that runs (or
+    suspends, completes, is configured: any other state) is not among them, nor one the
+    queue names no job of: absence from the queue proves nothing (it may run outside Slurm,
+    or its job ended longer ago than squeue remembers)."""
+    found = {}
+    for k, queued in sorted(_by_client(missing, jobs, name).items()):
+        if all(q.state == "PENDING" or q.state in ENDED for q in queued):
+            found[k] = ", ".join(
+                f"Slurm job {q.job} {q.state}" + (f" ({q.reason})" if q.reason else "")
+                for q in queued
+            )
+    return found
 
 
 def _one_of_many_tasks() -> bool:
@@ -133,9 +185,22 @@ class Queue:
         """Where the missing clients' jobs are (see `placed`), for jobs named `name`
         (default: this process's own job's); "" when this process is not a Slurm job, the
         queue names none of them, or it cannot be asked (whatever went wrong)."""
+        name = self._name(missing, name)
+        return "" if name is None else placed(missing, self._jobs(), name)
+
+    def not_started(self, missing: Sequence[int], name: str | None = None) -> dict[int, str]:
+        """The missing clients whose jobs have not started or have ended (see
+        `not_started`), named as in `where`; {} wherever `where` says nothing."""
+        name = self._name(missing, name)
+        return {} if name is None else not_started(missing, self._jobs(), name)
+
+    def _name(self, missing: Sequence[int], name: str | None) -> str | None:
+        """The jobs' name to look for, or None when this process does not ask (see `where`)."""
         name = os.environ.get("SLURM_JOB_NAME") if name is None else name
-        if not name or not missing or _one_of_many_tasks():
-            return ""
+        return None if not name or not missing or _one_of_many_tasks() else name
+
+    def _jobs(self) -> list[Queued]:
+        """The queue, asked when what it said last is EVERY seconds old (or never asked)."""
         now = time.monotonic()
         if self.asked_at is None or now - self.asked_at >= self.every:
             self.asked_at = now
@@ -143,4 +208,4 @@ class Queue:
                 self.jobs = parse(self.ask())
             except (SomaError, OSError, subprocess.SubprocessError):  # never required
                 self.jobs = []  # the line as before
-        return placed(missing, self.jobs, name)
+        return self.jobs

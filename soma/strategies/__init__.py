@@ -89,12 +89,8 @@ import importlib
 import inspect
 import pkgutil
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from soma.arithmetic import averageable
-from soma.nodes import Export
 from soma.strategies._base import (
     Arrival,
     Objective,
@@ -107,6 +103,11 @@ from soma.strategies._base import (
     hook,
     privacy_of,
 )
+
+if TYPE_CHECKING:  # torch for the annotations only: soma status names strategies without it
+    import torch
+
+    from soma.nodes import Export
 
 __all__ = [
     "BUILTIN",
@@ -335,6 +336,8 @@ def check_task_takes_objective(strategy_name: str, strategy: Strategy, task: Any
 
 def floats(export: Mapping[str, Mapping[str, torch.Tensor]]) -> Iterable[tuple[str, str]]:
     """The (node, key) pairs of an export that arithmetic may touch: floats, not counts."""
+    from soma.arithmetic import averageable  # torch: only where tensors are
+
     for node_id, keys in export.items():
         for key, tensor in keys.items():
             if averageable(tensor.dtype):

@@ -18,11 +18,13 @@ import abc
 import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from soma.errors import SomaError
-from soma.nodes import Export
 from soma.tasks.protocol import Objective, Parameters, State
+
+if TYPE_CHECKING:  # annotations only: soma.nodes imports torch, which reading a run needs not
+    from soma.nodes import Export
 
 __all__ = ["Objective", "Parameters", "State"]  # the strategies' names for the tasks' protocol
 

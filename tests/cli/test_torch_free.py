@@ -1,9 +1,10 @@
 """The `soma` command line starts without torch (the aim soma/__init__.py states): importing
-soma.cli, `soma --help`, the help of `soma keys`, `soma bucket serve` and `soma status`, and
+soma.cli, `soma --help`, the help of `soma keys`, `soma bucket serve` and `soma status`,
 making a roster's keys (`soma keys`: signing reads and writes records as JSON, soma.store's
-record_json) import no torch, so they cost a fraction of a second of CPU, not torch's
-seconds. The store package imports its tensor modules on first use (soma/store/__init__.py),
-soma.round its modules likewise, and the commands theirs when they run.
+record_json) and `soma status` of a run of rounds (records only: no tensor is read) import
+no torch, so they cost a fraction of a second of CPU, not torch's seconds. The store package
+imports its tensor modules on first use (soma/store/__init__.py), soma.round its modules
+likewise, and the commands theirs when they run.
 
 Each is checked in a fresh interpreter (this one has imported torch long ago), which applies
 SOMA_MUTANT as this process does (tests/inherited/sitecustomize.py)."""
@@ -25,10 +26,27 @@ ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
 INHERITED = TESTS / "inherited"
 
-# `soma ARGV` in-process, its stdout kept aside; prints what it said and whether torch came.
+# `soma ARGV` in-process, its stdout kept aside; prints what it said, whether torch came and,
+# if it did, the soma modules being imported when it was asked for (the first importer last).
 PROBE = """
-import contextlib, io, json, sys
+import contextlib, importlib.abc, io, json, sys
 
+asked = []
+
+
+class Watch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "torch" and not asked:
+            frame = sys._getframe(1)
+            while frame is not None:
+                module = frame.f_globals.get("__name__", "")
+                if module.startswith("soma") and module not in asked:
+                    asked.insert(0, module)
+                frame = frame.f_back
+        return None
+
+
+sys.meta_path.insert(0, Watch())
 from soma.cli import main
 
 said = io.StringIO()
@@ -37,7 +55,7 @@ with contextlib.redirect_stdout(said):
         main(sys.argv[1:])
     except SystemExit:
         pass
-print(json.dumps({"said": said.getvalue(), "torch": "torch" in sys.modules}))
+print(json.dumps({"said": said.getvalue(), "torch": "torch" in sys.modules, "by": asked}))
 """
 
 
@@ -79,3 +97,26 @@ def test_making_keys_imports_no_torch(tmp_path) -> None:
     ran = json.loads(python("-c", PROBE, *argv).splitlines()[-1])
     assert set(json.loads(ran["said"])) == {"0", "1", "2"}
     assert ran["torch"] is False, "soma keys imported torch"
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> str:
+    """A store holding a finished run of rounds, `r` (FedAvg: its strategy keeps no state, so
+    there is no privacy spent to load the strategy for)."""
+    import soma
+
+    store = tmp_path_factory.mktemp("finished") / "s"
+    soma.simulate("soma.tasks.control", clients=2, rounds=2, store=store, run="r")
+    return str(store)
+
+
+@pytest.mark.parametrize(
+    ("argv", "starts"),
+    [(["--run", "r"], "round    0: 2/2 written"), ([], "r  rounds      2 of 2 averaged")],
+    ids=["a run of rounds", "the store's runs"],
+)
+def test_the_status_of_a_run_imports_no_torch(finished, argv: list[str], starts: str) -> None:
+    """`soma status` of a run of rounds, and of the store's runs, reads records only."""
+    ran = json.loads(python("-c", PROBE, "status", "--store", finished, *argv).splitlines()[-1])
+    assert ran["said"].startswith(starts), ran["said"]
+    assert ran["torch"] is False, f"soma status imported torch, by {' -> '.join(ran['by'])}"

@@ -161,7 +161,7 @@ def test_the_average_says_who_computed_it_and_soma_status_names_its_site(tmp_pat
         store, meeting, deadline=5, backoff=QUICK, site="B", sites={"B": [0]}, lease=LEASE
     )
     assert main(["status", "--store", str(tmp_path), "--run", "s"]) == 0
-    line = r"round    0: 1/1 written; average [0-9a-f]{16} by site B"
+    line = r"round    0: 1/1 written; average weights [0-9a-f]{12} by site B"
     assert re.search(line, capsys.readouterr().out)
 
 

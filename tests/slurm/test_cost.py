@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from soma.slurm.cost import Cost, parse_costs, said, total
+from soma.slurm.cost import Cost, by_round, parse_costs, said, total
 
 # What `sacct -P -n -o COST_FIELDS -j ...` prints: an array's task (1 core, held 8 s in the
 # queue, no energy plugin: 0), a GPU job with energy accounted on its line, a job whose steps
@@ -61,3 +61,19 @@ def test_a_runs_cost_is_said_in_one_line():
         "1.0 core-hours (0.0 used), 0 GPU-hours, memory peak not sampled, queue wait 0 % of "
         "the jobs' time, energy not accounted"
     )
+
+
+def test_a_job_that_served_several_rounds_is_split_among_them_and_the_rounds_add_up():
+    """Job 500 (a client's job that runs every round) served rounds 0-3, 376_1 only round
+    0: each round's share of 500 is a quarter, its queue wait counted in its first round,
+    and the rounds sum to the run; a job sacct does not know (999) is left out."""
+    costs = parse_costs(SACCT)
+    rounds = by_round({0: {"500", "376_1"}, 1: {"500"}, 2: {"500", "999"}, 3: {"500"}}, costs)
+    assert list(rounds) == [0, 1, 2, 3]
+    assert rounds[0].jobs == 2 and rounds[1].jobs == 1
+    assert rounds[1].cpu_hours == pytest.approx(16 / 4) and rounds[1].gpu_hours == 1.0
+    assert rounds[0].queue_s == 3600 + 8 and rounds[1].queue_s == 0
+    assert rounds[3].energy_j == pytest.approx(7_200_000 / 4)
+    added = sum(r.cpu_hours for r in rounds.values())
+    assert added == pytest.approx(total([costs["500"], costs["376_1"]]).cpu_hours)
+    assert by_round({0: {"999"}}, costs) == {}

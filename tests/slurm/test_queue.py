@@ -10,7 +10,7 @@ import pytest
 
 from soma.round import waiting
 from soma.slurm.limits import SlurmRefused
-from soma.slurm.queue import Queue, Queued, client_of, parse, placed, said
+from soma.slurm.queue import Queue, Queued, client_of, not_started, parse, placed, said
 
 # What `squeue --me -h -r -o FORMAT` prints: an array `soma-ctl` (task 0 running, 1 and 2
 # held, 3 pending for priority with an expected start), a job of the same name for client 5 by
@@ -109,3 +109,33 @@ def test_the_waiting_line_names_where_the_missing_clients_jobs_are(monkeypatch):
         "(JobHeldUser), expected start unknown; client 2: Slurm job 366_2 PENDING "
         "(JobHeldUser), expected start unknown]"
     )
+
+
+def test_not_started_is_pending_or_ended_never_running_nor_absent():
+    """A client whose jobs are all PENDING or ended has not started; one with a job that
+    runs has, and one the queue names no job of is not judged (absence proves nothing)."""
+    jobs = parse(SQUEUE) + parse(
+        "366_6|soma-ctl|6|CANCELLED|None|2026-12-06T11:20:01|(null)\n"
+        "380_6|soma-ctl|6|RUNNING|None|2026-12-06T11:40:01|(null)\n"
+        "366_8|soma-ctl|8|FAILED|NonZeroExitCode|2026-12-06T11:20:01|(null)\n"
+    )
+    assert not_started([0, 1, 3, 5, 6, 7, 8], jobs, "soma-ctl") == {
+        1: "Slurm job 366_1 PENDING (JobHeldUser)",
+        3: "Slurm job 366_3 PENDING (Priority)",
+        5: "Slurm job 370 PENDING (Resources)",
+        8: "Slurm job 366_8 FAILED (NonZeroExitCode)",
+    }  # 0 runs, 6 was resubmitted and runs, 7 has no job in the queue
+    assert not_started([1], jobs, "soma-other") == {1: "Slurm job 371_1 PENDING (Priority)"}
+
+
+def test_not_started_is_asked_only_where_the_line_would_be(monkeypatch):
+    asked = []
+    queue = Queue(lambda: asked.append(1) or SQUEUE)
+    monkeypatch.delenv("SLURM_JOB_NAME", raising=False)
+    assert queue.not_started([1]) == {} and not asked  # not a Slurm job
+    monkeypatch.setenv("SLURM_JOB_NAME", "soma-ctl")
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "4")
+    assert queue.not_started([1]) == {} and not asked  # one of a step's tasks
+    monkeypatch.delenv("SLURM_STEP_NUM_TASKS")
+    assert queue.not_started([0, 1]) == {1: "Slurm job 366_1 PENDING (JobHeldUser)"}
+    assert queue.where([1]).startswith("client 1: Slurm job 366_1 PENDING") and len(asked) == 1

@@ -92,6 +92,30 @@ def test_a_round_waiting_for_a_held_clients_job_says_it_is_pending_and_why(
     assert status_done(tmp_path / "store", "held") == [0]
 
 
+def test_a_quorum_round_goes_on_at_the_deadline_without_a_held_clients_job_saying_why(
+    cluster, tmp_path, slurm
+):
+    """(--drop-unstarted) 3 clients, a quorum of 2: tasks 0 and 1 run, task 2 is held. At
+    the deadline the round is averaged over clients 0 and 1, and its record says client 2's
+    job was PENDING (JobHeldUser); the held task is cancelled after."""
+    env = _env(tmp_path / "store", "quorum", ROUNDS="1", BUFFER="0", CLIENTS="3")
+    # a deadline past the store's patience and a fault note's grace (soma refuses shorter)
+    env.update(DEADLINE="30", SOMA_STORE_PATIENCE="5", EXTRA="--quorum 2 --drop-unstarted")
+    array = _submit(slurm, tmp_path, env, "--array=0-2", "--hold")
+    try:
+        for task in (0, 1):
+            slurm_output("scontrol", "release", f"{array}_{task}")
+        states = _ended(array, 2)
+        outputs = [_output(tmp_path, array, k) for k in (0, 1)]
+        assert set(states.values()) == {"COMPLETED"}, outputs
+    finally:
+        subprocess.run(["scancel", f"{array}_2"], env=slurm_env(), timeout=60)
+    (row,) = status(Store(tmp_path / "store"), "quorum")
+    assert row["written"] == [0, 1] and row["average"], row
+    why = f"never came: Slurm job {array}_2 PENDING (JobHeldUser) at the deadline"
+    assert row["left_out"] == [{"client": 2, "why": why}], row["left_out"]
+
+
 def status_done(store: Path, run: str) -> list[int]:
     """The rounds of a synchronous run that have their average."""
     return [m["round"] for m in status(Store(store), run) if m.get("average")]
