@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from soma.slurm import query
-from soma.slurm.usage import seconds, size_mb
+from soma.slurm.usage import sacct_rows, seconds, size_mb
 
 __all__ = [
     "COST_FIELDS",
@@ -86,14 +86,8 @@ def parse_costs(text: str) -> dict[str, Cost]:
     job's line gives its allocation, times and energy; its steps, the memory peak (the
     largest MaxRSS) and, where the job's line has none, the energy they consumed."""
     costs: dict[str, Cost] = {}
-    names = COST_FIELDS.split(",")
     steps_energy: dict[str, float] = {}
-    for line in text.splitlines():
-        values = line.split("|")
-        if len(values) != len(names):
-            continue
-        row = dict(zip(names, values, strict=True))
-        job, _, step = row["JobID"].partition(".")
+    for job, step, row in sacct_rows(text, COST_FIELDS):
         cost = costs.setdefault(job, Cost(job))
         if not step:
             cost.state = row["State"].split()[0] if row["State"].split() else ""

@@ -16,6 +16,7 @@ import math
 import re
 import subprocess
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -89,16 +90,23 @@ class Used:
     steps: list[str] = field(default_factory=list)
 
 
+def sacct_rows(text: str, fields: str) -> Iterator[tuple[str, str, dict[str, str]]]:
+    """Each line of `sacct -P -n -o <fields>` (jobs and their steps, `|`-separated) as its job
+    id, its step ("" for the job's own line) and its values by field; a line of other fields
+    (sacct's own warnings) is skipped."""
+    names = fields.split(",")
+    for line in text.splitlines():
+        values = line.split("|")
+        if len(values) == len(names):
+            row = dict(zip(names, values, strict=True))
+            job, _, step = row["JobID"].partition(".")
+            yield job, step, row
+
+
 def parse_sacct(text: str) -> dict[str, Used]:
     """`sacct -P -n -o FIELDS` (jobs and their steps, `|`-separated) per job id."""
     jobs: dict[str, Used] = {}
-    names = FIELDS.split(",")
-    for line in text.splitlines():
-        values = line.split("|")
-        if len(values) != len(names):
-            continue
-        row = dict(zip(names, values, strict=True))
-        job, _, step = row["JobID"].partition(".")
+    for job, step, row in sacct_rows(text, FIELDS):
         used = jobs.setdefault(job, Used(job))
         if not step:
             used.state = row["State"].split()[0] if row["State"] else ""
