@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import soma  # noqa: E402
-from soma.asynchronous.arithmetic import Point, server_step  # noqa: E402
+from soma.asynchronous.arithmetic import Consumed, server_step  # noqa: E402
 from soma.round import tree  # noqa: E402
 from soma.round.meeting import Input  # noqa: E402
 from soma.store import Store  # noqa: E402
@@ -124,9 +124,9 @@ def main(folder: str) -> None:
     found["tree fan-in 2"] = digest(store.recall_digest(root.mean))
     found["tree fan-in 4, read only"] = digest(tree.mean_of(store, tree.leaves_of(inputs), 4))
     points = [
-        Point(trained[0], None, SIZES[0], 1.0),
-        Point(trained[1], trained[2], SIZES[1], 0.5),
-        Point(trained[3], previous, SIZES[3], 0.25),
+        Consumed(trained[0], None, SIZES[0], 1.0),
+        Consumed(trained[1], trained[2], SIZES[1], 0.5),
+        Consumed(trained[3], previous, SIZES[3], 0.25),
     ]
     found["asynchronous version"] = digest(server_step(previous, points, 0.9))
     a, b = previous["layer"]["weight"], trained[0]["layer"]["weight"]

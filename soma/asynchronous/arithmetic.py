@@ -37,7 +37,7 @@ def staleness_weight(kind: str, a: float, staleness: int) -> float:
 
 
 @dataclass(frozen=True)
-class Point:
+class Consumed:
     """One consumed update as the step sees it: its trained weights, the weights it started
     from (None: the version being stepped from, so nothing to carry over), its size and its
     staleness weight."""
@@ -48,7 +48,7 @@ class Point:
     weight: float
 
 
-def _carried(current: Export, point: Point) -> Export:
+def _carried(current: Export, point: Consumed) -> Export:
     """p = w_v + (x - w_from): the update's change, carried onto the current weights."""
     if point.start is None:
         return point.trained
@@ -63,7 +63,7 @@ def _carried(current: Export, point: Point) -> Export:
     return out
 
 
-def server_step(current: Export, points: Sequence[Point], server_lr: float) -> Export:
+def server_step(current: Export, points: Sequence[Consumed], server_lr: float) -> Export:
     """The next version's weights from the current ones and the consumed updates, in order."""
     if not points:
         raise ValueError("a version is made of at least one update")

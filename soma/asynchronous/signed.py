@@ -157,10 +157,6 @@ def forged(
 # --- the roster a reader checks against ------------------------------------------------------
 
 
-class NoRoster(signatures.SigningError):
-    """A signed asynchronous run whose roster was not given and cannot be read back."""
-
-
 def said_roster(store: Store, run: str) -> str | None:
     """The roster digest the run says it is signed under: its version 0's record's, else its
     charter's (so that a version 0 rewritten unsigned does not make the run unsigned)."""
@@ -203,7 +199,7 @@ def reader_signing(
         if signing.digest == said:
             return signing, FROM_STORE
     chosen = "" if averagers is None else f" with averagers {sorted(set(averagers))}"
-    raise NoRoster(
+    raise signatures.NoRoster(
         f"asynchronous run {run!r} is signed (roster {said[:12]}) and the keys its updates "
         f"were signed with (clients {sorted(keys)}){chosen} are not that roster: give it "
         "(--roster FILE; --averagers, those the run declared)"

@@ -64,7 +64,7 @@ class TooStale(SomaError, ValueError):
 
 
 @dataclass(frozen=True)
-class Update:
+class BufferedUpdate:
     """One contributed update as the versions see it (its record's fields, and its name)."""
 
     name: str
@@ -77,10 +77,12 @@ class Update:
     forged: str | None = None  # why its signature does not hold: refused, never consumed
 
 
-def _update_of(name: str, digest: str, value: dict[str, Any], start: int, k: int) -> Update:
+def _update_of(name: str, digest: str, value: dict[str, Any], start: int, k: int) -> BufferedUpdate:
     if value.get("client") != k or value.get("from") != start:
         raise VersionError(f"update {name!r} (record {digest}) is not client {k}'s from {start}")
-    return Update(name, digest, k, start, value["base"], value["weights"], float(value["size"]))
+    return BufferedUpdate(
+        name, digest, k, start, value["base"], value["weights"], float(value["size"])
+    )
 
 
 class Versions:
@@ -102,7 +104,7 @@ class Versions:
         self.store, self.run, self.settings, self.rounds = store, run, settings, rounds
         self.signing, self.among = signing, among
         self._records: dict[int, tuple[str, dict[str, Any]]] = {}
-        self._updates: dict[str, Update] = {}
+        self._updates: dict[str, BufferedUpdate] = {}
         self._weights: dict[int, Export] = {}
 
     def place(self, v: int) -> Place:
@@ -137,7 +139,7 @@ class Versions:
             self._weights[v] = self.store.recall_digest(found[1]["weights"])
         return self._weights[v]
 
-    def updates(self) -> list[Update]:
+    def updates(self) -> list[BufferedUpdate]:
         """Every update contributed so far, ordered by (start, client)."""
         for name in self.store.bound(layout.updates(self.run)):
             parsed = layout.update_of(name, self.run)
@@ -149,7 +151,9 @@ class Versions:
             start, k = parsed
             why = signed.forged(self.store, self.signing, digest, name=name, client=k)
             if why is not None:
-                self._updates[name] = Update(name, digest, k, start, "", "", 0.0, forged=why)
+                self._updates[name] = BufferedUpdate(
+                    name, digest, k, start, "", "", 0.0, forged=why
+                )
                 continue
             value = read_record(self.store, digest)
             self._updates[name] = _update_of(name, digest, value, start, k)
@@ -165,7 +169,7 @@ class Versions:
             taken.update(e["update"] for e in found[1]["consumed"] + found[1]["refused"])
         return taken
 
-    def pending(self, v: int) -> tuple[list[Update], list[Update]]:
+    def pending(self, v: int) -> tuple[list[BufferedUpdate], list[BufferedUpdate]]:
         """After version v: the updates version v + 1 may consume, and those too stale to."""
         taken, limit = self.consumed(v), self.settings.limit
         fresh, stale = [], []
@@ -307,8 +311,8 @@ class Versions:
 class Chosen:
     """What version v + 1 is made of: the updates it consumes and those it refuses."""
 
-    consumed: tuple[Update, ...]
-    refused: tuple[Update, ...]
+    consumed: tuple[BufferedUpdate, ...]
+    refused: tuple[BufferedUpdate, ...]
 
 
 def choose(versions: Versions, v: int) -> Chosen | None:
@@ -366,7 +370,7 @@ def step_of(
     """Version v + 1's weights from version v's and the consumed entries (the one step that
     making a version and replaying it both run)."""
     points = [
-        arithmetic.Point(
+        arithmetic.Consumed(
             trained=read(e["weights"]),
             start=None if e["from"] == v else start_of(e["from"]),
             size=float(e["size"]),

@@ -23,10 +23,6 @@ FROM_STORE = "roster read from the store, not anchored"
 UNSIGNED = "no roster: the run is unsigned (whoever could write the store could write any record)"
 
 
-class NoRoster(signatures.SigningError):
-    """A signed run whose roster was not given and cannot be read back from the store."""
-
-
 def roster_digests(store: Store, run: str, found: Iterable[tuple[int, str]]) -> set[str]:
     """The roster digests the run's meetings' identities (`about`) name."""
     said = set()
@@ -63,7 +59,7 @@ def from_store(
     where = f"run {run!r}"
     doubled = sorted(k for k, found_keys in keys.items() if len(found_keys) > 1)
     if doubled:
-        raise NoRoster(
+        raise signatures.NoRoster(
             f"{where}: clients {doubled} signed with more than one key in the store; give the "
             "run's roster (--roster FILE)"
         )
@@ -74,7 +70,7 @@ def from_store(
             return signing
     named = ", ".join(sorted(d[:12] for d in digests))
     chosen = "" if averagers is None else f" with averagers {sorted(set(averagers))}"
-    raise NoRoster(
+    raise signatures.NoRoster(
         f"{where} is signed (its meetings name roster {named}) "
         f"and the keys its records were signed with (clients {sorted(roster)}){chosen} are "
         "not that roster: give it (--roster FILE; --averagers, those the run declared)"

@@ -28,10 +28,10 @@ from soma.round import signing as signatures
 from soma.round.apart import _Elsewhere
 from soma.round.checks import Decision, decide
 from soma.round.client import STORE_FAULT, Faults, noted_faults
-from soma.round.kept import Kept
 from soma.round.meeting import Input, Meeting
 from soma.round.once import POLL, Backoff, Place, RoundIncomplete
 from soma.round.roll import _left_out_text, present
+from soma.round.verified_values import VerifiedValues
 from soma.slurm import query
 from soma.slurm.queue import Queue
 from soma.store import Store, codecs
@@ -53,7 +53,7 @@ def _average(
     inputs: list[Input],
     me: dict[str, Any],
     refused: Mapping[int, str],
-    kept: Kept | None = None,
+    kept: VerifiedValues | None = None,
     *,
     waits: Waits,
     unstarted: Mapping[int, str] | None = None,
@@ -63,7 +63,7 @@ def _average(
     `unstarted`, those whose Slurm jobs had not started at the deadline, and where they were).
     `kept`: the inputs' values the checks read and verified, folded without a second read;
     `waits`: how the averaging waits, its tree's nodes too."""
-    kept = Kept(budget=0) if kept is None else kept
+    kept = VerifiedValues(budget=0) if kept is None else kept
     previous = None if meeting.start is None else store.recall_digest(meeting.start, lazy=True)
     state = None if meeting.state is None else store.recall_digest(meeting.state)
     root = _tree_root(store, meeting, inputs, me, waits)
@@ -181,7 +181,7 @@ class _Averaging:
         self.sites = sites  # which clients each site hosts: where a waiting line says they are
         self.strategy = meeting.strategy_object()
         self._decided: tuple[Ready, Decision] | None = None
-        self.kept = Kept()  # the inputs' values `check` read and verified, for `compute`
+        self.kept = VerifiedValues()  # the inputs' values `check` read and verified, for `compute`
         self.computed: str | None = None  # the average this process computed, if it did
 
     def checked(self, digest: str) -> str:

@@ -24,10 +24,10 @@ from soma.arithmetic import Signature, first_difference
 from soma.errors import SomaError
 from soma.nodes import Export
 from soma.round import records, roll, signed
-from soma.round.kept import Kept
 from soma.round.meeting import Input, Meeting
 from soma.round.once import RoundError, RoundIncomplete
 from soma.round.roll import _left_out_text, present
+from soma.round.verified_values import VerifiedValues
 from soma.store import Store, codecs
 from soma.store.errors import StoreError, StoreUnavailable, UnknownDigest
 from soma.strategies import (
@@ -111,7 +111,7 @@ def _transient(error: BaseException) -> bool:
 
 
 def check_input(
-    store: Store, meeting: Meeting, given: Input, *, kept: Kept | None = None
+    store: Store, meeting: Meeting, given: Input, *, kept: VerifiedValues | None = None
 ) -> Signature:
     """A client's weights (and extra) as the averaging will read them: its record says an
     export, every tensor file's header is sound (offsets, sizes) and every value finite;
@@ -163,7 +163,7 @@ def refuse_input(
     given: Input,
     start: Signature | None,
     *,
-    kept: Kept | None = None,
+    kept: VerifiedValues | None = None,
 ) -> Signature:
     """Everything about one client's input alone, refused naming the client (a RoundError,
     a RecordError, a SigningError...): its weights in the store and sound, its size, its
@@ -295,7 +295,7 @@ def leaves_refused_out(meeting: Meeting) -> bool:
 
 
 def _refusals(
-    store: Store, meeting: Meeting, inputs: Sequence[Input], kept: Kept | None = None
+    store: Store, meeting: Meeting, inputs: Sequence[Input], kept: VerifiedValues | None = None
 ) -> dict[int, BaseException]:
     """Each client whose input is refused, and why, in client order: the same for every
     process that reads the same store."""
@@ -321,12 +321,12 @@ def decide(
     inputs: Sequence[Input],
     unreadable: Mapping[int, str] | None = None,
     *,
-    kept: Kept | None = None,
+    kept: VerifiedValues | None = None,
 ) -> Decision:
     """Everything that can be refused about a round, refused before anything is claimed;
     under a quorum, refused inputs left out (`unreadable`: clients whose records could not
     be read, and why) and the rest averaged if they are still the quorum. The inputs' values
-    read and verified are kept in `kept` (soma.round.kept)."""
+    read and verified are kept in `kept` (soma.round.verified_values)."""
     for i in inputs:
         meeting.check_client(i.client)
     _check_stored(store, meeting)

@@ -68,6 +68,11 @@ class SigningError(SomaError, ValueError):
     message names the client, the key and the record (or the file)."""
 
 
+class NoRoster(SigningError):
+    """A signed run (of rounds or of versions) whose roster was not given and cannot be read
+    back from the store."""
+
+
 def _lib() -> Any:
     try:
         from cryptography.exceptions import InvalidSignature

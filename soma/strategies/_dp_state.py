@@ -104,7 +104,7 @@ NO_EXPOSURE = Exposure(0.0, {})
 
 
 @dataclass(frozen=True)
-class Kept:
+class DPState:
     """What a state keeps: rounds done, the clip to use, the history, each client's exposure
     against whom `against` names (None: a state kept before it was named, whose exposure
     was charged at the sum's noise), and against a reader of the published weights."""
@@ -120,7 +120,7 @@ class Kept:
 # --- the state ---------------------------------------------------------------------------------
 
 
-def read_state(state: object) -> Kept:
+def read_state(state: object) -> DPState:
     """What the state keeps, refused by name when it is not ours. A state written before each
     client's exposure was kept (its epsilon assumed a secret sample) is charged as if
     everyone took part every round; one written before the two readers were kept apart has
@@ -155,10 +155,10 @@ def read_state(state: object) -> Kept:
     if "exposure" not in state:
         everyone = math.fsum(privacy.exposure(z, rounds) for z, _, rounds in history)
         charged = Exposure(everyone, {})
-        return Kept(done, float(clip), history, charged, None, charged)
+        return DPState(done, float(clip), history, charged, None, charged)
     exposure = read_exposure(state["exposure"])
     if "against" not in state:
-        return Kept(done, float(clip), history, exposure, None, exposure)
+        return DPState(done, float(clip), history, exposure, None, exposure)
     against = state["against"]
     if against not in (privacy.STORE_READER, privacy.WEIGHTS_READER):
         raise StrategyError(
@@ -166,7 +166,7 @@ def read_state(state: object) -> Kept:
             f"{privacy.WEIGHTS_READER!r}"
         )
     published = read_exposure(state["published"])
-    return Kept(done, float(clip), history, exposure, against, published)
+    return DPState(done, float(clip), history, exposure, against, published)
 
 
 def read_exposure(value: object) -> Exposure:

@@ -57,10 +57,10 @@ def _gather_never_publishes() -> None:
 def _gather_does_not_weigh() -> None:
     import dataclasses
 
-    from soma.round.kept import Kept
     from soma.round.meeting import Input
+    from soma.round.verified_values import VerifiedValues
 
-    real, real_kept = Input.update, Kept.update
+    real, real_kept = Input.update, VerifiedValues.update
 
     def update(self, store):
         return dataclasses.replace(real(self, store), size=None)
@@ -69,7 +69,7 @@ def _gather_does_not_weigh() -> None:
         return dataclasses.replace(real_kept(self, store, given), size=None)
 
     _replace(Input, "update", update)
-    _replace(Kept, "update", kept_update)
+    _replace(VerifiedValues, "update", kept_update)
 
 
 # --- meetings of one round that differ (soma/round/apart.py) --------------------------------------

@@ -48,13 +48,13 @@ def _s3_claim_by_resolve_then_put() -> None:
 def _bucket_forgets_what_it_read() -> None:
     """A bucket store that keeps no recent blob: every read is a download again (right, but
     an averaging that reads an input twice fetches its weights twice). An averaging folds
-    the values its checks kept (soma.round.kept), so that alone no longer reads twice; the
-    mutant keeps nothing either, so the second read is the bucket's to serve."""
-    import soma.round.kept as kept
+    the values its checks kept (soma.round.verified_values), so that alone no longer reads
+    twice; the mutant keeps nothing either, so the second read is the bucket's to serve."""
+    import soma.round.verified_values as kept
     import soma.store.read_cache as recent
 
     _replace(recent.Recent, "get", lambda self, digest: None)
-    _replace(kept.Kept, "keep", lambda self, digest, value: None)
+    _replace(kept.VerifiedValues, "keep", lambda self, digest, value: None)
 
 
 # --- riding through faults (tests/store/test_s3_faults.py) ----------------------------------

@@ -33,7 +33,7 @@ def _nbytes(value: Any) -> int:
     return total
 
 
-class Kept:
+class VerifiedValues:
     """Checked values of one averaging, by the digest they were verified against."""
 
     def __init__(self, budget: int = BUDGET) -> None:

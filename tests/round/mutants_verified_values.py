@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mutants import _replace, mutant
 
-_T = "tests/round/test_kept.py::"
+_T = "tests/round/test_verified_values.py::"
 
 
 @mutant(
@@ -18,7 +18,7 @@ def _kept_value_for_another_digest() -> None:
     """The values kept are handed back in the order they were checked, whatever digest is
     asked for: right while every checked input is averaged, another's bytes, never verified
     against the digest its record names, once one is left out."""
-    import soma.round.kept as mod
+    import soma.round.verified_values as mod
 
     def recall(self, store, digest):
         if self._values:
@@ -28,7 +28,7 @@ def _kept_value_for_another_digest() -> None:
             return value
         return store.recall_digest(digest, lazy=True)
 
-    _replace(mod.Kept, "recall", recall)
+    _replace(mod.VerifiedValues, "recall", recall)
 
 
 @mutant(
@@ -37,9 +37,9 @@ def _kept_value_for_another_digest() -> None:
 )
 def _inputs_read_twice() -> None:
     """Nothing the checks read is kept: every input is read and verified again to be folded."""
-    import soma.round.kept as mod
+    import soma.round.verified_values as mod
 
     def keep(self, digest, value):
         return None
 
-    _replace(mod.Kept, "keep", keep)
+    _replace(mod.VerifiedValues, "keep", keep)

@@ -1,4 +1,4 @@
-"""One read of each input per averaging (soma.round.kept): the values the checks read and
+"""One read of each input per averaging (soma.round.verified_values): the values the checks read and
 verified are the ones folded, each handed back only for the digest it was verified against."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import torch
 from soma import fedavg
 from soma.round import Backoff, Input, Meeting, average_round, contribute, read_record
 from soma.round.average import weights_of_average
-from soma.round.kept import Kept
+from soma.round.verified_values import VerifiedValues
 from soma.store import Store
 from soma.timing import LEASE
 
@@ -54,7 +54,7 @@ def test_a_kept_value_is_handed_back_only_for_the_digest_it_was_verified_against
 ) -> None:
     store = Store(tmp_path / "store")
     a, b = store.put_value(weights(1)), store.put_value(weights(2))
-    kept = Kept()
+    kept = VerifiedValues()
     kept.keep(a, store.recall_digest(a))
     assert same_bits(kept.update(store, Input(0, b, 1.0)).weights, weights(2))
     assert same_bits(kept.update(store, Input(0, a, 1.0)).weights, weights(1))
@@ -77,7 +77,7 @@ def test_a_checked_input_left_out_is_never_folded_in_place_of_another(tmp_path) 
 def test_past_its_budget_nothing_is_kept_and_inputs_are_read_again(tmp_path) -> None:
     store = Store(tmp_path / "store")
     a = store.put_value(weights(1))
-    kept = Kept(budget=10)
+    kept = VerifiedValues(budget=10)
     value = store.recall_digest(a)
     kept.keep(a, value)
     assert kept.recall(store, a) is not value
