@@ -167,14 +167,19 @@ def ratio(runs: Sequence[Timed], floor: Sequence[Timed], what: str) -> tuple[flo
     return statistics.median(each), min(each), max(each)
 
 
-def plain_federation(task, clients: int, rounds: int):
+def plain_federation(task, clients: int, rounds: int, *, average=None, after=None):
     """The floor every federated figure is measured against: `clients` clients of `task`
     trained in this process round after round with soma's seeds (the start from seed 0,
     client k of round r with `training_seed(0, r, k)`) and folded by soma.fedavg, nothing
-    written. The nodes at the last average, and its weights."""
+    written. The nodes at the last average, and its weights.
+
+    `average(exports, sizes)` stands in for soma.fedavg (a benchmark that times it wraps
+    it); `after(nodes)` is called with each round's average loaded (one that evaluates it)."""
     from soma import fedavg
     from soma.nodes import export, load
     from soma.training import training_seed
+
+    average = average or fedavg
 
     shards = [task.shard(k, clients) for k in range(clients)]
     nodes = task.nodes(0)
@@ -185,7 +190,10 @@ def plain_federation(task, clients: int, rounds: int):
             load(nodes, weights)
             task.train(nodes, data, seed=training_seed(0, r, k))
             exports.append(export(nodes))
-        weights = fedavg(exports, [task.size(data) for data in shards])
+        weights = average(exports, [task.size(data) for data in shards])
+        if after is not None:
+            load(nodes, weights)
+            after(nodes)
     load(nodes, weights)
     return nodes, weights
 

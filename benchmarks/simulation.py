@@ -46,7 +46,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from _measure import Timed, alternated, ratio, recorded, timed
+from _measure import Timed, alternated, plain_federation, ratio, recorded, timed
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS = {
@@ -62,29 +62,25 @@ def floor(task_name: str, rounds: int, clients: int, evaluating: bool = True) ->
 
     torch.set_num_threads(1)
     from soma import fedavg
-    from soma.nodes import export, load
     from soma.tasks import load_task
-    from soma.training import training_seed
 
     task = load_task(*TASKS[task_name])
-    shards = [task.shard(k, clients) for k in range(clients)]
-    nodes = task.nodes(0)
-    weights = export(nodes)
     averaging = 0.0
-    for r in range(rounds):
-        exports = []
-        for k, data in enumerate(shards):
-            load(nodes, weights)
-            task.train(nodes, data, seed=training_seed(0, r, k))
-            exports.append(export(nodes))
+
+    def averaged(exports, sizes):
+        nonlocal averaging
         tic = time.perf_counter()
-        weights = fedavg(exports, [task.size(data) for data in shards])
+        weights = fedavg(exports, sizes)
         averaging += time.perf_counter() - tic
-        if evaluating:
-            load(nodes, weights)
-            for k in range(clients):
-                task.evaluate_local(nodes, k, clients)
-    load(nodes, weights)
+        return weights
+
+    def evaluated(nodes) -> None:
+        for k in range(clients):
+            task.evaluate_local(nodes, k, clients)
+
+    nodes, _ = plain_federation(
+        task, clients, rounds, average=averaged, after=evaluated if evaluating else None
+    )
     print(json.dumps({**task.evaluate(nodes), "averaging": averaging, "inputs": rounds * clients}))
 
 
