@@ -27,6 +27,18 @@ NO_BASELINES = FIXTURES / "no-baselines.yaml"
 HANG = float(os.environ.get("SOMA_TEST_HANG", "1800"))
 
 
+def fake_commands(folder: Path, scripts: dict[str, str]) -> str:
+    """Each of `scripts` (a command's name -> its body, run by /bin/sh) as an executable in
+    `folder` (made if missing), and PATH with `folder` first: what a test that fakes Slurm's
+    commands puts in the environment."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, body in scripts.items():
+        script = folder / name
+        script.write_text(f"#!/bin/sh\n{body.rstrip()}\n")
+        script.chmod(0o755)
+    return f"{folder}{os.pathsep}{os.environ['PATH']}"
+
+
 def snakemake_command(
     workdir: Path, *args: str, config: list[Path] | tuple[Path, ...] | None = (TINY,)
 ) -> list[str]:

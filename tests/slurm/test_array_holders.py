@@ -7,9 +7,8 @@ as Slurm 22.05 prints them for task 123_7 whose own id is 130."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
+from helpers import fake_commands
 
 from soma.round import holders
 
@@ -26,11 +25,7 @@ def _fake(tmp_path, monkeypatch, *, sacct: str, steps: str) -> None:
         "sacct": f"case \"$*\" in *JobIDRaw*) echo '{sacct}';; *) echo '{named}';; esac",
         "squeue": f'case "$*" in *-s*) for s in {steps}; do echo $s; done;; *) echo RUNNING;; esac',
     }
-    for command, body in fakes.items():
-        script = tmp_path / command
-        script.write_text(f"#!/bin/sh\n{body}\n")
-        script.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setenv("PATH", fake_commands(tmp_path, fakes))
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import fake_commands
 
 WORKER = Path(__file__).with_name("submit_worker.py")
 # the values as given to `--config`, each one argument (a `$(...)` would make PWNED)
@@ -27,14 +28,11 @@ SNAKEFILE = 'rule all:\n    output: "out.txt"\n    shell: "touch {output}"\n'
 
 def fake_path(tmp_path: Path) -> dict[str, str]:
     """An environment with sbatch and srun (and the other Slurm commands: silent) faked."""
-    bin = tmp_path / "bin"
-    bin.mkdir()
-    for name in ("sbatch", "srun", "sacct", "squeue", "sinfo", "scontrol", "sacctmgr", "sshare"):
-        (bin / name).write_text("#!/bin/sh\n" + FAKES.get(name, "exit 0\n"))
-        (bin / name).chmod(0o755)
+    names = ("sbatch", "srun", "sacct", "squeue", "sinfo", "scontrol", "sacctmgr", "sshare")
+    path = fake_commands(tmp_path / "bin", {name: FAKES.get(name, "exit 0") for name in names})
     logs = tmp_path / "log"
     logs.mkdir()
-    return dict(os.environ, PATH=f"{bin}{os.pathsep}{os.environ['PATH']}", FAKE_LOG=str(logs))
+    return dict(os.environ, PATH=path, FAKE_LOG=str(logs))
 
 
 def arguments(log: Path) -> list[str]:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers import fake_commands
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("plan_worker.py")
@@ -40,13 +41,10 @@ def profile_with(folder: Path, gpu: dict[str, Any], groups: bool = True) -> Path
 def planned(tmp_path: Path, profile: Path) -> tuple[subprocess.CompletedProcess, list[dict]]:
     """The default config's run under `profile`, stopped at its start: its output, and every
     submission it would make ({what, options})."""
-    bin = tmp_path / "bin"
-    bin.mkdir()
-    for name in SLURM_COMMANDS:  # none is asked to submit: the run stops before
-        (bin / name).write_text("#!/bin/sh\nexit 0\n")
-        (bin / name).chmod(0o755)
+    # none is asked to submit: the run stops before
+    path = fake_commands(tmp_path / "bin", dict.fromkeys(SLURM_COMMANDS, "exit 0"))
     plan = tmp_path / "plan.json"
-    env = dict(os.environ, PATH=f"{bin}{os.pathsep}{os.environ['PATH']}", SOMA_PLAN=str(plan))
+    env = dict(os.environ, PATH=path, SOMA_PLAN=str(plan))
     command = [sys.executable, str(WORKER), "-s", str(ROOT / "Snakefile"), "--profile",
                str(profile), "--configfile", str(ROOT / "config" / "config.yaml"),
                "--config", "run=gpus"]  # fmt: skip

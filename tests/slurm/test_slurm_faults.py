@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import fake_commands
 from slurm.cluster import ACCOUNT, PARTITION, slurm_env
 from slurm.harness import (
     AVERAGE_0,
@@ -240,11 +241,7 @@ def test_a_holders_step_is_asked_of_sacct_then_squeue(
         "sacct": f"echo '{sacct}'" if sacct else "true",
         "squeue": f'case "$*" in *-s*) {steps}true;; *) echo RUNNING;; esac',
     }
-    for command, body in fakes.items():
-        script = tmp_path / command
-        script.write_text(f"#!/bin/sh\n{body}\n")
-        script.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setenv("PATH", fake_commands(tmp_path, fakes))
     holder = {"host": "another-node", "pid": 1, "slurm_job": "7", "slurm_step": "3"}
     assert holders.gone(holder) is gone
     assert holders.gone({**holder, "slurm_step": None}) is False
