@@ -22,6 +22,10 @@ from soma.store.s3.local_bucket import LocalBucketError, environment, free_port,
 
 BUCKET = "soma-test"
 FILER_GRPC = ""  # set when the server starts
+# starts on fresh ports before the server is taken to be unable to run here: a free port is
+# free only when it is picked, and a loaded suite's other servers and connections (each
+# outgoing one takes an ephemeral port) can take one of its six before it binds them
+STARTS = 3
 
 
 def _free_port() -> int:
@@ -45,45 +49,56 @@ def _weed_command(folder: str, port: int, ports: list[int]) -> list[str]:
         pytest.skip(str(error))
 
 
+def _serves(client, server: subprocess.Popen) -> bool:  # noqa: ANN001
+    """Whether `server` came up and made the bucket (False: it died first)."""
+    deadline = time.monotonic() + HANG  # for a hang: a server that died is seen at once
+    while server.poll() is None:
+        try:
+            client.create_bucket(Bucket=BUCKET)
+            return True
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    return False
+
+
 @pytest.fixture(scope="session")
 def bucket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """An S3 server on 127.0.0.1 with an empty bucket BUCKET; its kind ("SeaweedFS")."""
     boto3 = pytest.importorskip("boto3", reason="boto3 (soma[s3]) is not installed")
     folder = str(tmp_path_factory.mktemp("s3"))
-    os.makedirs(os.path.join(folder, "data"))
-    port = _free_port()
-    command = _server_command(os.path.join(folder, "data"), port)
     config = os.path.join(folder, "aws-config")
     with open(config, "w") as f:
         f.write("[default]\nregion = us-east-1\ns3 =\n    addressing_style = path\n")
-    env = {  # `soma bucket serve`'s, and no config or credentials file of the user's
-        **environment(port),
-        "AWS_CONFIG_FILE": config,
-        "AWS_SHARED_CREDENTIALS_FILE": os.path.join(folder, "none"),
-    }
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
+    saved: dict[str, str | None] = {}
     log_path = os.path.join(folder, "server.log")
     log = open(log_path, "wb")
-    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    server = None
     try:
-        client = boto3.client("s3")
-        deadline = time.monotonic() + HANG  # for a hang: a server that died is seen at once
-        while True:
-            if server.poll() is not None:
+        for attempt in range(1, STARTS + 1):
+            port = _free_port()
+            data = os.path.join(folder, f"data-{attempt}")  # nothing of a dead start's
+            os.makedirs(data)
+            command = _server_command(data, port)
+            env = {  # `soma bucket serve`'s, and no config or credentials file of the user's
+                **environment(port),
+                "AWS_CONFIG_FILE": config,
+                "AWS_SHARED_CREDENTIALS_FILE": os.path.join(folder, "none"),
+            }
+            saved = {k: os.environ.get(k) for k in env} | saved
+            os.environ.update(env)
+            server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+            if _serves(boto3.client("s3"), server):
+                break
+            if attempt == STARTS:
                 with open(log_path, errors="replace") as f:
                     pytest.skip(f"SeaweedFS cannot run here: {f.read()[-500:]}")
-            try:
-                client.create_bucket(Bucket=BUCKET)
-                break
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
         yield "SeaweedFS"
     finally:
-        server.kill()  # its data is thrown away: no need to wait for a clean stop (~10 s)
-        server.wait()
+        if server is not None:
+            server.kill()  # its data is thrown away: no need to wait for a clean stop (~10 s)
+            server.wait()
         log.close()
         for k, v in saved.items():
             if v is None:
