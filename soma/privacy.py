@@ -62,16 +62,23 @@ import math
 import numbers
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
-from soma.arithmetic import sum_of_squares, working_dtype
 from soma.errors import SomaError
+from soma.lazy import OnUse
 
-Tensors = Mapping[str, Mapping[str, torch.Tensor]]
-TensorMap = dict[str, dict[str, torch.Tensor]]
+if TYPE_CHECKING:
+    import torch
+
+    from soma import arithmetic
+else:  # torch only where a tensor is clipped or noised: `spent` (soma status) reads JSON
+    torch = OnUse("torch", globals())
+    arithmetic = OnUse("soma.arithmetic", globals())
+
+Tensors = Mapping[str, Mapping[str, "torch.Tensor"]]
+TensorMap = dict[str, dict[str, "torch.Tensor"]]
 # One stretch of a run's history: (noise multiplier, sampling rate, rounds).
 Stretch = tuple[float, float, int]
 
@@ -109,7 +116,7 @@ def _coordinates(update: Tensors) -> list[tuple[str, str, torch.Tensor]]:
 def l2_norm(update: Tensors) -> float:
     """The L2 norm of every float of every node together, accumulated in float64 in a fixed
     order (the same float on every machine: soma.arithmetic.sum_of_squares)."""
-    return math.sqrt(sum_of_squares(t for _, _, t in _coordinates(update)))
+    return math.sqrt(arithmetic.sum_of_squares(t for _, _, t in _coordinates(update)))
 
 
 def clip(update: Tensors, bound: float) -> tuple[TensorMap, float]:
@@ -199,15 +206,16 @@ class NoiseSource:
         words = np.frombuffer(self._stream.update(bytes(8 * count)), dtype=np.uint64)
         return (torch.from_numpy((words >> np.uint64(11)).astype(np.float64)) + 0.5) * 2.0**-53
 
-    def normal(self, shape: Sequence[int], dtype: torch.dtype = torch.float64) -> torch.Tensor:
-        """Standard normals of `shape`, drawn in float64 and rounded once to `dtype`."""
+    def normal(self, shape: Sequence[int], dtype: torch.dtype | None = None) -> torch.Tensor:
+        """Standard normals of `shape`, drawn in float64 and rounded once to `dtype` (None:
+        float64)."""
         count = math.prod(shape)
         pairs = (count + 1) // 2
         u = self.uniform(2 * pairs)
         radius = torch.sqrt(-2.0 * torch.log(u[:pairs]))
         angle = 2.0 * math.pi * u[pairs:]
         draws = torch.cat([radius * torch.cos(angle), radius * torch.sin(angle)])[:count]
-        return draws.reshape(tuple(shape)).to(dtype)
+        return draws.reshape(tuple(shape)).to(torch.float64 if dtype is None else dtype)
 
 
 def private_noise() -> NoiseSource:
@@ -234,7 +242,7 @@ def gaussian(like: Tensors, std: float, source: NoiseSource) -> TensorMap:
     coordinates = sorted(_coordinates(like), key=lambda c: (c[0], c[1]))
     noise: TensorMap = {}
     for node, key, tensor in coordinates:
-        dtype = working_dtype(tensor.dtype)
+        dtype = arithmetic.working_dtype(tensor.dtype)
         draw = source.normal(tuple(tensor.shape)) * std
         noise.setdefault(node, {})[key] = draw.to(dtype)
     return noise

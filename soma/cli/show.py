@@ -57,7 +57,8 @@ def status(args: argparse.Namespace) -> int:
     line of its own) or, with --roster, holds a record whose signature does not hold (said,
     and nothing it says shown); refuses a store or a run that is not there. A run that has a
     roster, shown without --roster, says on every line that its signatures were not checked.
-    Imports no torch for a run of rounds (tests/cli/test_torch_free.py).
+    Reads records, never a tensor, and imports no torch for a run of rounds, a DP run or an
+    asynchronous run (tests/cli/test_torch_free.py, test_status_torch_free.py).
     """
     from soma.asynchronous.status import is_asynchronous
     from soma.round import check_run
@@ -169,6 +170,13 @@ def _status_line(row: dict[str, Any], several: set[int], *, wide: bool = False) 
         written = f"{len(row['written'])}/? written (the round does not say its clients: --clients)"
     else:
         written = f"{len(row['written'])}/{len(row['expected'])} written"
+    released = row.get("released") or []  # distributed DP's releases (soma.round.client)
+    came = {*row["written"], *(x["client"] for x in row.get("dropped") or [])}
+    pending = [k for k in released if k not in came]
+    if wide and released:
+        written += f" ({len(released)} released)"
+    if pending:  # its noise is drawn and claimed; its weights and record still on their way
+        written += f", {len(pending)} released, not yet written"
     if row.get("dropped"):
         written += f", {len(row['dropped'])} dropped out"
     if row.get("refused"):

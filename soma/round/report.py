@@ -3,9 +3,13 @@ who came, dropped out or is missing, who averages, the average, its privacy spen
 evaluations; and the runs and meetings a store holds.
 
 Kept apart because it only reads what the others write. (Not `status.py`: `soma.round.status`
-is the function.) It imports no torch for a run of rounds whose strategy keeps no state (FedAvg):
-the meetings of a round that differ (soma.round.apart) and a strategy (for its privacy spent) are
-imported where a run has them (tests/cli/test_torch_free.py).
+is the function.) It reads records (JSON), never a tensor, and imports no torch for a run of
+rounds whose strategy keeps no state (FedAvg) or keeps a JSON account (DP-FedAvg, whose module
+imports its tensor arithmetic on first use): the meetings of a round that differ
+(soma.round.apart) and a strategy (for its privacy spent) are imported where a run has them
+(tests/cli/test_torch_free.py, tests/cli/test_status_torch_free.py). A distributed-DP release
+(`<meeting>/release/<k>`, soma.round.client) is read as what it is: who released, and whether
+each client's record is the release it claimed.
 """
 
 from __future__ import annotations
@@ -285,6 +289,26 @@ def _stray_row(store: Store, run: str, name: str, clients: int | None) -> dict[s
 LISTED = 100_000
 
 
+def _releases(
+    store: Store, prefix: str, clients: int | None
+) -> tuple[dict[int, tuple[str, int]], list[str]]:
+    """The meeting's distributed-DP releases (soma.round.client: each client's claimed once,
+    its record the client's, `<meeting>/release/<k>`) by client, each with the client count
+    that spells it as soma.round.layout does (a meeting's count unknown: either spelling,
+    fanned out or not); and the names there that are no client's release."""
+    found, strays = {}, []
+    counts = (1, layout.FAN_OUT + 1) if clients is None else (clients,)
+    for name in store.bound(f"{prefix}/release/"):
+        last = name.rpartition("/")[2]
+        k = int(last) if last.isdigit() else -1
+        spelled = [n for n in counts if k >= 0 and name == layout.release(prefix, k, n)]
+        if spelled:
+            found[k] = (name, spelled[0])
+        else:
+            strays.append(name)
+    return found, strays
+
+
 def _about_refusal(
     store: Store,
     signing: Signing | None,
@@ -316,6 +340,7 @@ def _empty_row(r: int | None, key: str | None, clients: int | None) -> dict[str,
         "quorum": None,
         "strategy": None,
         "written": [],
+        "released": [],
         "dropped": [],
         "missing": [],
         "left_out": [],
@@ -409,6 +434,26 @@ def _status_row(
         row["written"] = sorted(k for k in found if k not in dropped)
         row["dropped"] = [{"client": k, "why": dropped[k]} for k in sorted(dropped)]
 
+    def released() -> None:
+        found, strays = _releases(store, prefix, row["clients"])
+        row["released"] = sorted(found)
+        row["problems"] += [f"{name!r} is no client's release name" for name in strays]
+        for k, (name, count) in sorted(found.items()):
+            client = layout.client(prefix, k, count)  # fanned out as its release
+            kept = store.resolve(client)
+            if kept is None or k not in row["written"]:  # not yet written, or not its own
+                continue
+            digest = store.resolve(name)
+            if digest == kept:  # the release itself, as its client wrote it
+                continue
+            release = records.read_client(store, digest, client=k, name=name)
+            record = records.read_client(store, kept, client=k, name=client)
+            if getattr(release, "weights", None) != getattr(record, "weights", None):
+                row["problems"].append(
+                    f"client {k}'s record {kept[:12]} is not the release it claimed "
+                    f"({digest[:12]}): a second noisy release of its update is in the store"
+                )
+
     def averagings() -> None:
         under = layout.inputs(prefix)
         found = sorted({layout.under(n, under) for n in store.bound(under)})
@@ -462,6 +507,7 @@ def _status_row(
 
     attempt("meeting record (about)", about)
     attempt("client records", written)
+    attempt("distributed-DP releases", released)
     attempt("averaging records", averagings)
     attempt("average record", average)
     if row["weights"]:  # the average record was read: what it says can be followed

@@ -101,12 +101,10 @@ import importlib.util
 import math
 import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, ClassVar
-
-import torch
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from soma import privacy
-from soma.nodes import Export
+from soma.lazy import OnUse
 from soma.strategies import Arrival, Parameters, State, Strategy, StrategyError, Update
 from soma.strategies._dp_state import (
     NAME,
@@ -120,7 +118,17 @@ from soma.strategies._dp_state import (
     _number,
     read_state,
 )
-from soma.strategies._fedopt import check_like
+
+if TYPE_CHECKING:
+    import torch
+
+    from soma import arithmetic
+    from soma.nodes import Export
+    from soma.strategies import _fedopt
+else:  # torch only where a round is averaged or released: soma status reads the state's JSON
+    torch = OnUse("torch", globals())
+    arithmetic = OnUse("soma.arithmetic", globals())
+    _fedopt = OnUse("soma.strategies._fedopt", globals())
 
 MODES = ("central", "distributed")
 NOISES = (PRIVATE, NOT_PRIVATE)
@@ -533,7 +541,7 @@ def zeros_like_floats(like: Export) -> dict[str, dict[str, torch.Tensor]]:
                     "privacy here clips and noises real floats only"
                 )
             if privacy.is_coordinate(tensor):
-                dtype = privacy.working_dtype(tensor.dtype)
+                dtype = arithmetic.working_dtype(tensor.dtype)
                 zeros.setdefault(node, {})[key] = torch.zeros(tensor.shape, dtype=dtype)
     return zeros
 
@@ -544,7 +552,7 @@ def difference(
     """(weights - start for every float, in the working dtype; the counts of `weights`),
     refused by name when the two are not the same network."""
     who = "the trained weights" if client is None else f"client {client}"
-    check_like(NAME, start, weights, who)
+    _fedopt.check_like(NAME, start, weights, who)
     delta: dict[str, dict[str, torch.Tensor]] = {}
     counts: dict[str, dict[str, torch.Tensor]] = {}
     for node, keys in start.items():
@@ -556,7 +564,7 @@ def difference(
                     "privacy here clips and noises real floats only"
                 )
             if privacy.is_coordinate(origin):
-                work = privacy.working_dtype(origin.dtype)
+                work = arithmetic.working_dtype(origin.dtype)
                 delta.setdefault(node, {})[key] = theirs.to(work) - origin.to(work)
             else:
                 counts.setdefault(node, {})[key] = theirs

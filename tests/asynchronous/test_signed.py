@@ -337,7 +337,7 @@ def test_soma_simulate_with_roster_and_buffer_audits_and_a_forged_version_fails(
     )
     assert "is unsigned" in forged.stderr and "clients [" in forged.stderr
     shown = soma("status", *reading, "--averagers", "0")
-    assert shown.returncode == 1 and "REPLAY FAILS: version 2 of asynchronous" in shown.stdout
+    assert shown.returncode == 1 and "DOES NOT HOLD: version 2 of asynchronous" in shown.stdout
     exported = soma("export", *reading, "--averagers", "0", "--output",
                     str(tmp_path / "m.safetensors"))  # fmt: skip
     assert exported.returncode == 1 and "version 2 does not replay" in exported.stderr
