@@ -63,7 +63,11 @@ def _register_every_package() -> None:
     import sys
     from pathlib import Path
 
+    seen: dict[str, Path] = {}
     for path in sorted(Path(__file__).parent.glob("**/mutants_*.py")):
+        if path.stem in seen:  # one module name each: a second would hide the first's mutants
+            raise RuntimeError(f"two mutants files named {path.stem}: {seen[path.stem]}, {path}")
+        seen[path.stem] = path
         if path.stem in sys.modules:
             continue
         spec = importlib.util.spec_from_file_location(path.stem, path)

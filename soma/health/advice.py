@@ -17,6 +17,7 @@ import shlex
 from collections.abc import Iterator
 from typing import Any
 
+from soma.health.common import client_names, release_names, release_of
 from soma.health.reach import Graph
 from soma.round import layout
 from soma.round.layout import run_of
@@ -124,6 +125,8 @@ class Advisor:
             run, r, meeting, rest = m.run, m.round, m.meeting, m.rest
             if m.client is not None:
                 return 0, self._client(run, r, meeting, m.client)
+            if (k := release_of(rest)) is not None:
+                return 0, self._client(run, r, meeting, k)
             repair = (
                 f"`soma repair --store {store}` reassembles it from the meeting's other records"
             )
@@ -205,6 +208,39 @@ class Advisor:
         return receipts.client_path(run, r, k), "its train job"
 
     def _client(self, run: str, r: int, meeting: str | None, k: int) -> str:
+        return self._release(run, r, meeting, k) or self._retrain(run, r, meeting, k)
+
+    def _release(self, run: str, r: int, meeting: str | None, k: int) -> str | None:
+        """What fixes a lost part of client k's distributed-DP release (`release/<k>`), or
+        None when it released none (or under reproducible noise, whose rerun writes the same
+        bytes). Its noise came from the operating system: a rerun draws other noise, so a
+        seeded retraining (`_retrain`) would not write the lost bytes. A release that never
+        landed (its writer stopped between its claim and its weights) is forgotten by the
+        rerun (soma.round.client.released), which then releases afresh; one that landed (bound
+        as the client's record) cannot be drawn again, and the rerun stops with Contradicts."""
+        if meeting is None:
+            return None
+        prefix = layout.meeting(run, r, meeting)
+        claimed = [self.graph.names[n] for n in release_names(prefix, k) if n in self.graph.names]
+        about = self._about(run, r, meeting) or {}
+        options = about.get("options") if isinstance(about.get("options"), dict) else {}
+        if not claimed or options.get("noise") == "reproducible_not_private":
+            return None
+        what = f"it is client {k}'s distributed-DP release of round {r} of run {run!r}"
+        if not any(self.graph.names.get(n) in claimed for n in client_names(prefix, k)):
+            return (
+                f"{what}, which never landed (its writer stopped between claiming the release "
+                "and putting its weights, so none of its noise reached the store): once that "
+                f"writer is gone, rerun client {k}'s round {r} (its `soma client` or its "
+                "workflow train job): it forgets the release and releases afresh"
+            )
+        return (
+            f"{what}: its noise was drawn from the operating system and cannot be drawn "
+            "again (a rerun releases other bytes, and stops with Contradicts: the client "
+            "released once already); restore the blob from a backup"
+        )
+
+    def _retrain(self, run: str, r: int, meeting: str | None, k: int) -> str:
         if meeting is not None and self._started(run, r, meeting, k):
             target, job = self._train_receipt(run, r, meeting, k)
             return (

@@ -15,6 +15,7 @@ from typing import Any
 from soma.health import reach
 from soma.health.common import HealthError, _size
 from soma.health.reach import list_blobs, resolve_names, walk
+from soma.health.rebuild import name_value
 from soma.round import holders, layout
 from soma.round.layout import run_of
 from soma.store import REFRESH_AFTER, Store
@@ -119,6 +120,16 @@ def _open_rounds(names: list[str], run: str) -> list[int]:
     return sorted({r for r, k in found if layout.average(layout.meeting(run, r, k)) not in there})
 
 
+def _fix(store: Store, graph: reach.Graph, name: str) -> str:
+    """How a name gc cannot read gets its digest back, when its records say what it held
+    (a client's record and its distributed-DP release name each other's, an average its
+    inputs': soma.health.rebuild.name_value): then `soma repair` lets gc run."""
+    held = name_value(store, graph, name)
+    if held is None:
+        return "; `soma verify` says what fixes it"
+    return f"; `soma repair --store {store.directory}` binds it again to {held}, then run gc"
+
+
 def _refuse_links(store: Store) -> None:
     """HealthError naming the symbolic links under the store: gc never removes through one,
     nor decides what is reachable with names it cannot see."""
@@ -189,7 +200,9 @@ def gc(
     names, bad = resolve_names(store, everything)
     graph = walk(store, names)
     for name, why in bad:
-        report.blocked.append(f"name {name!r}: {why}; what it reached is unknown")
+        report.blocked.append(
+            f"name {name!r}: {why}; what it reached is unknown{_fix(store, graph, name)}"
+        )
     for d in graph.corrupt_records():
         via = "; ".join(r.text() for r in graph.parents.get(d, [])[:2])
         report.blocked.append(

@@ -6,6 +6,9 @@ and none of them should import another only for them.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+
 from soma.errors import SomaError
 from soma.round import layout
 from soma.round.layout import run_of
@@ -14,6 +17,41 @@ from soma.store import Store
 
 class HealthError(SomaError):
     """Something verify, repair or gc was asked that it refuses; the message names it."""
+
+
+# A distributed-DP release's name inside its meeting (soma.round.layout.release): `release/<k>`,
+# fanned out as client records are (`release/<k // 1000>/<k>`).
+_RELEASE = re.compile(r"^release/(?:(?P<group>\d+)/)?(?P<k>\d+)$")
+
+
+def release_of(rest: str) -> int | None:
+    """The client whose distributed-DP release this name is (`release/<k>` inside a meeting,
+    fanned out or not), or None for any other name. soma.round.layout parses the names it
+    reads back; a release is only ever claimed there (soma.round.client), so verify, repair
+    and gc spell it here."""
+    m = _RELEASE.match(rest)
+    if not m:
+        return None
+    k = int(m["k"])
+    if m["group"] is not None and int(m["group"]) != k // layout.FAN_OUT:
+        return None
+    return k
+
+
+def release_names(prefix: str, k: int) -> list[str]:
+    """Where client k's distributed-DP release in the meeting at `prefix` may be when its
+    client count is unknown: both spellings below FAN_OUT, the fanned-out one above."""
+    return _spellings(layout.release, prefix, k)
+
+
+def client_names(prefix: str, k: int) -> list[str]:
+    """Where client k's record in the meeting at `prefix` may be, as `release_names`."""
+    return _spellings(layout.client, prefix, k)
+
+
+def _spellings(spell: Callable[[str, int, int], str], prefix: str, k: int) -> list[str]:
+    fanned = spell(prefix, k, layout.FAN_OUT + 1)
+    return [fanned] if k >= layout.FAN_OUT else [spell(prefix, k, 1), fanned]
 
 
 def _names_of(store: Store, run: str | None) -> list[str]:

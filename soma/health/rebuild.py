@@ -34,6 +34,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from soma.errors import SomaError
+from soma.health.common import client_names, release_names, release_of
 from soma.health.reach import Graph
 from soma.round import layout, records
 from soma.store import Store, codecs
@@ -376,11 +377,11 @@ def _name_candidates(store: Store, graph: Graph, m: layout.RoundName) -> Iterato
         for value in itertools.islice(_abouts(store, graph, m.run, m.round, m.meeting), _MAX_TRIES):
             yield digest_of(value)
     elif m.client is not None:
-        for average in _meeting_averages(store, graph, prefix):
-            for given in average["inputs"]:
-                if isinstance(given, dict) and given.get("client") == m.client:
-                    if isinstance(given.get("record"), str):
-                        yield given["record"]
+        yield from _input_records(store, graph, prefix, m.client)
+        yield from _release_of(store, graph, prefix, m.client)
+    elif (k := release_of(rest)) is not None:  # what the client's record is (claimed first)
+        yield from _input_records(store, graph, prefix, k)
+        yield from _client_record(store, graph, client_names(prefix, k), k)
     elif m.published == "":  # the meeting's average: its only published averaging
         yield from (graph.names[n] for n in _published(graph, prefix).values())
     elif m.published:
@@ -398,6 +399,36 @@ def _name_candidates(store: Store, graph: Graph, m: layout.RoundName) -> Iterato
                 yield digest_of(record)
     elif held := _HOLDER_AT.match(rest):
         yield from _holder_candidates(store, graph, prefix, held["place"], held["tail"])
+
+
+def _input_records(store: Store, graph: Graph, prefix: str, k: int) -> Iterator[str]:
+    """Client k's record as the meeting's average records list it (`record`)."""
+    for average in _meeting_averages(store, graph, prefix):
+        for given in average["inputs"]:
+            if isinstance(given, dict) and given.get("client") == k:
+                if isinstance(given.get("record"), str):
+                    yield given["record"]
+
+
+def _client_record(store: Store, graph: Graph, names: list[str], k: int) -> Iterator[str]:
+    """The digest one of `names` holds when it is client k's record of what it brought (not
+    a drop-out): a distributed-DP release is that record, claimed before it is bound under
+    the client's name (soma.round.client._release), so either name says what the other held."""
+    for name in names:
+        digest = graph.names.get(name)
+        if digest is None:
+            continue
+        try:
+            record = records.read_client(store, digest, client=k, name=name)
+        except (SomaError, StoreError, OSError):
+            continue
+        if isinstance(record, records.ClientRecord):
+            yield digest
+
+
+def _release_of(store: Store, graph: Graph, prefix: str, k: int) -> Iterator[str]:
+    """Client k's record as its distributed-DP release names it, if it released one."""
+    yield from _client_record(store, graph, release_names(prefix, k), k)
 
 
 def _tree_of(store: Store, meeting: Any, inputs: list) -> dict[str, Any] | None:

@@ -151,6 +151,9 @@ def status(
         }
         for r, key in found
     ]
+    for row in rows:  # what an ignored `about` says tells the meeting from nothing
+        if any(x["name"].endswith("/about") for x in row.get("ignored") or []):
+            row["apart"] = f"{row['meeting'][:8]}, its about record ignored"
     _costs(rows)
     rows += [_stray_row(store, run, name, clients) for name in layout.strays(names, run)]
     return sorted(rows, key=lambda row: (row["round"] is None, row["round"] or 0))

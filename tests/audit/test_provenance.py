@@ -61,8 +61,8 @@ def _audit(store: Store, keys: Path | None, folder: Path, *more: str) -> int:
 
 def _prov(path: Path) -> dict[str, Any]:
     """The PROV-JSON document, its structure checked: every id in a declared prefix, every
-    relation's ends declared, every attribute a literal or a list of literals; read with the
-    `prov` package too where it is installed (it is no dependency of soma)."""
+    relation's ends declared, every attribute a literal or a list of literals; read back with the
+    `prov` package too (the test extra's; no dependency of soma)."""
     text = path.read_text()
     doc = json.loads(text)
     prefixes = set(doc["prefix"]) | {"prov"}
@@ -86,10 +86,8 @@ def _prov(path: Path) -> dict[str, Any]:
                     assert isinstance(one, (str, int, float, bool)), (kind, id, key, value)
                 if key in ends:
                     assert value in declared[ends[key]], (kind, id, key, value)
-    try:
-        from prov.model import ProvDocument
-    except ImportError:
-        return doc
+    from prov.model import ProvDocument  # read back with the library (the test extra's)
+
     read = ProvDocument.deserialize(content=text, format="json")
     uri = f"urn:soma:report/{RUN}"
     (report,) = [r for r in read.get_records() if getattr(r.identifier, "uri", None) == uri]
@@ -136,6 +134,14 @@ def _crate(folder: Path) -> dict[str, dict[str, Any]]:
         assert ref in graph or ref.startswith(("http://schema.org/", RO_CRATE)), ref
     for part in root["hasPart"]:
         assert (folder / part["@id"]).is_file(), part
+    from rocrate.rocrate import ROCrate  # read back with the library (the test extra's)
+
+    read = ROCrate(str(folder))
+    run = read.dereference("#run")
+    assert run.type == "CreateAction"
+    assert run["actionStatus"] == graph["#run"]["actionStatus"]["@id"]
+    assert read.dereference("#verdict")["value"] == graph["#verdict"]["value"]
+    assert read.mainEntity.id == root["mainEntity"]["@id"]
     return graph
 
 
