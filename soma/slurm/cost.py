@@ -29,10 +29,12 @@ __all__ = [
     "Cost",
     "Total",
     "by_round",
+    "combined",
     "parse_costs",
     "sacct_costs",
     "said",
     "total",
+    "total_of",
 ]
 
 COST_FIELDS = (
@@ -156,13 +158,42 @@ def total(costs: Iterable[Cost]) -> Total:
     return summed
 
 
+def combined(parts: Iterable[Total]) -> Total:
+    """The sum of sums (a run's rounds, as `by_round` split them so that they add up): the
+    hours, waits and energy added, the memory peak the largest, the jobs without energy all
+    named once; `jobs` counts a job once per part it is in (a job that served two rounds
+    twice)."""
+    summed = Total()
+    for part in parts:
+        summed.jobs += part.jobs
+        summed.cpu_hours += part.cpu_hours
+        summed.gpu_hours += part.gpu_hours
+        summed.cpu_used_hours += part.cpu_used_hours
+        summed.queue_s += part.queue_s
+        summed.elapsed_s += part.elapsed_s
+        if part.mem_peak_mb is not None:
+            summed.mem_peak_mb = max(summed.mem_peak_mb or 0.0, part.mem_peak_mb)
+        if part.energy_j is not None:
+            summed.energy_j = (summed.energy_j or 0.0) + part.energy_j
+        summed.unaccounted_energy += [
+            j for j in part.unaccounted_energy if j not in summed.unaccounted_energy
+        ]
+    return summed
+
+
+def total_of(said: Mapping[str, object]) -> Total:
+    """A Total from its dict (`soma status --json`'s `cost`: dataclasses.asdict and more)."""
+    names = {f.name for f in dataclasses.fields(Total)}
+    return Total(**{k: v for k, v in said.items() if k in names})  # type: ignore[arg-type]
+
+
 def said(summed: Total) -> str:
     """`12.0 core-hours (3.1 used), 0 GPU-hours, memory peak 1536 MB, queue wait 40 % of the
     jobs' time, energy 2.0 kJ (2 jobs not accounted)`: one line, for a summary or a status."""
     share = summed.queue_share
     parts = [
-        f"{summed.cpu_hours:.1f} core-hours ({summed.cpu_used_hours:.1f} used)",
-        f"{summed.gpu_hours:.1f} GPU-hours" if summed.gpu_hours else "0 GPU-hours",
+        f"{_hours(summed.cpu_hours)} core-hours ({_hours(summed.cpu_used_hours)} used)",
+        f"{_hours(summed.gpu_hours)} GPU-hours" if summed.gpu_hours else "0 GPU-hours",
         "memory peak "
         + ("not sampled" if summed.mem_peak_mb is None else f"{summed.mem_peak_mb:.0f} MB"),
         "queue wait " + ("-" if share is None else f"{100 * share:.0f} % of the jobs' time"),
@@ -176,6 +207,12 @@ def said(summed: Total) -> str:
             + (f" ({missing} job{'s' if missing > 1 else ''} not accounted)" if missing else "")
         )
     return ", ".join(parts)
+
+
+def _hours(hours: float) -> str:
+    """Hours to a tenth; below a tenth, two significant digits (a test run's 0.036
+    core-hours is not 0.0)."""
+    return f"{hours:.1f}" if hours == 0 or hours >= 0.095 else f"{hours:.2g}"
 
 
 def sacct_costs(jobs: list[str]) -> dict[str, Cost]:

@@ -1,7 +1,10 @@
-"""The summary job's table and plot: per round, the federated run beside its baselines.
+"""The summary job's table and plot: per round, the federated run beside its baselines, and
+what each round cost.
 
-Pure presentation of receipts the other jobs wrote: a TSV (and the same table as HTML, for
-Snakemake's report, which shows HTML but not TSV) and a plot named by the metric.
+Presentation of receipts the other jobs wrote: a TSV (and the same table as HTML, for
+Snakemake's report, which shows HTML but not TSV) and a plot named by the metric; and of what
+`soma status` computes from the run's records of what its rounds cost (round_costs), so that
+the table and `soma status` never disagree.
 """
 
 from __future__ import annotations
@@ -11,12 +14,14 @@ import io
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from soma.config.configs import ConfigRefused
 from soma.files import write_atomic
 from soma.run.evaluation import lower_is_better
+from soma.slurm import cost
 from soma.workflow.common import LOG, shown
 from soma.workflow.receipts import read_receipt
 
@@ -43,7 +48,23 @@ COLUMNS = (
     "epsilon_store_reader",  # each figure the state keeps, by whom it holds against
     "epsilon_weights_reader",
 )
-# Who took part in each round (with_attendance), after the metrics; `refused` (clients whose
+# What each round cost (with_costs, issue 56), after the metrics: `cpu_s`, the CPU seconds
+# (user and system) its processes used (its train jobs and its averager, as their records in
+# the store say; without Slurm too), and the run's so far; where its jobs ran under Slurm,
+# what sacct accounts them: core-hours allocated (cores x time held: what an allocation is
+# charged), the run's so far, GPU-hours (in a run that had GPUs), the jobs' queue wait, their
+# memory peak and, where Slurm accounts it, their energy.
+COST = (
+    "cpu_s",
+    "cpu_s_cumulative",
+    "core_hours",
+    "core_hours_cumulative",
+    "gpu_hours",
+    "queue_wait_s",
+    "mem_peak_mb",
+    "energy_kj",
+)
+# Who took part in each round (with_attendance), after the costs; `refused` (clients whose
 # input the averaging refused, apart from the drop-outs) only in a run that had any.
 ATTENDANCE = ("trained", "dropped", "refused", "why")
 START = "start"  # the `round` of the starting weights' row: before round 0
@@ -140,6 +161,103 @@ def with_attendance(
     return out
 
 
+@dataclass(frozen=True)
+class Spent:
+    """What a run's rounds cost, as the summary shows it: each round's cost columns (COST),
+    and the run's in one line (`said`, "" when no record says)."""
+
+    rounds: dict[int, dict[str, Any]]
+    said: str
+
+
+def round_costs(config: Mapping[str, Any], averages: Sequence[str]) -> Spent | None:
+    """What each round of the run cost, from the run's records in the store by the one
+    computation `soma status` shows (soma.round.report.status: its `cpu_s` and `cost`, Slurm's
+    accounting asked once), of the meetings the average receipts name. Never required: a
+    store that cannot be read is a warning, and the table has no cost columns."""
+    from soma.config.spec import RunSpec
+    from soma.errors import SomaError
+    from soma.round import report as rounds
+    from soma.store.errors import StoreError
+
+    given = [read_receipt(path) for path in averages]
+    if not given:
+        return None
+    try:
+        found = rounds.status(RunSpec.config_store(config), str(given[0]["run"]))
+    except (SomaError, StoreError, OSError) as error:
+        LOG.warning("what each round cost is not shown: cannot read the run's records: %s", error)
+        return None
+    return costs_of(found, {int(a["round"]): a.get("weights") for a in given})
+
+
+def costs_of(status: Sequence[Mapping[str, Any]], weights: Mapping[int, Any]) -> Spent:
+    """Each round's cost columns from `soma status`'s rows of the run, the round's row the one
+    whose average has `weights[round]` (the meeting the workflow's receipts name; else the
+    round's only meeting): the round's own figures, and the run's so far while every round
+    up to it said its own (a sum that leaves a round out would read as the whole)."""
+    chosen: dict[int, Mapping[str, Any]] = {}
+    for r in sorted(weights):
+        of_round = [row for row in status if row.get("round") == r]
+        named = [row for row in of_round if row.get("weights") == weights[r]]
+        if len(named) == 1 or len(of_round) == 1:
+            chosen[r] = (named or of_round)[0]
+    accounted = {r: cost.total_of(row["cost"]) for r, row in chosen.items() if row.get("cost")}
+    gpus = any(t.gpu_hours for t in accounted.values())
+    energy = any(t.energy_j is not None for t in accounted.values())
+    columns: dict[int, dict[str, Any]] = {}
+    cpu: float | None = 0.0
+    core: float | None = 0.0
+    for r in sorted(weights):
+        said: dict[str, Any] = {}
+        used = chosen.get(r, {}).get("cpu_s")
+        cpu = None if cpu is None or used is None else cpu + used
+        if used is not None:
+            said.update(cpu_s=float(used), **({} if cpu is None else {"cpu_s_cumulative": cpu}))
+        summed = accounted.get(r)
+        core = None if core is None or summed is None else core + summed.cpu_hours
+        if summed is not None:
+            said["core_hours"] = summed.cpu_hours
+            if core is not None:
+                said["core_hours_cumulative"] = core
+            if gpus:
+                said["gpu_hours"] = summed.gpu_hours
+            said["queue_wait_s"] = round(summed.queue_s)
+            if summed.mem_peak_mb is not None:
+                said["mem_peak_mb"] = round(summed.mem_peak_mb)
+            if energy:
+                said["energy_kj"] = None if summed.energy_j is None else summed.energy_j / 1000
+        columns[r] = said
+    return Spent(columns, _run_said(columns, list(accounted.values())))
+
+
+def _run_said(columns: Mapping[int, Mapping[str, Any]], accounted: list[cost.Total]) -> str:
+    """The run's cost in one line: its rounds' CPU time, and its Slurm jobs' (cost.said)."""
+    parts = []
+    used = [c["cpu_s"] for c in columns.values() if "cpu_s" in c]
+    if used:
+        unsaid = len(columns) - len(used)
+        parts.append(
+            f"the rounds' processes used {sum(used):.1f} CPU-seconds "
+            f"({sum(used) / 3600:.3f} CPU-hours)"
+            + (f"; {unsaid} round{'s' if unsaid > 1 else ''} not said" if unsaid else "")
+        )
+    if accounted:
+        parts.append(f"their Slurm jobs: {cost.said(cost.combined(accounted))}")
+    return "; ".join(parts)
+
+
+def with_costs(rows: Sequence[Mapping[str, Any]], spent: Spent | None) -> list[dict[str, Any]]:
+    """The rows with what each round cost (COST, from `round_costs`); the start's row has
+    none (its cumulative cost is 0 on the plot: the rounds' spending starts there)."""
+    out = [dict(row) for row in rows]
+    if spent is not None:
+        for row in out:
+            if row["round"] != START:
+                row.update(spent.rounds.get(int(row["round"]), {}))
+    return out
+
+
 def _refused(receipt: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """The left-out entries of an average receipt whose client's input was refused."""
     from soma.round.records import is_refused
@@ -187,17 +305,22 @@ def summary(
     page: str | None = None,
     run: str | None = None,
     clients: int | None = None,
+    spent: str = "",
 ) -> None:
     """The per-round table (TSV, and as an HTML page for the report) and the plot (PNG), its
-    clients' axis 0..`clients` (the run's)."""
-    columns = [c for c in (*COLUMNS, *ATTENDANCE) if any(c in row for row in rows)]
+    clients' axis 0..`clients` (the run's); `spent`, what the run cost in one line
+    (Spent.said), on the page and in the log."""
+    columns = [c for c in (*COLUMNS, *COST, *ATTENDANCE) if any(c in row for row in rows)]
     cells = [[cell(row, c) for c in columns] for row in rows]
     title = plot_title(rows, columns)
     _write_text(table, "\n".join("\t".join(line) for line in [columns, *cells]) + "\n")
     if page is not None:
-        _write_text(page, html_table(columns, cells, f"{run or 'run'}: test {metric}", title))
+        head = f"{run or 'run'}: test {metric}"
+        _write_text(page, html_table(columns, cells, head, title, spent))
     draw(rows, columns, metric, plot, title, clients)
     LOG.info("wrote %s (%d rows), %s%s", table, len(rows), plot, f" and {page}" if page else "")
+    if spent:
+        LOG.info("what the run cost: %s", spent)
     if rows:
         last = rows[-1]
         LOG.info("round %s: %s", last["round"], shown({c: last.get(c) for c in columns[2:]}))
@@ -234,10 +357,14 @@ def plot_title(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str
 
 
 def html_table(
-    columns: Sequence[str], cells: Sequence[Sequence[str]], head: str, about: str
+    columns: Sequence[str],
+    cells: Sequence[Sequence[str]],
+    head: str,
+    about: str,
+    spent: str = "",
 ) -> str:
     """The table as a page of its own: Snakemake's report shows HTML, and a TSV only as a
-    download."""
+    download; `spent`, what the run cost, under it."""
     header = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = "\n".join(
         "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in line) + "</tr>"
@@ -252,7 +379,8 @@ def html_table(
         f"<style>{style}</style></head>\n<body><h3>{html.escape(head)}</h3>"
         f"<p>{html.escape(about)}; round 0-based, start: the starting weights.</p>\n"
         f"<table>\n<thead><tr>{header}</tr></thead>\n<tbody>\n{body}\n</tbody>\n</table>\n"
-        "</body></html>\n"
+        + (f"<p>What the run cost: {html.escape(spent)}.</p>\n" if spent else "")
+        + "</body></html>\n"
     )
 
 
@@ -323,15 +451,30 @@ def plotted(
 ) -> Figure:
     """The metric per round on the table's rounds, one line per column of the table, and,
     when the rows say who took part, the clients of each round in a panel below on an axis
-    of 0..`clients` (default: the most a round had). One legend, below the axes, so that it
-    covers neither a line nor a bar (a Figure, so that tests can read its artists)."""
+    of 0..`clients` (default: the most a round had); when the rows say what the rounds cost
+    (COST), the federated lines against the run's cost so far, to the right (`cost_axis`).
+    One legend, below the axes, so that it covers neither a line nor a bar (a Figure, so that
+    tests can read its artists)."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
     counted = attendance(rows)
-    if counted:
+    spent = cost_axis(rows)
+    costly = None
+    if spent is not None:  # the metric against what the rounds cost, to the right
+        figure = pyplot.figure(figsize=(12.0, 6.2 if counted else 5.0), dpi=100)
+        figure.set_layout_engine("constrained")
+        grid = figure.add_gridspec(
+            2 if counted else 1, 2, height_ratios=(3, 1)[: 1 + bool(counted)]
+        )
+        axes = figure.add_subplot(grid[0, 0])
+        below = figure.add_subplot(grid[1, 0], sharex=axes) if counted else axes
+        if counted:
+            axes.tick_params(labelbottom=False)
+        costly = figure.add_subplot(grid[0, 1], sharey=axes)
+    elif counted:
         figure, (axes, below) = pyplot.subplots(
             2, 1, sharex=True, figsize=(6.4, 6.2), dpi=100, height_ratios=(3, 1),
             layout="constrained",
@@ -347,6 +490,8 @@ def plotted(
             (line,) = axes.plot(xs, ys, style, label=label.format(strategy=strategy))
             if column == "validation" and "validation_p10" in columns:
                 _band(axes, rows, xs, line.get_color())
+            if costly is not None and spent is not None and column in AGAINST_COST:
+                _draw_cost(costly, rows, spent, ys, line)
     ticks = round_ticks([row["round"] for row in rows])
     below.set_xticks(ticks, ["start" if t == x_of(START) else str(t) for t in ticks])
     below.set_xlabel("round (0-based, as in the table)")
@@ -357,6 +502,55 @@ def plotted(
         _draw_attendance(below, counted, clients)
     legend_below(figure)
     return figure
+
+
+# The lines drawn against cost too: the federated run's (the baselines are other jobs, whose
+# cost no round's record counts).
+AGAINST_COST = ("federated", "validation")
+
+
+def cost_axis(rows: Sequence[Mapping[str, Any]]) -> tuple[str, float, str] | None:
+    """The cost the plot's right panel is drawn against, when the rows say one: the run's
+    core-hours so far under Slurm (what an allocation is charged), else its CPU time so far
+    (in hours once it passes one, else in seconds); as (column, scale, axis label)."""
+    for column, label in (
+        ("core_hours_cumulative", "core-hours allocated so far (Slurm: cores x time held)"),
+        ("cpu_s_cumulative", "CPU time of the rounds' processes so far"),
+    ):
+        known = [row[column] for row in rows if row.get(column) is not None]
+        if known:
+            if column == "core_hours_cumulative":
+                return column, 1.0, label
+            hours = max(known) >= 3600
+            return column, 1 / 3600 if hours else 1.0, f"{label} ({'CPU-hours' if hours else 's'})"
+    return None
+
+
+def _draw_cost(
+    axes: Any,
+    rows: Sequence[Mapping[str, Any]],
+    spent: tuple[str, float, str],
+    ys: Sequence[float],
+    line: Any,
+) -> None:
+    """A line of the metric (`ys`, drawn as `line`; unlabelled: the legend names it once)
+    against the run's cost so far: the start at 0 (no round has spent anything), a round
+    whose cost no record says left out."""
+    name, scale, label = spent
+
+    def x(row: Mapping[str, Any]) -> float:
+        if row["round"] == START:
+            return 0.0
+        return math.nan if row.get(name) is None else row[name] * scale
+
+    axes.plot(
+        [x(row) for row in rows], ys, line.get_marker(), linestyle=line.get_linestyle(),
+        color=line.get_color(),
+    )  # fmt: skip
+    axes.set_xlabel(label)
+    axes.set_title("the federated run against what its rounds cost")
+    axes.grid(alpha=0.3)
+    axes.tick_params(labelleft=False)
 
 
 def legend_below(figure: Figure, columns: int = 2) -> None:

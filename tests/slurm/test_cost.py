@@ -1,10 +1,15 @@
-"""What Slurm jobs cost (soma.slurm.cost), from sacct's text, without a cluster."""
+"""What Slurm jobs cost (soma.slurm.cost), from sacct's text, without a cluster; and, on the
+test cluster (tests/slurm: skipped, saying why, without it), the summary's cost columns of a
+run whose process ran as a Slurm job, from sacct as it is."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
-from soma.slurm.cost import Cost, by_round, parse_costs, said, total
+from soma.slurm.cost import Cost, by_round, combined, parse_costs, said, total, total_of
 
 # What `sacct -P -n -o COST_FIELDS -j ...` prints: an array's task (1 core, held 8 s in the
 # queue, no energy plugin: 0), a GPU job with energy accounted on its line, a job whose steps
@@ -61,6 +66,8 @@ def test_a_runs_cost_is_said_in_one_line():
         "1.0 core-hours (0.0 used), 0 GPU-hours, memory peak not sampled, queue wait 0 % of "
         "the jobs' time, energy not accounted"
     )
+    small = said(total([Cost("1", cpus=1, elapsed_s=130, cpu_used_s=2)]))  # a test run's
+    assert small.startswith("0.036 core-hours (0.00056 used)"), small
 
 
 def test_a_job_that_served_several_rounds_is_split_among_them_and_the_rounds_add_up():
@@ -77,3 +84,62 @@ def test_a_job_that_served_several_rounds_is_split_among_them_and_the_rounds_add
     added = sum(r.cpu_hours for r in rounds.values())
     assert added == pytest.approx(total([costs["500"], costs["376_1"]]).cpu_hours)
     assert by_round({0: {"999"}}, costs) == {}
+
+
+def test_a_runs_rounds_combine_into_the_runs_cost() -> None:
+    """The rounds of a run (by_round splits a job that served several so that they add up)
+    combine into the run's sum: the hours and waits added, the peak the largest, every job
+    without energy named once."""
+    costs = parse_costs(SACCT)
+    rounds = by_round({0: {"500", "376_1"}, 1: {"500", "502"}}, costs)
+    whole, jobs = combined(rounds.values()), total(costs[j] for j in ("500", "376_1", "502"))
+    assert whole.cpu_hours == pytest.approx(jobs.cpu_hours)
+    assert whole.queue_s == jobs.queue_s and whole.mem_peak_mb == 3072
+    assert whole.unaccounted_energy == ["376_1", "502"]
+    assert whole.energy_j == pytest.approx(7_200_000)
+    assert total_of({**vars(whole), "queue_share": 0.5}) == whole  # soma status's dict
+    assert combined([]) == total([])
+
+
+@pytest.mark.slurm
+def test_the_summary_of_a_run_on_the_test_cluster_says_each_rounds_core_hours(
+    slurm, tmp_path: Path
+) -> None:
+    """A run in one Slurm job (`soma simulate` under srun, 1 core): the summary's table has
+    each round's core-hours, as sacct accounts the job (split between the two rounds its
+    records name), its queue wait in the first, and the CPU seconds the records say."""
+    from slurm.harness import FEW_JOBS, ended
+
+    from soma.round.report import status
+    from soma.slurm.cost import sacct_costs
+    from soma.store import Store
+    from soma.workflow import report, write_receipt
+
+    store = tmp_path / "store"
+    command = ["srun", "-J", slurm.prefix, "-n", "1", "-c", "1", sys.executable, "-m", "soma.cli"]
+    command += ["simulate", "--clients", "2", "--rounds", "2", "--store", store, "--run", "r"]
+    done = slurm.run(command, cwd=tmp_path, timeout=FEW_JOBS)
+    assert done.returncode == 0, done.tail()
+    rows = status(Store(store), "r")
+    (job,) = {row["averaged_by"]["slurm_job"] for row in rows}
+    assert ended(job) == "COMPLETED"
+    averages = []
+    for row in rows:
+        path = tmp_path / "results" / f"{row['round']}.json"
+        write_receipt(path, {"run": "r", "round": row["round"], "weights": row["weights"]})
+        averages.append(str(path))
+    spent = report.round_costs({"store": str(store)}, averages)
+    assert spent is not None
+    table = tmp_path / "summary.tsv"
+    made = report.with_costs([{"strategy": "fedavg", "round": r} for r in (0, 1)], spent)
+    report.summary(made, "accuracy", str(table), str(tmp_path / "a.png"), spent=spent.said)
+    lines = [line.split("\t") for line in table.read_text().splitlines()]
+    header = lines[0]
+    for column in ("cpu_s", "cpu_s_cumulative", "core_hours", "core_hours_cumulative"):
+        assert column in header, (column, header)
+    core = [float(line[header.index("core_hours")]) for line in lines[1:]]
+    whole = sacct_costs([job])[job].cpu_hours
+    assert whole > 0 and sum(core) == pytest.approx(whole, abs=1e-3), (core, whole)
+    assert [line[header.index("queue_wait_s")] != "" for line in lines[1:]] == [True, True]
+    assert float(lines[2][header.index("queue_wait_s")]) == 0, "the wait counted in round 0"
+    assert "their Slurm jobs:" in spent.said and "core-hours" in spent.said

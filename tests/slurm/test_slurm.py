@@ -90,6 +90,14 @@ def test_the_workflow_under_slurm_gives_the_receipts_of_a_local_run(workflow_run
         assert len(averagings(store, f"{RUN}/round/{r}/")) == 1
     assert receipts(under_slurm) == receipts(local)
     assert len(receipts(under_slurm)) == 11  # run, start, 4 clients, 2 averages, 2 evaluations, tsv
+    # what each round cost (issue 56): core-hours from sacct under Slurm, CPU seconds alone here
+    table = [
+        x.split("\t") for x in (under_slurm / RESULTS / "summary.tsv").read_text().splitlines()
+    ]
+    header = table[0]
+    assert {"cpu_s", "core_hours", "core_hours_cumulative", "queue_wait_s"} <= set(header)
+    assert all(row[header.index("core_hours")] not in ("", "nan") for row in table[2:])
+    assert "core_hours" not in (local / RESULTS / "summary.tsv").read_text()  # no Slurm
 
     # Every job went through Slurm: sacct has each one, named with this run's id, completed.
     run_id = re.search(r"SLURM run ID: (\S+)", by_slurm.output)

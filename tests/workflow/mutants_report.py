@@ -83,3 +83,53 @@ def _study_jobs_by_place() -> None:
         return [f"point{i}" for i in range(len(study.points))]
 
     _replace(soma.config.study, "job_names", job_names)
+
+
+@mutant("summary_cost_of_round_before", caught_by=[REPORT, "-k", "what_it_cost"])
+def _summary_cost_of_round_before() -> None:
+    """Round r's cost columns are round r-1's (round 0's none): the table is off by a round."""
+    import soma.workflow.report
+
+    made = soma.workflow.report.costs_of
+
+    def costs_of(status: Any, weights: Any) -> Any:
+        spent = made(status, weights)
+        shifted = {r: spent.rounds.get(r - 1, {}) for r in spent.rounds}
+        return soma.workflow.report.Spent(shifted, spent.said)
+
+    _replace(soma.workflow.report, "costs_of", costs_of)
+
+
+@mutant("summary_cpu_counted_twice", caught_by=[REPORT, "-k", "what_it_cost or rounds_cost"])
+def _summary_cpu_counted_twice() -> None:
+    """The run's CPU seconds so far count each round's twice."""
+    import soma.workflow.report
+
+    made = soma.workflow.report.costs_of
+
+    def costs_of(status: Any, weights: Any) -> Any:
+        spent = made(status, weights)
+        for said in spent.rounds.values():
+            if "cpu_s_cumulative" in said:
+                said["cpu_s_cumulative"] += said["cpu_s"]
+        return spent
+
+    _replace(soma.workflow.report, "costs_of", costs_of)
+
+
+@mutant("plot_cost_per_round", caught_by=[REPORT, "-k", "against_what_the_rounds_cost"])
+def _plot_cost_per_round() -> None:
+    """The plot's cost axis is each round's own cost, not the run's so far: accuracy against
+    what one round cost says nothing of what reaching it took."""
+    import soma.workflow.report
+
+    chosen = soma.workflow.report.cost_axis
+
+    def cost_axis(rows: Any) -> Any:
+        found = chosen(rows)
+        if found is None:
+            return None
+        column, scale, label = found
+        return column.removesuffix("_cumulative"), scale, label
+
+    _replace(soma.workflow.report, "cost_axis", cost_axis)

@@ -5,6 +5,7 @@ apply left empty, a metric that is not a number `nan`."""
 
 from __future__ import annotations
 
+import html
 import itertools
 from typing import Any
 
@@ -36,7 +37,8 @@ def rows(rounds: int, clients: int, *, dropping: bool = False) -> list[dict[str,
 
 
 def drawn(made: list[dict[str, Any]], clients: int | None) -> Any:
-    columns = [c for c in (*report.COLUMNS, *report.ATTENDANCE) if any(c in r for r in made)]
+    shown = (*report.COLUMNS, *report.COST, *report.ATTENDANCE)
+    columns = [c for c in shown if any(c in r for r in made)]
     return report.plotted(made, columns, "accuracy", report.plot_title(made, columns), clients)
 
 
@@ -63,6 +65,10 @@ FIGURES = {
         [{k: v for k, v in r.items() if k not in report.ATTENDANCE} for r in rows(5, 3)], None
     ),  # fmt: skip
     "a study of six points": a_study_plot,
+    "what each round cost, beside": lambda: drawn(costed(STATUS), 3),
+    "what each round cost, no attendance": lambda: drawn(
+        [{k: v for k, v in r.items() if k not in report.ATTENDANCE} for r in costed(STATUS)], None
+    ),  # fmt: skip
 }
 
 
@@ -150,3 +156,145 @@ def test_a_study_table_says_to_target_once_per_point_and_not_without_a_target(tm
             continue
         assert lines[0][-1] == "to_target"
         assert [line[-1] for line in lines[1:]] == ["", "", "", said]  # the last row only
+
+
+# --- what each round cost (issue 56, item 3) -----------------------------------------------
+
+
+# `soma status`'s rows of a run (soma.round.report.status: `cpu_s`, `cost`), as round_costs
+# reads them: round 1 met twice (a rerun with another config: the receipts name the meeting
+# whose average has weights "b"), its other meeting's cost never counted; Slurm's accounting
+# of each round's jobs (`cost`, soma.slurm.cost.Total as a dict), energy accounted for one.
+def slurm_cost(core_hours: float, queue_s: float, energy_j: float | None) -> dict[str, Any]:
+    return {
+        "jobs": 2, "cpu_hours": core_hours, "gpu_hours": 0.0, "cpu_used_hours": core_hours / 2,
+        "queue_s": queue_s, "elapsed_s": core_hours * 3600, "mem_peak_mb": 1536.0,
+        "energy_j": energy_j, "unaccounted_energy": [] if energy_j else ["41"],
+        "queue_share": 0.1,
+    }  # fmt: skip
+
+
+STATUS = [
+    {"round": 0, "weights": "a", "cpu_s": 12.5, "cost": slurm_cost(0.5, 600, 7200.0)},
+    {"round": 1, "weights": "other", "cpu_s": 99.0, "cost": slurm_cost(9.0, 0, None)},
+    {"round": 1, "weights": "b", "cpu_s": 7.5, "cost": slurm_cost(0.25, 30, None)},
+    {"round": 2, "weights": "c", "cpu_s": 5.0, "cost": slurm_cost(0.25, 0, 1800.0)},
+]
+WEIGHTS = {0: "a", 1: "b", 2: "c"}
+
+
+def costed(status: list[dict[str, Any]], rounds: int = 3) -> list[dict[str, Any]]:
+    spent = report.costs_of(status, {r: WEIGHTS[r] for r in range(rounds)})
+    return report.with_costs(rows(rounds, 3), spent)
+
+
+def test_each_round_shows_what_it_cost_and_what_the_run_had_spent(tmp_path) -> None:
+    table, page, plot = tmp_path / "summary.tsv", tmp_path / "summary.html", tmp_path / "a.png"
+    spent = report.costs_of(STATUS, WEIGHTS)
+    made = report.with_costs(rows(3, 3), spent)
+    report.summary(made, "accuracy", str(table), str(plot), page=str(page), spent=spent.said)
+    lines = [line.split("\t") for line in table.read_text().splitlines()]
+    header = lines[0]
+    costs = header[header.index("cpu_s") : header.index("trained")]  # after the metrics
+    assert costs == [
+        "cpu_s", "cpu_s_cumulative", "core_hours", "core_hours_cumulative", "queue_wait_s",
+        "mem_peak_mb", "energy_kj",
+    ]  # fmt: skip
+    assert "gpu_hours" not in header, "no GPU in the run: no GPU column"
+    at = {name: i for i, name in enumerate(header)}
+    by_round = {line[at["round"]]: line for line in lines[1:]}
+    assert [by_round[r][at["cpu_s"]] for r in ("start", "0", "1", "2")] == [
+        "", "12.5000", "7.5000", "5.0000"
+    ]  # fmt: skip
+    assert [by_round[r][at["cpu_s_cumulative"]] for r in "012"] == ["12.5000", "20.0000", "25.0000"]
+    assert [by_round[r][at["core_hours"]] for r in "012"] == ["0.5000", "0.2500", "0.2500"]
+    assert [by_round[r][at["core_hours_cumulative"]] for r in "012"] == [
+        "0.5000", "0.7500", "1.0000"
+    ]  # fmt: skip
+    assert [by_round[r][at["queue_wait_s"]] for r in "012"] == ["600", "30", "0"]
+    assert [by_round[r][at["energy_kj"]] for r in "012"] == ["7.2000", "nan", "1.8000"]
+    assert by_round["0"][at["mem_peak_mb"]] == "1536"
+    assert spent.said.startswith("the rounds' processes used 25.0 CPU-seconds (0.007 CPU-hours)")
+    assert "their Slurm jobs: 1.0 core-hours" in spent.said and "energy 9.0 kJ" in spent.said
+    assert "What the run cost: the rounds' processes used 25.0" in html.unescape(page.read_text())
+
+
+def test_a_run_so_far_is_not_said_past_a_round_whose_records_do_not_say() -> None:
+    status = [dict(row, cost=None) for row in STATUS]
+    status[0]["cpu_s"] = None  # records older than `cpu_s`
+    made = {row["round"]: row for row in costed(status)}
+    assert "cpu_s" not in made[0] and made[1]["cpu_s"] == 7.5
+    assert all("cpu_s_cumulative" not in made[r] for r in (0, 1, 2))
+    assert all("core_hours" not in made[r] for r in (0, 1, 2)), "no Slurm: no core-hours"
+    spent = report.costs_of(status, WEIGHTS)
+    assert (
+        spent.said
+        == "the rounds' processes used 12.5 CPU-seconds (0.003 CPU-hours); 1 round not said"
+    )
+
+
+def test_the_plot_draws_the_metric_against_what_the_rounds_cost_beside_the_rounds() -> None:
+    made = costed(STATUS)
+    figure = drawn(made, 3)
+    try:
+        metric, below, spent = figure.axes
+        assert below.get_ylim() == (0, 3) and metric.get_shared_x_axes().joined(metric, below)
+        assert spent.get_shared_y_axes().joined(metric, spent)
+        assert "core-hours" in spent.get_xlabel()
+        against = {tuple(line.get_ydata()): list(line.get_xdata()) for line in spent.get_lines()}
+        federated = tuple(row["federated"] for row in made)
+        assert against[federated] == [0.0, 0.5, 0.75, 1.0], "the start at 0, then the run so far"
+        lines = metric.get_lines()  # federated first, validation last (report.SERIES)
+        colours = [lines[0].get_color(), lines[-1].get_color()]
+        assert [line.get_color() for line in spent.get_lines()] == colours, "the same lines"
+    finally:
+        pyplot.close(figure)
+    without_slurm = costed([dict(row, cost=None) for row in STATUS])
+    figure = drawn(without_slurm, 3)
+    try:
+        spent = figure.axes[-1]
+        assert spent.get_xlabel().endswith("(s)")
+        assert list(spent.get_lines()[0].get_xdata()) == [0.0, 12.5, 20.0, 25.0]
+    finally:
+        pyplot.close(figure)
+
+
+def test_a_runs_rounds_cost_what_their_records_and_slurms_accounting_say(
+    tmp_path, monkeypatch
+) -> None:
+    """A run whose process ran as Slurm job 40 (4 cores, 10 min queued, 10 min run): both
+    rounds' records name it, so each round is half its core-hours, its wait in the first; the
+    CPU seconds are `soma status`'s, the one computation of them."""
+    import soma
+    from soma.round.report import status
+    from soma.store import Store
+    from soma.workflow import write_receipt
+
+    sacct = (
+        "40|COMPLETED|2026-12-06T10:00:00|2026-12-06T10:10:00|2026-12-06T10:20:00|00:10:00|4|"
+        "cpu=4,node=1|00:20:00||\n"
+    )
+    asked = []
+    monkeypatch.setattr(
+        "soma.slurm.query.accounting", lambda jobs, fields: asked.append(jobs) or sacct
+    )
+    monkeypatch.setenv("SLURM_JOB_ID", "40")
+    for name in ("SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID"):
+        monkeypatch.delenv(name, raising=False)
+    simulated = soma.simulate(
+        "soma.tasks.control", clients=3, rounds=2, store=tmp_path / "s", run="r"
+    )
+    averages = []
+    for done in simulated.rounds:
+        path = tmp_path / "results" / "round" / str(done.round) / "average.json"
+        write_receipt(path, {"run": "r", "round": done.round, "weights": done.record["weights"]})
+        averages.append(str(path))
+    spent = report.round_costs({"store": str(tmp_path / "s")}, averages)
+    assert spent is not None and asked[-1] == ["40"]
+    said = [row["cpu_s"] for row in status(Store(tmp_path / "s"), "r")]
+    assert [spent.rounds[r]["cpu_s"] for r in (0, 1)] == said
+    assert [spent.rounds[r]["core_hours"] for r in (0, 1)] == pytest.approx([4 / 6 / 2] * 2)
+    assert [spent.rounds[r]["queue_wait_s"] for r in (0, 1)] == [600, 0]
+    assert "energy_kj" not in spent.rounds[0], "no energy plugin: no energy column"
+    (tmp_path / "file").write_text("not a store")  # never required: a warning, no column
+    assert report.round_costs({"store": str(tmp_path / "file")}, averages) is None

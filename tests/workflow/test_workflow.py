@@ -51,7 +51,14 @@ def test_a_local_run_leaves_receipts_a_table_and_a_plot(finished) -> None:
     header = ["strategy", "round", "federated", "alone", "alone_best", "centralized"]
     # the digits task evaluates on each client's own data too (soma.run.evaluation)
     header += ["validation", *report.VALIDATION, "train_loss"]
-    assert table[0].split("	") == [*header, "trained", "dropped", "why"]
+    assert table[0].split("\t") == [
+        *header,
+        "cpu_s",
+        "cpu_s_cumulative",
+        "trained",
+        "dropped",
+        "why",
+    ]
     rows = [dict(zip(table[0].split("\t"), line.split("\t"), strict=True)) for line in table[1:]]
     assert [r["round"] for r in rows] == ["start", "0", "1"]  # the starting weights, then 0..
     assert [(r["trained"], r["dropped"]) for r in rows] == [("", ""), ("2", "0"), ("2", "0")]

@@ -1,4 +1,5 @@
-"""The per-round table (TSV and HTML) and the metric's plot (rule `summary`)."""
+"""The per-round table (TSV and HTML), with what each round cost, and the metric's plot,
+against rounds and against cost (rule `summary`)."""
 
 from soma import workflow
 from soma.workflow import report
@@ -15,6 +16,8 @@ with workflow.logged(sm.log[0]):
         start=sm.input.start,
     )
     rows = report.with_attendance(rows, sm.input.averages)
+    spent = report.round_costs(sm.config, sm.input.averages)  # what each round cost
+    rows = report.with_costs(rows, spent)
     report.summary(
         rows,
         metric,
@@ -23,4 +26,5 @@ with workflow.logged(sm.log[0]):
         page=sm.output.page,
         run=sm.config["run"],
         clients=sm.config["clients"],
+        spent=spent.said if spent else "",
     )
