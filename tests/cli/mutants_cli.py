@@ -6,7 +6,10 @@ from __future__ import annotations
 from mutants import _replace, mutant
 
 
-@mutant("cli_takes_the_store_at_start", caught_by=["tests/cli/test_torch_free.py"])
+@mutant(
+    "cli_takes_the_store_at_start",
+    caught_by=["tests/cli/test_torch_free.py::test_a_commands_help_imports_no_torch"],
+)
 def _cli_takes_the_store_at_start() -> None:
     """Every command takes the store's tensor files before it parses its arguments (what a
     module-level `from soma.store import tensorfile` in soma/cli would do): `soma --help`

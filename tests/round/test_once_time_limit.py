@@ -32,7 +32,9 @@ def test_an_averager_signalled_before_its_time_limit_lets_go_and_is_taken_over_a
         g = torch.Generator().manual_seed(k)
         contribute(store, meeting, {"fc": {"weight": torch.randn(4, 3, generator=g)}}, mine=k)
     command = [sys.executable, str(HERE / "lease_worker.py"), "--store", str(tmp_path / "store")]
-    command += ["--run", "r", "--lease", "1", "--hold", "60"]  # computes for 60 s unless told
+    # computes for 20 s unless told: the signal comes while it computes, and a holder deaf to
+    # it computes on, publishes and ends well (exit 0, no TimeLimit said), which fails below
+    command += ["--run", "r", "--lease", "1", "--hold", "20"]
     holder = subprocess.Popen(
         command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -40,14 +42,12 @@ def test_an_averager_signalled_before_its_time_limit_lets_go_and_is_taken_over_a
         holder.stdin.write("go\n")
         holder.stdin.flush()
         assert json.loads(holder.stdout.readline()) == {"computing": holder.pid}
-        signalled = time.monotonic()
         holder.send_signal(SIGNAL)
         _, err = holder.communicate(timeout=HANG)
     finally:
         holder.kill()
-    # an order, with room for a loaded machine: at the signal, well before its 60 s were up
-    assert time.monotonic() - signalled < 50, "it let go at the signal, not after its 60 s"
-    assert holder.returncode == 1
+    # it let go at the signal: it ended failing, saying why, not having computed its 20 s
+    assert holder.returncode == 1, err
     assert "TimeLimit: time limit, raise `runtime`" in err and "round 0 of run 'r'" in err, err
     started = time.monotonic()
     digest = average_round(

@@ -18,6 +18,7 @@ from helpers import soma_clients as workflow_clients
 
 from soma.nodes import export, load
 from soma.round import status
+from soma.run.simulate import simulate
 from soma.secagg.quantize import FixedPoint
 from soma.store import Store
 from soma.strategies import load_strategy, train_locally
@@ -176,25 +177,29 @@ def snakemake(workdir: Path, *config: str, umask: int = -1) -> None:
 
 @pytest.mark.workflow
 def test_the_workflow_under_secure_aggregation_trains_fedavg_within_the_bound(tmp_path) -> None:
-    snakemake(tmp_path / "plain", "run=sec")
     # under umask 000: the secrets are 0700/0600 on purpose, the receipts as the umask says
     secure = f"secure_aggregation={{threshold: 2, secrets: '{tmp_path}/secrets/{{client}}'}}"
     snakemake(tmp_path / "secure", "run=sec", secure, umask=0)
-    for r in range(2):
-        receipts = [
-            json.loads((tmp_path / side / f"results/sec/round/{r}/average.json").read_text())
-            for side in ("plain", "secure")
-        ]
-        plain, secure = (
-            Store(tmp_path / side / "store").recall_digest(receipt["weights"])
-            for side, receipt in zip(("plain", "secure"), receipts, strict=True)
-        )
+    declared = json.loads((tmp_path / "secure/results/sec/run.json").read_text())["declared"]
+    # the plain run of the same config, in this process: the workflow's plain bits are
+    # simulate's (tests/run/test_run_layer.py), made here without a second snakemake's jobs
+    plain_store = tmp_path / "plain" / "store"
+    plain_run = simulate(
+        declared["task"], clients=3, rounds=2, seed=declared["seed"], run="sec",
+        task_options=declared["task_options"], strategy=declared["strategy"],
+        strategy_options=declared["strategy_options"], store=plain_store,
+    )  # fmt: skip
+    assert len(plain_run.rounds) == 2
+    for r, done in enumerate(plain_run.rounds):
+        receipt = json.loads((tmp_path / f"secure/results/sec/round/{r}/average.json").read_text())
+        plain = Store(plain_store).recall_digest(done.record["weights"])
+        secure = Store(tmp_path / "secure" / "store").recall_digest(receipt["weights"])
         for node in plain:
             for key in plain[node]:
                 torch.testing.assert_close(
                     secure[node][key], plain[node][key], atol=1e-5, rtol=1e-4
                 )
-        assert receipts[1]["inputs"] == [{"client": k, "secure": True} for k in range(3)]
+        assert receipt["inputs"] == [{"client": k, "secure": True} for k in range(3)]
     folders = sorted((tmp_path / "secrets").iterdir())
     assert [p.name for p in folders] == ["0", "1", "2"], "a folder a client"
     assert {p.stat().st_mode & 0o777 for p in folders} == {0o700}
@@ -210,7 +215,6 @@ def test_the_workflow_under_secure_aggregation_trains_fedavg_within_the_bound(tm
             assert "weights" not in store.recall(name), f"{name} holds a client's weights"
     # the same run under `soma client`, a process a client: its client records are the
     # workflow's, byte for byte (one schema, one writer: soma.secagg.round.keep_secure_record)
-    declared = json.loads((tmp_path / "secure/results/sec/run.json").read_text())["declared"]
     same = [f"--option={k}={json.dumps(v)}" for k, v in declared["task_options"].items()]
     same += [
         f"--strategy-option={k}={json.dumps(v)}" for k, v in declared["strategy_options"].items()

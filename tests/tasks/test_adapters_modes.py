@@ -33,6 +33,9 @@ def test_the_adapters_task_trains_the_same_bits_in_every_mode(tmp_path) -> None:
     run = ["--rounds", "2", "--clients", "2", "--task", TASK, *FLAGS]
     options = ", ".join(f"{k}: {v}" for k, v in OPTIONS.items())
     workflow = [f"task={TASK}", "metric=accuracy", f"task_options={{{TASK}: {{{options}}}}}"]
+    # both clients in one train job a round: every job imports peft, and a batch trains the
+    # bits of a job per client (tests/round/test_scale.py)
+    workflow.append("clients_per_job=2")
     # the workflow where the base is, as the clients: `base` is a path relative to it
     _, results = same_bits_in_every_mode(tmp_path, run, workflow, name="adapters", workdir=tmp_path)
     average = json.loads((results / "round" / "1" / "average.json").read_text())
