@@ -240,8 +240,17 @@ def privacy_spent(
     state = record.get("state")
     if strategy is None and not state:
         return None
-    from soma.strategies import UntrustedStrategy, load_strategy, privacy_of
+    from soma.strategies import (
+        BUILTIN,
+        REPORTS_PRIVACY,
+        UntrustedStrategy,
+        load_strategy,
+        privacy_of,
+    )
 
+    builtin = next((b for b, module in BUILTIN.items() if name in (b, module)), None)
+    if strategy is None and builtin is not None and builtin not in REPORTS_PRIVACY:
+        return None  # a built-in that reports none: not loaded (a stateful one imports torch)
     if strategy is None:
         options = record.get("options") or {}
         try:

@@ -111,6 +111,7 @@ if TYPE_CHECKING:  # torch for the annotations only: soma status names strategie
 
 __all__ = [
     "BUILTIN",
+    "REPORTS_PRIVACY",
     "Arrival",
     "Objective",
     "Parameters",
@@ -152,6 +153,10 @@ def _builtins() -> dict[str, str]:
 
 # Built-in strategies by name: each is a module of its own under soma.strategies.
 BUILTIN = _builtins()
+# The built-ins that report the privacy a run spent (`Strategy.privacy_spent`): `soma status`
+# loads no other built-in to ask (loading a stateful one imports torch), and
+# tests/strategies/test_privacy_reporters.py holds this to the strategies' own hooks.
+REPORTS_PRIVACY = frozenset({"dp_fedavg"})
 
 
 def module_of(name: str) -> str:

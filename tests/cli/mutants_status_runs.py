@@ -73,3 +73,15 @@ def _status_knows_no_release() -> None:
     import soma.round.report as report
 
     _replace(report, "_releases", lambda store, prefix, clients: ({}, []))
+
+
+@mutant(
+    "status_loads_every_builtin",
+    caught_by=[f"{_FREE}test_the_status_of_a_stateful_run_imports_no_torch"],
+)
+def _status_loads_every_builtin() -> None:
+    """Every built-in strategy loaded to ask it the privacy spent, as before the reporters
+    were named: a FedAdam run's status imports torch through the strategy."""
+    import soma.strategies as strategies
+
+    strategies.REPORTS_PRIVACY = frozenset(strategies.BUILTIN)

@@ -81,3 +81,26 @@ def test_the_status_of_a_dp_run_imports_no_torch(private, wide) -> None:
     assert all("3/3 written" in line for line in lines), lines
     assert all(("(3 released)" in line) is wide for line in lines), lines
     assert ran["torch"] is False, f"soma status imported torch, by {' -> '.join(ran['by'])}"
+
+
+@pytest.fixture(scope="module")
+def stateful(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store holding a FedAdam run `adam` (2 clients, 2 rounds): each average names the
+    strategy's state, a model's worth of moments, which status never needs."""
+    import soma
+
+    store = tmp_path_factory.mktemp("stateful") / "s"
+    soma.simulate(
+        "soma.tasks.control", clients=2, rounds=2, store=store, run="adam", strategy="fedadam"
+    )
+    return store
+
+
+def test_the_status_of_a_stateful_run_imports_no_torch(stateful) -> None:
+    """A built-in that reports no privacy (soma.strategies.REPORTS_PRIVACY) is not loaded to
+    ask: loading FedAdam imports torch."""
+    ran = status(stateful, "--run", "adam")
+    lines = ran["said"].splitlines()
+    assert len(lines) == 2 and all("2/2 written" in line for line in lines), lines
+    assert "privacy" not in ran["said"], lines
+    assert ran["torch"] is False, f"soma status imported torch, by {' -> '.join(ran['by'])}"
