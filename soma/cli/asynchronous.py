@@ -8,6 +8,7 @@ import argparse
 import json
 from typing import Any
 
+from soma.config.asynchronous import Buffered
 from soma.config.spec import BadArgument
 
 
@@ -26,8 +27,8 @@ def add_arguments(c: argparse.ArgumentParser, *, simulated: bool) -> None:
         "--staleness",
         default="polynomial",
         metavar="KIND[:A]",
-        help="how an update s versions old weighs: polynomial[:A] ((1+s)^-A, A 0.5 by default) "
-        "or constant",
+        help="how an update s versions old weighs: polynomial[:A] ((1+s)^-A, "
+        f"A {Buffered.a:g} by default) or constant",
     )
     c.add_argument(
         "--staleness-limit",

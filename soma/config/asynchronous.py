@@ -1,6 +1,6 @@
 """A buffered asynchronous run's settings (FedBuff, Nguyen et al. 2022), read and refused here.
 
-Config `asynchronous: {buffer: K, staleness: {kind: polynomial|constant, a: 0.5, limit: N},
+Config `asynchronous: {buffer: K, staleness: {kind: polynomial|constant, a: 0.25, limit: N},
 server_lr: 1.0}`; `soma client`/`soma simulate` take `--buffer K --staleness KIND[:A]
 --staleness-limit N --server-lr LR`. Pure: no torch, no store, so the spec's parse-time check
 (soma.config.spec) reads it. What an asynchronous run cannot be combined with is refused here
@@ -30,11 +30,17 @@ class AsynchronousRefused(SomaError, ValueError):
 class Buffered:
     """How versions are made: from `buffer` updates, each weighed by its staleness `s`
     (polynomial: (1 + s)^-a; constant: 1), none older than `limit` versions (None: any),
-    stepped by `server_lr` (1: the weighted mean itself, FedAvg's bits when nothing is stale)."""
+    stepped by `server_lr` (1: the weighted mean itself, FedAvg's bits when nothing is stale).
+
+    The defaults are declared here once (`buffered` reads them from here). `a` is 0.25, not
+    FedBuff's 0.5: on label-skewed digits (one and five local epochs, 3 seeds, a mild and a
+    severe straggler tail) 0.5 was the slowest weight to every target measured, and on
+    Shakespeare a constant weight let stale updates hold the model back far more than 0.25
+    did (`benchmarks/asynchronous.py --study`, docs/benchmarks/asynchronous.md)."""
 
     buffer: int
     kind: str = "polynomial"
-    a: float = 0.5
+    a: float = 0.25
     limit: int | None = None
     server_lr: float = 1.0
 
@@ -72,10 +78,10 @@ def buffered(value: object, named: str = "asynchronous") -> Buffered:
             f"{named}.staleness has no key {', '.join(map(repr, unknown))}; it takes "
             f"{', '.join(STALENESS_KEYS)}"
         )
-    kind = staleness.get("kind", "polynomial")
+    kind = staleness.get("kind", Buffered.kind)
     if kind not in KINDS:
         raise AsynchronousRefused(must_be(f"{named}.staleness.kind", " or ".join(KINDS), kind))
-    a = staleness.get("a", 0.5)
+    a = staleness.get("a", Buffered.a)
     if not _number(a) or not 0 <= a < math.inf:
         raise AsynchronousRefused(must_be(f"{named}.staleness.a", "a number >= 0", a))
     limit = staleness.get("limit")
@@ -83,7 +89,7 @@ def buffered(value: object, named: str = "asynchronous") -> Buffered:
         raise AsynchronousRefused(
             must_be(f"{named}.staleness.limit", "an integer >= 0 (or null: none)", limit)
         )
-    lr = value.get("server_lr", 1.0)
+    lr = value.get("server_lr", Buffered.server_lr)
     if not _number(lr) or not 0 < lr < math.inf:
         raise AsynchronousRefused(must_be(f"{named}.server_lr", "a number > 0", lr))
     return Buffered(buffer, str(kind), float(a), limit, float(lr))

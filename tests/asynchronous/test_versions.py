@@ -66,7 +66,7 @@ def _versions(store: Store, **settings) -> Versions:
 
 def test_a_stale_update_weighs_as_the_settings_say_and_the_step_is_fedbuffs(tmp_path) -> None:
     store = Store(tmp_path)
-    versions = _versions(store, buffer=2, server_lr=0.5)
+    versions = _versions(store, buffer=2, a=0.5, server_lr=0.5)
     versions.contribute(0, 0, _w(1.0), 10)
     versions.contribute(1, 0, _w(3.0), 30)
     assert versions.advance(backoff=QUICK, deadline=DEADLINE, lease=LEASE) == 1
