@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from soma.errors import SomaError
 from soma.nodes import Export
@@ -57,11 +59,14 @@ def contribute(
     extra: Export | None = None,
     own: object = None,
     release: bool = False,
+    metrics: Mapping[str, Any] | None = None,
 ) -> Contribution:
     """Write what client `mine` learnt, its size, and what its strategy sends beside, to the round.
 
     `own` is the client's own strategy state (SCAFFOLD's c_i): kept under this client and
     round, and named by its record, for the next round this client trains.
+
+    `metrics`: what its training said, kept in the record it signs (soma.round.records).
 
     `release`: the export is a distributed-DP release (noise drawn by this attempt): it is
     claimed once for the client and round before any of it is written (`_release`); an
@@ -74,13 +79,17 @@ def contribute(
     if extra is not None:
         _check_finite(extra, mine)
     if release:
-        return _release(store, meeting, export, mine=mine, size=size, extra=extra, own=own)
+        return _release(
+            store, meeting, export, mine=mine, size=size, extra=extra, own=own, metrics=metrics
+        )
     _refuse_other_weights(store, meeting, mine, export, size, extra, own)
     weights = store.put_value(export)
     extra_digest = None if extra is None else store.put_value(extra)
     own_digest = None if own is None else store.put_value(own)
     announce(store, meeting, by=mine)
-    record = records.ClientRecord(mine, weights, size, extra_digest, own_digest, holders.me())
+    record = records.ClientRecord(
+        mine, weights, size, extra_digest, own_digest, holders.me(), metrics
+    )
     kept = _claim_record(store, meeting, record)
     return Contribution(kept, weights, extra_digest, own_digest)
 
@@ -237,6 +246,7 @@ def _release(
     size: float | None,
     extra: Export | None,
     own: object,
+    metrics: Mapping[str, Any] | None = None,
 ) -> Contribution:
     """Client `mine`'s distributed-DP release: its record (the digests of its weights,
     computed in memory) is claimed under `release_name` before any of them is written, and
@@ -256,6 +266,7 @@ def _release(
             None if extra is None else value_digest(extra),
             None if own is None else value_digest(own),
             holders.me(),
+            metrics,
         )
         value = record.value()
         digest = signatures.put(store, meeting.signing, value, name=meeting.client(mine), by=mine)

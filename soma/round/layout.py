@@ -15,7 +15,9 @@ advice, rebuild) must spell it alike; here is the one spelling:
     <run>/round/<r>/<meeting>/started/<k>          a workflow train job's "I started"
     <run>/round/<r>/<meeting>/release/<k>          client k's distributed-DP release: its
                                                    record, claimed once (soma.round.client)
-    <run>/round/<r>/<meeting>/trained/<k>          client k's training metrics (soma.run.evaluation)
+    <run>/round/<r>/<meeting>/trained/<k>          client k's training metrics, in stores written
+                                                   before issue 50 (now in its record: read
+                                                   only, soma.run.evaluation.training_of)
     <run>/round/<r>/<meeting>/evaluated/<k>        client k's metrics of the average on its own
                                                    held-out data (soma.run.evaluation)
     <run>/round/<r>/<meeting>/federated            the round's metrics over clients (mean, spread)
@@ -177,7 +179,8 @@ def started_spellings(meeting: str, k: int) -> list[str]:
 
 
 def trained(meeting: str, k: int, clients: int) -> str:
-    """Client k's training metrics in a meeting (soma.run.evaluation), fanned out as its record."""
+    """Client k's training metrics in a meeting of a store written before issue 50, fanned out
+    as its record (now kept in that record: soma.run.evaluation.training_of reads both)."""
     return _member(meeting, "trained", k, clients)
 
 

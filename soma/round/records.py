@@ -7,12 +7,20 @@ exactly the keys and values soma has always written (kept with sorted keys, so t
 is free). A record that lacks what a reader needs is refused by name (`RecordError`: the
 client, the name, the record), never a bare KeyError.
 
-    client record     {"client", "size", "weights", "extra", "own", "by"}
+    client record     {"client", "size", "weights", "extra", "own", "by", "metrics"?}
     drop-out record   {"client", "dropped", "by"}                   why it will not come
     secure record     {"client", "secure", "by"?}                   took part in a secure sum
     average record    {"run", "round", "meeting", "clients", "strategy", "options", "start",
                        "state_before", "expected", "quorum", "left_out", "inputs", "weights",
                        "state", "averaged_by", "tree"?, "secure"?}
+
+A client record's `metrics` are what the client's training said (numbers only, keys sorted:
+soma.run.evaluation.training_metrics), kept in the record the client signs rather than in a
+record and a name of their own (issue 50): one signature covers the weights and the metrics,
+and a contribution writes two files fewer. A record without them (written before, or by a
+caller of `contribute` that gave none) is the same bytes as before and reads as None; the
+round's training figures are read through soma.run.evaluation.training_of, whichever the
+store holds.
 
 An average's `left_out` is `[{"client", "why"}]`, one entry a member that is not among its
 inputs: a drop-out's own reason (`failed: ...`, `refused: ...` when its export was refused
@@ -54,9 +62,10 @@ class ClientRecord:
     extra: str | None = None
     own: str | None = None
     by: Any = None  # who wrote it (soma.round.holders.me())
+    metrics: Mapping[str, Any] | None = None  # what its training said (None: not in the record)
 
     def value(self) -> dict[str, Any]:
-        return {
+        value = {
             "client": self.client,
             "size": self.size,
             "weights": self.weights,
@@ -64,6 +73,9 @@ class ClientRecord:
             "own": self.own,
             "by": self.by,
         }
+        if self.metrics is not None:  # a record without them is the same bytes as before
+            value["metrics"] = dict(self.metrics)
+        return value
 
 
 @dataclass(frozen=True)
@@ -121,6 +133,9 @@ def parse_client(
         )
     if not isinstance(value["weights"], str):
         raise RecordError(f"{whose}: its weights {value['weights']!r} are not a digest")
+    metrics = value.get("metrics")
+    if metrics is not None and not isinstance(metrics, dict):
+        raise RecordError(f"{whose}: its training metrics {metrics!r:.80} are not a map")
     return ClientRecord(
         client,
         value["weights"],
@@ -128,6 +143,7 @@ def parse_client(
         value.get("extra"),
         value.get("own"),
         value.get("by"),
+        metrics,
     )
 
 

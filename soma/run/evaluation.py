@@ -5,12 +5,23 @@ In a real federation there is no central test set. A task that answers
 round, by the clients that evaluate it (`soma.config.participation.evaluating`: the round's
 training sample, or `evaluate_participation`), for the metrics of the round's average on their
 own held-out split. What is kept, in the store beside the round's meeting (names spelled in
-soma.round.layout), is the same in every mode, byte for byte (no host, no time in a record):
+soma.round.layout), is the same in every mode, byte for byte (no host, no time in a record;
+a client's record, where its training metrics are, names its writer, but its metrics are
+the same in every mode too):
 
-    trained/<k>     {"client", "metrics", "size"}            what client k's training said
+    client/<k>      {..., "metrics"}                         what client k's training said,
+                                                             in the record of its weights
     evaluated/<k>   {"client", "weights", "metrics", "size"} client k on its own data
     federated       {"run", "round", "weights", "evaluated", "size", "evaluation",
                      "trained", "training"}                  the round over clients
+
+A client's training metrics are in the record it writes and signs for its weights
+(soma.round.records), not in a record and a name of their own: one signature covers both, and
+a contribution writes two files fewer (issue 50). Stores written before keep each client's in
+`trained/<k>` (`{"client", "metrics", "size"}`); `training_of`, the one reader of them, reads
+a client's record first and that name only for a record that has no metrics, so a round of
+such a store settles to the very same `federated` record. The evaluation of the average
+cannot be folded so: it is made after the average, by then the client's record is written.
 
 `evaluation` and `training` are, per metric, the mean weighted by each client's size (its
 evaluation size; for training, the size it trained on) and the spread over clients, unweighted:
@@ -22,11 +33,11 @@ waits for another, and a rerun keeps the very same record.
 Under secure aggregation nobody evaluates (`RunSpec.evaluating`): each client's metrics and
 evaluation size would be in clear beside a sum that hides them.
 
-With a roster (soma.round.signing) these records are signed: `trained/<k>` and
-`evaluated/<k>` by client k, `federated` by a roster member (whoever settles it: it holds the
-key of a client that evaluated), each for its own name. Whoever settles checks every record it
-aggregates first (a forged one is refused, naming it), and readers (`soma status`, `soma
-export --best`, soma.exported) take only a signed `federated`.
+With a roster (soma.round.signing) these records are signed: `client/<k>` (its metrics with
+it) and `evaluated/<k>` by client k, `federated` by a roster member (whoever settles it: it
+holds the key of a client that evaluated), each for its own name. Whoever settles checks
+every record it aggregates first (a forged one is refused, naming it), and readers (`soma
+status`, `soma export --best`, soma.exported) take only a signed `federated`.
 """
 
 from __future__ import annotations
@@ -132,15 +143,44 @@ def aggregate(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]
 # --- in the store ---------------------------------------------------------------------------
 
 
-def keep_training(store: Store, meeting: Any, client: int, metrics: Any, size: float) -> str:
-    """Client `client`'s training metrics of the round, beside its record (same in every mode)."""
+def training_metrics(metrics: Any) -> dict[str, Any]:
+    """What a client's training said, as its record keeps it (soma.round.records): the numbers
+    only (a string or a tensor the task returned is left out), as JSON numbers, keys sorted."""
     given = metrics if isinstance(metrics, Mapping) else {}
-    given = numbers_of(
+    return numbers_of(
         {k: v for k, v in given.items() if isinstance(v, numbers.Real) and not isinstance(v, bool)}
     )
-    name = layout.trained(meeting.prefix, client, meeting.clients)
-    value = {"client": client, "metrics": given, "size": size}
-    return signatures.keep(store, meeting.signing, value, name=name, by=client)
+
+
+def training_of(
+    store: Store, meeting: Any, inputs: Iterable[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """What the training of each client the average took in said (`inputs`: the average
+    record's entries), as `{"client", "metrics", "size"}` in the entries' order: the one
+    reader of the clients' training metrics (see the module). Each is read from the record
+    the entry names (else the one bound under the client's name), refused unless it is
+    client k's, signed by client k where the run has a roster (a forged one never reaches
+    the round's `federated`); a record without metrics (a store written before) gives the
+    client's own `trained/<k>`, checked the same way, and a client with neither is left out."""
+    from soma.round.records import ClientRecord, read_client
+
+    found = []
+    for entry in inputs:
+        k = entry["client"]
+        name = meeting.client(k)
+        digest = entry.get("record") or store.resolve(name)
+        record = None
+        if digest is not None:
+            check_signed(store, meeting, digest, name=name, writer=k, what=f"client {k}'s record")
+            record = read_client(store, digest, client=k, name=name)
+        if isinstance(record, ClientRecord) and record.metrics is not None:
+            found.append({"client": k, "metrics": dict(record.metrics), "size": record.size})
+            continue
+        earlier = layout.trained(meeting.prefix, k, meeting.clients)
+        kept = _signed_record(store, meeting, earlier, k, "training")
+        if kept is not None:
+            found.append({"client": k, "metrics": kept.get("metrics"), "size": kept.get("size")})
+    return found
 
 
 def evaluate_round(
@@ -243,13 +283,8 @@ def settle(
             return None
         evaluated.append(record)
     averaged = store.resolve(layout.average(meeting.prefix))
-    came = [] if averaged is None else [i["client"] for i in read_average(store, averaged).inputs]
-    trained = []
-    for k in sorted(came):
-        name = layout.trained(meeting.prefix, k, meeting.clients)
-        record = _signed_record(store, meeting, name, k, "training")
-        if record is not None:
-            trained.append(record)
+    came = [] if averaged is None else read_average(store, averaged).inputs
+    trained = training_of(store, meeting, sorted(came, key=lambda entry: entry["client"]))
     value = {
         "run": meeting.run,
         "round": meeting.round,

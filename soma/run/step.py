@@ -33,7 +33,7 @@ from soma.nodes import Export, export, load
 from soma.round import Contradicts, Contribution, Meeting, contribute, drop, dropout_reason
 from soma.round.client import forget_fault, note_fault, released
 from soma.round.once import RoundError
-from soma.run.evaluation import keep_training
+from soma.run.evaluation import training_metrics
 from soma.run.personal import load_round, own_state, shared
 from soma.slurm.time_limit import raised_at_time_limit
 from soma.store import Store
@@ -172,7 +172,6 @@ def plain(
             hosted.own = None if done.own is None else store.recall_digest(done.own)
             return Outcome(hosted.index, metrics={}, contribution=done)
         metrics, extra, own = _train(store, meeting, task, strategy, nodes, hosted, rounds, start)
-        keep_training(store, meeting, hosted.index, metrics, hosted.size)
         sent, personal = export(nodes), personal_of(meeting)
         if personal:  # never sent, kept as the client's own state
             sent, own = shared(sent, personal), own_state(sent, personal)
@@ -186,6 +185,7 @@ def plain(
             extra=extra,
             own=own,
             release=release,
+            metrics=training_metrics(metrics),  # in the record it signs (soma.round.records)
         )
     except Contradicts:  # it already brought other weights: not a drop-out, a refusal
         raise
@@ -218,7 +218,7 @@ def secure(
     try:
         _forget_note(store, meeting, hosted.index)
         metrics, _, _ = _train(store, meeting, task, strategy, nodes, hosted, rounds)
-        # no keep_training: nothing per client in clear under secure aggregation
+        # no training metrics kept: nothing per client in clear under secure aggregation
         trained, weight = export(nodes), secure_round.weight_of(strategy, hosted.size)
         secure_round.check_export(meeting, hosted.index, trained, weight)
     except Exception as error:  # it shared its keys: the others unmask without it

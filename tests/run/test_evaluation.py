@@ -132,8 +132,12 @@ def test_the_same_records_and_metrics_in_the_workflow_and_simulated(tmp_path) ->
         prefix = layout.meeting("fed", r, key)
         names = [layout.federated(prefix)]
         names += [layout.evaluated(prefix, k, 3) for k in evaluating(0, r, 3, None, 2)]
-        names += [layout.trained(prefix, k, 3) for k in range(3)]
         assert [flow.resolve(n) for n in names] == [sim.resolve(n) for n in names]
+        # each client's training metrics, in its record (whose `by` is the mode's own)
+        clients = [flow.recall(layout.client(prefix, k, 3)) for k in range(3)]
+        assert [r["metrics"] for r in clients] == [
+            sim.recall(layout.client(prefix, k, 3))["metrics"] for k in range(3)
+        ]
         assert None not in [flow.resolve(n) for n in names]
         assert simulated.rounds[r].federated == evaluation.federated_of(flow, "fed", r, key)
     results = tmp_path / "wf" / "results" / "fed"

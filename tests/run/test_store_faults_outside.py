@@ -34,7 +34,7 @@ def test_a_full_disk_at_an_evaluation_record_is_one_line_naming_client_round_and
     real = FolderStore.put_value
 
     def put_value(self, value):
-        if isinstance(value, dict) and {"client", "weights", "metrics", "size"} <= set(value):
+        if isinstance(value, dict) and set(value) == {"client", "weights", "metrics", "size"}:
             raise FULL
         return real(self, value)
 
