@@ -25,26 +25,21 @@ Two modes:
   (and the model file) from whoever receives them; the averager and whoever reads the store
   see every client's update in the clear.
 - `distributed`: each client clips its own update and adds its share of the noise,
-  N(0, (z C)^2 / m), before its weights leave it (`release`, see soma.strategies); the
-  averager only averages. The m shares add up to central DP's noise, and the store only
-  ever holds noisy updates; but one client's update on its own carries 1/m of the noise's
-  variance (a multiplier of z / sqrt(m)), and that is what whoever reads the store sees of
-  it, unless secure aggregation puts only the sum there (then z). The averager cannot
-  check that a client clipped or added its noise (noise makes any norm plausible): a
-  client that does not is not protected, and one that sends anything moves the mean as in
-  FedAvg. Every one of the m must come (a round with fewer is refused: their shares would
-  add up to less noise than the accountant counts), so run it with the quorum at its
-  default.
-  Colluding clients: k of the m clients who pool what they know can take their own k
-  shares off the sum, leaving the other m - k shares, variance (m - k) / m of (z C)^2: the
-  published weights then hold against them with multiplier z sqrt((m - k) / m), not z (the
-  weights reader's epsilon assumes no client colludes; k = m - 1 leaves z / sqrt(m)). The
-  store reader's figure, z / sqrt(m), is one honest client's own share, which no coalition
-  of the others can take off: it holds against any k <= m - 1. Under secure aggregation
-  the store reader's z (the sum's) falls to z sqrt((m - k) / m) too. Nothing reports a
-  figure for k > 0. Each release is claimed once per client and round (soma.round.client):
-  a rerun or a racing attempt never puts a second noisy release of one update in the store,
-  and a restarted client goes on from the release it wrote, drawing no fresh noise.
+  N(0, (z C)^2 / m), before its weights leave it (`release`, see soma.strategies); the averager only
+  averages. The m shares add up to central DP's noise, and the store only ever holds noisy
+  updates; but one client's update on its own carries 1/m of the noise's variance (a multiplier
+  of z / sqrt(m)), and that is what whoever reads the store sees of it, unless secure
+  aggregation puts only the sum there (then z). The averager cannot check that a client clipped
+  or added its noise (noise makes any norm plausible): a client that does not is not protected,
+  and one that sends anything moves the mean as in FedAvg. Every one of the m must come (a round
+  with fewer is refused: their shares would add up to less noise than the accountant counts), so
+  run it with the quorum at its default.
+  Colluding clients: k of the m who pool their shares take them off the sum, so the published
+  weights hold against them with multiplier z sqrt((m - k) / m), not z (so does a secure sum for
+  the store reader); one honest client's own share, z / sqrt(m), holds against any k <= m - 1
+  (docs/how-to/privacy.md). Each release is claimed once per client and round
+  (soma.round.client): a rerun or a racing attempt never puts a second noisy release of one
+  update in the store, and a restarted client goes on from its release, drawing no new noise.
 
 Adaptive clipping (Andrew et al. 2021, `adaptive`): the clip follows the `quantile` of the
 update norms, C <- C exp(-lr (b - quantile)), b being the fraction of updates that were within
@@ -55,44 +50,41 @@ z_D = (z^-2 - (2 count_noise)^-2)^(-1/2) (their Theorem 1), which needs 2 count_
 In distributed mode each client sends its indicator (minus 1/2, plus its share of the count
 noise) beside its weights, and the clip reaches the clients through the strategy's state.
 
-The noise comes from `soma.privacy.private_noise`: AES-256 in counter mode keyed by 32
-bytes from the operating system, a fresh key for each draw (each round, each distributed
-client), never written anywhere, so nobody can draw it again and take it off (a rerun
-round is another averaging). `noise: reproducible_not_private` keys it by the SHA-256 of
-(`seed`, the round, the client's training seed) instead, so that a benchmark repeats bit
-for bit; whoever knows the seed can then strip the noise, so the epsilon reported is
-infinite. `seed` is refused without it.
+The noise comes from `soma.privacy.private_noise`: AES-256 in counter mode keyed by 32 bytes from
+the operating system, a fresh key for each draw (each round, each distributed client), never
+written anywhere, so nobody can draw it again and take it off (a rerun round is another averaging).
+`noise: reproducible_not_private` keys it by the SHA-256 of (`seed`, the round, the client's
+training seed) instead, so that a benchmark repeats bit for bit; whoever knows the seed can then
+strip the noise, so the epsilon reported is infinite. `seed` is refused without it.
 
-Whom the epsilon holds against: two readers, two figures, both knowing who took part in
-each round (the sample is drawn by hash from the run's seed and written in each round's
-record), so sampling amplifies nothing: each client's epsilon is its own rounds' Gaussian
-mechanisms composed (`soma.privacy.epsilon_public`, add-or-remove-one), and the state
-reports the worst-placed client's. Against whoever reads only the published weights
-(`weights_reader`) a round is the noisy sum's, multiplier z. Against whoever reads the store
-(`store_reader`) it is what the store holds of the client: in central mode its update in
-the clear (infinite), in distributed mode its release (z / sqrt(m)) or, when the round tells
-the strategy it steps from a secure sum (`for_secure_aggregation`), the sum (z). The budget
-stops on the store reader's figure in distributed mode and on the published weights' in
-central mode. A round stepped from the mean (a tree, a secure sum) does not say who came
-and is charged to every client.
+Whom the epsilon holds against: two readers, two figures, both knowing who took part in each round
+(the sample is drawn by hash from the run's seed and written in each round's record), so sampling
+amplifies nothing: each client's epsilon is its own rounds' Gaussian mechanisms composed
+(`soma.privacy.epsilon_public`, add-or-remove-one), and the state reports the worst-placed
+client's. Against whoever reads only the published weights (`weights_reader`) a round is the noisy
+sum's, multiplier z. Against whoever reads the store (`store_reader`) it is what the store holds of
+the client: in central mode its update in the clear (infinite), in distributed mode its release
+(z / sqrt(m)) or, when the round tells the strategy it steps from a secure sum
+(`for_secure_aggregation`), the sum (z). The budget stops on the store reader's figure in
+distributed mode and on the published weights' in central mode. A round stepped from the mean (a
+tree, a secure sum) does not say who came and is charged to every client.
 
-The state, a JSON value the store keeps with each round's average:
-`{"round", "epsilon", "delta", "budget", "clip", "history", "exposure", "against",
-"epsilons", "published"}`: rounds averaged so far, the worst-placed client's epsilon at
-`delta` against `against` (the figure the budget stops on), the clip the next round uses,
-the history of (noise multiplier, sampling rate m / clients, rounds), each client's
-exposure against `against` (the sum of the multipliers^-2 of its rounds, `{"everyone",
-"clients"}`), each figure by whom it holds against (`epsilons`), and each client's exposure
-against a reader of the published weights (`published`); `soma.privacy.spent` reads it.
-A state kept before `against` is read too (its exposure was the published weights').
+The state, a JSON value the store keeps with each round's average: `{"round", "epsilon", "delta",
+"budget", "clip", "history", "exposure", "against", "epsilons", "published"}`: rounds averaged so
+far, the worst-placed client's epsilon at `delta` against `against` (the figure the budget stops
+on), the clip the next round uses, the history of (noise multiplier, sampling rate m / clients,
+rounds), each client's exposure against `against` (the sum of the multipliers^-2 of its rounds,
+`{"everyone", "clients"}`), each figure by whom it holds against (`epsilons`), and each client's
+exposure against a reader of the published weights (`published`); `soma.privacy.spent` reads it. A
+state kept before `against` is read too (its exposure was the published weights').
 
 `budget`: the epsilon at which the run stops. A round that would take the epsilon past it is
 refused with a StrategyError naming the budget and the epsilon it would reach (the
-worst-placed client's, taking part once more), before
-anything is claimed (`check_state`, which the round calls beside `check`: `check` does not
-see the state, which holds how many rounds were spent) and again in `aggregate` before any
-arithmetic. The clients of that round have trained by then (nothing of theirs is published),
-and in the workflow the average job fails with the refusal, which stops the run.
+worst-placed client's, taking part once more), before anything is claimed (`check_state`,
+which the round calls beside `check`: `check` does not see the state, which holds how many
+rounds were spent) and again in `aggregate` before any arithmetic. The clients of that round
+have trained by then (nothing of theirs is published), and in the workflow the average job
+fails with the refusal, which stops the run.
 """
 
 from __future__ import annotations
