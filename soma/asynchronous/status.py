@@ -143,16 +143,15 @@ def _signatures(
             f"version 0 says roster {str(record.get('roster'))[:12]}, and the roster checked "
             f"against is {signing.digest[:12]}"
         )
-    try:
-        signed.check_signer(store, signing, run, v, digest)
-    except StoreUnavailable:
-        raise
-    except SomaError as error:
-        said.append(_one_line(error))
-    for entry in _entries(record, "consumed"):
+    checks = [lambda: signed.check_signer(store, signing, run, v, digest)]
+    checks += [
+        lambda entry=entry: signed.check_consumed(store, signing, run, v, entry)
+        for entry in _entries(record, "consumed")
+    ]
+    for check in checks:
         try:
-            signed.check_consumed(store, signing, run, v, entry)
-        except StoreUnavailable:
+            check()
+        except StoreUnavailable:  # the store's, not the record's: the command stops on it
             raise
         except SomaError as error:
             said.append(_one_line(error))
