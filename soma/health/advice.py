@@ -17,7 +17,7 @@ import shlex
 from collections.abc import Iterator
 from typing import Any
 
-from soma.health.common import client_names, release_names, release_of
+from soma.health.common import client_names, release_names
 from soma.health.reach import Graph
 from soma.round import layout
 from soma.round.layout import run_of
@@ -125,7 +125,7 @@ class Advisor:
             run, r, meeting, rest = m.run, m.round, m.meeting, m.rest
             if m.client is not None:
                 return 0, self._client(run, r, meeting, m.client)
-            if (k := release_of(rest)) is not None:
+            if (k := layout.release_of(rest)) is not None:
                 return 0, self._client(run, r, meeting, k)
             repair = (
                 f"`soma repair --store {store}` reassembles it from the meeting's other records"

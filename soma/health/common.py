@@ -6,7 +6,6 @@ and none of them should import another only for them.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 
 from soma.errors import SomaError
@@ -17,25 +16,6 @@ from soma.store import Store
 
 class HealthError(SomaError):
     """Something verify, repair or gc was asked that it refuses; the message names it."""
-
-
-# A distributed-DP release's name inside its meeting (soma.round.layout.release): `release/<k>`,
-# fanned out as client records are (`release/<k // 1000>/<k>`).
-_RELEASE = re.compile(r"^release/(?:(?P<group>\d+)/)?(?P<k>\d+)$")
-
-
-def release_of(rest: str) -> int | None:
-    """The client whose distributed-DP release this name is (`release/<k>` inside a meeting,
-    fanned out or not), or None for any other name. soma.round.layout parses the names it
-    reads back; a release is only ever claimed there (soma.round.client), so verify, repair
-    and gc spell it here."""
-    m = _RELEASE.match(rest)
-    if not m:
-        return None
-    k = int(m["k"])
-    if m["group"] is not None and int(m["group"]) != k // layout.FAN_OUT:
-        return None
-    return k
 
 
 def release_names(prefix: str, k: int) -> list[str]:

@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from soma.errors import SomaError
-from soma.health.common import client_names, release_names, release_of
+from soma.health.common import client_names, release_names
 from soma.health.reach import Graph
 from soma.round import layout, records
 from soma.store import Store, codecs
@@ -379,7 +379,7 @@ def _name_candidates(store: Store, graph: Graph, m: layout.RoundName) -> Iterato
     elif m.client is not None:
         yield from _input_records(store, graph, prefix, m.client)
         yield from _release_of(store, graph, prefix, m.client)
-    elif (k := release_of(rest)) is not None:  # what the client's record is (claimed first)
+    elif (k := layout.release_of(rest)) is not None:  # what the client's record is (claimed first)
         yield from _input_records(store, graph, prefix, k)
         yield from _client_record(store, graph, client_names(prefix, k), k)
     elif m.published == "":  # the meeting's average: its only published averaging

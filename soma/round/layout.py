@@ -54,7 +54,9 @@ FAN_OUT = 1000
 _KEY = r"[0-9a-f]{64}"
 # A name inside a round's meeting: <run>/round/<r>/<meeting key>/<rest>.
 ROUND_NAME = re.compile(rf"^(?P<run>.+?)/round/(?P<round>\d+)/(?P<meeting>{_KEY})/(?P<rest>.+)$")
-_MEMBER = re.compile(r"^(?P<kind>client|started|trained|evaluated)/(?:(?P<group>\d+)/)?(?P<k>\d+)$")
+_MEMBER = re.compile(
+    r"^(?P<kind>client|started|release|trained|evaluated)/(?:(?P<group>\d+)/)?(?P<k>\d+)$"
+)
 _PUBLISHED = re.compile(rf"^inputs/(?P<key>{_KEY})/published$")
 _HOLDER = re.compile(rf"^inputs/(?P<key>{_KEY})/(claimed|computed/\w+|takeover/\d+)$")
 
@@ -163,6 +165,11 @@ def release(meeting: str, k: int, clients: int) -> str:
     """Client k's distributed-DP release in a meeting (soma.round.client): claimed once, with
     the record of the one noisy release of its update; fanned out as its record."""
     return _member(meeting, "release", k, clients)
+
+
+def releases(meeting: str) -> str:
+    """The prefix of a meeting's distributed-DP releases (`release/<k>`)."""
+    return f"{meeting}/release/"
 
 
 def faults(meeting: str) -> str:
@@ -432,6 +439,12 @@ def client_of(rest: str) -> int | None:
     """The client of a client record's name inside its meeting (`client/<k>`, fanned out or
     not: `client/<k // 1000>/<k>`), or None for any other."""
     return _member_of(rest, "client")
+
+
+def release_of(rest: str) -> int | None:
+    """The client of a distributed-DP release's name inside its meeting (`release/<k>`,
+    fanned out or not), or None for any other."""
+    return _member_of(rest, "release")
 
 
 def started_of(rest: str) -> int | None:

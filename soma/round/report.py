@@ -310,10 +310,9 @@ def _releases(
     fanned out or not); and the names there that are no client's release."""
     found, strays = {}, []
     counts = (1, layout.FAN_OUT + 1) if clients is None else (clients,)
-    for name in store.bound(f"{prefix}/release/"):
-        last = name.rpartition("/")[2]
-        k = int(last) if last.isdigit() else -1
-        spelled = [n for n in counts if k >= 0 and name == layout.release(prefix, k, n)]
+    for name in store.bound(layout.releases(prefix)):
+        k = layout.release_of(name[len(prefix) + 1 :])
+        spelled = [n for n in counts if k is not None and name == layout.release(prefix, k, n)]
         if spelled:
             found[k] = (name, spelled[0])
         else:
