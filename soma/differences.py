@@ -2,7 +2,7 @@
 dotted (`task_options.hidden`), and each value as a message shows it.
 
 Its own torch-free module because the workflow's parse-time check (soma.config.identity: a
-results folder of another config) and the round (soma.round.apart: meetings of one round that
+results folder of another config) and the round (soma.round.conflicts: meetings of one round that
 differ) both say it, and the round must not import the run layer that drives it.
 """
 

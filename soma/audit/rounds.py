@@ -258,7 +258,7 @@ def _left_out(
 
 def _quorum(meeting: Meeting, audited: RoundAudit) -> None:
     """No averaging goes on with fewer inputs than the round's quorum (every member where
-    the run set none: soma.round.roll), so an average of fewer was made by leaving clients
+    the run set none: soma.round.quorum), so an average of fewer was made by leaving clients
     out. A secure sum goes on down to its threshold instead (soma.secagg), checked there."""
     came = sorted(set(audited.took_part))
     if meeting.secure is not None or len(came) >= meeting.needed:

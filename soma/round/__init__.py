@@ -25,8 +25,8 @@ average it already had. Weights and strategy states are values of their own in t
 of JSON that a waiting client reads without touching a tensor.
 
 The package, one job a module, each importing only those before it: `meeting` (Meeting,
-Input), `signed` (records checked against the run's roster), `roll` (who came), `checks`
-(what is refused before anything is claimed), `client` (contribute, drop), `apart`
+Input), `signed` (records checked against the run's roster), `quorum` (who came), `checks`
+(what is refused before anything is claimed), `client` (contribute, drop), `conflicts`
 (meetings of one round that differ), `average` (the averaging) and `report` (what
 `soma status` shows); beneath them `layout`, `records`, `once`, `lease`, `holders`,
 `waiting` (what a waiting process says), `signing` and `tree`. This module only re-exports
@@ -42,14 +42,14 @@ from soma.lazy import lazy
 # Every name soma.round offered before its split stays importable from it, imported on first
 # use (PEP 562): `import soma.round.signing` (soma keys, soma status) then imports no torch.
 _LAZY = {
-    "ELSEWHERE_EVERY": "soma.round.apart",
-    "STARTING_POINT": "soma.round.apart",
-    "MeetingsDiffer": "soma.round.apart",
-    "_Elsewhere": "soma.round.apart",
-    "labels": "soma.round.apart",
-    "meeting_differences": "soma.round.apart",
-    "said_apart": "soma.round.apart",
-    "settings": "soma.round.apart",
+    "ELSEWHERE_EVERY": "soma.round.conflicts",
+    "STARTING_POINT": "soma.round.conflicts",
+    "MeetingsDiffer": "soma.round.conflicts",
+    "_Elsewhere": "soma.round.conflicts",
+    "labels": "soma.round.conflicts",
+    "meeting_differences": "soma.round.conflicts",
+    "said_apart": "soma.round.conflicts",
+    "settings": "soma.round.conflicts",
     "_Averaging": "soma.round.average",
     "average_inputs": "soma.round.average",
     "average_round": "soma.round.average",
@@ -83,8 +83,8 @@ _LAZY = {
     "privacy_spent": "soma.round.report",
     "runs": "soma.round.report",
     "status": "soma.round.report",
-    "arrivals": "soma.round.roll",
-    "present": "soma.round.roll",
+    "arrivals": "soma.round.quorum",
+    "present": "soma.round.quorum",
     "averager": "soma.round.signed",
     "check_average": "soma.round.signed",
     "check_signed": "soma.round.signed",
@@ -124,14 +124,6 @@ if TYPE_CHECKING:  # for type checkers and editors: the same names, imported eag
     from soma.round import records as records
     from soma.round import signing as signatures  # noqa: F401
     from soma.round import tree as tree
-    from soma.round.apart import ELSEWHERE_EVERY as ELSEWHERE_EVERY
-    from soma.round.apart import STARTING_POINT as STARTING_POINT
-    from soma.round.apart import MeetingsDiffer as MeetingsDiffer
-    from soma.round.apart import _Elsewhere as _Elsewhere
-    from soma.round.apart import labels as labels
-    from soma.round.apart import meeting_differences as meeting_differences
-    from soma.round.apart import said_apart as said_apart
-    from soma.round.apart import settings as settings
     from soma.round.average import _Averaging as _Averaging
     from soma.round.average import average_inputs as average_inputs
     from soma.round.average import average_round as average_round
@@ -148,6 +140,14 @@ if TYPE_CHECKING:  # for type checkers and editors: the same names, imported eag
     from soma.round.client import contribute as contribute
     from soma.round.client import drop as drop
     from soma.round.client import dropout_reason as dropout_reason
+    from soma.round.conflicts import ELSEWHERE_EVERY as ELSEWHERE_EVERY
+    from soma.round.conflicts import STARTING_POINT as STARTING_POINT
+    from soma.round.conflicts import MeetingsDiffer as MeetingsDiffer
+    from soma.round.conflicts import _Elsewhere as _Elsewhere
+    from soma.round.conflicts import labels as labels
+    from soma.round.conflicts import meeting_differences as meeting_differences
+    from soma.round.conflicts import said_apart as said_apart
+    from soma.round.conflicts import settings as settings
     from soma.round.meeting import Input as Input
     from soma.round.meeting import Meeting as Meeting
     from soma.round.once import POLL as POLL
@@ -158,6 +158,8 @@ if TYPE_CHECKING:  # for type checkers and editors: the same names, imported eag
     from soma.round.once import RoundIncomplete as RoundIncomplete
     from soma.round.once import current_holder as current_holder
     from soma.round.once import read_record as read_record
+    from soma.round.quorum import arrivals as arrivals
+    from soma.round.quorum import present as present
     from soma.round.report import UnknownRun as UnknownRun
     from soma.round.report import check_run as check_run
     from soma.round.report import evaluation_name as evaluation_name
@@ -165,8 +167,6 @@ if TYPE_CHECKING:  # for type checkers and editors: the same names, imported eag
     from soma.round.report import privacy_spent as privacy_spent
     from soma.round.report import runs as runs
     from soma.round.report import status as status
-    from soma.round.roll import arrivals as arrivals
-    from soma.round.roll import present as present
     from soma.round.signed import averager as averager
     from soma.round.signed import check_average as check_average
     from soma.round.signed import check_signed as check_signed

@@ -8,8 +8,8 @@ that set `drop_unstarted` (its meeting's config) counts a missing client whose S
 had not started, or had ended, at the deadline as dropped, saying where its job was
 (soma.slurm.queue); without Slurm, or where the queue names no job of it, nothing changes.
 
-Kept apart from what it waits on (the roll, the checks, the other meetings of the round),
-which it calls through their modules (`roll._enough(...)`, `verify.verify_average(...)`)
+Kept apart from what it waits on (the quorum module, the checks, the other meetings of the round),
+which it calls through their modules (`quorum._enough(...)`, `verify.verify_average(...)`)
 so that one patch there reaches it. An average this process did not compute is verified
 before anyone leaves with it (soma.round.verify: recomputed, with a roster).
 """
@@ -23,14 +23,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from soma.nodes import Export
-from soma.round import checks, once, records, roll, signed, tree, verify, waiting
+from soma.round import checks, once, quorum, records, signed, tree, verify, waiting
 from soma.round import signing as signatures
-from soma.round.apart import _Elsewhere
 from soma.round.checks import Decision, decide
 from soma.round.client import STORE_FAULT, Faults, noted_faults
+from soma.round.conflicts import _Elsewhere
 from soma.round.meeting import Input, Meeting
 from soma.round.once import POLL, Backoff, Place, RoundIncomplete
-from soma.round.roll import _left_out_text, present
+from soma.round.quorum import _left_out_text, present
 from soma.round.verified_values import VerifiedValues
 from soma.slurm import query
 from soma.slurm.queue import Queue
@@ -105,7 +105,7 @@ def _left_out(
     came = {i.client for i in inputs}
     here = present(store, meeting)
     # only the others' records say why they are not among the inputs (one read, not two)
-    dropped = roll.roll_call(store, meeting, [k for k in here if k not in came])[1]
+    dropped = quorum.roll_call(store, meeting, [k for k in here if k not in came])[1]
     late = "came after the round was averaged"
     # a client that never wrote its record but left a fault note came: its store failed it
     faults = noted_faults(store, meeting, [k for k in meeting.members if k not in here])
@@ -289,7 +289,7 @@ def average_round(
         A record that cannot be taken stops the round where all must come; under a quorum it
         is its client's input refused (decided in `check`, with the others')."""
         here = present(store, meeting)
-        accounted = roll._complete(here, len(meeting.members))
+        accounted = quorum._complete(here, len(meeting.members))
         if not accounted:
             missing = [k for k in meeting.members if k not in here]
             elsewhere.check(missing)
@@ -298,16 +298,16 @@ def average_round(
                 sleep(next(delays))  # its note stops this process once it has stood the grace
                 here = present(store, meeting)
                 standing = faults.check([k for k in meeting.members if k not in here])
-            accounted = roll._complete(here, len(meeting.members))
+            accounted = quorum._complete(here, len(meeting.members))
         if not (accounted or past):
             return None
-        came, dropped, unreadable = roll.roll_call(store, meeting, here)
+        came, dropped, unreadable = quorum.roll_call(store, meeting, here)
         if unreadable and not checks.leaves_refused_out(meeting):
             raise unreadable[min(unreadable)]  # all must come: a record refused stops the round
         refused = {k: checks.reason(meeting, k, e) for k, e in sorted(unreadable.items())}
         unstarted.clear()
         unstarted.update(_unstarted(meeting, here, queue) if past else {})
-        if roll._enough(came, meeting.needed):
+        if quorum._enough(came, meeting.needed):
             return Ready(tuple(came), tuple(refused.items()), tuple(unstarted.items()))
         accounted = accounted or len(here) + len(unstarted) == len(meeting.members)
         if accounted and (dropped or refused or unstarted):  # nobody else is coming: say so
@@ -322,7 +322,7 @@ def average_round(
 
     def missing() -> tuple[list[int], str]:
         here = present(store, meeting)
-        came, dropped, unreadable = roll.roll_call(store, meeting, here)
+        came, dropped, unreadable = quorum.roll_call(store, meeting, here)
         refused = {k: records.refused(checks.reason(meeting, k, e)) for k, e in unreadable.items()}
         never = [k for k in meeting.members if k not in here]
         left = {**dropped, **{k: why for k, why in unstarted.items() if k in never}, **refused}

@@ -23,10 +23,10 @@ import torch
 from soma.arithmetic import Signature, first_difference
 from soma.errors import SomaError
 from soma.nodes import Export
-from soma.round import records, roll, signed
+from soma.round import quorum, records, signed
 from soma.round.meeting import Input, Meeting
 from soma.round.once import RoundError, RoundIncomplete
-from soma.round.roll import _left_out_text, present
+from soma.round.quorum import _left_out_text, present
 from soma.round.verified_values import VerifiedValues
 from soma.store import Store, codecs
 from soma.store.errors import StoreError, StoreUnavailable, UnknownDigest
@@ -336,7 +336,7 @@ def decide(
         raise next(iter(errors.values()))
     refused = {**(unreadable or {}), **{k: reason(meeting, k, e) for k, e in errors.items()}}
     accepted = [i for i in inputs if i.client not in refused]
-    if not accepted or not roll._enough(accepted, meeting.needed):
+    if not accepted or not quorum._enough(accepted, meeting.needed):
         _raise_below_quorum(store, meeting, accepted, refused)
     check_round(store, meeting, strategy, accepted)
     return Decision(accepted, dict(sorted(refused.items())))
@@ -346,7 +346,7 @@ def _raise_below_quorum(
     store: Store, meeting: Meeting, accepted: Sequence[Input], refused: Mapping[int, str]
 ) -> None:
     came = {i.client for i in accepted}
-    dropped = roll.roll_call(store, meeting, present(store, meeting))[1]
+    dropped = quorum.roll_call(store, meeting, present(store, meeting))[1]
     left_out = {
         k: records.refused(refused[k]) if k in refused else dropped.get(k, "never came")
         for k in meeting.members

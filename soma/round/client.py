@@ -2,7 +2,7 @@
 record (claimed, so that a second contribution with other weights is refused), or why it
 drops out.
 
-Kept apart from the roll (who came), which only reads what these write.
+Kept apart from the quorum module (who came), which only reads what these write.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from soma.errors import SomaError
 from soma.nodes import Export
 from soma.round import holders, layout, records
 from soma.round import signing as signatures
-from soma.round.apart import signer, signing_as
 from soma.round.checks import Refused, _check_finite, _check_size
+from soma.round.conflicts import signer, signing_as
 from soma.round.meeting import Meeting
 from soma.round.once import RoundError
 from soma.store import Store
@@ -33,7 +33,7 @@ def announce(store: Store, meeting: Meeting, *, by: int | None = None) -> None:
 
     With a roster it is signed, by client `by` (None: the first roster member whose key this
     process holds), so that another meeting of the round believes it is a rival
-    (soma.round.apart); a process that holds no roster key writes it unsigned."""
+    (soma.round.conflicts); a process that holds no roster key writes it unsigned."""
     if store.resolve(meeting.about) is None:
         about = {"run": meeting.run, "round": meeting.round, **meeting.identity()}
         by = signer(meeting) if by is None else by

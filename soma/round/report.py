@@ -6,7 +6,7 @@ Kept apart because it only reads what the others write. (Not `status.py`: `soma.
 is the function.) It reads records (JSON), never a tensor, and imports no torch for a run of
 rounds whose strategy keeps no state (FedAvg) or keeps a JSON account (DP-FedAvg, whose module
 imports its tensor arithmetic on first use): the meetings of a round that differ
-(soma.round.apart) and a strategy (for its privacy spent) are imported where a run has them
+(soma.round.conflicts) and a strategy (for its privacy spent) are imported where a run has them
 (tests/cli/test_torch_free.py, tests/cli/test_status_torch_free.py). A distributed-DP release
 (`<meeting>/release/<k>`, soma.round.client) is read as what it is: who released, and whether
 each client's record is the release it claimed.
@@ -209,12 +209,12 @@ def _costs(rows: list[dict[str, Any]]) -> None:
 
 
 def _labels(store: Store, run: str, found: list[tuple[int, str]]) -> dict[tuple[int, str], str]:
-    """soma.round.apart's labels of the meetings; "" each when no round has several, without
-    importing soma.round.apart (a meeting's strategy: torch)."""
+    """soma.round.conflicts's labels of the meetings; "" each when no round has several, without
+    importing soma.round.conflicts (a meeting's strategy: torch)."""
     rounds = [r for r, _ in found]
     if len(set(rounds)) == len(rounds):
         return dict.fromkeys(found, "")
-    from soma.round.apart import labels
+    from soma.round.conflicts import labels
 
     return labels(store, run, found)
 

@@ -1,7 +1,7 @@
 """A meeting's records checked against its roster (soma.round.signing): who must have signed
 a client's record or the average, and whose key signs the average this process writes.
 
-Kept apart so that whoever reads a record (the roll, the averaging, secure aggregation)
+Kept apart so that whoever reads a record (the quorum module, the averaging, secure aggregation)
 checks its signature the one same way.
 """
 

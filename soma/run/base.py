@@ -7,7 +7,7 @@ once (content-addressed: a second put of the same bytes writes nothing) and clai
 the run starts from (`<run>/starts/<digest>`: reachable, so `soma gc` keeps it), and their
 digest joins the run's identity (RunSpec.base, soma.config.identity): every meeting, and so
 every round's `about` record, names it, a client whose base differs meets apart (the waiting
-client is told, naming both digests: soma.round.apart), and a model file of the run holds
+client is told, naming both digests: soma.round.conflicts), and a model file of the run holds
 the base beside the trained nodes (soma.model).
 
 The digest is of the base as a value (soma.store.values.value_digest), not of the file it

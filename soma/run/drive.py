@@ -12,7 +12,7 @@ from typing import Any
 
 from soma.config.spec import RunSpec
 from soma.round import layout
-from soma.run import base, heap, step
+from soma.run import base, collector, step
 from soma.run.step import Hosted
 from soma.store import Store
 from soma.timing import Timing
@@ -74,7 +74,7 @@ def drive(
     with step.store_work(store, f"run {spec.run!r}", spec.mine or (), "keeping the run's start"):
         start = store.put_value(transfer.at(shared(export(nodes), spec.personal), spec.transfer))
         store.claim(layout.starting(spec.run, start), start)  # reachable while round 0 trains
-    with heap.frozen():  # what is made above is never freed by the rounds (soma.run.heap)
+    with collector.frozen():  # what is made above is never freed by the rounds (soma.run.collector)
         _rounds(spec, store, task, strategy, driven, start, after)
     _warn_never_trained(driven)
     return driven

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from mutants import _replace, mutant
 
-# --- the round barrier (soma/round/roll.py, soma/round/average.py) --------------------------------
+# --- the round barrier (soma/round/quorum.py, soma/round/average.py) ----------------------------
 
 # each mutant's first test that catches it (the rest of the file adds seconds, not catches)
 _ROUND = "tests/round/test_round.py"
@@ -35,9 +35,9 @@ def _gather_binds_for_claim() -> None:
 def _gather_never_waits() -> None:
     """A round goes on as soon as anyone is there: with a quorum below the sample, the rest
     are not waited for until the deadline (without one, `_enough` still holds the round)."""
-    import soma.round.roll
+    import soma.round.quorum
 
-    _replace(soma.round.roll, "_complete", lambda here, clients: bool(here))
+    _replace(soma.round.quorum, "_complete", lambda here, clients: bool(here))
 
 
 @mutant(
@@ -72,7 +72,7 @@ def _gather_does_not_weigh() -> None:
     _replace(VerifiedValues, "update", kept_update)
 
 
-# --- meetings of one round that differ (soma/round/apart.py) --------------------------------------
+# --- meetings of one round that differ (soma/round/conflicts.py) ----------------------------------
 
 
 @mutant(
@@ -82,9 +82,9 @@ def _gather_does_not_weigh() -> None:
 def _elsewhere_never_looks() -> None:
     """A client that joined another meeting of the round is never noticed: both sides wait
     out the deadline and blame each other for never coming."""
-    import soma.round.apart
+    import soma.round.conflicts
 
-    _replace(soma.round.apart._Elsewhere, "check", lambda self, waiting: None)
+    _replace(soma.round.conflicts._Elsewhere, "check", lambda self, waiting: None)
 
 
 @mutant(
@@ -94,9 +94,9 @@ def _elsewhere_never_looks() -> None:
 def _elsewhere_counts_averaged_meetings() -> None:
     """A meeting of the round already averaged (an earlier run under that name) is taken for
     a rival: a new run is stopped by the old one's records."""
-    import soma.round.apart
+    import soma.round.conflicts
 
-    _replace(soma.round.apart._Elsewhere, "_rival", lambda self, key: key != self.meeting.key)
+    _replace(soma.round.conflicts._Elsewhere, "_rival", lambda self, key: key != self.meeting.key)
 
 
 @mutant(
@@ -106,6 +106,6 @@ def _elsewhere_counts_averaged_meetings() -> None:
 def _elsewhere_leaves_no_note() -> None:
     """Whoever finds a rival stops without telling it: a rival still training its other
     clients finds only a gone process's records, and waits out its deadline."""
-    import soma.round.apart
+    import soma.round.conflicts
 
-    _replace(soma.round.apart._Elsewhere, "_tell", lambda self, key, client: None)
+    _replace(soma.round.conflicts._Elsewhere, "_tell", lambda self, key, client: None)

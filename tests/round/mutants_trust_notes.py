@@ -1,5 +1,5 @@
 """Broken variants of what a waiter believes with a roster (soma.round.lease's leases,
-soma.round.apart's notes and rival meetings; registered into tests/mutants.py's MUTANTS):
+soma.round.conflicts's notes and rival meetings; registered into tests/mutants.py's MUTANTS):
 each keeps signed runs working, so that only a forger can catch it."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ _LIVE = (
 _KILLED = (
     _LEASE + "test_a_signed_holder_killed_under_forged_leases_is_taken_over_once_its_lease_runs_out"
 )
-_APART = "tests/round/test_apart_signed.py::"
+_APART = "tests/round/test_conflicts_signed.py::"
 _RIVAL = _APART + "test_a_forged_rival_meeting_stops_no_signed_round"
 _NOTE = _APART + "test_a_forged_apart_note_stops_no_signed_round"
 _TOLD = _APART + "test_a_signed_client_in_another_meeting_is_still_told_and_its_note_heeded"
@@ -85,39 +85,39 @@ def _lease_holder_gives_up_on_a_forged_lease() -> None:
 @mutant("apart_rival_about_unchecked", caught_by=[_RIVAL])
 def _apart_rival_about_unchecked() -> None:
     """Any meeting of the round is a rival, whoever wrote its about."""
-    import soma.round.apart as apart
+    import soma.round.conflicts as conflicts
 
     def _rival(self, key: str) -> bool:
-        other = apart.layout.meeting(self.meeting.run, self.meeting.round, key)
-        average = apart.layout.average(other)
+        other = conflicts.layout.meeting(self.meeting.run, self.meeting.round, key)
+        average = conflicts.layout.average(other)
         return key != self.meeting.key and self.store.resolve(average) is None
 
-    _replace(apart._Elsewhere, "_rival", _rival)
+    _replace(conflicts._Elsewhere, "_rival", _rival)
 
 
 @mutant("apart_note_unchecked", caught_by=[_NOTE])
 def _apart_note_unchecked() -> None:
     """A note is believed whoever wrote it."""
-    import soma.round.apart as apart
+    import soma.round.conflicts as conflicts
 
     def _signed(self, name: str, what: str) -> bool:
         return what == "an apart note" or real(self, name, what)
 
-    real = apart._Elsewhere._signed
-    _replace(apart._Elsewhere, "_signed", _signed)
+    real = conflicts._Elsewhere._signed
+    _replace(conflicts._Elsewhere, "_signed", _signed)
 
 
 @mutant("apart_note_left_unsigned", caught_by=[_TOLD])
 def _apart_note_left_unsigned() -> None:
     """The finder leaves its note unsigned: a rival whose finder is gone never learns."""
-    import soma.round.apart as apart
+    import soma.round.conflicts as conflicts
 
-    real = apart.signing_as
+    real = conflicts.signing_as
 
     def signing_as(meeting, by):  # noqa: ANN001, ANN202
         return None if by is not None else real(meeting, by)
 
-    _replace(apart, "signing_as", signing_as)
+    _replace(conflicts, "signing_as", signing_as)
 
 
 @mutant("announce_unsigned", caught_by=[_TOLD])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from mutants import _replace, mutant
 
-# --- participation (soma/config/participation.py, the quorum in soma/round/roll.py) ---
+# --- participation (soma/config/participation.py, the quorum in soma/round/quorum.py) ---
 
 
 @mutant(
@@ -14,9 +14,9 @@ from mutants import _replace, mutant
 )
 def _round_ignores_the_quorum() -> None:
     """Whoever is there is averaged, however few: a round of one out of ten goes on."""
-    import soma.round.roll
+    import soma.round.quorum
 
-    _replace(soma.round.roll, "_enough", lambda came, needed: bool(came))
+    _replace(soma.round.quorum, "_enough", lambda came, needed: bool(came))
 
 
 @mutant(

@@ -122,14 +122,14 @@ def test_an_average_that_left_a_noted_client_out_says_store_fault_not_never_came
 ) -> None:
     """The workflow's averaging job averages the inputs its client jobs reported: a client
     whose note is in the store is left out as a store fault (`soma status` says so)."""
-    from soma.round import average_inputs, present, roll
+    from soma.round import average_inputs, present, quorum
 
     store = Store(tmp_path)
     meeting = Meeting("f", 0, 4, quorum=3)
     for k in (0, 1, 2):
         contribute(store, meeting, weights(k), mine=k, size=10)
     note_fault(store, meeting, 3, "the store failed (StoreUnavailable: 503 SlowDown)")
-    came = roll.roll_call(store, meeting, present(store, meeting))[0]
+    came = quorum.roll_call(store, meeting, present(store, meeting))[0]
     digest = average_inputs(store, meeting, came, deadline=5, lease=LEASE)
     left = {e["client"]: e["why"] for e in records.read_average(store, digest).left_out}
     assert list(left) == [3], left

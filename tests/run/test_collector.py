@@ -1,5 +1,5 @@
 """A run's rounds leave the heap made before them to the cyclic collector's sight only
-after the run (soma.run.heap): frozen while the rounds run, as it was once they end, however
+after the run (soma.run.collector): frozen while the rounds run, as it was once they end, however
 they end."""
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from soma.round.once import RoundError, read_record
 from soma.store import Store, codecs
 from soma.store.errors import StoreError
 
-LOG = logging.getLogger("soma.round.apart")
+LOG = logging.getLogger("soma.round.conflicts")
 
 
 class MeetingsDiffer(RoundError):

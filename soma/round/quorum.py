@@ -1,9 +1,9 @@
-"""The roll of a meeting: who came (an export or a drop-out), what each brought, and whether
-enough came for the round to be averaged (its quorum).
+"""Who came to a meeting (its roll call: an export or a drop-out), what each brought, and
+whether enough came for the round to be averaged (its quorum).
 
 Kept apart so that the waiting, the checks before the claim and the average's record all
 count the clients the one same way. `_complete` and `_enough` are looked up here at call
-time (`roll._enough(...)`), so that one patch reaches every caller.
+time (`quorum._enough(...)`), so that one patch reaches every caller.
 """
 
 from __future__ import annotations

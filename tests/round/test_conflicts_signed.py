@@ -1,4 +1,4 @@
-"""Meetings of one round that differ, with a roster (soma.round.apart): a rival meeting and a
+"""Meetings of one round that differ, with a roster (soma.round.conflicts): a rival meeting and a
 note are believed only when a roster member signed them, so whoever can write the store but
 holds no roster key stops no waiting client; a client that really joined another meeting is
 still told at once. Real folder stores, one process (the rivals' writers are alive)."""
