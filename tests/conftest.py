@@ -9,14 +9,16 @@ A test whose code or fixtures start a process is marked `slow` by tests/tiers.py
 and a fast test that starts one all the same fails at once (tiers.guarding, in the hooks below):
 a test in the wrong tier is a loud failure, not a slow fast tier (tests/README.md).
 
-CI runs two pytest-xdist workers (`-n 2 --dist loadgroup`, the README's command). Two tiers go
-to one worker whole (xdist_group): the Slurm tests share a cluster of one node, and the
-mutants' runs are started by one fixture, two at a time. Being the largest units, xdist hands
-them out first, one to each worker, and the other tests fill in beside and after them, one
-at a time in collection order: under xdist every test that starts a process comes before
-every fast one (longest first, as a scheduler of unequal jobs does), so that the seconds-long
-snakemake tests of tests/workflow/, last by name, do not run alone on one worker at the end
-while the other has nothing left; the fast tests, a second or less each, fill both to the end.
+CI runs three pytest-xdist workers on two cores (`-n 3 --dist loadgroup`, the README's
+command: the Slurm tests mostly wait on the cluster, and with two workers a core idled a fifth
+of the suite). Two tiers go to one worker whole (xdist_group): the Slurm tests share a cluster
+of one node, and the mutants' runs are started by one fixture, two at a time. Being the
+largest units, xdist hands them out first, one to each of two workers, and the other tests
+fill in beside and after them, one at a time in collection order: under xdist every test that
+starts a process comes before every fast one (longest first, as a scheduler of unequal jobs
+does), so that the seconds-long snakemake tests of tests/workflow/, last by name, do not run
+alone on one worker at the end while the others have nothing left; the fast tests, a second
+or less each, fill every worker to the end.
 """
 
 import os
