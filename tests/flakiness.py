@@ -1,12 +1,12 @@
 """How flaky the tests that start processes are: run them N times, under CPU hogs, and count.
 
-    python tests/flakiness.py --runs 5 --hogs 2 [-m "slow and not slurm and not mutants"]
+    python tests/flakiness.py --runs 5 --hogs 2 [-m "not fast and not slurm and not mutants"]
                               [--json out.json] [pytest args...]
 
 Each run is a fresh `python -m pytest -q -rf -p no:cacheprovider` of the selection (by default
-the tiers that start processes, without the Slurm cluster and the mutants' reruns), with
-`--hogs` busy processes at nice 0 beside it for the whole run (the load CI's shared machines
-put on a test). Printed: each run's exit status and wall time, then one row per test that
+every heavy tier, so the S3 tier's tests too, without the Slurm cluster and the mutants'
+reruns), with `--hogs` busy processes at nice 0 beside it for the whole run (the load CI's
+shared machines put on a test). Printed: each run's exit status and wall time, then one row per test that
 failed at least once, with its failures out of the runs; `--json` writes the same. A test that
 fails under load is a broken test (tests/README.md): this is how to find it before CI does.
 """
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--hogs", type=int, default=2, help="busy processes beside each run")
-    parser.add_argument("-m", dest="selection", default="slow and not slurm and not mutants")
+    parser.add_argument("-m", dest="selection", default="not fast and not slurm and not mutants")
     parser.add_argument("--json", help="also write the table here")
     args, extra = parser.parse_known_args(argv)
     counts: Counter[str] = Counter()
