@@ -6,9 +6,10 @@
 Each run is a fresh `python -m pytest -q -rf -p no:cacheprovider` of the selection (by default
 every heavy tier, so the S3 tier's tests too, without the Slurm cluster and the mutants'
 reruns), with `--hogs` busy processes at nice 0 beside it for the whole run (the load CI's
-shared machines put on a test). Printed: each run's exit status and wall time, then one row per test that
-failed at least once, with its failures out of the runs; `--json` writes the same. A test that
-fails under load is a broken test (tests/README.md): this is how to find it before CI does.
+shared machines put on a test). Printed: each run's exit status and wall time, then one row per
+test that failed at least once, with its failures out of the runs; `--json` writes the same. A
+test that fails under load is a broken test (tests/README.md): this is how to find it before CI
+does.
 """
 
 from __future__ import annotations
