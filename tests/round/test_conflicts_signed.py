@@ -54,6 +54,16 @@ def late(store: Store, meeting: Meeting, k: int, after: float) -> threading.Thre
     return thread
 
 
+def assert_averaged_with_client_1_late(store: Store, mine: Meeting) -> None:
+    """Client 0 contributes, client 1 comes 1.5 s later: the round is averaged, by this
+    process, whatever the forger left (it stopped no one)."""
+    contribute(store, mine, weights(0), mine=0)
+    coming = late(store, mine, 1, after=1.5)
+    digest = average_round(store, mine, deadline=30, backoff=QUICK, lease=LEASE)
+    coming.join()
+    assert store.resolve(mine.average) == digest
+
+
 def gone_writer(store: Store, name: str) -> None:
     """Make the record at `name` a gone process's (a crashed run), as the finder sees it."""
     gone = holders.me()
@@ -73,11 +83,7 @@ def test_a_forged_rival_meeting_stops_no_signed_round(tmp_path, keys, how) -> No
     theirs = None if forged is None else Signing.of(forged, str(keys / f"{OUTSIDER}.key"))
     rival = Meeting("r", 0, 2, config={"seed": 666}, signing=theirs)
     contribute(store, rival, weights(9), mine=1)
-    contribute(store, mine, weights(0), mine=0)
-    coming = late(store, mine, 1, after=1.5)
-    digest = average_round(store, mine, deadline=30, backoff=QUICK, lease=LEASE)
-    coming.join()
-    assert store.resolve(mine.average) == digest
+    assert_averaged_with_client_1_late(store, mine)
 
 
 @pytest.mark.fast
@@ -91,11 +97,7 @@ def test_a_forged_apart_note_stops_no_signed_round(tmp_path, keys) -> None:
     # ... and a note the forger left this meeting, as if the rival had found it
     note = {"client": 0, "at": time.time(), "by": holders.me()}
     store.keep(layout.note(mine.prefix, rival.key), note)
-    contribute(store, mine, weights(0), mine=0)
-    coming = late(store, mine, 1, after=1.5)
-    digest = average_round(store, mine, deadline=30, backoff=QUICK, lease=LEASE)
-    coming.join()
-    assert store.resolve(mine.average) == digest
+    assert_averaged_with_client_1_late(store, mine)
 
 
 @pytest.mark.fast
