@@ -53,11 +53,15 @@ for name in $DAEMONS_STOP_ORDER; do
 done
 [ -z "$left" ] || die "still running:$left"
 
+# The links start.sh made in /etc/slurm go with the cluster: left pointing at a stopped
+# controller, every `scontrol` waits out its 10 s timeout, and Snakemake's Slurm plugin runs
+# `scontrol show config` as it is imported, so every snakemake start (the workflow tests',
+# a user's) would wait 9 s for nothing. start.sh makes them again.
+for f in slurm.conf slurmdbd.conf; do
+    if [ "$(readlink "/etc/slurm/$f" 2>/dev/null)" = "$ETC/$f" ]; then rm -f "/etc/slurm/$f"; fi
+done
 if [ -n "$PURGE" ]; then
     rm -rf "$STATE"
-    for f in slurm.conf slurmdbd.conf; do
-        if [ "$(readlink "/etc/slurm/$f" 2>/dev/null)" = "$ETC/$f" ]; then rm -f "/etc/slurm/$f"; fi
-    done
     log "stopped; removed $STATE"
 else
     log "stopped (state kept in $STATE)"
