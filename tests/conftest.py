@@ -31,6 +31,14 @@ import pytest
 TESTS = Path(__file__).parent
 sys.path.insert(0, str(TESTS))
 
+# Bytecode caches, whatever the environment says (Python's default, which some images turn
+# off): the suite starts thousands of Python processes that import soma from this tree, and
+# without __pycache__ each compiles its modules again, as each xdist worker and each mutant's
+# run rewrites the test modules again. Set here, before xdist starts its workers, so that they
+# and every process a test starts inherit it (tests/README.md: where the suite's time goes).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 # A suite started inside an sbatch job (or an srun step, an array's task) is not itself a
 # client's job: with these set, a fast test's holder records would name the job and its
 # waits and claims ask squeue and sacct, which the fast tier forbids. Each test that plays a
