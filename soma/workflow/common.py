@@ -16,11 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from soma.config.configs import ConfigRefused
 from soma.config.spec import RunSpec
-from soma.nodes import load
 from soma.round import Meeting, evaluation_name
 from soma.store import Store
 from soma.strategies import (
@@ -125,6 +122,8 @@ def shown(metrics: Mapping[str, Any]) -> str:
 
 
 def nodes_at(task: Task, store: Store, config: Mapping[str, Any], weights: str) -> dict:
+    from soma.nodes import load  # torch: only the jobs that train or evaluate need it
+
     nodes = task.nodes(config["seed"])
     # a personalized run's weights hold its shared nodes alone (soma.run.personal)
     load(nodes, store.recall_digest(weights), partial=bool(config.get("personal")))
@@ -148,6 +147,8 @@ def threads(job: Any) -> None:
             given,
             given,
         )
+    import torch  # torch-free at import: the summary job, a table and a plot, needs none
+
     torch.set_num_threads(count)
 
 
