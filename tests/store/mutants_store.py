@@ -114,3 +114,34 @@ def _write_atomic_writes_in_place() -> None:
             os.close(fd)
 
     _replace(soma.files, "write_atomic", in_place)
+
+
+@mutant(
+    "store_folder_looked_at_twice",
+    caught_by=[
+        "tests/store/test_store.py::"
+        "test_eight_threads_opening_one_new_store_folder_together_each_open_it"
+    ],
+)
+def _store_folder_looked_at_twice() -> None:
+    """The check of a store's folder as it was: "a folder?", then "anything there?", two looks,
+    so that a folder another opener made between them was refused. The window widened to
+    0.02 s, so that openers released together land in it on any machine."""
+    import time
+    from pathlib import Path
+
+    import soma.store.folder.safe_open as safe_open
+
+    def _in_the_way(path: Path) -> Path | None:
+        for folder in (path / "blobs", path / "names", path / "tmp", path / "attic"):
+            if folder.is_symlink() or (safe_open._there(folder) and not folder.is_dir()):
+                return folder
+        for folder in (path, *path.parents):
+            if folder.is_dir():
+                return None
+            time.sleep(0.02)
+            if safe_open._there(folder):
+                return folder
+        return None
+
+    _replace(safe_open, "_in_the_way", _in_the_way)

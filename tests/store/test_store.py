@@ -631,6 +631,29 @@ def test_race_eight_threads_for_one_name_exactly_one_wins_and_is_written_down(
 # --- the store's folders ---------------------------------------------------------------
 
 
+def test_eight_threads_opening_one_new_store_folder_together_each_open_it(tmp_path) -> None:
+    """Clients started together open a store that is not there yet: each makes its folders,
+    and a folder another one made while this one looked is a folder, not "something other
+    than a folder" (a run's four clients were refused so, once in a suite)."""
+    refused: list[str] = []
+    ready = threading.Barrier(8)
+
+    def open_each(rounds: int) -> None:
+        for r in range(rounds):
+            ready.wait()
+            try:
+                Store(tmp_path / str(r) / "store")
+            except Exception as error:  # noqa: BLE001 (each refusal is counted, not raised)
+                refused.append(repr(error))
+
+    threads = [threading.Thread(target=open_each, args=(100,)) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert refused == [], f"{len(refused)} of 800 opens refused: {refused[:2]}"
+
+
 def test_sweep_removes_only_old_temporaries(store: Store) -> None:
     old, new = store.directory / "tmp" / "old.blob", store.directory / "tmp" / "new.blob"
     old.write_bytes(b"left by a killed writer")

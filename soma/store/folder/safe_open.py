@@ -62,11 +62,24 @@ def _in_the_way(path: Path) -> Path | None:
         if folder.is_symlink() or (_there(folder) and not folder.is_dir()):
             return folder
     for folder in (path, *path.parents):
-        if folder.is_dir():
-            return None
-        if _there(folder):
-            return folder
+        mode = _mode(folder)
+        if mode is not None:
+            return None if stat.S_ISDIR(mode) else folder
     return None
+
+
+def _mode(path: Path) -> int | None:
+    """What is at `path`, a link followed (a link to a folder is a folder), a dangling link
+    as itself; None where nothing is. One look each, never "not a folder" and then "there":
+    clients started together make a new store's folders at the same moment, and a folder
+    made by another between two looks was refused as "something other than a folder"."""
+    try:
+        return os.stat(path).st_mode
+    except OSError:
+        try:
+            return os.lstat(path).st_mode  # a dangling link; or a folder made since the stat
+        except OSError:
+            return None
 
 
 def _there(path: Path) -> bool:
