@@ -32,10 +32,10 @@ TESTS = Path(__file__).parent
 sys.path.insert(0, str(TESTS))
 
 # Bytecode caches, whatever the environment says (Python's default, which some images turn
-# off): the suite starts thousands of Python processes that import soma from this tree, and
-# without __pycache__ each compiles its modules again, as each xdist worker and each mutant's
-# run rewrites the test modules again. Set here, before xdist starts its workers, so that they
-# and every process a test starts inherit it (tests/README.md: where the suite's time goes).
+# off): the suite starts over a thousand Python processes that import soma from this tree,
+# and without __pycache__ each compiles its modules again, as each xdist worker and each
+# mutant's run rewrites the test modules again. Set here, before xdist starts its workers, so
+# that they and every process a test starts inherit it (tests/README.md: where the time goes).
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
