@@ -73,13 +73,17 @@ def _mode(path: Path) -> int | None:
     as itself; None where nothing is. One look each, never "not a folder" and then "there":
     clients started together make a new store's folders at the same moment, and a folder
     made by another between two looks was refused as "something other than a folder"."""
-    try:
-        return os.stat(path).st_mode
-    except OSError:
+    for look in (os.stat, os.lstat):  # lstat: a dangling link, or a folder made since the stat
         try:
-            return os.lstat(path).st_mode  # a dangling link; or a folder made since the stat
-        except OSError:
-            return None
+            return look(path).st_mode
+        except OSError as error:
+            if error.errno not in _NOTHING_THERE:
+                raise
+    return None
+
+
+# What pathlib's is_dir and exists take for "nothing there" (anything else is raised)
+_NOTHING_THERE = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EBADF)
 
 
 def _there(path: Path) -> bool:
