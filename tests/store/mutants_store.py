@@ -125,23 +125,18 @@ def _write_atomic_writes_in_place() -> None:
 )
 def _store_folder_looked_at_twice() -> None:
     """The check of a store's folder as it was: "a folder?", then "anything there?", two looks,
-    so that a folder another opener made between them was refused. The window widened to
+    so that a folder another opener made between them was in the way. The window widened to
     0.02 s, so that openers released together land in it on any machine."""
+    import stat
     import time
     from pathlib import Path
 
     import soma.store.folder.safe_open as safe_open
 
-    def _in_the_way(path: Path) -> Path | None:
-        for folder in (path / "blobs", path / "names", path / "tmp", path / "attic"):
-            if folder.is_symlink() or (safe_open._there(folder) and not folder.is_dir()):
-                return folder
-        for folder in (path, *path.parents):
-            if folder.is_dir():
-                return None
-            time.sleep(0.02)
-            if safe_open._there(folder):
-                return folder
-        return None
+    def _mode(path: Path) -> int | None:
+        if path.is_dir():
+            return stat.S_IFDIR
+        time.sleep(0.02)
+        return stat.S_IFREG if safe_open._there(path) else None  # whatever is there is in the way
 
-    _replace(safe_open, "_in_the_way", _in_the_way)
+    _replace(safe_open, "_mode", _mode)
