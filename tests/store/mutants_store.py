@@ -133,10 +133,15 @@ def _store_folder_looked_at_twice() -> None:
 
     import soma.store.folder.safe_open as safe_open
 
-    def _mode(path: Path) -> int | None:
+    original = safe_open._mode
+
+    def _mode(path: Path, follow: bool = True) -> int | None:
+        if not follow:  # the store's own folders: as they are
+            return original(path, follow)
         if path.is_dir():
             return stat.S_IFDIR
         time.sleep(0.02)
-        return stat.S_IFREG if safe_open._there(path) else None  # whatever is there is in the way
+        there = path.exists() or path.is_symlink()
+        return stat.S_IFREG if there else None  # whatever is there is in the way
 
     _replace(safe_open, "_mode", _mode)

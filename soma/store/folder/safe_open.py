@@ -59,7 +59,8 @@ def _in_the_way(path: Path) -> Path | None:
     """The first thing that is there and is not a folder, where the store needs one: its own
     folders (a symbolic link is not one), itself, or the nearest one above it that is there."""
     for folder in (path / "blobs", path / "names", path / "tmp", path / "attic"):
-        if folder.is_symlink() or (_there(folder) and not folder.is_dir()):
+        mode = _mode(folder, follow=False)
+        if mode is not None and not stat.S_ISDIR(mode):
             return folder
     for folder in (path, *path.parents):
         mode = _mode(folder)
@@ -68,12 +69,14 @@ def _in_the_way(path: Path) -> Path | None:
     return None
 
 
-def _mode(path: Path) -> int | None:
-    """What is at `path`, a link followed (a link to a folder is a folder), a dangling link
-    as itself; None where nothing is. One look each, never "not a folder" and then "there":
-    clients started together make a new store's folders at the same moment, and a folder
-    made by another between two looks was refused as "something other than a folder"."""
-    for look in (os.stat, os.lstat):  # lstat: a dangling link, or a folder made since the stat
+def _mode(path: Path, follow: bool = True) -> int | None:
+    """What is at `path`, None where nothing is: with `follow`, a link followed (a link to a
+    folder is a folder) and a dangling link as itself; without, a link as itself. One look
+    each, never "not a folder" and then "there": clients started together make a new store's
+    folders at the same moment, and a folder made by another between two looks was refused as
+    "something other than a folder"."""
+    # lstat after stat: a dangling link, or a folder made since the stat
+    for look in (os.stat, os.lstat) if follow else (os.lstat,):
         try:
             return look(path).st_mode
         except OSError as error:
@@ -84,10 +87,6 @@ def _mode(path: Path) -> int | None:
 
 # What pathlib's is_dir and exists take for "nothing there" (anything else is raised)
 _NOTHING_THERE = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EBADF)
-
-
-def _there(path: Path) -> bool:
-    return path.exists() or path.is_symlink()  # a dangling link is in the way too
 
 
 # The store never follows a symbolic link it did not make (it makes none): a blob, a name
