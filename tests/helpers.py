@@ -279,12 +279,18 @@ def same_bits_in_every_mode(
     mines: tuple[str, ...] = ("0", "1"),
     configs: tuple[Path, ...] = (TINY, NO_BASELINES),
     workdir: Path | None = None,
+    target: str = "round/{last}/evaluation.json",
 ) -> tuple[str, Path]:
     """The same run three ways, its last average's weights the same bits in each: `soma
     client` processes racing (one per `mines`, as srun starts them), `soma simulate` (every
     client in one process, a temporary store), and the workflow (`configs` with
     `--config run=<name> <workflow>...`, in `workdir`: tmp_path/workflow by default). `run`
-    is the CLI's flags of the run (--rounds first). The digest and the workflow's results."""
+    is the CLI's flags of the run (--rounds first). The digest and the workflow's results.
+
+    The workflow runs up to `target` under results/<name>/ ({last}: the last round), by
+    default the last round's evaluation: the task is trained, averaged and evaluated in the
+    workflow, and the run's summary, model and best (read by no caller; run by the tiny run,
+    tests/tiny_run.py) are not made, 3 jobs and their imports of torch fewer."""
     # a run of its own in tmp_path/store: a workflow run in tmp_path shares that store
     client = [sys.executable, "-m", "soma.cli", "client", "--store", "store"]
     client += ["--run", f"{name}-clients"]
@@ -306,9 +312,13 @@ def same_bits_in_every_mode(
     assert {last_weights(simulated.stdout)} == by_client
     workdir = workdir or tmp_path / "workflow"
     workdir.mkdir(exist_ok=True)
+    rounds = int(run[run.index("--rounds") + 1])
+    # the target between --cores and --config: --configfile and --config take every
+    # argument up to the next option
+    made = f"results/{name}/" + target.format(last=rounds - 1)
     done = subprocess.run(
         snakemake_command(
-            workdir, "--cores", "1", "--config", f"run={name}", *workflow, config=configs
+            workdir, "--cores", "1", made, "--config", f"run={name}", *workflow, config=configs
         ),  # fmt: skip
         env=soma_env(),
         capture_output=True,
@@ -317,7 +327,6 @@ def same_bits_in_every_mode(
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     results = workdir / "results" / name
-    rounds = int(run[run.index("--rounds") + 1])
     average = json.loads((results / "round" / str(rounds - 1) / "average.json").read_text())
     assert {average["weights"]} == by_client
     return average["weights"], results

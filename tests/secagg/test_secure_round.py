@@ -168,8 +168,10 @@ ROOT = HERE.parent
 
 
 def snakemake(workdir: Path, *config: str, umask: int = -1) -> None:
+    """Run `sec` up to round 1's evaluation: its summary and model are the tiny run's to make."""
     command = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(workdir)]
-    command += ["--cores", "2", "--configfile", str(HERE / "fixtures/tiny.yaml")]
+    command += ["--cores", "2", "results/sec/round/1/evaluation.json"]
+    command += ["--configfile", str(HERE / "fixtures/tiny.yaml")]
     command += [str(HERE / "fixtures/no-baselines.yaml"), "--config", "clients=3", *config]
     done = subprocess.run(command, capture_output=True, text=True, timeout=900, umask=umask)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]

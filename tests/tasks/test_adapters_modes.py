@@ -37,7 +37,9 @@ def test_the_adapters_task_trains_the_same_bits_in_every_mode(tmp_path) -> None:
     # bits of a job per client (tests/round/test_scale.py)
     workflow.append("clients_per_job=2")
     # the workflow where the base is, as the clients: `base` is a path relative to it
-    _, results = same_bits_in_every_mode(tmp_path, run, workflow, name="adapters", workdir=tmp_path)
+    _, results = same_bits_in_every_mode(
+        tmp_path, run, workflow, name="adapters", workdir=tmp_path, target="model.safetensors"
+    )
     average = json.loads((results / "round" / "1" / "average.json").read_text())
     # the base: named by the start job's receipt and run.json, every receipt after, the model
     assert json.loads((results / "run.json").read_text())["base"] == digest

@@ -232,7 +232,9 @@ def test_rerunning_a_round_that_would_change_its_weights_is_refused_naming_the_c
     trains other weights from the same start is refused loudly, and the round stands."""
     env = dict(os.environ, PYTHONPATH=f"{ROOT / 'tests' / 'fixtures'}")
     drifting = ROOT / "tests" / "fixtures" / "drifting.yaml"
-    ok(snakemake(tmp_path, "--cores", "2", config=[TINY, drifting], env=env))
+    # up to round 1's average (read below): the summary and model are the tiny run's to make
+    last = "results/drift/round/1/average.json"
+    ok(snakemake(tmp_path, "--cores", "2", last, config=[TINY, drifting], env=env))
     before = receipts(tmp_path, "drift")
     refused = rerunning_round_0(
         tmp_path, "drift", (TINY, drifting), env=dict(env, SOMA_TEST_DRIFT="0.5")
@@ -252,8 +254,10 @@ def test_rerunning_a_round_that_would_change_its_weights_is_refused_naming_the_c
 
 @pytest.mark.workflow
 def test_a_killed_run_resumes_from_the_last_finished_round(tmp_path) -> None:
+    # up to the last round's average: evaluations, summary and model are not what resumes
+    last = "results/tiny/round/3/average.json"
     command = snakemake_command(
-        tmp_path, "--cores", "1", "--config", "rounds=4", config=[TINY, NO_BASELINES]
+        tmp_path, "--cores", "1", last, "--config", "rounds=4", config=[TINY, NO_BASELINES]
     )
     log = open(tmp_path / "killed.log", "w")  # noqa: SIM115
     process = subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True)
@@ -278,6 +282,7 @@ def test_a_killed_run_resumes_from_the_last_finished_round(tmp_path) -> None:
             "--cores",
             "2",
             "--rerun-incomplete",
+            last,
             "--config",
             "rounds=4",
             config=[TINY, NO_BASELINES],
@@ -294,10 +299,12 @@ def test_two_snakemakes_in_two_directories_sharing_one_store_average_each_round_
 ) -> None:
     store = tmp_path / "shared-store"
     runs = [tmp_path / "a", tmp_path / "b"]
+    # every receipt (compared below), not the summary and model made from them
+    made = [f"results/tiny/round/{r}/evaluation.json" for r in range(2)]
     processes = [
         subprocess.Popen(
             snakemake_command(
-                w, "--cores", "1", "--config", f"store={store}", config=[TINY, NO_BASELINES]
+                w, "--cores", "1", *made, "--config", f"store={store}", config=[TINY, NO_BASELINES]
             ),  # no baselines: they only read the start from the store
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -363,7 +370,9 @@ def test_a_task_of_your_own_from_the_readme(tmp_path) -> None:
     given = shlex.split(command.split("```")[0].replace("\\\n", " "))
     assert given[0] == "--config" and "task=mytask" in given, given
     # the page's command as it is, fewer rounds (both baselines on: the comparison)
-    ok(snakemake(tmp_path, "--cores", "2", *given, "rounds=3", config=None))
+    # the table and its plot (read below), not the model
+    made = [f"results/mytask/{name}" for name in ("summary.tsv", "loss.png")]
+    ok(snakemake(tmp_path, "--cores", "2", *made, *given, "rounds=3", config=None))
     table = (tmp_path / "results" / "mytask" / "summary.tsv").read_text().splitlines()
     rows = [line.split("\t") for line in table[1:]]
     federated, alone = float(rows[-1][2]), float(rows[-1][3])
@@ -386,7 +395,8 @@ def test_scaffold_in_the_workflow_keeps_its_states_and_reruns_a_round_bit_for_bi
     (named by its receipt); a forced rerun of round 0 continues from exactly the same ones,
     and `soma client` trains the same bits."""
     scaffold = ("--config", "strategy=scaffold", "run=scaffold")
-    ok(snakemake(tmp_path, "--cores", "2", *scaffold, config=[TINY, NO_BASELINES]))
+    last = "results/scaffold/round/1/average.json"  # the rounds, read below
+    ok(snakemake(tmp_path, "--cores", "2", last, *scaffold, config=[TINY, NO_BASELINES]))
     before = receipts(tmp_path, "scaffold")
     averages = [json.loads(before[f"round/{r}/average.json"]) for r in range(2)]
     assert all(a["strategy"] == "scaffold" and a["state"] for a in averages)
