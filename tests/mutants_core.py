@@ -111,10 +111,19 @@ def _fedavg_folds_any_tensor() -> None:
 
 # --- the same bits on every machine (soma/arithmetic.py) -------------------------------------
 # torch's fused kernels round differently by CPU capability: each of these puts one back, and
-# the arithmetic run under each capability the machine has must tell.
+# the arithmetic run under each capability the machine has must tell. The steps written out
+# in this process come first where they tell too (-x stops there; on a CPU with no capability
+# beyond default a fused kernel may round as the steps do, and the capabilities are skipped).
 
 
-@mutant("fedavg_folds_with_fused_lerp", caught_by=["tests/test_capabilities.py"])
+@mutant(
+    "fedavg_folds_with_fused_lerp",
+    caught_by=[
+        "tests/test_federated.py::"
+        "test_the_mean_is_its_single_rounded_steps_written_out_so_the_same_bits_anywhere",
+        "tests/test_capabilities.py",
+    ],
+)
 def _fedavg_folds_with_fused_lerp() -> None:
     import torch
 
@@ -149,8 +158,10 @@ def _fedavg_list_folds_one_sided() -> None:
 @mutant(
     "server_step_adds_with_alpha",
     caught_by=[
+        "tests/strategies/test_strategies_fedopt.py::"
+        "test_fedavgms_momentum_step_is_a_multiply_then_an_add_so_the_same_bits_anywhere",
         "tests/test_capabilities.py::"
-        "test_every_strategy_averages_to_the_same_bits_under_every_capability"
+        "test_every_strategy_averages_to_the_same_bits_under_every_capability",
     ],
 )
 def _server_step_adds_with_alpha() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -375,6 +376,25 @@ def test_a_list_gives_the_bits_an_iterator_of_it_gives(dtype: torch.dtype) -> No
     assert same(listed, soma.fedavg(iter(exports), sizes))
     assert same(listed, soma.fedavg(iter(list(zip(exports, sizes, strict=True)))))
     assert listed["n"]["count"].item() == 0 and listed["n"]["w"].dtype == dtype
+
+
+def test_the_mean_is_its_single_rounded_steps_written_out_so_the_same_bits_anywhere() -> None:
+    """Each step of the running mean is one correctly rounded operation, the float32 steps
+    mean + w (x - mean), or x - (1 - w)(x - mean) from w 0.5 up, written out here in numpy:
+    what makes the mean the same bits on every machine, where torch's fused lerp rounds once
+    on one CPU and twice on another (tests/test_capabilities.py compares the capabilities'
+    bits in processes of their own). A list and an iterator alike."""
+    rng = np.random.default_rng(11)
+    xs = [rng.standard_normal(70_000).astype(np.float32) for _ in range(4)]
+    sizes = [1, 3, 1, 5]  # folded with weights 3/4, 1/5, 1/2: both sides of a half
+    expected, total = xs[0].copy(), sizes[0]
+    for x, size in zip(xs[1:], sizes[1:], strict=True):
+        total += size
+        w, d = size / total, x - expected
+        expected = x - d * np.float32(1 - w) if w >= 0.5 else expected + d * np.float32(w)
+    exports = [{"n": {"w": torch.from_numpy(x)}} for x in xs]
+    for given in (exports, iter(exports)):
+        assert np.array_equal(soma.fedavg(given, sizes)["n"]["w"].numpy(), expected)
 
 
 def test_an_iterator_holds_one_export_at_a_time() -> None:

@@ -8,6 +8,7 @@ from mutants import _replace, mutant
 
 @mutant(
     "averaging_deaf_to_time_limit",
+    # both tests: the one in this process first (-x stops there), then the signalled process
     caught_by=["tests/round/test_once_time_limit.py", "-k", "lets_go"],
 )
 def _averaging_deaf_to_time_limit() -> None:

@@ -9,7 +9,10 @@ from mutants import _replace, mutant
 
 @mutant(
     "status_roster_believes_an_unsigned_about",
-    caught_by=["tests/round/test_status_about_roster.py"],
+    caught_by=[  # the reader's function first (-x stops there), then the issue's command
+        "tests/round/test_status_about.py::test_with_a_roster_an_unsigned_about_record_is_ignored",
+        "tests/round/test_status_about_roster.py",
+    ],
 )
 def _status_roster_believes_an_unsigned_about() -> None:
     """`soma status --roster` takes a meeting's about record unchecked, and lists every

@@ -14,6 +14,12 @@ _LIVE = (
 _KILLED = (
     _LEASE + "test_a_signed_holder_killed_under_forged_leases_is_taken_over_once_its_lease_runs_out"
 )
+# the waiter's clock in one process (-x stops there), then the killed holder on the bucket
+_WATCH = "tests/round/test_lease_watch.py::"
+_FORGED = (
+    _WATCH + "test_leases_nobody_on_the_roster_signed_give_a_dead_holder_three_leases_not_forever"
+)
+_OLD = _WATCH + "test_a_dead_holders_own_old_leases_bound_again_are_no_renewal"
 _APART = "tests/round/test_conflicts_signed.py::"
 _RIVAL = _APART + "test_a_forged_rival_meeting_stops_no_signed_round"
 _NOTE = _APART + "test_a_forged_apart_note_stops_no_signed_round"
@@ -36,7 +42,7 @@ def _lease_forged_holds_nothing() -> None:
     _replace(lease.Watch, "gone", gone)
 
 
-@mutant("lease_forged_restarts_the_clock", caught_by=[_KILLED])
+@mutant("lease_forged_restarts_the_clock", caught_by=[_FORGED, _KILLED])
 def _lease_forged_restarts_the_clock() -> None:
     """Any new lease there, believed or not, restarts a waiter's clock: a dead holder is
     never taken over while a forger keeps writing."""
@@ -55,7 +61,7 @@ def _lease_forged_restarts_the_clock() -> None:
     _replace(lease.Watch, "gone", gone)
 
 
-@mutant("lease_old_record_is_a_renewal", caught_by=[_KILLED])
+@mutant("lease_old_record_is_a_renewal", caught_by=[_OLD, _KILLED])
 def _lease_old_record_is_a_renewal() -> None:
     """A believed lease other than the last seen counts as a renewal: a genuine old lease
     bound again keeps a dead holder alive."""

@@ -41,14 +41,14 @@ def weights(seed: int) -> dict:
 
 
 class Sleeps:
-    """A sleep that sleeps, and fails the test once far more seconds of it were asked for
-    than the deadline: a wait that ignores its deadline fails by then instead of hanging for
-    an hour. Counted in seconds asked, not by the clock: a wait that gives up `deadline`
-    seconds after it began has asked for at most that plus one poll, however loaded the
-    machine (a loaded machine only makes it ask for less)."""
+    """A sleep that sleeps, and fails the test once a second more of it was asked for than
+    the deadline: a wait that ignores its deadline fails by then instead of hanging for an
+    hour. Counted in seconds asked, not by the clock: a wait that gives up `deadline`
+    seconds after it began has asked for at most that plus one poll (QUICK's, 0.05 s at
+    most), however loaded the machine (a loaded machine only makes it ask for less)."""
 
     def __init__(self, deadline: float) -> None:
-        self.bound, self.asked = deadline + 10, 0.0
+        self.bound, self.asked = deadline + 1, 0.0
 
     def __call__(self, seconds: float) -> None:
         self.asked += seconds

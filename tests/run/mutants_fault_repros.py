@@ -7,9 +7,15 @@ from __future__ import annotations
 from mutants import _replace, mutant
 
 _TESTS = "tests/run/test_fault_repros.py"
+# the rule itself, in this process, at the issue's shape (deadline 120 s, patience 105 s)
+_RULE = (
+    "tests/run/test_fault_deadline.py::"
+    "test_a_deadline_shorter_than_patience_plus_grace_is_refused_naming_both_and_the_option"
+)
 
 
-@mutant("deadline_checked_against_the_patience_alone", caught_by=[_TESTS, "-k", "refused"])
+# the rule first (-x stops there; its name passes -k too), then the repro's processes
+@mutant("deadline_checked_against_the_patience_alone", caught_by=[_RULE, _TESTS, "-k", "refused"])
 def _deadline_checked_against_the_patience_alone() -> None:
     """The grace forgotten: a deadline above the store's patience is taken (the issue's
     deadline 120 s against patience 105 s), and a peer publishes before a note written at

@@ -25,11 +25,12 @@ def _slurm_cpus_per_node_unchecked() -> None:
 
 @mutant(
     "time_limit_signal_unheard",
-    caught_by=["tests/slurm/test_time_limit.py", "-k", "drops_out_saying_so"],
+    # the client with nothing left to train first (-x stops there), then the 20 s sleep
+    caught_by=["tests/slurm/test_time_limit.py", "-k", "drops_out"],
 )
 def _time_limit_signal_unheard() -> None:
     """A client's training that does not listen for Slurm's signal: it trains on into the
-    limit (here: its task sleeps its 20 s out) and no reason is recorded."""
+    limit (in the second catcher: its task sleeps its 20 s out) and no reason is recorded."""
     import soma.run.step
 
     _replace(soma.run.step, "raised_at_time_limit", lambda reason="": nullcontext())

@@ -29,6 +29,25 @@ def test_the_signal_raises_inside_and_is_ignored_again_outside():
     os.kill(os.getpid(), SIGNAL)  # nothing happens
 
 
+def test_a_client_signalled_with_nothing_left_to_train_drops_out_all_the_same(
+    tmp_path, monkeypatch
+):
+    """The signal comes as the training would end anyway (no sleep left to cut short): the
+    client still drops out saying so, since its job may be killed at the limit whatever it
+    does next, and the round goes on with its quorum; a training deaf to the signal is
+    caught here without sleeping out its seconds (the test below shows the cut)."""
+    monkeypatch.syspath_prepend(str(FIXTURES))  # the task `slow_task`
+    store = tmp_path / "store"
+    argv = ["simulate", "--store", str(store), "--run", "t", "--rounds", "1", "--clients", "2"]
+    argv += ["--quorum", "1", "--task", "slow_task", "--option", "seconds=0"]
+    argv += ["--option", "signalled=true", "--threads", "1"]
+    assert cli.main(argv) == 0
+    (round0,) = status(Store(store), "t")
+    (dropped,) = round0["dropped"]
+    assert dropped["client"] == 1
+    assert "TimeLimit: time limit, raise `runtime`" in dropped["why"]
+
+
 def test_a_client_signalled_while_training_drops_out_saying_so_and_the_round_goes_on(
     tmp_path, monkeypatch
 ):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from mutants import _replace, mutant
 
+# the file: what `start` hands the server, in this process, first (-x stops there), then the
+# server started and knocked on
 _PRIVATE = ["tests/store/test_local_bucket_private.py"]
 
 

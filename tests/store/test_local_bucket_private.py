@@ -11,9 +11,11 @@ import shutil
 import socket
 import ssl
 import stat
+import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -113,6 +115,53 @@ def open_doors(port: int, bucket: str, key: str) -> list[str]:
         if speaks_http2(port, tls):
             found.append(f"gRPC ({'TLS without a client certificate' if tls else 'clear text'})")
     return found
+
+
+class Asked:
+    """What the server's start asked to run, in place of the process (none is started)."""
+
+    def __init__(self, command: list[str], **given: object) -> None:
+        self.command, self.given = command, given
+
+    def poll(self) -> None:
+        return None
+
+
+def test_the_server_is_started_in_a_private_folder_with_its_ports_secrets_and_no_http(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What `start` hands the server, read in this process where it would start it: the
+    user's folder (0755) made its owner's only; the master's and the filer's HTTP off; a
+    certificate for every part's gRPC and fresh keys for the volume server's and the filer's
+    reads and writes, in its environment and its owner's only. The test below starts the
+    server and knocks on every port; this one says which door was left open at once."""
+    pytest.importorskip("cryptography")
+    monkeypatch.setattr(local_bucket.shutil, "which", lambda name: f"/opt/bin/{name}")
+    asked: list[Asked] = []
+    starting = lambda *a, **k: asked.append(Asked(*a, **k)) or asked[-1]  # noqa: E731
+    monkeypatch.setattr(
+        local_bucket, "subprocess", SimpleNamespace(Popen=starting, STDOUT=subprocess.STDOUT)
+    )
+    folder = tmp_path / "bucket"
+    folder.mkdir(mode=0o755)  # a folder of the user's, as mkdir makes one
+    os.chmod(folder, 0o755)
+    local_bucket.LocalBucket(folder, port=0).start()
+    (server,) = asked
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    for private in ("credentials.json", "weed.log"):
+        assert stat.S_IMODE((folder / private).stat().st_mode) == 0o600, private
+    assert {"-disableHttp=true", "-filer.disableHttp=true"} <= set(server.command)
+    env, tls = server.given["env"], folder / local_bucket.TLS
+    assert env["WEED_GRPC_CA"] == str(tls / "ca.pem")
+    for part in local_bucket.GRPC_PARTS:
+        assert env[f"WEED_GRPC_{part.upper()}_CERT"] == str(tls / "grpc.pem"), part
+        assert env[f"WEED_GRPC_{part.upper()}_KEY"] == str(tls / "grpc.key"), part
+    assert stat.S_IMODE(tls.stat().st_mode) == 0o700
+    for made in ("ca.pem", "grpc.pem", "grpc.key"):
+        assert stat.S_IMODE((tls / made).stat().st_mode) == 0o600, made
+    keys = [env[f"WEED_{signing}"] for signing in local_bucket.JWT_KEYS]
+    assert len(set(keys)) == len(keys) and all(len(key) >= 32 for key in keys), keys
+    assert server.given["umask"] == 0o077
 
 
 @pytest.mark.s3

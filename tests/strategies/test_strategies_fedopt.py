@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -201,6 +202,26 @@ def test_fedavgm_without_momentum_at_server_lr_1_is_fedavg_bit_for_bit() -> None
                 assert got[node][key].dtype == tensor.dtype
                 assert torch.equal(got[node][key], tensor), (node, key)
         previous = got
+
+
+def test_fedavgms_momentum_step_is_a_multiply_then_an_add_so_the_same_bits_anywhere() -> None:
+    """Round 2's step x = lerp(x1, mean, lr) + (lr momentum) m1, from round 1's x1 and m1,
+    written out in float32 numpy, each step one correctly rounded operation: torch's
+    `add(..., alpha=)` fuses the multiply into the add on some CPUs and not on others, and an
+    average must recompute to the same bits anywhere (tests/test_capabilities.py compares
+    the capabilities in processes of their own). One client a round: its mean is its export."""
+    rng = np.random.default_rng(5)
+    start, one, two = (rng.standard_normal(70_000).astype(np.float32) for _ in range(3))
+
+    def net(x: np.ndarray) -> dict:
+        return {"fc": {"weight": torch.from_numpy(x)}}
+
+    strategy = fedavgm.make(server_lr=0.3, momentum=0.9)
+    x1, s1 = strategy.aggregate(net(start), iter([Update(0, 1, net(one))]), None, clients=1)
+    x2, _ = strategy.aggregate(x1, iter([Update(0, 1, net(two))]), s1, clients=1)
+    x1, m1 = x1["fc"]["weight"].numpy(), s1["m"]["fc"]["weight"].numpy()
+    stepped = x1 + (two - x1) * np.float32(0.3)  # lerp below a half: start + w (end - start)
+    assert np.array_equal(x2["fc"]["weight"].numpy(), stepped + m1 * np.float32(0.3 * 0.9))
 
 
 def counted(weight: list[float], count: int) -> dict:

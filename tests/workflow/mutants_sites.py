@@ -8,7 +8,11 @@ from mutants import _replace, mutant
 _SITES = "tests/workflow/test_sites.py"
 
 
-@mutant("a_site_averages_only_its_own_clients", caught_by=[_SITES, "-k", "two_sites"])
+# the in-process average job first (-x stops there); the two sites' snakemakes after it
+@mutant(
+    "a_site_averages_only_its_own_clients",
+    caught_by=[_SITES, "-k", "whole_round_not_only or two_sites"],
+)
 def _a_site_averages_only_its_own_clients() -> None:
     """Each site's average job trusts its own receipts, as one site hosting everyone does:
     every site averages its own clients alone, and the sites part ways."""

@@ -115,6 +115,32 @@ def test_a_site_is_not_part_of_what_the_run_is_so_sites_meet_in_the_same_rounds(
     assert declared(config("store", site="A")) == declared(config("store", sites=None))
 
 
+def test_a_sites_average_job_averages_the_whole_round_not_only_its_own_clients(
+    tmp_path: Path,
+) -> None:
+    """A site's receipts name only its own clients; its average job must average the round as
+    the store has it (every site's clients), or each site would average its own clients alone
+    and the sites would part ways. In one process, on a folder: the two-site snakemakes below
+    show the same end to end."""
+    import torch
+
+    from soma.round import Input, contribute
+    from soma.round.records import read_average
+    from soma.workflow.averaging import averaged
+
+    store = Store(tmp_path / "store")
+    spec = RunSpec.from_config(config(str(tmp_path / "store"), site="A"))
+    spec.check()
+    meeting = spec.meeting(0, None, None)
+    given = {}
+    for k in range(CLIENTS):  # every site's clients came: A's 0, 1 and B's 2, 3
+        export = {"fc": {"w": torch.full((3,), float(k))}}
+        given[k] = contribute(store, meeting, export, mine=k, size=1.0)
+    mine = [Input(k, given[k].weights, 1.0) for k in spec.check().hosted]  # A's receipts
+    record = read_average(store, averaged(store, meeting, spec, mine))
+    assert [i["client"] for i in record.inputs] == [0, 1, 2, 3], "only this site's clients"
+
+
 # --- two sites, one bucket -----------------------------------------------------------------
 
 
