@@ -67,8 +67,9 @@ def secure_run(tmp_path_factory) -> dict:
 @pytest.fixture(scope="module")
 def runs(secure_run) -> dict:
     """The secure run and the plain one it is compared with (a test that reads only the
-    secure store, e.g. a mutant's catcher, does not wait for the plain run)."""
-    plain = soma_clients(secure_run["base"] / "plain", ["0", "1", "2", "3"])
+    secure store, e.g. a mutant's catcher, does not wait for the plain run). The plain run's
+    four clients in one process: the bits of a process each (tests/round/test_scale.py)."""
+    plain = soma_clients(secure_run["base"] / "plain", ["0-3"])
     return {**secure_run, "plain": plain}
 
 
