@@ -104,6 +104,7 @@ def test_each_documented_soma_command_runs(tmp_path) -> None:
     export = {"fc": {"weight": torch.ones(2, 2)}}
     pages = {doc: [c for c in documented_commands(doc.read_text()) if _runnable(c)] for doc in DOCS}
     assert any(c.startswith("soma status") for c in pages[DOCS[0]])
+    ran: set[str] = set()  # the commands that read and write nothing of their page's folder
     for number, (doc, commands) in enumerate(pages.items()):
         # Each page's commands in order, in a folder of the page's own (a page's `soma keys`
         # makes the keys another page makes too), with the store of a run "digits" to read.
@@ -114,6 +115,10 @@ def test_each_documented_soma_command_runs(tmp_path) -> None:
         for r in range(4):
             soma.gather(store, export, run="digits", round=r, clients=1, mine=0, deadline=10)
         for command in commands:
+            if command in ran:
+                continue  # the README's simulate, again on two pages: the same run, once
+            if " --store " not in command and not re.search(r"( -o |>)", command):
+                ran.add(command)  # a temporary store, no file made: the same wherever it runs
             done = subprocess.run(
                 ["bash", "-c", command.replace("soma ", f"{sys.executable} -m soma.cli ", 1)],
                 cwd=where,
