@@ -7,9 +7,15 @@ from __future__ import annotations
 from mutants import _replace, mutant
 
 _LEASE = "tests/round/test_lease_s3.py"
+# the same rule in one process, on a bucket's names in memory, first (-x stops there); the
+# processes on the S3 server after it (a run of its own starts the server: ~10 s)
+_WATCH = "tests/round/test_lease_watch.py"
 
 
-@mutant("lease_renewed_by_unconditional_put", caught_by=[_LEASE, "-k", "stopped"])
+@mutant(
+    "lease_renewed_by_unconditional_put",
+    caught_by=[_WATCH, _LEASE, "-k", "successor_took or stopped"],
+)
 def _lease_renewed_by_unconditional_put() -> None:
     """A renewal that PUTs the lease whatever it holds: a holder that wakes after its lease
     ran out takes it back from its successor, and publishes over it."""
@@ -27,7 +33,9 @@ def _lease_renewed_by_unconditional_put() -> None:
     _replace(lease.Lease, "renew", renew)
 
 
-@mutant("lease_expires_without_waiting", caught_by=[_LEASE, "-k", "renewing"])
+@mutant(
+    "lease_expires_without_waiting", caught_by=[_WATCH, _LEASE, "-k", "dead_holder or renewing"]
+)
 def _lease_expires_without_waiting() -> None:
     """A holder judged gone as soon as a lease is looked at: a live holder is taken over."""
     import soma.round.lease as lease
@@ -41,7 +49,9 @@ def _lease_expires_without_waiting() -> None:
     _replace(lease.Watch, "gone", gone)
 
 
-@mutant("lease_publish_unconditional", caught_by=[_LEASE, "-k", "stopped"])
+@mutant(
+    "lease_publish_unconditional", caught_by=[_WATCH, _LEASE, "-k", "successor_took or stopped"]
+)
 def _lease_publish_unconditional() -> None:
     """A holder that publishes without swapping its lease to the published state: a late
     holder publishes over its successor."""

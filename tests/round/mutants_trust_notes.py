@@ -14,19 +14,20 @@ _LIVE = (
 _KILLED = (
     _LEASE + "test_a_signed_holder_killed_under_forged_leases_is_taken_over_once_its_lease_runs_out"
 )
-# the waiter's clock in one process (-x stops there), then the killed holder on the bucket
+# the lease's rules in one process (-x stops there), then the processes on the bucket
 _WATCH = "tests/round/test_lease_watch.py::"
 _FORGED = (
     _WATCH + "test_leases_nobody_on_the_roster_signed_give_a_dead_holder_three_leases_not_forever"
 )
 _OLD = _WATCH + "test_a_dead_holders_own_old_leases_bound_again_are_no_renewal"
+_SWAPPED_BACK = _WATCH + "test_a_lease_overwritten_by_nobody_on_the_roster_is_swapped_back_and_kept"
 _APART = "tests/round/test_conflicts_signed.py::"
 _RIVAL = _APART + "test_a_forged_rival_meeting_stops_no_signed_round"
 _NOTE = _APART + "test_a_forged_apart_note_stops_no_signed_round"
 _TOLD = _APART + "test_a_signed_client_in_another_meeting_is_still_told_and_its_note_heeded"
 
 
-@mutant("lease_forged_holds_nothing", caught_by=[_LIVE])
+@mutant("lease_forged_holds_nothing", caught_by=[_FORGED, _LIVE])
 def _lease_forged_holds_nothing() -> None:
     """A lease nobody on the roster signed counts as no holder: taken over at once."""
     import soma.round.lease as lease
@@ -73,7 +74,7 @@ def _lease_old_record_is_a_renewal() -> None:
     _replace(lease, "_further", _further)
 
 
-@mutant("lease_holder_gives_up_on_a_forged_lease", caught_by=[_LIVE])
+@mutant("lease_holder_gives_up_on_a_forged_lease", caught_by=[_SWAPPED_BACK, _LIVE])
 def _lease_holder_gives_up_on_a_forged_lease() -> None:
     """A holder whose swap is refused takes the lease for lost, whoever overwrote it: it
     stops renewing, and is taken over while it computes."""

@@ -1,5 +1,6 @@
-"""A waiter's clock on a holder's lease (soma.round.lease.Watch), in one process: a bucket's
-names played by a backend in memory, the waiter's monotonic clock by a number the test moves.
+"""A holder's lease (soma.round.lease.Lease) and a waiter's clock on it (Watch), in one
+process: a bucket's names played by a backend in memory, the waiter's monotonic clock by a
+number the test moves.
 Only a lease a roster member signed, and further on than the last one seen, restarts the
 clock: whoever can write the bucket but holds no roster key cannot keep a dead holder from
 being taken over by writing its lease again and again, neither with leases it forged nor with
@@ -61,6 +62,14 @@ class Bucket:
     def resolve_tagged(self, name: str) -> tuple[bytes, str] | None:
         data = self.names_.get(name)
         return None if data is None else (data, hashlib.md5(data).hexdigest())
+
+    def swap(self, name: str, tag: str | None, digest: str) -> str | None:
+        """An S3 PUT with If-Match (If-None-Match where `tag` is None): the new tag, or None."""
+        found = self.resolve_tagged(name)
+        if (None if found is None else found[1]) != tag:
+            return None
+        self.bind(name, digest)
+        return self.resolve_tagged(name)[1]
 
 
 class Clock:
@@ -153,3 +162,50 @@ def test_a_dead_holders_own_old_leases_bound_again_are_no_renewal(setting) -> No
     taken = gone_at(watch, clock, holder, binding_again())
     assert taken, "a dead holder was never taken over while its old leases were bound again"
     assert taken == died + SECONDS + STEP, (taken, died)
+
+
+# --- the holder's side: a lease renewed, published, or lost to a successor ------------------
+
+
+@pytest.fixture
+def held(setting) -> tuple[BackendStore, Signing, Signing, lease.Lease]:
+    """The lease of generation 1 acquired by a roster member, lasting an hour: its daemon never
+    renews it during a test, which renews it by hand."""
+    store, signing, off, _ = setting
+    holding = lease.acquire(store, signing, PLACE, "h", 1, 3600.0)
+    assert isinstance(holding, lease.Lease)
+    yield store, signing, off, holding
+    holding.stop()
+
+
+def test_a_holder_whose_lease_a_successor_took_neither_renews_it_nor_publishes(held) -> None:
+    """A holder that stalled past its lease (a stopped process, a slow disk) finds a successor
+    of the next generation holding it: its renewal is refused and so is its publish, so it
+    cannot take the lease back and publish over the successor's average."""
+    store, signing, _, holding = held
+    successor = lease.acquire(store, signing, PLACE, "s", 2, 3600.0)
+    assert isinstance(successor, lease.Lease)
+    try:
+        assert not holding.renew(), "a late holder renewed a lease its successor holds"
+        assert not holding.finish("d" * 64), "a late holder published over its successor"
+        found = lease.read(store, signing, PLACE)
+        assert found is not None and found[1] is not None
+        assert (found[1].holder, found[1].published) == ("s", None)
+    finally:
+        successor.stop()
+
+
+def test_a_lease_overwritten_by_nobody_on_the_roster_is_swapped_back_and_kept(held) -> None:
+    """Whoever can write the bucket but holds no roster key overwrites the holder's lease,
+    unsigned or signed off the roster: that is no successor, so the holder swaps its lease
+    back over it and keeps renewing and publishing."""
+    store, signing, off, holding = held
+    name = lease.layout.lease(PLACE)
+    forged = lease.Terms("x", 7, 10**6, 1e9).value()
+    for digest in (store.put_value(forged), signatures.put(store, off, forged, name=name, by=9)):
+        store.bind(name, digest)
+        assert holding.renew(), "a forged lease took the lease from a live holder"
+    store.bind(name, store.put_value(forged))
+    assert holding.finish("d" * 64), "a forged lease kept a live holder from publishing"
+    found = lease.read(store, signing, PLACE)
+    assert found is not None and found[1] is not None and found[1].published == "d" * 64
