@@ -99,6 +99,7 @@ def _tree_node_default_lease() -> None:
     _replace(soma.round.tree, "reduce", reduce)
 
 
+# both "on_a_bucket" tests: the one on a bucket in memory first (-x stops there), the S3 one after
 @mutant("tree_first_claim_without_lease", caught_by=[_TIMING, "-k", "on_a_bucket"])
 def _tree_first_claim_without_lease() -> None:
     """A node nobody had taken claimed bare on a bucket, as on a folder: no lease, and a holder

@@ -9,13 +9,14 @@ averaging process on the real S3 server.)"""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("cryptography")
+
+from memory_bucket import MemoryBucket  # noqa: E402
 
 from soma.round import lease  # noqa: E402
 from soma.round import signing as signatures  # noqa: E402
@@ -25,51 +26,6 @@ from soma.store.backend import BackendStore  # noqa: E402
 PLACE = "r/round/0/inputs/x"
 SECONDS = 1.0  # the holder's lease
 STEP = 0.25  # how often the forger writes, and the waiter looks (exact in binary)
-
-
-class Bucket:
-    """What a bucket's backend does with blobs and names, in memory: a name's tag is the hash
-    of what it holds (an S3 ETag), so a record bound again has the tag it had before."""
-
-    url = "memory://leases"
-
-    def __init__(self) -> None:
-        self.blobs: dict[str, bytes] = {}
-        self.names_: dict[str, bytes] = {}
-
-    def put_blob(self, digest, chunks, size, replace=False) -> None:  # noqa: ANN001
-        self.blobs[digest] = b"".join(bytes(c) for c in chunks)
-
-    def has_blob(self, digest: str) -> bool:
-        return digest in self.blobs
-
-    def read_blob(self, digest: str, limit: int | None = None) -> Iterator[bytes] | None:
-        data = self.blobs.get(digest)
-        return None if data is None else iter([data if limit is None else data[: limit + 1]])
-
-    def bind(self, name: str, digest: str) -> None:
-        self.names_[name] = f"{digest}\n".encode()
-
-    def claim(self, name: str, digest: str) -> bool:
-        if name in self.names_:
-            return False
-        self.bind(name, digest)
-        return True
-
-    def resolve(self, name: str) -> bytes | None:
-        return self.names_.get(name)
-
-    def resolve_tagged(self, name: str) -> tuple[bytes, str] | None:
-        data = self.names_.get(name)
-        return None if data is None else (data, hashlib.md5(data).hexdigest())
-
-    def swap(self, name: str, tag: str | None, digest: str) -> str | None:
-        """An S3 PUT with If-Match (If-None-Match where `tag` is None): the new tag, or None."""
-        found = self.resolve_tagged(name)
-        if (None if found is None else found[1]) != tag:
-            return None
-        self.bind(name, digest)
-        return self.resolve_tagged(name)[1]
 
 
 class Clock:
@@ -90,7 +46,7 @@ def signing_in(folder: Path, clients: list[int]) -> Signing:
 def setting(tmp_path: Path) -> tuple[BackendStore, Signing, Signing, str]:
     """A store, the run's roster (clients 0, 1), a key off it, and a dead holder's claim
     signed by a roster member (what the waiter judges)."""
-    store = BackendStore(Bucket())
+    store = BackendStore(MemoryBucket())
     signing, off = signing_in(tmp_path / "roster", [0, 1]), signing_in(tmp_path / "off", [9])
     holder = lease.put_holder(store, signing, PLACE, {"pid": 1, "host": "elsewhere"})
     return store, signing, off, holder

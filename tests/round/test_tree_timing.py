@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -130,22 +131,14 @@ def test_a_tree_nodes_wait_with_the_runs_deadline_lease_polling_and_roster(
     assert given["signing"] is signing and given["site"] == "north", given
 
 
-def test_on_a_bucket_every_tree_node_is_claimed_with_the_runs_lease_and_roster(
-    bucket, tmp_path
-) -> None:
-    """On a store with compare-and-swap a node nobody else had taken is claimed with a
-    lease of the run's seconds, its holder and lease records signed with the run's roster:
-    never a bare claim, which a waiter there would take for nobody's and take over."""
-    pytest.importorskip("boto3", reason="boto3 (soma[s3]) is not installed")
-    pytest.importorskip("cryptography")
-    from s3_bucket import BUCKET
-
+def every_node_claimed_with_the_runs_lease_and_roster(store: Store, keys: Path) -> None:
+    """A tree of 5 leaves, fan-in 2, reduced on `store` (one with compare-and-swap): each
+    node's lease is the run's seconds, and its lease and holder records are the roster's."""
     from soma.round import signing as signatures
     from soma.round.signing import Signing, make_keys
 
-    roster = {k: make_keys(tmp_path, k)[1] for k in range(2)}
-    signing = Signing.of(roster, str(tmp_path / "{client}.key"))
-    store = Store(f"s3://{BUCKET}/tree-timing-{os.getpid()}-{time.monotonic_ns()}")
+    roster = {k: make_keys(keys, k)[1] for k in range(2)}
+    signing = Signing.of(roster, str(keys / "{client}.key"))
     leaves = [tree.Leaf(store.put_value(weights(k)), float(k + 1)) for k in range(5)]
     root = tree.reduce(
         store, "t", leaves, 2, deadline=30, lease=LEASE, backoff=QUICK, signing=signing
@@ -163,3 +156,31 @@ def test_on_a_bucket_every_tree_node_is_claimed_with_the_runs_lease_and_roster(
         claimed = store.resolve(place.claimed)
         signatures.check(store, signing, claimed, name=place.prefix, writer=None, what=where)
     assert store.resolve(every[-1][2].published) is not None and root.weight == 15
+
+
+def test_on_a_bucket_in_memory_every_tree_node_is_claimed_with_the_runs_lease_and_roster(
+    tmp_path,
+) -> None:
+    """On a store with compare-and-swap a node nobody else had taken is claimed with a
+    lease of the run's seconds, its holder and lease records signed with the run's roster:
+    never a bare claim, which a waiter there would take for nobody's and take over. Here on a
+    bucket's names in memory (tests/memory_bucket.py), in this process; below on the S3
+    server."""
+    pytest.importorskip("cryptography")
+    from memory_bucket import MemoryBucket
+
+    from soma.store.backend import BackendStore
+
+    every_node_claimed_with_the_runs_lease_and_roster(BackendStore(MemoryBucket()), tmp_path)
+
+
+def test_on_a_bucket_every_tree_node_is_claimed_with_the_runs_lease_and_roster(
+    bucket, tmp_path
+) -> None:
+    """The test above on the S3 server."""
+    pytest.importorskip("boto3", reason="boto3 (soma[s3]) is not installed")
+    pytest.importorskip("cryptography")
+    from s3_bucket import BUCKET
+
+    store = Store(f"s3://{BUCKET}/tree-timing-{os.getpid()}-{time.monotonic_ns()}")
+    every_node_claimed_with_the_runs_lease_and_roster(store, tmp_path)
