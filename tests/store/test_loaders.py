@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from memory_bucket import MemoryBucket
 
 from soma.store import Store, record_json, tensorfile
 from soma.store.backend import BackendStore
@@ -41,22 +42,18 @@ def entry(shape: list[int], begin: int, end: int, dtype: str = "F32") -> dict:
 # --- an in-test backend: blobs in a dict, what it hands out counted ------------------------
 
 
-class MemoryBackend:
-    """Just what BackendStore's reads and writes need, in memory; `bodies` substitutes what
-    a blob's read hands out (a generator of chunks), and every byte handed out is counted."""
+class MemoryBackend(MemoryBucket):
+    """The bucket in memory (tests/memory_bucket.py), whose blob reads `bodies` substitutes
+    (a generator of chunks each), handed out in chunks with every byte counted."""
 
     url = "memory://test"
 
     def __init__(self, chunk: int = 64 << 10) -> None:
-        self.blobs: dict[str, bytes] = {}
-        self.names_: dict[str, bytes] = {}
+        super().__init__()
         self.bodies: dict[str, object] = {}  # digest -> () -> Iterator[bytes]
         self.chunk = chunk
         self.handed = 0
         self.limits: list[int | None] = []
-
-    def put_blob(self, digest, chunks, size, replace=False) -> None:
-        self.blobs[digest] = b"".join(bytes(c) for c in chunks)
 
     def has_blob(self, digest: str) -> bool:
         return digest in self.blobs or digest in self.bodies
@@ -83,12 +80,6 @@ class MemoryBackend:
             yield chunk
             if left == 0:
                 return
-
-    def bind(self, name: str, digest: str) -> None:
-        self.names_[name] = f"{digest}\n".encode()
-
-    def resolve(self, name: str) -> bytes | None:
-        return self.names_.get(name)
 
 
 def substituted(real: bytes, extra: int, chunk: int = MB) -> object:
