@@ -1,6 +1,6 @@
 """A holder's lease (soma.round.lease.Lease) and a waiter's clock on it (Watch), in one
-process: a bucket's names played by a backend in memory, the waiter's monotonic clock by a
-number the test moves.
+process: a bucket's names played by tests/memory_bucket.py's backend in memory, the waiter's
+monotonic clock by a number the test moves.
 Only a lease a roster member signed, and further on than the last one seen, restarts the
 clock: whoever can write the bucket but holds no roster key cannot keep a dead holder from
 being taken over by writing its lease again and again, neither with leases it forged nor with

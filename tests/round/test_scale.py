@@ -254,14 +254,13 @@ def test_a_job_of_several_clients_trains_the_bits_of_a_job_per_client(tmp_path) 
     # client: its averages and client receipts)
     until = {way: "batched/round/1/evaluation.json" for way in per_job}
     until["one"] = "batched/round/1/average.json"
+
+    def made(way: str) -> str:
+        return snakemake(tmp_path / way, *run, *per_job[way], until=until[way])
+
     # the three runs (each its own folder and store) go side by side; "round": one job a round
     with ThreadPoolExecutor(3) as pool:
-        list(
-            pool.map(
-                lambda way: snakemake(tmp_path / way, *run, *per_job[way], until=until[way]),
-                per_job,
-            )
-        )
+        list(pool.map(made, per_job))
     assert averages(tmp_path / "one", "batched") == averages(tmp_path / "batch", "batched")
     assert averages(tmp_path / "one", "batched") == averages(tmp_path / "round", "batched")
     logs = tmp_path / "round" / "logs" / "batched" / "round"
