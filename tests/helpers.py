@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forking
+
 from soma.store import Store
 
 TESTS = Path(__file__).resolve().parent
@@ -56,7 +58,15 @@ def snakemake(
     timeout: float = 600,
     env: dict | None = None,
 ) -> subprocess.CompletedProcess:
-    """Run snakemake in `workdir`; killed as a whole process group if it outlives `timeout`."""
+    """Run snakemake in `workdir`; killed as a whole process group if it outlives `timeout`.
+    Forked from the suite's fork server (tests/forking.py), which imported snakemake once,
+    unless the test gives its own environment or runs under a mutant: a process started
+    fresh then, whose interpreter reads that environment from its start (PYTHONPATH's
+    sitecustomize, which applies the mutant) as a user's would."""
+    if env is None and not os.environ.get("SOMA_MUTANT"):
+        return forking.snakemake(
+            snakemake_command(workdir, *args, config=config)[3:], cwd=None, timeout=timeout
+        )
     process = subprocess.Popen(
         snakemake_command(workdir, *args, config=config),
         stdout=subprocess.PIPE,

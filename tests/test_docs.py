@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forking
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,20 +73,34 @@ def test_the_docs_name_the_commands_a_user_types() -> None:
     assert any("task_options=" in c for c in commands), "config/README's nested override"
 
 
+def _arguments(command: str, where: Path) -> list[str]:
+    """The arguments bash passes snakemake on a documented line: its variables (`R=3; ...`),
+    quotes and braces expanded by bash itself, which runs the line with `snakemake` a function
+    that prints them."""
+    shell = "snakemake() { printf '%s\\0' \"$@\"; }; " + command
+    done = subprocess.run(["bash", "-c", shell], cwd=where, capture_output=True, text=True)
+    assert done.returncode == 0, f"{command}\n{done.stderr}"
+    return done.stdout.split("\0")[:-1]
+
+
 @pytest.mark.workflow
 @pytest.mark.parametrize("command", snakemake_commands())
 def test_each_documented_snakemake_command_is_accepted(tmp_path, command) -> None:
     where = checkout(tmp_path)
-    if "| dot" in command and shutil.which("dot") is None:
-        command = command.split("|")[0].strip()  # graphviz is not installed here
-    python = f"{sys.executable} -m snakemake"
-    shell = re.sub(r"(^|; )snakemake\b", rf"\g<1>{python}", command)
+    if "| dot" in command and shutil.which("dot") is not None:  # the pipe, as typed
+        shell = re.sub(r"(^|; )snakemake\b", rf"\g<1>{sys.executable} -m snakemake", command)
+        done = subprocess.run(
+            ["bash", "-c", shell], cwd=where, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, f"{command}\n{(done.stdout + done.stderr)[-3000:]}"
+        return
+    # snakemake forked from the suite's fork server (tests/forking.py), as a dry run but for
+    # the commands that make no job (a graph of the jobs; unlocking)
+    arguments = _arguments(command.split("|")[0], where)
     if not re.search(r"--(dag|rulegraph|unlock)\b", command):
-        shell = shell.split("|")[0] + " -n"
-    done = subprocess.run(
-        ["bash", "-c", shell], cwd=where, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, f"{command}\n{(done.stdout + done.stderr)[-3000:]}"
+        arguments.append("-n")
+    done = forking.snakemake(arguments, cwd=where, timeout=300)
+    assert done.returncode == 0, f"{command}\n{done.stdout[-3000:]}"
 
 
 def _on_a_bucket(command: str) -> bool:

@@ -4,10 +4,10 @@ Each mutant from tests/mutants.py is applied (SOMA_MUTANT=name) to a fresh pytes
 run of the tests registered as its catchers; that run must end with failures
 (exit code 1), not pass, and not error out for some unrelated reason.
 
-A run is a process of its own, forked from a server that imported torch, soma, pytest and
-pytest's installed plugins once (multiprocessing's forkserver): a fresh interpreter would spend
-several seconds of each run on those imports (hypothesis's plugin alone is the larger part of
-a run whose catcher is one fast test), about 300 times. A forked run imports the tests and
+A run is a process of its own, forked from the suite's fork server (tests/forking.py), which
+imported torch, soma, pytest and pytest's installed plugins once: a fresh interpreter would
+spend several seconds of each run on those imports (hypothesis's plugin alone is the larger
+part of a run whose catcher is one fast test), about 300 times. A forked run imports the tests and
 conftest.py itself, so the mutant is applied as in a fresh process, and the server never
 applies one. Two runs go at once (SOMA_MUTANT_WORKERS, 2 by default): every selected mutant's
 run is started in order when the first of these tests runs, and each test waits for its own.
@@ -18,9 +18,9 @@ import multiprocessing
 import os
 import sys
 from concurrent.futures import Future, ThreadPoolExecutor
-from multiprocessing import forkserver
 from pathlib import Path
 
+import forking
 import mutants
 import pytest
 
@@ -29,30 +29,19 @@ WORKERS = int(os.environ.get("SOMA_MUTANT_WORKERS", "2"))
 TIMEOUT = 900
 
 
-def _plugins() -> list[str]:
-    """The modules of the installed pytest plugins (entry point group `pytest11`), which each
-    run's pytest.main would import again: libraries that never import soma, so a mutant applied
-    after the fork patches what it always did."""
-    from importlib.metadata import entry_points
-
-    return sorted({point.value.split(":")[0] for point in entry_points(group="pytest11")})
-
-
-# hypothesis: its plugin imports it when pytest starts, whether or not a test uses it
-PRELOAD = ["torch", "numpy", "safetensors", "soma", "soma.cli", "pytest", "hypothesis"]
-PRELOAD += _plugins()
-
-
-def _catchers_under_mutant(name: str, out: str) -> None:
-    """In the forked run: output to `out`, SOMA_MUTANT set before conftest.py is imported
-    (it applies the mutant), one torch thread as in every test process, then the catchers.
+def _catchers_under_mutant(name: str, out: str, environ: dict[str, str]) -> None:
+    """In the forked run: output to `out`, the suite's environment (not the server's, which
+    is whatever its process's was when some test started it) with SOMA_MUTANT set before
+    conftest.py is imported (it applies the mutant), one torch thread as in every test
+    process, then the catchers.
     What the server imported is frozen out of the garbage collector: pytest collects five
     times as it ends, and walking torch's and hypothesis's objects took seconds of every run."""
     gc.freeze()
     fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
-    os.environ.update(SOMA_MUTANT=name, OMP_NUM_THREADS="1")
+    os.environ.clear()
+    os.environ.update(environ, SOMA_MUTANT=name, OMP_NUM_THREADS="1")
     os.chdir(ROOT)
     # -rs: a catcher skipped (a server that could not start) is named with its reason, or
     # the mutant's escape reads as a hole in the suite rather than a test that did not run
@@ -63,9 +52,11 @@ def _catchers_under_mutant(name: str, out: str) -> None:
     os._exit(int(code))
 
 
-def _run(context: multiprocessing.context.BaseContext, name: str, folder: str) -> tuple[int, str]:
+def _run(
+    context: multiprocessing.context.BaseContext, name: str, folder: str, environ: dict[str, str]
+) -> tuple[int, str]:
     out = os.path.join(folder, f"{name}.out")
-    process = context.Process(target=_catchers_under_mutant, args=(name, out), name=name)
+    process = context.Process(target=_catchers_under_mutant, args=(name, out, environ), name=name)
     process.start()
     process.join(TIMEOUT)
     if process.is_alive():
@@ -83,22 +74,12 @@ def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         for item in request.session.items
         if item.module is request.module and hasattr(item, "callspec")
     ]
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(PRELOAD)
-    # The server's environment is this process's when it starts: one torch thread there too.
-    threads = os.environ.get("OMP_NUM_THREADS")
-    os.environ["OMP_NUM_THREADS"] = "1"
-    try:
-        forkserver.ensure_running()
-    finally:
-        if threads is None:
-            del os.environ["OMP_NUM_THREADS"]
-        else:
-            os.environ["OMP_NUM_THREADS"] = threads
+    context = forking.context()
     folder = str(tmp_path_factory.mktemp("mutants"))
+    environ = dict(os.environ)  # the suite's, as the runs start
     pool = ThreadPoolExecutor(max_workers=WORKERS)
     started: dict[str, Future] = {
-        name: pool.submit(_run, context, name, folder) for name in selected
+        name: pool.submit(_run, context, name, folder, environ) for name in selected
     }
     yield started
     pool.shutdown(wait=True, cancel_futures=True)

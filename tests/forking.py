@@ -1,0 +1,128 @@
+"""The suite's fork server: processes forked from one that imported torch, soma, pytest and
+snakemake once, instead of fresh interpreters that import them again.
+
+A fresh `python -m snakemake` spends about 1.5 CPU-seconds importing snakemake (pandas,
+sqlmodel, its scheduler) before it reads a Snakefile, and the suite runs snakemake hundreds of
+times; a mutant's run (tests/test_mutations.py) would import torch, soma and pytest's plugins
+again, about 300 times. One multiprocessing forkserver per pytest process (started on first
+use, its environment the process's own, with one torch thread) imports them once, and each
+process is forked from it: still a process of its own, with its own pid, session, working
+directory, environment and exit status, which imports only what it reads after the fork (the
+Snakefile and what it imports, a test module). The server is one per process because
+multiprocessing keeps one; its preload is this module's, whoever starts it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import threading
+from multiprocessing import forkserver
+from pathlib import Path
+
+
+def _plugins() -> list[str]:
+    """The modules of the installed pytest plugins (entry point group `pytest11`), which a
+    mutant's run's pytest.main would import again: libraries that never import soma, so a
+    mutant applied after the fork patches what it always did."""
+    from importlib.metadata import entry_points
+
+    return sorted({point.value.split(":")[0] for point in entry_points(group="pytest11")})
+
+
+# hypothesis: its plugin imports it when pytest starts, whether or not a test uses it
+PRELOAD = ["torch", "numpy", "safetensors", "soma", "soma.cli", "pytest", "hypothesis"]
+PRELOAD += _plugins()
+# what `python -m snakemake` imports before and as it reads the Snakefile: libraries that read
+# no environment as they are imported (its executor plugins, which may, it loads as it runs;
+# soma's modules the Snakefile imports it imports after the fork, with the mutant's run's)
+PRELOAD += ["snakemake.cli", "snakemake.api", "snakemake.workflow", "snakemake.dag"]
+PRELOAD += ["jsonschema", "boto3", "docutils", "pygments", "nbformat", "PIL", "jinja2"]
+PRELOAD += ["yte", "dpath", "smart_open", "requests"]
+
+
+def context() -> multiprocessing.context.BaseContext:
+    """The forkserver context, its server running: started here, with one torch thread (as
+    in every test process), when this process has none yet."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    threads = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = "1"
+    try:
+        forkserver.ensure_running()
+    finally:
+        if threads is None:
+            del os.environ["OMP_NUM_THREADS"]
+        else:
+            os.environ["OMP_NUM_THREADS"] = threads
+    return context
+
+
+def _exit(code: object) -> None:
+    """End a forked process as an interpreter ends: its non-daemon threads joined, its atexit
+    functions run, its output flushed, then its exit status (SystemExit's meaning of `code`)."""
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code or 0)
+
+
+def _snakemake(args: list[str], cwd: str, environ: dict[str, str], out: str) -> None:
+    """In the forked process: a session of its own (killed as a group, with its jobs), output
+    to `out`, the caller's working directory and environment, then snakemake's command line."""
+    gc.freeze()  # the server's imports: nothing for the collector to walk
+    os.setsid()
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.environ.clear()
+    os.environ.update(environ)
+    os.chdir(cwd)
+    sys.argv = ["snakemake", *args]
+    from snakemake.cli import main
+
+    try:
+        main()
+        code: object = 0
+    except SystemExit as done:
+        code = done.code
+    _exit(code)
+
+
+def snakemake(
+    args: list[str], *, cwd: Path | str | None, timeout: float
+) -> subprocess.CompletedProcess:
+    """`python -m snakemake ARGS` in `cwd` with this process's environment, forked from the
+    server; killed as a whole process group if it outlives `timeout`. Its output (stdout and
+    stderr, in the order written) is the result's stdout."""
+    import tempfile
+
+    where = str(cwd) if cwd is not None else os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="snakemake-") as folder:
+        out = os.path.join(folder, "out")
+        process = context().Process(
+            target=_snakemake, args=(list(args), where, dict(os.environ), out), name="snakemake"
+        )
+        process.start()
+        process.join(timeout)
+        timed_out = process.is_alive()
+        if timed_out:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.join()
+        text = Path(out).read_text(errors="replace") if os.path.exists(out) else ""
+    if timed_out:
+        raise AssertionError(f"snakemake outlived {timeout}s:\n{text[-3000:]}")
+    command = [sys.executable, "-m", "snakemake", *args]
+    return subprocess.CompletedProcess(command, process.exitcode, text, "")

@@ -1,0 +1,31 @@
+"""The suite's fork server (tests/forking.py): a snakemake forked from it is the run a fresh
+`python -m snakemake` would be: the caller's environment and working directory at the call,
+its exit status and its output."""
+
+from __future__ import annotations
+
+import forking
+
+
+def test_a_forked_snakemake_runs_with_the_callers_environment_and_folder(tmp_path, monkeypatch):
+    forking.context()  # the server first: what is set after it must still reach the run
+    monkeypatch.setenv("SOMA_FORKING_PROBE", "set after the server started")
+    (tmp_path / "Snakefile").write_text(
+        "import os\n"
+        "rule probe:\n"
+        "    output: 'probe.txt'\n"
+        "    run:\n"
+        "        with open(output[0], 'w') as f:\n"
+        "            f.write(os.environ['SOMA_FORKING_PROBE'] + '|' + os.getcwd())\n"
+    )
+    done = forking.snakemake(["--cores", "1"], cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stdout
+    assert "1 of 1 steps (100%) done" in done.stdout
+    assert (tmp_path / "probe.txt").read_text() == f"set after the server started|{tmp_path}"
+
+
+def test_a_forked_snakemake_that_fails_says_why_and_exits_1(tmp_path):
+    (tmp_path / "Snakefile").write_text("rule broken:\n    output: 'x'\n    shell: 'exit 3'\n")
+    done = forking.snakemake(["--cores", "1"], cwd=tmp_path, timeout=600)
+    assert done.returncode == 1
+    assert "Error in rule broken" in done.stdout
