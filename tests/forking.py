@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import gc
+import importlib.util
 import multiprocessing
 import os
 import signal
@@ -78,42 +79,56 @@ def _exit(code: object) -> None:
     os._exit(code or 0)
 
 
-def _snakemake(args: list[str], cwd: str, environ: dict[str, str], out: str) -> None:
-    """In the forked process: a session of its own (killed as a group, with its jobs), output
-    to `out`, the caller's working directory and environment, then snakemake's command line."""
+def _command(
+    name: str, args: list[str], cwd: str, environ: dict[str, str], stdout: str, stderr: str
+) -> None:
+    """In the forked process: a session of its own (killed as a group, with what it starts),
+    output to `stdout` and `stderr` (one file for both when they are the same), the caller's
+    working directory and environment, then the command line of `name`: `snakemake` or
+    `soma`, as `python -m` runs them."""
     gc.freeze()  # the server's imports: nothing for the collector to walk
     os.setsid()
-    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
+    for fd, path in ((1, stdout), (2, stderr)):
+        if fd == 2 and stderr == stdout:
+            os.dup2(1, 2)  # one file description: both in the order written
+        else:
+            opened = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.dup2(opened, fd)
+            os.close(opened)
     os.environ.clear()
     os.environ.update(environ)
     os.chdir(cwd)
-    sys.argv = ["snakemake", *args]
-    from snakemake.cli import main
-
+    module = "soma.cli" if name == "soma" else name
+    sys.argv = [importlib.util.find_spec(f"{module}.__main__").origin, *args]  # as `-m` has it
     try:
-        main()
-        code: object = 0
+        if name == "snakemake":
+            from snakemake.cli import main
+
+            main()
+            code: object = 0
+        else:
+            from soma.cli import main
+
+            code = main()
     except SystemExit as done:
         code = done.code
     _exit(code)
 
 
-def snakemake(
-    args: list[str], *, cwd: Path | str | None, timeout: float
+def _forked(
+    name: str, args: list[str], cwd: Path | str | None, timeout: float, *, apart: bool
 ) -> subprocess.CompletedProcess:
-    """`python -m snakemake ARGS` in `cwd` with this process's environment, forked from the
-    server; killed as a whole process group if it outlives `timeout`. Its output (stdout and
-    stderr, in the order written) is the result's stdout."""
+    """`python -m NAME ARGS` in `cwd` with this process's environment, forked from the
+    server, its output read back (stderr `apart` from stdout, or both in stdout in the
+    order written); killed as a whole process group if it outlives `timeout`."""
     import tempfile
 
     where = str(cwd) if cwd is not None else os.getcwd()
-    with tempfile.TemporaryDirectory(prefix="snakemake-") as folder:
+    with tempfile.TemporaryDirectory(prefix=f"{name}-") as folder:
         out = os.path.join(folder, "out")
+        err = os.path.join(folder, "err") if apart else out
         process = context().Process(
-            target=_snakemake, args=(list(args), where, dict(os.environ), out), name="snakemake"
+            target=_command, args=(name, list(args), where, dict(os.environ), out, err), name=name
         )
         process.start()
         process.join(timeout)
@@ -121,8 +136,25 @@ def snakemake(
         if timed_out:
             os.killpg(process.pid, signal.SIGKILL)
             process.join()
-        text = Path(out).read_text(errors="replace") if os.path.exists(out) else ""
+        said = [
+            Path(f).read_text(errors="replace") if os.path.exists(f) else "" for f in (out, err)
+        ]
     if timed_out:
-        raise AssertionError(f"snakemake outlived {timeout}s:\n{text[-3000:]}")
-    command = [sys.executable, "-m", "snakemake", *args]
-    return subprocess.CompletedProcess(command, process.exitcode, text, "")
+        raise AssertionError(f"{name} outlived {timeout}s:\n{said[0][-3000:]}{said[1][-3000:]}")
+    module = "soma.cli" if name == "soma" else name
+    command = [sys.executable, "-m", module, *args]
+    return subprocess.CompletedProcess(command, process.exitcode, said[0], said[1] if apart else "")
+
+
+def snakemake(
+    args: list[str], *, cwd: Path | str | None, timeout: float
+) -> subprocess.CompletedProcess:
+    """`python -m snakemake ARGS`, forked: its output (stdout and stderr, in the order
+    written) is the result's stdout."""
+    return _forked("snakemake", args, cwd, timeout, apart=False)
+
+
+def soma(args: list[str], *, cwd: Path | str | None, timeout: float) -> subprocess.CompletedProcess:
+    """`python -m soma.cli ARGS`, forked: stdout and stderr apart, as `subprocess.run` with
+    `capture_output` has them."""
+    return _forked("soma", args, cwd, timeout, apart=True)

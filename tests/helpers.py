@@ -123,7 +123,11 @@ def averaged_weights(workdir: Path, run: str, rounds: int = 2) -> list[str]:
 def soma(
     *args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 600
 ) -> subprocess.CompletedProcess:
-    """`soma ARGS...` as a user types it (this interpreter's soma), its output captured."""
+    """`soma ARGS...` as a user types it (this interpreter's soma), its output captured.
+    Forked from the suite's fork server (tests/forking.py), which imported torch and soma
+    once, unless the test gives its own environment or runs under a mutant, as `snakemake`."""
+    if env is None and not os.environ.get("SOMA_MUTANT"):
+        return forking.soma(list(args), cwd=cwd, timeout=timeout)
     return subprocess.run(
         [sys.executable, "-m", "soma.cli", *args],
         cwd=cwd,

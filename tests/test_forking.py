@@ -1,10 +1,14 @@
 """The suite's fork server (tests/forking.py): a snakemake forked from it is the run a fresh
 `python -m snakemake` would be: the caller's environment and working directory at the call,
-its exit status and its output."""
+its exit status and its output; a forked soma says what a fresh one says."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import forking
+import pytest
 
 
 def test_a_forked_snakemake_runs_with_the_callers_environment_and_folder(tmp_path, monkeypatch):
@@ -29,3 +33,16 @@ def test_a_forked_snakemake_that_fails_says_why_and_exits_1(tmp_path):
     done = forking.snakemake(["--cores", "1"], cwd=tmp_path, timeout=600)
     assert done.returncode == 1
     assert "Error in rule broken" in done.stdout
+
+
+@pytest.mark.parametrize("args", [["--help"], ["bogus"], ["status", "--store", "nowhere"]])
+def test_a_forked_soma_says_what_a_fresh_one_says(tmp_path, args):
+    forked = forking.soma(args, cwd=tmp_path, timeout=600)
+    fresh = subprocess.run(
+        [sys.executable, "-m", "soma.cli", *args], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert (forked.returncode, forked.stdout, forked.stderr) == (
+        fresh.returncode,
+        fresh.stdout,
+        fresh.stderr,
+    )
