@@ -73,11 +73,11 @@ def test_the_docs_name_the_commands_a_user_types() -> None:
     assert any("task_options=" in c for c in commands), "config/README's nested override"
 
 
-def _arguments(command: str, where: Path) -> list[str]:
-    """The arguments bash passes snakemake on a documented line: its variables (`R=3; ...`),
-    quotes and braces expanded by bash itself, which runs the line with `snakemake` a function
-    that prints them."""
-    shell = "snakemake() { printf '%s\\0' \"$@\"; }; " + command
+def _arguments(command: str, where: Path, name: str = "snakemake") -> list[str]:
+    """The arguments bash passes `name` (snakemake, soma) on a documented line: its variables
+    (`R=3; ...`), quotes and braces expanded by bash itself, which runs the line with `name` a
+    function that prints them."""
+    shell = f"{name}() {{ printf '%s\\0' \"$@\"; }}; " + command
     done = subprocess.run(["bash", "-c", shell], cwd=where, capture_output=True, text=True)
     assert done.returncode == 0, f"{command}\n{done.stderr}"
     return done.stdout.split("\0")[:-1]
@@ -134,14 +134,12 @@ def test_each_documented_soma_command_runs(tmp_path) -> None:
                 continue  # the README's simulate, again on two pages: the same run, once
             if " --store " not in command and not re.search(r"( -o |>)", command):
                 ran.add(command)  # a temporary store, no file made: the same wherever it runs
-            done = subprocess.run(
-                ["bash", "-c", command.replace("soma ", f"{sys.executable} -m soma.cli ", 1)],
-                cwd=where,
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
+            # forked from the suite's fork server (tests/forking.py); `> file` as bash does it
+            line, _, into = command.partition(" > ")
+            done = forking.soma(_arguments(line, where, "soma"), cwd=where, timeout=120)
             assert done.returncode == 0, f"{doc.name}: {command}\n{done.stdout}{done.stderr}"
+            if into:
+                (where / into).write_text(done.stdout)
 
 
 def _runnable(command: str) -> bool:
