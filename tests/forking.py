@@ -19,10 +19,13 @@ import gc
 import importlib.util
 import multiprocessing
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 from multiprocessing import forkserver
 from pathlib import Path
 
@@ -115,35 +118,82 @@ def _command(
     _exit(code)
 
 
+class Forked:
+    """A forked `python -m NAME ARGS` (NAME: snakemake or soma) in `cwd` with this process's
+    environment, as much of `subprocess.Popen` as the tests use: `pid`, `args`, `returncode`,
+    `poll()`, `wait()`, `kill()` (its whole process group) and `communicate()` (its stdout and
+    stderr once it ends, as text; stderr `apart`, or in stdout in the order written). Its
+    output goes to files, so nothing blocks on a pipe nobody reads yet."""
+
+    def __init__(
+        self, name: str, args: list[str], cwd: Path | str | None = None, *, apart: bool = True
+    ) -> None:
+        self._folder = tempfile.mkdtemp(prefix=f"{name}-")
+        self._out = os.path.join(self._folder, "out")
+        self._err = os.path.join(self._folder, "err") if apart else self._out
+        self._apart = apart
+        self._said: tuple[str, str] | None = None
+        self._lock = threading.Lock()  # one thread at a time asks multiprocessing
+        module = "soma.cli" if name == "soma" else name
+        self.args = [sys.executable, "-m", module, *args]
+        self.returncode: int | None = None
+        where = str(cwd) if cwd is not None else os.getcwd()
+        self._process = context().Process(
+            target=_command,
+            args=(name, list(args), where, dict(os.environ), self._out, self._err),
+            name=name,
+        )
+        self._process.start()
+        self.pid = self._process.pid
+
+    def _wait(self, timeout: float) -> int | None:
+        with self._lock:
+            if self.returncode is None:
+                self._process.join(timeout)
+                self.returncode = self._process.exitcode
+        return self.returncode
+
+    def poll(self) -> int | None:
+        return self._wait(0)
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._wait(0.1) is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # it ended in between
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        self.wait(timeout)
+        if self._said is None:
+            out, err = (
+                Path(f).read_text(errors="replace") if os.path.exists(f) else ""
+                for f in (self._out, self._err)
+            )
+            self._said = (out, err if self._apart else "")
+            shutil.rmtree(self._folder, ignore_errors=True)
+        return self._said
+
+
 def _forked(
     name: str, args: list[str], cwd: Path | str | None, timeout: float, *, apart: bool
 ) -> subprocess.CompletedProcess:
-    """`python -m NAME ARGS` in `cwd` with this process's environment, forked from the
-    server, its output read back (stderr `apart` from stdout, or both in stdout in the
-    order written); killed as a whole process group if it outlives `timeout`."""
-    import tempfile
-
-    where = str(cwd) if cwd is not None else os.getcwd()
-    with tempfile.TemporaryDirectory(prefix=f"{name}-") as folder:
-        out = os.path.join(folder, "out")
-        err = os.path.join(folder, "err") if apart else out
-        process = context().Process(
-            target=_command, args=(name, list(args), where, dict(os.environ), out, err), name=name
-        )
-        process.start()
-        process.join(timeout)
-        timed_out = process.is_alive()
-        if timed_out:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.join()
-        said = [
-            Path(f).read_text(errors="replace") if os.path.exists(f) else "" for f in (out, err)
-        ]
-    if timed_out:
-        raise AssertionError(f"{name} outlived {timeout}s:\n{said[0][-3000:]}{said[1][-3000:]}")
-    module = "soma.cli" if name == "soma" else name
-    command = [sys.executable, "-m", module, *args]
-    return subprocess.CompletedProcess(command, process.exitcode, said[0], said[1] if apart else "")
+    """`Forked` to its end; killed as a whole process group if it outlives `timeout`."""
+    process = Forked(name, args, cwd, apart=apart)
+    try:
+        out, err = process.communicate(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate()
+        raise AssertionError(f"{name} outlived {timeout}s:\n{out[-3000:]}{err[-3000:]}") from None
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
 
 
 def snakemake(

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Protocol
 
 import forking
 
@@ -151,14 +152,22 @@ def soma_processes(
 ) -> list[list[dict]]:
     """`soma ARGS --mine GROUP` once per group, all at once (with the test's mutant, if any:
     tests/round_worker.py), as srun starts its tasks; each process's JSON lines that say a
-    round (`every_line`: and its last, which says the run is done)."""
-    command = [sys.executable, str(TESTS / "round_worker.py"), *args]
-    running = [
-        subprocess.Popen(
-            [*command, "--mine", mine], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        for mine in groups
-    ]
+    round (`every_line`: and its last, which says the run is done). Forked from the suite's
+    fork server (tests/forking.py) but under a mutant, as `soma`: they still race, each a
+    process of its own."""
+    if os.environ.get("SOMA_MUTANT"):
+        command = [sys.executable, str(TESTS / "round_worker.py"), *args]
+        running = [
+            subprocess.Popen(
+                [*command, "--mine", mine],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for mine in groups
+        ]
+    else:
+        running = [forking.Forked("soma", [*args, "--mine", mine]) for mine in groups]
     lines = []
     for out in finished_together(running, timeout):
         said = [json.loads(line) for line in out.splitlines()]
@@ -166,8 +175,21 @@ def soma_processes(
     return lines
 
 
+class Running(Protocol):
+    """What `communicated` asks of a process it waits on: a `subprocess.Popen`'s, or a
+    `forking.Forked`'s (text output)."""
+
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+
+    def kill(self) -> None: ...
+
+    def communicate(self) -> tuple[str, str]: ...
+
+
 def communicated(
-    running: list[subprocess.Popen], timeout: float, *, fail_fast: bool = False
+    running: list[Running], timeout: float, *, fail_fast: bool = False
 ) -> list[tuple[str, str]]:
     """Each process's (stdout, stderr), read from all of them at once: reading one process's
     pipes to its end first leaves the others blocked writing to theirs once a pipe's buffer
@@ -206,7 +228,7 @@ def communicated(
     return [said[k] for k in range(len(running))]
 
 
-def finished_together(running: list[subprocess.Popen], timeout: float) -> list[str]:
+def finished_together(running: list[Running], timeout: float) -> list[str]:
     """Each process's stdout once all exit 0 (`communicated`, the first to fail stopping all)."""
     return [out for out, _ in communicated(running, timeout, fail_fast=True)]
 

@@ -46,3 +46,14 @@ def test_a_forked_soma_says_what_a_fresh_one_says(tmp_path, args):
         fresh.stdout,
         fresh.stderr,
     )
+
+
+def test_forked_processes_at_once_each_say_their_own_and_end_with_their_own_status(tmp_path):
+    running = [forking.Forked("soma", args, tmp_path) for args in (["--help"], ["bogus"])]
+    said = [process.communicate() for process in running]
+    assert [process.returncode for process in running] == [0, 2]
+    assert [process.poll() for process in running] == [0, 2]
+    assert said[0][0].startswith("usage: soma") and said[0][1] == ""
+    assert said[1][0] == "" and "invalid choice: 'bogus'" in said[1][1]
+    running[0].kill()  # ended: nothing to kill, and no error
+    assert running[0].communicate() == said[0]
