@@ -2,14 +2,15 @@
 snakemake once, instead of fresh interpreters that import them again.
 
 A fresh `python -m snakemake` spends about 1.5 CPU-seconds importing snakemake (pandas,
-sqlmodel, its scheduler) before it reads a Snakefile, and the suite runs snakemake hundreds of
-times; a mutant's run (tests/test_mutations.py) would import torch, soma and pytest's plugins
-again, about 300 times. One multiprocessing forkserver per pytest process (started on first
-use, its environment the process's own, with one torch thread) imports them once, and each
-process is forked from it: still a process of its own, with its own pid, session, working
-directory, environment and exit status, which imports only what it reads after the fork (the
-Snakefile and what it imports, a test module). The server is one per process because
-multiprocessing keeps one; its preload is this module's, whoever starts it.
+sqlmodel, its scheduler) before it reads a Snakefile, a `soma` that trains about 2 importing
+torch, and the suite runs each hundreds of times; a mutant's run (tests/test_mutations.py)
+would import torch, soma and pytest's plugins again, about 300 times. One multiprocessing
+forkserver per pytest process (started on first use, its environment the process's own, with
+one torch thread) imports them once, and each process is forked from it: still a process of
+its own, with its own pid, session, working directory, environment and exit status, which
+imports only what it reads after the fork (the Snakefile and what it imports, a test module).
+The server is one per process because multiprocessing keeps one; its preload is this
+module's, whoever starts it.
 """
 
 from __future__ import annotations
