@@ -11,6 +11,8 @@ Skipped, with the reason, only where the `weed` binary is missing or cannot run.
 from __future__ import annotations
 
 import os
+import random
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -29,8 +31,31 @@ STARTS = 3
 
 
 def _free_port() -> int:
-    """A free port whose +10000 (SeaweedFS's gRPC port for it) is free too."""
+    """A free port whose +10000 (SeaweedFS's gRPC port for it) is free too, both below the
+    kernel's range of ports for outgoing connections: a server killed and started again on
+    its ports (`Server`) finds them free, where a port from that range can meanwhile be the
+    local end of any process's connection (seen: the filer's "bind: address already in use"
+    at a restart, under a loaded suite). Picked at random, so that two servers of the suite
+    rarely pick one; `free_port`'s (the kernel's choice) where none is found."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lowest = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        lowest = 32768  # Linux's default
+    for _ in range(200 if lowest > 11025 else 0):
+        port = random.randint(1024, lowest - 10001)
+        if _bindable(port) and _bindable(port + 10000):
+            return port
     return free_port()
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _server_command(folder: str, port: int) -> list[str]:
