@@ -68,6 +68,14 @@ def context() -> multiprocessing.context.BaseContext:
     return context
 
 
+def serves(env: dict | None = None) -> bool:
+    """Whether a test's process is forked from the server: not where the test gives its own
+    environment (the interpreter reads it from its start: a PYTHONPATH whose sitecustomize
+    applies the mutant, fake Slurm commands), nor in a mutant's run (a fork itself: a server of
+    its own would cost more than the few processes its catchers start)."""
+    return env is None and not os.environ.get("SOMA_MUTANT")
+
+
 def _exit(code: object) -> None:
     """End a forked process as an interpreter ends: its non-daemon threads joined, its atexit
     functions run, its output flushed, then its exit status (SystemExit's meaning of `code`)."""

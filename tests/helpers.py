@@ -64,7 +64,7 @@ def snakemake(
     unless the test gives its own environment or runs under a mutant: a process started
     fresh then, whose interpreter reads that environment from its start (PYTHONPATH's
     sitecustomize, which applies the mutant) as a user's would."""
-    if env is None and not os.environ.get("SOMA_MUTANT"):
+    if forking.serves(env):
         return forking.snakemake(
             snakemake_command(workdir, *args, config=config)[3:], cwd=None, timeout=timeout
         )
@@ -127,7 +127,7 @@ def soma(
     """`soma ARGS...` as a user types it (this interpreter's soma), its output captured.
     Forked from the suite's fork server (tests/forking.py), which imported torch and soma
     once, unless the test gives its own environment or runs under a mutant, as `snakemake`."""
-    if env is None and not os.environ.get("SOMA_MUTANT"):
+    if forking.serves(env):
         return forking.soma(list(args), cwd=cwd, timeout=timeout)
     return subprocess.run(
         [sys.executable, "-m", "soma.cli", *args],
@@ -155,7 +155,9 @@ def soma_processes(
     round (`every_line`: and its last, which says the run is done). Forked from the suite's
     fork server (tests/forking.py) but under a mutant, as `soma`: they still race, each a
     process of its own."""
-    if os.environ.get("SOMA_MUTANT"):
+    if forking.serves():
+        running = [forking.Forked("soma", [*args, "--mine", mine]) for mine in groups]
+    else:
         command = [sys.executable, str(TESTS / "round_worker.py"), *args]
         running = [
             subprocess.Popen(
@@ -166,8 +168,6 @@ def soma_processes(
             )
             for mine in groups
         ]
-    else:
-        running = [forking.Forked("soma", [*args, "--mine", mine]) for mine in groups]
     lines = []
     for out in finished_together(running, timeout):
         said = [json.loads(line) for line in out.splitlines()]
