@@ -91,6 +91,10 @@ def _exit(code: object) -> None:
     os._exit(code or 0)
 
 
+# what `python -m` runs for each command a test forks
+_MODULES = {"snakemake": "snakemake", "soma": "soma.cli"}
+
+
 def _command(
     name: str, args: list[str], cwd: str, environ: dict[str, str], stdout: str, stderr: str
 ) -> None:
@@ -110,8 +114,10 @@ def _command(
     os.environ.clear()
     os.environ.update(environ)
     os.chdir(cwd)
-    module = "soma.cli" if name == "soma" else name
-    sys.argv = [importlib.util.find_spec(f"{module}.__main__").origin, *args]  # as `-m` has it
+    sys.argv = [
+        importlib.util.find_spec(f"{_MODULES[name]}.__main__").origin,
+        *args,
+    ]  # as `-m` has it
     try:
         if name == "snakemake":
             from snakemake.cli import main
@@ -143,8 +149,7 @@ class Forked:
         self._apart = apart
         self._said: tuple[str, str] | None = None
         self._lock = threading.Lock()  # one thread at a time asks multiprocessing
-        module = "soma.cli" if name == "soma" else name
-        self.args = [sys.executable, "-m", module, *args]
+        self.args = [sys.executable, "-m", _MODULES[name], *args]
         self.returncode: int | None = None
         where = str(cwd) if cwd is not None else os.getcwd()
         self._process = context().Process(

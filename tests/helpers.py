@@ -43,13 +43,20 @@ def fake_commands(folder: Path, scripts: dict[str, str]) -> str:
     return f"{folder}{os.pathsep}{os.environ['PATH']}"
 
 
+def snakemake_arguments(
+    workdir: Path, *args: str, config: list[Path] | tuple[Path, ...] | None = (TINY,)
+) -> list[str]:
+    """snakemake's arguments for the checkout's Snakefile run in `workdir`."""
+    arguments = ["-s", str(SNAKEFILE), "-d", str(workdir)]
+    if config:
+        arguments += ["--configfile", *map(str, config)]
+    return arguments + list(args)
+
+
 def snakemake_command(
     workdir: Path, *args: str, config: list[Path] | tuple[Path, ...] | None = (TINY,)
 ) -> list[str]:
-    command = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(workdir)]
-    if config:
-        command += ["--configfile", *map(str, config)]
-    return command + list(args)
+    return [sys.executable, "-m", "snakemake", *snakemake_arguments(workdir, *args, config=config)]
 
 
 def snakemake(
@@ -65,9 +72,8 @@ def snakemake(
     fresh then, whose interpreter reads that environment from its start (PYTHONPATH's
     sitecustomize, which applies the mutant) as a user's would."""
     if forking.serves(env):
-        return forking.snakemake(
-            snakemake_command(workdir, *args, config=config)[3:], cwd=None, timeout=timeout
-        )
+        arguments = snakemake_arguments(workdir, *args, config=config)
+        return forking.snakemake(arguments, cwd=None, timeout=timeout)
     process = subprocess.Popen(
         snakemake_command(workdir, *args, config=config),
         stdout=subprocess.PIPE,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import random
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -20,7 +19,13 @@ from collections.abc import Iterator
 import pytest
 from helpers import HANG
 
-from soma.store.s3.local_bucket import LocalBucketError, environment, free_port, server_command
+from soma.store.s3.local_bucket import (
+    LocalBucketError,
+    _free,
+    environment,
+    free_port,
+    server_command,
+)
 
 BUCKET = "soma-test"
 FILER_GRPC = ""  # set when the server starts
@@ -44,18 +49,9 @@ def _free_port() -> int:
         lowest = 32768  # Linux's default
     for _ in range(200 if lowest > 11025 else 0):
         port = random.randint(1024, lowest - 10001)
-        if _bindable(port) and _bindable(port + 10000):
+        if _free(port) and _free(port + 10000):
             return port
     return free_port()
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def _server_command(folder: str, port: int) -> list[str]:
