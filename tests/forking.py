@@ -18,10 +18,16 @@ from __future__ import annotations
 import atexit
 import gc
 import importlib.util
+import json
 import multiprocessing
 import os
+import runpy
+import select
+import shlex
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -94,6 +100,116 @@ def _exit(code: object) -> None:
 # what `python -m` runs for each command a test forks
 _MODULES = {"snakemake": "snakemake", "soma": "soma.cli"}
 
+# the workflow's jobs: each a `python SCRIPT` that snakemake starts (tests/forked_job.py)
+_JOB_CLIENT = Path(__file__).with_name("forked_job.py")
+_JOB_ADDRESS = "SOMA_TESTS_JOB_SERVER"
+
+
+def _serve_jobs(folder: str) -> None:
+    """Before a forked snakemake starts: a job server forked from it while it is still the
+    fork server's preloaded image (no thread, no Snakefile read), in its session and process
+    group (a kill of the group ends the jobs too), and `sys.executable` pointed at
+    tests/forked_job.py, which snakemake runs for each `script:` job as it would the
+    interpreter. The server ends when snakemake does (the pipe it holds closes)."""
+    address = os.path.join(folder, "jobs")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(address)
+    listener.listen(64)
+    alive, held = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if os.fork() == 0:
+        os.close(held)
+        _job_server(listener, alive)
+    listener.close()
+    os.close(alive)
+    os.environ[_JOB_ADDRESS] = address
+    client = shlex.quote(str(_JOB_CLIENT))
+    sys.executable = f"{shlex.quote(sys.executable)} -I -S {client}"
+
+
+def _job_server(listener: socket.socket, alive: int) -> None:
+    """The job server's loop: for each job asked for, a waiter forked (which forks the job);
+    the waiters are reaped by the kernel. It ends when snakemake's end closes `alive`."""
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a ^C reaches the jobs, not their server
+    while True:
+        ready, _, _ = select.select([listener, alive], [], [])
+        if alive in ready:
+            os._exit(0)
+        connection, _ = listener.accept()
+        if os.fork() == 0:
+            listener.close()
+            os.close(alive)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            _wait_job(connection)
+        connection.close()
+
+
+def _receive(connection: socket.socket) -> tuple[dict, list[int]]:
+    """The job's request (argv, env, cwd: JSON after its length) and its standard streams."""
+    data, fds, _, _ = socket.recv_fds(connection, 1 << 16, 3)
+    while len(data) < 4 or len(data) < 4 + struct.unpack("!I", data[:4])[0]:
+        more = connection.recv(1 << 16)
+        if not more:
+            os._exit(1)  # its client is gone: no job to run
+        data += more
+    return json.loads(data[4:]), fds
+
+
+def _wait_job(connection: socket.socket) -> None:
+    """The waiter: fork the job, tell the client its pid and then its wait status; kill the
+    job if the client goes first (snakemake killed it)."""
+    request, fds = _receive(connection)
+    pid = os.fork()
+    if pid == 0:
+        connection.close()
+        _job(request, fds)
+    for fd in fds:
+        os.close(fd)
+    connection.sendall(f"{pid}\n".encode())
+    ended = os.pidfd_open(pid)
+    ready, _, _ = select.select([connection, ended], [], [])
+    if ended not in ready:  # the client closed (nothing else comes from it): it is gone
+        os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    try:
+        connection.sendall(f"{status}\n".encode())
+    except OSError:
+        pass  # the client is gone
+    os._exit(0)
+
+
+def _job(request: dict, fds: list[int]) -> None:
+    """In the job: its client's standard streams, environment and folder, then its script as
+    `python SCRIPT ARGS` runs it (`__main__`, its folder first on the path)."""
+    gc.freeze()
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    del os.environ[_JOB_ADDRESS]
+    os.chdir(request["cwd"])
+    argv = list(request["argv"])
+    try:
+        if argv[0] == "-m":  # a `run:` job: snakemake spawns `python -m snakemake ...`
+            sys.argv = [importlib.util.find_spec(argv[1]).origin, *argv[2:]]
+            sys.path.insert(0, os.getcwd())
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = argv
+            sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
+            runpy.run_path(argv[0], run_name="__main__")
+        code: object = 0
+    except SystemExit as done:
+        code = done.code
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    _exit(code)
+
 
 def _command(
     name: str, args: list[str], cwd: str, environ: dict[str, str], stdout: str, stderr: str
@@ -122,6 +238,9 @@ def _command(
         if name == "snakemake":
             from snakemake.cli import main
 
+            options = {arg.split("=")[0] for arg in args}
+            if not {"--executor", "-e", "--profile", "--workflow-profile"} & options:
+                _serve_jobs(os.path.dirname(stdout))
             main()
             code: object = 0
         else:

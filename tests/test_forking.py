@@ -1,11 +1,16 @@
 """The suite's fork server (tests/forking.py): a snakemake forked from it is the run a fresh
 `python -m snakemake` would be: the caller's environment and working directory at the call,
-its exit status and its output; a forked soma says what a fresh one says."""
+its exit status and its output; a forked soma says what a fresh one says; the workflow jobs
+that snakemake forks from its job server run as `python SCRIPT` would, fail as it would, and
+end with their snakemake."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
+import time
 
 import forking
 import pytest
@@ -57,3 +62,78 @@ def test_forked_processes_at_once_each_say_their_own_and_end_with_their_own_stat
     assert said[1][0] == "" and "invalid choice: 'bogus'" in said[1][1]
     running[0].kill()  # ended: nothing to kill, and no error
     assert running[0].communicate() == said[0]
+
+
+def _workflow(folder, script: str) -> None:
+    """A one-rule workflow in `folder` whose job is `script`, a `script:` file as the
+    workflow's own rules have them."""
+    (folder / "job.py").write_text(script)
+    (folder / "Snakefile").write_text(
+        "rule job:\n    output: 'done.txt'\n    log: 'job.log'\n    script: 'job.py'\n"
+    )
+
+
+def test_a_workflow_job_is_forked_and_runs_as_python_script_would(tmp_path, monkeypatch):
+    forking.context()
+    monkeypatch.setenv("SOMA_FORKING_PROBE", "the caller's")
+    _workflow(
+        tmp_path,
+        "import json, os, sys\n"
+        "forked = 'torch' in sys.modules  # imported before the script: the server's\n"
+        "print('said by the job')\n"
+        "with open(snakemake.output[0], 'w') as f:\n"
+        "    json.dump([forked, __name__, sys.argv, sys.path[0], os.getcwd(),\n"
+        "               os.environ['SOMA_FORKING_PROBE'], os.getpid()], f)\n",
+    )
+    done = forking.snakemake(["--cores", "1"], cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stdout
+    assert "said by the job" in done.stdout
+    forked, name, argv, first, cwd, probe, pid = json.loads((tmp_path / "done.txt").read_text())
+    assert forked and name == "__main__" and probe == "the caller's"
+    assert len(argv) == 1 and argv[0].endswith(".py") and first == os.path.dirname(argv[0])
+    assert cwd == str(tmp_path)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # ended with the run
+
+
+def test_a_failing_workflow_job_fails_its_rule_with_its_traceback(tmp_path):
+    _workflow(tmp_path, "raise RuntimeError('the job broke')\n")
+    done = forking.snakemake(["--cores", "1"], cwd=tmp_path, timeout=600)
+    assert done.returncode == 1
+    assert "RuntimeError: the job broke" in done.stdout
+    assert "Error in rule job" in done.stdout
+
+
+def test_killing_a_forked_snakemake_kills_its_running_job(tmp_path):
+    _workflow(
+        tmp_path,
+        "import os, time\n"
+        "open('pid.tmp', 'w').write(str(os.getpid()))\n"
+        "os.rename('pid.tmp', 'pid')\n"
+        "time.sleep(3600)\n",
+    )
+    process = forking.Forked("snakemake", ["--cores", "1"], tmp_path, apart=False)
+    try:
+        pid_file = tmp_path / "pid"
+        deadline = time.monotonic() + 600  # a hang's bound, not a wait's: the job writes it
+        while not pid_file.exists() and process.poll() is None:
+            assert time.monotonic() < deadline, process.communicate()
+            time.sleep(0.05)
+        assert pid_file.exists(), process.communicate()[0]
+        job = int(pid_file.read_text())
+    finally:
+        process.kill()
+        process.communicate()
+    deadline = time.monotonic() + 600
+    while os.path.exists(f"/proc/{job}") and _state(job) != "Z":
+        assert time.monotonic() < deadline, f"job {job} outlived its snakemake"
+        time.sleep(0.05)
+
+
+def _state(pid: int) -> str:
+    """A process's state letter (Z: ended, not yet reaped), '' if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
