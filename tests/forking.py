@@ -75,11 +75,37 @@ def context() -> multiprocessing.context.BaseContext:
 
 
 def serves(env: dict | None = None) -> bool:
-    """Whether a test's process is forked from the server: not where the test gives its own
-    environment (the interpreter reads it from its start: a PYTHONPATH whose sitecustomize
-    applies the mutant, fake Slurm commands), nor in a mutant's run (a fork itself: a server of
-    its own would cost more than the few processes its catchers start)."""
-    return env is None and not os.environ.get("SOMA_MUTANT")
+    """Whether a test's process is forked from the server: not where the test's environment
+    changes how the interpreter starts (`added_path` is None: a PYTHONPATH whose
+    sitecustomize applies the mutant or fakes Slurm's commands), nor in a mutant's run (a
+    fork itself: a server of its own would cost more than the few processes its catchers
+    start). An environment that only adds module folders (the fixture tasks) is forked."""
+    if os.environ.get("SOMA_MUTANT"):
+        return False
+    return env is None or added_path(env) is not None
+
+
+# what the interpreter runs as it starts when it is found on the path
+_STARTUP = ("sitecustomize.py", "usercustomize.py", "sitecustomize", "usercustomize")
+
+
+def added_path(env: dict[str, str]) -> list[str] | None:
+    """The folders `env`'s PYTHONPATH puts first on a process's path (a forked one puts them
+    before the server's path), when that is all that its PYTHON* variables change and none
+    of those folders holds what an interpreter runs as it starts (sitecustomize,
+    usercustomize, a .pth file): a fresh interpreter then starts as the server did. None
+    where they change more: a process that only a fresh interpreter starts as it should."""
+    here = {k: v for k, v in os.environ.items() if k.startswith("PYTHON") and k != "PYTHONPATH"}
+    there = {k: v for k, v in env.items() if k.startswith("PYTHON") and k != "PYTHONPATH"}
+    if here != there:
+        return None
+    folders = [f for f in env.get("PYTHONPATH", "").split(os.pathsep) if f]
+    for folder in folders:
+        if os.path.isdir(folder) and any(
+            name in _STARTUP or name.endswith(".pth") for name in os.listdir(folder)
+        ):
+            return None
+    return folders
 
 
 def _exit(code: object) -> None:
@@ -192,9 +218,16 @@ def _job(request: dict, fds: list[int]) -> None:
     os.environ.update(request["env"])
     del os.environ[_JOB_ADDRESS]
     os.chdir(request["cwd"])
-    argv = list(request["argv"])
+    _exit(_python(list(request["argv"])))
+
+
+def _python(argv: list[str]) -> object:
+    """What `python ARGV` runs, in this process: `SCRIPT ARGS` (its folder first on the path)
+    or `-m MODULE ARGS` (the working folder first: a `run:` job, which snakemake spawns as
+    `python -m snakemake ...`), as `__main__`; its exit code as SystemExit has it (1, its
+    traceback printed, for an exception)."""
     try:
-        if argv[0] == "-m":  # a `run:` job: snakemake spawns `python -m snakemake ...`
+        if argv[0] == "-m":
             sys.argv = [importlib.util.find_spec(argv[1]).origin, *argv[2:]]
             sys.path.insert(0, os.getcwd())
             runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
@@ -202,24 +235,39 @@ def _job(request: dict, fds: list[int]) -> None:
             sys.argv = argv
             sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
             runpy.run_path(argv[0], run_name="__main__")
-        code: object = 0
+        return 0
     except SystemExit as done:
-        code = done.code
+        return done.code
     except BaseException:
         sys.excepthook(*sys.exc_info())
-        code = 1
-    _exit(code)
+        return 1
+
+
+def _umask() -> int:
+    """This process's umask, read without changing it (os.umask sets one to read one)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    raise RuntimeError("/proc/self/status has no Umask line")
 
 
 def _command(
-    name: str, args: list[str], cwd: str, environ: dict[str, str], stdout: str, stderr: str
+    name: str,
+    args: list[str],
+    cwd: str,
+    environ: dict[str, str],
+    umask: int,
+    stdout: str,
+    stderr: str,
 ) -> None:
     """In the forked process: a session of its own (killed as a group, with what it starts),
     output to `stdout` and `stderr` (one file for both when they are the same), the caller's
-    working directory and environment, then the command line of `name`: `snakemake` or
-    `soma`, as `python -m` runs them."""
+    working directory, environment and umask, then the command line of `name`: `snakemake`
+    or `soma`, as `python -m` runs them, or `python`'s (`args`: a script and its arguments)."""
     gc.freeze()  # the server's imports: nothing for the collector to walk
     os.setsid()
+    os.umask(umask)
     for fd, path in ((1, stdout), (2, stderr)):
         if fd == 2 and stderr == stdout:
             os.dup2(1, 2)  # one file description: both in the order written
@@ -230,6 +278,9 @@ def _command(
     os.environ.clear()
     os.environ.update(environ)
     os.chdir(cwd)
+    sys.path[:0] = added_path(environ) or []
+    if name == "python":
+        _exit(_python(args))
     sys.argv = [
         importlib.util.find_spec(f"{_MODULES[name]}.__main__").origin,
         *args,
@@ -253,27 +304,42 @@ def _command(
 
 
 class Forked:
-    """A forked `python -m NAME ARGS` (NAME: snakemake or soma) in `cwd` with this process's
-    environment, as much of `subprocess.Popen` as the tests use: `pid`, `args`, `returncode`,
-    `poll()`, `wait()`, `kill()` (its whole process group) and `communicate()` (its stdout and
-    stderr once it ends, as text; stderr `apart`, or in stdout in the order written). Its
-    output goes to files, so nothing blocks on a pipe nobody reads yet."""
+    """A forked `python -m NAME ARGS` (NAME: snakemake or soma; or `python ARGS`, NAME
+    python) in `cwd` with this process's environment (or `env`: one that `serves`, its
+    PYTHONPATH's folders first on the path) and umask (or `umask`), as much of
+    `subprocess.Popen` as the tests use:
+    `pid`, `args`, `returncode`, `poll()`, `wait()`, `kill()` (its whole process group) and
+    `communicate()` (its stdout and stderr once it ends, as text; stderr `apart`, or in stdout
+    in the order written). Its output goes to files, so nothing blocks on a pipe nobody reads
+    yet."""
 
     def __init__(
-        self, name: str, args: list[str], cwd: Path | str | None = None, *, apart: bool = True
+        self,
+        name: str,
+        args: list[str],
+        cwd: Path | str | None = None,
+        *,
+        apart: bool = True,
+        umask: int | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
+        environ = dict(os.environ) if env is None else dict(env)
+        if added_path(environ) is None:
+            raise ValueError(f"a fresh interpreter, not a forked one, starts {name} in that env")
         self._folder = tempfile.mkdtemp(prefix=f"{name}-")
         self._out = os.path.join(self._folder, "out")
         self._err = os.path.join(self._folder, "err") if apart else self._out
         self._apart = apart
         self._said: tuple[str, str] | None = None
         self._lock = threading.Lock()  # one thread at a time asks multiprocessing
-        self.args = [sys.executable, "-m", _MODULES[name], *args]
+        module = [] if name == "python" else ["-m", _MODULES[name]]
+        self.args = [sys.executable, *module, *args]
         self.returncode: int | None = None
         where = str(cwd) if cwd is not None else os.getcwd()
+        mask = _umask() if umask is None else umask
         self._process = context().Process(
             target=_command,
-            args=(name, list(args), where, dict(os.environ), self._out, self._err),
+            args=(name, list(args), where, environ, mask, self._out, self._err),
             name=name,
         )
         self._process.start()
@@ -316,10 +382,17 @@ class Forked:
 
 
 def _forked(
-    name: str, args: list[str], cwd: Path | str | None, timeout: float, *, apart: bool
+    name: str,
+    args: list[str],
+    cwd: Path | str | None,
+    timeout: float,
+    *,
+    apart: bool,
+    umask: int | None = None,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess:
     """`Forked` to its end; killed as a whole process group if it outlives `timeout`."""
-    process = Forked(name, args, cwd, apart=apart)
+    process = Forked(name, args, cwd, apart=apart, umask=umask, env=env)
     try:
         out, err = process.communicate(timeout)
     except subprocess.TimeoutExpired:
@@ -330,14 +403,22 @@ def _forked(
 
 
 def snakemake(
-    args: list[str], *, cwd: Path | str | None, timeout: float
+    args: list[str],
+    *,
+    cwd: Path | str | None,
+    timeout: float,
+    umask: int | None = None,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess:
     """`python -m snakemake ARGS`, forked: its output (stdout and stderr, in the order
-    written) is the result's stdout."""
-    return _forked("snakemake", args, cwd, timeout, apart=False)
+    written) is the result's stdout; `umask` and `env` as `subprocess.run`'s (the caller's
+    if None)."""
+    return _forked("snakemake", args, cwd, timeout, apart=False, umask=umask, env=env)
 
 
-def soma(args: list[str], *, cwd: Path | str | None, timeout: float) -> subprocess.CompletedProcess:
+def soma(
+    args: list[str], *, cwd: Path | str | None, timeout: float, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """`python -m soma.cli ARGS`, forked: stdout and stderr apart, as `subprocess.run` with
-    `capture_output` has them."""
-    return _forked("soma", args, cwd, timeout, apart=True)
+    `capture_output` has them; `env` as its (the caller's if None)."""
+    return _forked("soma", args, cwd, timeout, apart=True, env=env)

@@ -65,15 +65,19 @@ def snakemake(
     config: list[Path] | tuple[Path, ...] | None = (TINY,),
     timeout: float = 600,
     env: dict | None = None,
+    umask: int = -1,
 ) -> subprocess.CompletedProcess:
-    """Run snakemake in `workdir`; killed as a whole process group if it outlives `timeout`.
+    """Run snakemake in `workdir` (under `umask`, as `subprocess.run` has it: -1 the
+    caller's); killed as a whole process group if it outlives `timeout`.
     Forked from the suite's fork server (tests/forking.py), which imported snakemake once,
-    unless the test gives its own environment or runs under a mutant: a process started
-    fresh then, whose interpreter reads that environment from its start (PYTHONPATH's
-    sitecustomize, which applies the mutant) as a user's would."""
+    unless the test's environment changes how the interpreter starts (`forking.serves`) or
+    it runs under a mutant: a process started fresh then, whose interpreter reads that
+    environment from its start (PYTHONPATH's sitecustomize, which applies the mutant) as a
+    user's would."""
     if forking.serves(env):
         arguments = snakemake_arguments(workdir, *args, config=config)
-        return forking.snakemake(arguments, cwd=None, timeout=timeout)
+        mask = None if umask < 0 else umask
+        return forking.snakemake(arguments, cwd=None, timeout=timeout, umask=mask, env=env)
     process = subprocess.Popen(
         snakemake_command(workdir, *args, config=config),
         stdout=subprocess.PIPE,
@@ -81,6 +85,7 @@ def snakemake(
         text=True,
         start_new_session=True,
         env=env,
+        umask=umask,
     )
     try:
         out, _ = process.communicate(timeout=timeout)
@@ -89,6 +94,40 @@ def snakemake(
         out, _ = process.communicate()
         raise AssertionError(f"snakemake outlived {timeout}s:\n{out[-3000:]}") from None
     return subprocess.CompletedProcess(process.args, process.returncode, out, "")
+
+
+def snakemake_process(
+    workdir: Path,
+    *args: str,
+    config: list[Path] | tuple[Path, ...] | None = (TINY,),
+    env: dict | None = None,
+) -> Running:
+    """snakemake in `workdir`, started and left running (a test that races two, or kills
+    one): its output (stdout and stderr in the order written) is what `communicate()`
+    returns first. Forked or fresh as `snakemake` is; its own process group, which its
+    `kill()` ends whole."""
+    if forking.serves(env):
+        arguments = snakemake_arguments(workdir, *args, config=config)
+        return forking.Forked("snakemake", arguments, apart=False, env=env)
+    return _Group(
+        snakemake_command(workdir, *args, config=config),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env=env,
+    )
+
+
+class _Group(subprocess.Popen):
+    """A Popen whose `kill()` ends its whole process group, as `forking.Forked`'s does."""
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # it ended in between
 
 
 def ok(result: subprocess.CompletedProcess) -> str:
@@ -132,9 +171,10 @@ def soma(
 ) -> subprocess.CompletedProcess:
     """`soma ARGS...` as a user types it (this interpreter's soma), its output captured.
     Forked from the suite's fork server (tests/forking.py), which imported torch and soma
-    once, unless the test gives its own environment or runs under a mutant, as `snakemake`."""
+    once, unless the test's environment changes how the interpreter starts or it runs under
+    a mutant, as `snakemake`."""
     if forking.serves(env):
-        return forking.soma(list(args), cwd=cwd, timeout=timeout)
+        return forking.soma(list(args), cwd=cwd, timeout=timeout, env=env)
     return subprocess.run(
         [sys.executable, "-m", "soma.cli", *args],
         cwd=cwd,
@@ -142,6 +182,20 @@ def soma(
         capture_output=True,
         text=True,
         timeout=timeout,
+    )
+
+
+def soma_process(args: list[str], *, cwd: Path, env: dict | None = None) -> Running:
+    """`soma ARGS` started and left running (stdout and stderr apart), forked as `soma` is."""
+    if forking.serves(env):
+        return forking.Forked("soma", args, cwd, env=env)
+    return subprocess.Popen(
+        [sys.executable, "-m", "soma.cli", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -188,6 +242,8 @@ class Running(Protocol):
     returncode: int | None
 
     def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
 
     def kill(self) -> None: ...
 
@@ -334,19 +390,9 @@ def same_bits_in_every_mode(
     workflow, and the run's summary, model and best (read by no caller; run by the tiny run,
     tests/tiny_run.py) are not made, 3 jobs and their imports of torch fewer."""
     # a run of its own in tmp_path/store: a workflow run in tmp_path shares that store
-    client = [sys.executable, "-m", "soma.cli", "client", "--store", "store"]
-    client += ["--run", f"{name}-clients"]
-    processes = [
-        subprocess.Popen(
-            [*client, *run, "--mine", mine],
-            cwd=tmp_path,
-            env=soma_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for mine in mines
-    ]
+    client = ["client", "--store", "store", "--run", f"{name}-clients", *run]
+    processes = [soma_process([*client, "--mine", mine], cwd=tmp_path, env=soma_env())
+                 for mine in mines]  # fmt: skip
     by_client = {last_weights(out) for out in finished_together(processes, 600)}
     assert len(by_client) == 1, by_client
     simulated = soma("simulate", *run, cwd=tmp_path, env=soma_env())
@@ -358,16 +404,9 @@ def same_bits_in_every_mode(
     # the target between --cores and --config: --configfile and --config take every
     # argument up to the next option
     made = f"results/{name}/" + target.format(last=rounds - 1)
-    done = subprocess.run(
-        snakemake_command(
-            workdir, "--cores", "1", made, "--config", f"run={name}", *workflow, config=configs
-        ),  # fmt: skip
-        env=soma_env(),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    arguments = ["--cores", "1", made, "--config", f"run={name}", *workflow]
+    done = snakemake(workdir, *arguments, config=configs, env=soma_env(), timeout=900)
+    assert done.returncode == 0, done.stdout[-4000:]
     results = workdir / "results" / name
     average = json.loads((results / "round" / str(rounds - 1) / "average.json").read_text())
     assert {average["weights"]} == by_client
@@ -392,12 +431,19 @@ def fault_clients(args: list[str], *, plant: str | None, faulty: int, env=None) 
         mine.pop("SOMA_PLANT", None)
         if plant is not None and k == faulty:
             mine["SOMA_PLANT"] = plant
-        command = [sys.executable, str(TESTS / "fault_worker.py"), *args, "--mine", str(k)]
-        running.append(
-            subprocess.Popen(
-                command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mine
+        command = [str(TESTS / "fault_worker.py"), *args, "--mine", str(k)]
+        if forking.serves(mine):  # what `env` and the plant set is read after the start
+            running.append(forking.Forked("python", command, env=mine))
+        else:
+            running.append(
+                subprocess.Popen(
+                    [sys.executable, *command],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    env=mine,
+                )
             )
-        )
     done = []
     for process in running:
         out, err = process.communicate(timeout=HANG)

@@ -137,3 +137,43 @@ def _state(pid: int) -> str:
             return stat.read().rsplit(")", 1)[1].split()[0]
     except (FileNotFoundError, ProcessLookupError):
         return ""
+
+
+@pytest.mark.parametrize("umask", [0o027, None])
+def test_a_forked_snakemake_and_its_jobs_run_under_the_callers_umask(tmp_path, umask):
+    (tmp_path / "job.py").write_text(
+        "import os\nopen(snakemake.output[0], 'w').write(oct(os.umask(0)))\n"
+    )
+    (tmp_path / "Snakefile").write_text(
+        "import os\n"
+        "rule all:\n    input: 'job.txt', 'run.txt'\n"
+        "rule job:\n    output: 'job.txt'\n    script: 'job.py'\n"
+        "rule run:\n    output: 'run.txt'\n    run:\n"
+        "        open(output[0], 'w').write(oct(os.umask(0)))\n"
+    )
+    done = forking.snakemake(["--cores", "1"], cwd=tmp_path, timeout=600, umask=umask)
+    assert done.returncode == 0, done.stdout
+    expected = oct(0o027 if umask is not None else forking._umask())
+    assert [(tmp_path / f).read_text() for f in ("job.txt", "run.txt")] == [expected] * 2
+
+
+def test_an_environment_that_only_adds_module_folders_is_forked_and_finds_them(tmp_path):
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "probe_module.py").write_text("SAID = 'found on the added path'\n")
+    (tmp_path / "probe.py").write_text("import probe_module\nprint(probe_module.SAID)\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "mods"))
+    assert forking.serves(env)
+    process = forking.Forked("python", [str(tmp_path / "probe.py")], tmp_path, env=env)
+    assert process.communicate() == ("found on the added path\n", "")
+    assert process.returncode == 0
+
+
+def test_an_environment_that_changes_how_python_starts_is_not_forked(tmp_path):
+    (tmp_path / "sitecustomize.py").write_text("")
+    for env in (
+        dict(os.environ, PYTHONPATH=str(tmp_path)),  # a sitecustomize: a mutant, fake Slurm
+        dict(os.environ, PYTHONHASHSEED="7"),
+    ):
+        assert not forking.serves(env)
+        with pytest.raises(ValueError, match="a fresh interpreter"):
+            forking.Forked("soma", ["--help"], tmp_path, env=env)

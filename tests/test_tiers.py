@@ -140,7 +140,10 @@ def test_the_helpers_that_start_a_process_are_those_the_rule_finds() -> None:
     }
     assert found == {
         "snakemake",
+        "snakemake_process",
+        "_Group",  # a Popen
         "soma",
+        "soma_process",
         "soma_processes",
         "soma_clients",
         "same_bits_in_every_mode",

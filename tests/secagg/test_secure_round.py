@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import communicated, correlated, soma_processes
+from helpers import snakemake as run_snakemake
 from helpers import soma_clients as workflow_clients
 
 from soma.nodes import export, load
@@ -170,12 +171,11 @@ ROOT = HERE.parent
 
 def snakemake(workdir: Path, *config: str, umask: int = -1) -> None:
     """Run `sec` up to round 1's evaluation: its summary and model are the tiny run's to make."""
-    command = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(workdir)]
-    command += ["--cores", "2", "results/sec/round/1/evaluation.json"]
-    command += ["--configfile", str(HERE / "fixtures/tiny.yaml")]
-    command += [str(HERE / "fixtures/no-baselines.yaml"), "--config", "clients=3", *config]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900, umask=umask)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    target = "results/sec/round/1/evaluation.json"
+    configs = [HERE / "fixtures/tiny.yaml", HERE / "fixtures/no-baselines.yaml"]
+    arguments = ["--cores", "2", target, "--config", "clients=3", *config]
+    done = run_snakemake(workdir, *arguments, config=configs, timeout=900, umask=umask)
+    assert done.returncode == 0, done.stdout[-4000:]
 
 
 @pytest.mark.workflow

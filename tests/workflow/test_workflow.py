@@ -7,7 +7,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from helpers import (  # noqa: F401
+    HANG,
     NO_BASELINES,
     ROOT,
     SNAKEFILE,
@@ -26,6 +26,7 @@ from helpers import (  # noqa: F401
     receipts,
     snakemake,
     snakemake_command,
+    snakemake_process,
     soma_clients,
 )
 
@@ -256,20 +257,16 @@ def test_rerunning_a_round_that_would_change_its_weights_is_refused_naming_the_c
 def test_a_killed_run_resumes_from_the_last_finished_round(tmp_path) -> None:
     # up to the last round's average: evaluations, summary and model are not what resumes
     last = "results/tiny/round/3/average.json"
-    command = snakemake_command(
+    process = snakemake_process(
         tmp_path, "--cores", "1", last, "--config", "rounds=4", config=[TINY, NO_BASELINES]
     )
-    log = open(tmp_path / "killed.log", "w")  # noqa: SIM115
-    process = subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True)
     first = tmp_path / "results" / "tiny" / "round" / "1" / "average.json"
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + HANG  # a hang's bound: the run makes it or ends
     while not first.exists() and time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.2)
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-    log.close()
-    assert first.exists(), (tmp_path / "killed.log").read_text()[-3000:]
+    process.kill()
+    said, _ = process.communicate()
+    assert first.exists(), said[-3000:]
     assert not (tmp_path / "results" / "tiny" / "round" / "3" / "average.json").exists()
     # round 0 finished; round 1's receipt may be there with its job unfinished (incomplete)
     round_0 = tmp_path / "results" / "tiny" / "round" / "0"
@@ -302,15 +299,9 @@ def test_two_snakemakes_in_two_directories_sharing_one_store_average_each_round_
     # every receipt (compared below), not the summary and model made from them
     made = [f"results/tiny/round/{r}/evaluation.json" for r in range(2)]
     processes = [
-        subprocess.Popen(
-            snakemake_command(
-                w, "--cores", "1", *made, "--config", f"store={store}", config=[TINY, NO_BASELINES]
-            ),  # no baselines: they only read the start from the store
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
+        snakemake_process(
+            w, "--cores", "1", *made, "--config", f"store={store}", config=[TINY, NO_BASELINES]
+        )  # no baselines: they only read the start from the store
         for w in runs
     ]
     for p, (out, _) in zip(processes, communicated(processes, 600), strict=True):

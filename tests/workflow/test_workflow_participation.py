@@ -7,12 +7,11 @@ import json
 import os
 import re
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from helpers import NO_BASELINES, ROOT, TINY, ok, receipts, snakemake, snakemake_command
+from helpers import HANG, NO_BASELINES, ROOT, TINY, ok, receipts, snakemake, snakemake_process
 
 from soma.config.participation import sampled
 from soma.round import status
@@ -117,26 +116,26 @@ def test_a_killed_client_job_is_retried_and_drops_out_when_the_quorum_allows(tmp
         json.dumps({"run": "slow", "task": "slow_task", "task_options": {"slow_task": slow},
                     "clients": 3, "rounds": 1, "metric": "loss", "quorum": 2})
     )  # fmt: skip
-    command = snakemake_command(
-        tmp_path, "--cores", "3", "--retries", "1", config=[TINY, NO_BASELINES, config]
-    )
-    out = open(tmp_path / "snakemake.out", "w")  # noqa: SIM115
-    run = subprocess.Popen(command, stdout=out, stderr=out, env=FIXTURE_ENV, start_new_session=True)
+    run = snakemake_process(
+        tmp_path, "--cores", "3", "--retries", "1", config=[TINY, NO_BASELINES, config],
+        env=FIXTURE_ENV,
+    )  # fmt: skip
     log = tmp_path / "logs" / "slow" / "round" / "0" / "client" / "1.log"
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + HANG  # a hang's bound: the job logs its pid, or the run ends
     pid = None
-    while pid is None and time.monotonic() < deadline and run.poll() is None:
-        found = re.search(r"\(pid (\d+)\)", log.read_text()) if log.exists() else None
-        pid = int(found.group(1)) if found else None
-        time.sleep(0.2)
-    assert pid is not None, (tmp_path / "snakemake.out").read_text()[-3000:]
-    os.kill(pid, signal.SIGKILL)
     try:
-        assert run.wait(timeout=300) == 0, (tmp_path / "snakemake.out").read_text()[-3000:]
+        while pid is None and time.monotonic() < deadline and run.poll() is None:
+            found = re.search(r"\(pid (\d+)\)", log.read_text()) if log.exists() else None
+            pid = int(found.group(1)) if found else None
+            time.sleep(0.2)
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+            run.wait(timeout=HANG)
     finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-        out.close()
+        run.kill()  # ended by then, unless the test failed
+        said, _ = run.communicate()
+    assert pid is not None, said[-3000:]
+    assert run.returncode == 0, said[-3000:]
     got = receipts(tmp_path, "slow")
     dropped = json.loads(got["round/0/client/1.json"])
     assert (
