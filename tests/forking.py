@@ -363,11 +363,7 @@ class Forked:
         return self.returncode
 
     def kill(self) -> None:
-        if self.poll() is None:
-            try:
-                os.killpg(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass  # it ended in between
+        kill_group(self)
 
     def communicate(self, timeout: float | None = None) -> tuple[str, str]:
         self.wait(timeout)
@@ -379,6 +375,16 @@ class Forked:
             self._said = (out, err if self._apart else "")
             shutil.rmtree(self._folder, ignore_errors=True)
         return self._said
+
+
+def kill_group(process: Forked | subprocess.Popen) -> None:
+    """SIGKILL to a running process's whole process group (one it started in a session of
+    its own, with what it started); nothing once it has ended."""
+    if process.poll() is None:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # it ended in between
 
 
 def _forked(

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -74,23 +73,11 @@ def snakemake(
     it runs under a mutant: a process started fresh then, whose interpreter reads that
     environment from its start (PYTHONPATH's sitecustomize, which applies the mutant) as a
     user's would."""
-    if forking.serves(env):
-        arguments = snakemake_arguments(workdir, *args, config=config)
-        mask = None if umask < 0 else umask
-        return forking.snakemake(arguments, cwd=None, timeout=timeout, umask=mask, env=env)
-    process = subprocess.Popen(
-        snakemake_command(workdir, *args, config=config),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-        env=env,
-        umask=umask,
-    )
+    process = snakemake_process(workdir, *args, config=config, env=env, umask=umask)
     try:
         out, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
+        process.kill()
         out, _ = process.communicate()
         raise AssertionError(f"snakemake outlived {timeout}s:\n{out[-3000:]}") from None
     return subprocess.CompletedProcess(process.args, process.returncode, out, "")
@@ -101,6 +88,7 @@ def snakemake_process(
     *args: str,
     config: list[Path] | tuple[Path, ...] | None = (TINY,),
     env: dict | None = None,
+    umask: int = -1,
 ) -> Running:
     """snakemake in `workdir`, started and left running (a test that races two, or kills
     one): its output (stdout and stderr in the order written) is what `communicate()`
@@ -108,7 +96,8 @@ def snakemake_process(
     `kill()` ends whole."""
     if forking.serves(env):
         arguments = snakemake_arguments(workdir, *args, config=config)
-        return forking.Forked("snakemake", arguments, apart=False, env=env)
+        mask = None if umask < 0 else umask
+        return forking.Forked("snakemake", arguments, apart=False, env=env, umask=mask)
     return _Group(
         snakemake_command(workdir, *args, config=config),
         stdout=subprocess.PIPE,
@@ -116,6 +105,7 @@ def snakemake_process(
         text=True,
         start_new_session=True,
         env=env,
+        umask=umask,
     )
 
 
@@ -123,11 +113,7 @@ class _Group(subprocess.Popen):
     """A Popen whose `kill()` ends its whole process group, as `forking.Forked`'s does."""
 
     def kill(self) -> None:
-        if self.poll() is None:
-            try:
-                os.killpg(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass  # it ended in between
+        forking.kill_group(self)
 
 
 def ok(result: subprocess.CompletedProcess) -> str:
