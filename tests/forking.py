@@ -11,6 +11,11 @@ its own, with its own pid, session, working directory, environment and exit stat
 imports only what it reads after the fork (the Snakefile and what it imports, a test module).
 The server is one per process because multiprocessing keeps one; its preload is this
 module's, whoever starts it.
+
+A forked snakemake's workflow jobs are forked too: before it reads the Snakefile it forks a
+job server of its own (its image still the server's), and snakemake runs tests/forked_job.py
+where it would run `python SCRIPT` for a job; that client has the job server fork the job with
+the client's arguments, environment, folder and standard streams, and ends as the job ends.
 """
 
 from __future__ import annotations
@@ -307,11 +312,10 @@ class Forked:
     """A forked `python -m NAME ARGS` (NAME: snakemake or soma; or `python ARGS`, NAME
     python) in `cwd` with this process's environment (or `env`: one that `serves`, its
     PYTHONPATH's folders first on the path) and umask (or `umask`), as much of
-    `subprocess.Popen` as the tests use:
-    `pid`, `args`, `returncode`, `poll()`, `wait()`, `kill()` (its whole process group) and
-    `communicate()` (its stdout and stderr once it ends, as text; stderr `apart`, or in stdout
-    in the order written). Its output goes to files, so nothing blocks on a pipe nobody reads
-    yet."""
+    `subprocess.Popen` as the tests use: `pid`, `args`, `returncode`, `poll()`, `wait()`,
+    `kill()` (its whole process group) and `communicate()` (its stdout and stderr once it
+    ends, as text; stderr `apart`, or in stdout in the order written). Its output goes to
+    files, so nothing blocks on a pipe nobody reads yet."""
 
     def __init__(
         self,

@@ -14,6 +14,7 @@ import time
 
 import forking
 import pytest
+from helpers import HANG
 
 
 def test_a_forked_snakemake_runs_with_the_callers_environment_and_folder(tmp_path, monkeypatch):
@@ -115,7 +116,7 @@ def test_killing_a_forked_snakemake_kills_its_running_job(tmp_path):
     process = forking.Forked("snakemake", ["--cores", "1"], tmp_path, apart=False)
     try:
         pid_file = tmp_path / "pid"
-        deadline = time.monotonic() + 600  # a hang's bound, not a wait's: the job writes it
+        deadline = time.monotonic() + HANG  # a hang's bound, not a wait's: the job writes it
         while not pid_file.exists() and process.poll() is None:
             assert time.monotonic() < deadline, process.communicate()
             time.sleep(0.05)
@@ -124,7 +125,7 @@ def test_killing_a_forked_snakemake_kills_its_running_job(tmp_path):
     finally:
         process.kill()
         process.communicate()
-    deadline = time.monotonic() + 600
+    deadline = time.monotonic() + HANG  # SIGKILL ends it at once: a hang's bound
     while os.path.exists(f"/proc/{job}") and _state(job) != "Z":
         assert time.monotonic() < deadline, f"job {job} outlived its snakemake"
         time.sleep(0.05)
