@@ -401,15 +401,25 @@ def _forked(
     umask: int | None = None,
     env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess:
-    """`Forked` to its end; killed as a whole process group if it outlives `timeout`."""
+    """`Forked` to its end (`finished`)."""
     process = Forked(name, args, cwd, apart=apart, umask=umask, env=env)
+    return finished(process, name, timeout)
+
+
+def finished(
+    process: Forked | subprocess.Popen, name: str, timeout: float
+) -> subprocess.CompletedProcess:
+    """A started process (forked, or a text-mode Popen in a session of its own) to its end,
+    its output captured; killed as a whole process group, failing the test with what it
+    said, if it outlives `timeout`."""
     try:
-        out, err = process.communicate(timeout)
+        out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        process.kill()
+        kill_group(process)
         out, err = process.communicate()
-        raise AssertionError(f"{name} outlived {timeout}s:\n{out[-3000:]}{err[-3000:]}") from None
-    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+        said = out[-3000:] + (err or "")[-3000:]
+        raise AssertionError(f"{name} outlived {timeout}s:\n{said}") from None
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err or "")
 
 
 def snakemake(

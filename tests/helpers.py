@@ -74,13 +74,7 @@ def snakemake(
     environment from its start (PYTHONPATH's sitecustomize, which applies the mutant) as a
     user's would."""
     process = snakemake_process(workdir, *args, config=config, env=env, umask=umask)
-    try:
-        out, _ = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        out, _ = process.communicate()
-        raise AssertionError(f"snakemake outlived {timeout}s:\n{out[-3000:]}") from None
-    return subprocess.CompletedProcess(process.args, process.returncode, out, "")
+    return forking.finished(process, "snakemake", timeout)
 
 
 def snakemake_process(
