@@ -41,6 +41,8 @@ import time
 from multiprocessing import forkserver
 from pathlib import Path
 
+import forked_job
+
 
 def _plugins() -> list[str]:
     """The modules of the installed pytest plugins (entry point group `pytest11`), which a
@@ -132,8 +134,7 @@ def _exit(code: object) -> None:
 _MODULES = {"snakemake": "snakemake", "soma": "soma.cli"}
 
 # the workflow's jobs: each a `python SCRIPT` that snakemake starts (tests/forked_job.py)
-_JOB_CLIENT = Path(__file__).with_name("forked_job.py")
-_JOB_ADDRESS = "SOMA_TESTS_JOB_SERVER"
+_JOB_CLIENT = Path(forked_job.__file__)
 
 
 def _serve_jobs(folder: str) -> None:
@@ -154,7 +155,7 @@ def _serve_jobs(folder: str) -> None:
         _job_server(listener, alive)
     listener.close()
     os.close(alive)
-    os.environ[_JOB_ADDRESS] = address
+    os.environ[forked_job.ADDRESS] = address
     client = shlex.quote(str(_JOB_CLIENT))
     sys.executable = f"{shlex.quote(sys.executable)} -I -S {client}"
 
@@ -221,7 +222,7 @@ def _job(request: dict, fds: list[int]) -> None:
         os.close(fd)
     os.environ.clear()
     os.environ.update(request["env"])
-    del os.environ[_JOB_ADDRESS]
+    del os.environ[forked_job.ADDRESS]
     os.chdir(request["cwd"])
     _exit(_python(list(request["argv"])))
 

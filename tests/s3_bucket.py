@@ -21,9 +21,9 @@ from helpers import HANG
 
 from soma.store.s3.local_bucket import (
     LocalBucketError,
-    _free,
     environment,
     free_port,
+    port_free,
     server_command,
 )
 
@@ -49,7 +49,7 @@ def _free_port() -> int:
         lowest = 32768  # Linux's default
     for _ in range(200 if lowest > 11025 else 0):
         port = random.randint(1024, lowest - 10001)
-        if _free(port) and _free(port + 10000):
+        if port_free(port) and port_free(port + 10000):
             return port
     return free_port()
 

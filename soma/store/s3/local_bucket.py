@@ -95,7 +95,7 @@ def check_bucket_name(name: str) -> str:
     return name
 
 
-def _free(port: int) -> bool:
+def port_free(port: int) -> bool:
     """Whether nothing listens on `port` (connections of a server that stopped, left in
     TIME_WAIT, do not count: the next server takes the port as weed does, SO_REUSEADDR)."""
     with socket.socket() as s:
@@ -113,7 +113,7 @@ def free_port() -> int:
         with socket.socket() as a:
             a.bind((HOST, 0))
             port = a.getsockname()[1]
-        if port + 10000 <= 65535 and _free(port + 10000):
+        if port + 10000 <= 65535 and port_free(port + 10000):
             return port
     raise LocalBucketError(f"no free pair of ports (p, p + 10000) on {HOST}")
 
@@ -125,7 +125,7 @@ def check_port(port: int) -> int:
         return free_port()
     if not 0 < port <= 55535:
         raise LocalBucketError(f"--port {port}: must be 1..55535 (its +10000 is a port too)")
-    taken = [p for p in (port, port + 10000) if not _free(p)]
+    taken = [p for p in (port, port + 10000) if not port_free(p)]
     if taken:
         raise LocalBucketError(
             f"port {' and '.join(map(str, taken))} on {HOST} is in use (another server?): "
